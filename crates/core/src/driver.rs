@@ -1,0 +1,244 @@
+//! The driver API: a messaging system seen only through what a benchmark needs.
+//!
+//! Drivers speak their protocol and nothing else. They never read clocks, pace, stamp or record
+//! metrics: the runner does all of that, identically for every protocol. The traits are generic
+//! (not `dyn`), so the runner is monomorphised per driver and no future is boxed per message.
+//!
+//! Contract for implementers:
+//! - [`Producer::send`] hands one message to the client. Awaiting it is backpressure; it returns
+//!   once the client has taken the bytes (buffered or written), not when the broker confirmed.
+//! - Where the protocol confirms messages (broker acks, replies to requests), the producer reports
+//!   them through [`Producer::poll_ack`] with the token the runner gave to `send`; publish latency
+//!   is measured from send to that ack. Drivers without confirmations declare
+//!   `Capabilities::acks = false` and the runner never polls.
+//! - [`Consumer::recv`] must be cancel-safe: the runner polls it inside `select!` with its tick
+//!   timer and stop signal.
+//! - Connection events (disconnect, reconnect, errors outside a call) go to the [`EventSink`] given
+//!   at construction; the runner counts them and writes them to the results file.
+
+use bytes::Bytes;
+use msgbench_metrics::ErrorKind;
+use std::future::Future;
+use std::task::{Context, Poll};
+use tokio::sync::mpsc;
+
+/// What a driver can do; the plan is validated against it before anything connects.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Capabilities {
+    /// Producers report confirmations through [`Producer::poll_ack`].
+    pub acks: bool,
+    /// Consumers can share a subscription (competing consumers / queue groups).
+    pub queue_groups: bool,
+    /// Request/reply: the producer's acks are replies from responding consumers.
+    pub request_reply: bool,
+}
+
+/// Everything a producer needs to know to connect.
+#[derive(Debug, Clone)]
+pub struct ProducerSpec {
+    /// Index of this producer (also written into every stamp).
+    pub id: u32,
+    /// Topics/subjects this producer sends to; `Outbound::stream` indexes this list.
+    pub topics: Vec<String>,
+    /// Send requests and report replies as acks.
+    pub request_reply: bool,
+    /// The window of unacknowledged messages the runner will allow.
+    pub max_in_flight: usize,
+}
+
+/// Everything a consumer needs to know to subscribe.
+#[derive(Debug, Clone)]
+pub struct ConsumerSpec {
+    /// Index of this consumer.
+    pub id: u32,
+    /// Topic/subject (or pattern) to subscribe to.
+    pub topic: String,
+    /// Queue group name for competing consumers; `None` means every consumer gets every message.
+    pub group: Option<String>,
+    /// Reply to requests (request/reply mode): the driver answers each delivery itself.
+    pub respond: bool,
+}
+
+/// One message to send.
+#[derive(Debug, Clone, Copy)]
+pub struct Outbound<'a> {
+    /// Index into [`ProducerSpec::topics`].
+    pub stream: u32,
+    /// Opaque token the driver returns in [`Ack`] for this message.
+    pub token: u64,
+    /// The stamped payload.
+    pub payload: &'a [u8],
+}
+
+/// A confirmation from the system under test.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Ack {
+    /// The message sent with `token` was confirmed (`ok`) or refused.
+    One {
+        /// Token given to `send`.
+        token: u64,
+        /// Confirmed (true) or refused (false).
+        ok: bool,
+    },
+    /// Every outstanding message with a token up to and including `token` (cumulative acks).
+    UpTo {
+        /// Highest token covered.
+        token: u64,
+        /// Confirmed (true) or refused (false).
+        ok: bool,
+    },
+}
+
+/// One received message.
+#[derive(Debug, Clone)]
+pub struct Delivery {
+    /// The payload as sent (stamp first, if it is ours).
+    pub payload: Bytes,
+    /// The broker marked it as a redelivery.
+    pub redelivered: bool,
+}
+
+/// Errors a driver reports. Strings are fine here: errors are off the hot path.
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum DriverError {
+    /// The target URL or driver options are wrong.
+    #[error("invalid configuration: {0}")]
+    Config(String),
+    /// Could not connect.
+    #[error("cannot connect to {target}: {reason}")]
+    Connect {
+        /// Where (credentials removed).
+        target: String,
+        /// Why.
+        reason: String,
+    },
+    /// A send failed.
+    #[error("send failed: {0}")]
+    Send(String),
+    /// Receiving failed.
+    #[error("receive failed: {0}")]
+    Receive(String),
+    /// Subscribing or provisioning failed.
+    #[error("subscribe failed: {0}")]
+    Subscribe(String),
+    /// The connection is closed.
+    #[error("connection closed")]
+    Closed,
+    /// An operation timed out.
+    #[error("timed out: {0}")]
+    Timeout(String),
+}
+
+impl DriverError {
+    /// The counter this error increments.
+    pub fn kind(&self) -> ErrorKind {
+        match self {
+            DriverError::Config(_) | DriverError::Connect { .. } => ErrorKind::Connect,
+            DriverError::Send(_) => ErrorKind::Send,
+            DriverError::Receive(_) | DriverError::Subscribe(_) => ErrorKind::Receive,
+            DriverError::Closed => ErrorKind::Disconnect,
+            DriverError::Timeout(_) => ErrorKind::Timeout,
+        }
+    }
+}
+
+/// Something that happened to a connection outside any call: the runner counts it and writes an
+/// `event` line to the results file.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DriverEvent {
+    /// What happened.
+    pub kind: DriverEventKind,
+    /// Detail for humans (no credentials).
+    pub detail: String,
+}
+
+/// Kinds of [`DriverEvent`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DriverEventKind {
+    /// A connection was established (after the first, i.e. a reconnect).
+    Reconnected,
+    /// A connection was lost.
+    Disconnected,
+    /// The client reported an error (slow consumer, server error...).
+    Error,
+    /// Something worth knowing that is not an error.
+    Warning,
+}
+
+/// Where drivers report [`DriverEvent`]s. Cloneable; sending never blocks.
+#[derive(Debug, Clone)]
+pub struct EventSink(mpsc::UnboundedSender<DriverEvent>);
+
+impl EventSink {
+    /// A sink and the receiver the runner reads.
+    pub fn channel() -> (EventSink, mpsc::UnboundedReceiver<DriverEvent>) {
+        let (tx, rx) = mpsc::unbounded_channel();
+        (EventSink(tx), rx)
+    }
+
+    /// Reports an event (dropped silently if the run is over).
+    pub fn emit(&self, kind: DriverEventKind, detail: impl Into<String>) {
+        let _ = self.0.send(DriverEvent {
+            kind,
+            detail: detail.into(),
+        });
+    }
+}
+
+/// A messaging system. One value per run; it creates producers and consumers.
+pub trait Driver: Send + Sync + 'static {
+    /// The sending side.
+    type Producer: Producer;
+    /// The receiving side.
+    type Consumer: Consumer;
+
+    /// What this driver supports.
+    fn capabilities(&self) -> Capabilities;
+
+    /// Connects one producer.
+    fn producer(
+        &self,
+        spec: &ProducerSpec,
+    ) -> impl Future<Output = Result<Self::Producer, DriverError>> + Send;
+
+    /// Connects one consumer and subscribes; the subscription is active when this returns, so
+    /// messages sent afterwards are not missed.
+    fn consumer(
+        &self,
+        spec: &ConsumerSpec,
+    ) -> impl Future<Output = Result<Self::Consumer, DriverError>> + Send;
+}
+
+/// The sending side of a driver. Owned by one producer task.
+pub trait Producer: Send + 'static {
+    /// Hands one message to the client (see the module docs for what returning means).
+    fn send(&mut self, msg: Outbound<'_>) -> impl Future<Output = Result<(), DriverError>> + Send;
+
+    /// Called by the runner before it waits (for the pacer, for acks): a driver that batches
+    /// sends should hand over what it holds now, so no message waits on the generator's idleness.
+    fn idle(&mut self) -> impl Future<Output = Result<(), DriverError>> + Send {
+        async { Ok(()) }
+    }
+
+    /// Pushes anything buffered to the wire.
+    fn flush(&mut self) -> impl Future<Output = Result<(), DriverError>> + Send;
+
+    /// The next confirmation, if one is ready. Only polled when `Capabilities::acks` is true.
+    /// `Ready(None)` means no more acks will come (the connection is gone).
+    fn poll_ack(&mut self, cx: &mut Context<'_>) -> Poll<Option<Ack>> {
+        let _ = cx;
+        Poll::Ready(None)
+    }
+
+    /// Flushes and closes.
+    fn close(self) -> impl Future<Output = Result<(), DriverError>> + Send;
+}
+
+/// The receiving side of a driver. Owned by one consumer task.
+pub trait Consumer: Send + 'static {
+    /// The next delivery; `Ok(None)` when the subscription ended. Must be cancel-safe.
+    fn recv(&mut self) -> impl Future<Output = Result<Option<Delivery>, DriverError>> + Send;
+
+    /// Unsubscribes and closes.
+    fn close(self) -> impl Future<Output = Result<(), DriverError>> + Send;
+}

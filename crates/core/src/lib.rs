@@ -1,0 +1,26 @@
+//! # msgbench-core
+//!
+//! The engine of msgbench: how a benchmark is described, paced, stamped and run, independent of
+//! any protocol. Protocol drivers implement the [`driver`] traits; the binary turns flags and
+//! scenario files into a [`scenario::RunPlan`] and hands it, with a driver, to [`runner::run`].
+//!
+//! # Layout
+//! - [`driver`]: the `Driver` / `Producer` / `Consumer` traits every protocol implements.
+//! - [`scenario`]: the TOML scenario model, command-line overlay, and `resolve` → `RunPlan`.
+//! - [`pacer`]: rate shapes and per-producer schedules (intended send times).
+//! - [`stamp`]: the binary header every payload starts with.
+//! - [`payload`]: message sizes and stamped, incompressible bodies.
+//! - [`runner`]: producer and consumer loops, phases, the coordinator.
+//! - [`clock`], [`units`], [`rng`], [`shutdown`]: small supporting pieces.
+#![deny(missing_docs)]
+
+pub mod clock;
+pub mod driver;
+pub mod pacer;
+pub mod payload;
+pub mod rng;
+pub mod runner;
+pub mod scenario;
+pub mod shutdown;
+pub mod stamp;
+pub mod units;

@@ -1,0 +1,524 @@
+//! The runner: connects everything, releases all tasks together, drives the phases, merges
+//! snapshots every tick and hands intervals and events to an [`Observer`].
+//!
+//! # Layout
+//! - [`state`]: phase and stop flags shared with the tasks.
+//! - `produce`: the producer loop (pace → stamp → send → record, ack window).
+//! - `consume`: the consumer loop (recv → unstamp → record + integrity).
+//! - `inflight`: the ack window.
+//! - `timer`: precise waits for paced sends.
+//!
+//! Timeline of a run: connect consumers (subscriptions are live before anything is sent) →
+//! connect producers → start barrier at `t0` → warm-up → measure (a duration, or until the
+//! message quota is sent) → drain (until every expected delivery arrived or the drain timeout)
+//! → final snapshots → [`RunOutcome`].
+
+mod consume;
+mod inflight;
+mod produce;
+pub mod state;
+mod timer;
+
+use crate::clock::{now_ns, to_instant, unix_ms};
+use crate::driver::{
+    ConsumerSpec, Driver, DriverError, DriverEvent, DriverEventKind, ProducerSpec,
+};
+use crate::pacer::Pacer;
+use crate::payload::PayloadBuilder;
+use crate::scenario::{Measure, RunPlan, SubscriptionMode};
+use crate::shutdown::Shutdown;
+use consume::ConsumerTask;
+use msgbench_metrics::aggregate::Integrity;
+use msgbench_metrics::{
+    Aggregator, Counters, ErrorKind, IntervalStats, Phase, PhaseTotals, Role, Snapshot,
+};
+use produce::ProducerTask;
+use serde::{Deserialize, Serialize};
+use state::{OwnedCounter, RunState};
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::sync::{mpsc, watch};
+use tokio::task::JoinSet;
+
+/// Receives what happens during a run, as it happens. Implemented by the CLI (live table,
+/// results file); kept free of I/O types so tests can collect into memory.
+pub trait Observer: Send {
+    /// A merged interval is complete.
+    fn interval(&mut self, iv: &IntervalStats);
+    /// Something happened (phase change, reconnect, error, warning).
+    fn event(&mut self, ev: &RunEvent);
+}
+
+/// One notable happening, as written to the results file.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RunEvent {
+    /// Seconds since the start of the run (negative while connecting).
+    pub at_s: f64,
+    /// `phase`, `connected`, `reconnected`, `disconnected`, `error`, `warning`.
+    pub kind: String,
+    /// Detail for humans.
+    pub detail: String,
+}
+
+/// How a run ended.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RunOutcome {
+    /// Wall-clock start (Unix ms).
+    pub started_unix_ms: u64,
+    /// Seconds from the start barrier to the end of the drain.
+    pub duration_s: f64,
+    /// Figures of every phase that ran, in order.
+    pub phases: Vec<PhaseTotals>,
+    /// The final delivery account.
+    pub integrity: Integrity,
+    /// Stopped by Ctrl-C (or SIGTERM) before the plan completed.
+    pub interrupted: bool,
+    /// Every expected delivery arrived before the drain timeout.
+    pub drain_complete: bool,
+    /// Things that make the figures less trustworthy, for the report.
+    pub warnings: Vec<String>,
+}
+
+/// Why a run could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum RunError {
+    /// The plan asks for something this driver cannot do.
+    #[error("{0}")]
+    Unsupported(String),
+    /// A client could not connect or subscribe.
+    #[error("{role} {id}: {source}")]
+    Connect {
+        /// `producer` or `consumer`.
+        role: &'static str,
+        /// Its index.
+        id: u32,
+        /// The driver's error.
+        source: DriverError,
+    },
+    /// Stopped by Ctrl-C while connecting.
+    #[error("interrupted while connecting")]
+    Interrupted,
+}
+
+fn secs(t0: u64, now: u64) -> f64 {
+    (now as f64 - t0 as f64) / 1e9
+}
+
+async fn connect_all<T: Send + 'static>(
+    mut set: JoinSet<(
+        u32,
+        Result<Result<T, DriverError>, tokio::time::error::Elapsed>,
+    )>,
+    role: &'static str,
+    timeout: Duration,
+) -> Result<Vec<T>, RunError> {
+    let mut out: Vec<(u32, T)> = Vec::with_capacity(set.len());
+    while let Some(joined) = set.join_next().await {
+        let (id, r) =
+            joined.map_err(|e| RunError::Unsupported(format!("connect task failed: {e}")))?;
+        match r {
+            Ok(Ok(v)) => out.push((id, v)),
+            Ok(Err(source)) => return Err(RunError::Connect { role, id, source }),
+            Err(_) => {
+                return Err(RunError::Connect {
+                    role,
+                    id,
+                    source: DriverError::Timeout(format!("no connection within {timeout:?}")),
+                });
+            }
+        }
+    }
+    out.sort_by_key(|(id, _)| *id);
+    Ok(out.into_iter().map(|(_, v)| v).collect())
+}
+
+/// Runs `plan` against `driver`, reporting to `observer`. Driver events arrive on `events`.
+///
+/// # Errors
+/// Only when the run cannot start (unsupported plan, a client cannot connect). Once running,
+/// failures are counted, never fatal: the run completes and the outcome says what went wrong.
+pub async fn run<D: Driver>(
+    driver: Arc<D>,
+    plan: &RunPlan,
+    mut events: mpsc::UnboundedReceiver<DriverEvent>,
+    observer: &mut dyn Observer,
+    shutdown: Shutdown,
+) -> Result<RunOutcome, RunError> {
+    let caps = driver.capabilities();
+    if plan.request_reply && !caps.request_reply {
+        return Err(RunError::Unsupported(format!(
+            "the {} driver does not support request/reply",
+            plan.scheme()
+        )));
+    }
+    if matches!(plan.subscription, SubscriptionMode::Queue { .. })
+        && !caps.queue_groups
+        && plan.consumers_per_topic > 1
+    {
+        return Err(RunError::Unsupported(format!(
+            "the {} driver does not support competing consumers",
+            plan.scheme()
+        )));
+    }
+    let acks = caps.acks || plan.request_reply;
+    let connect_t = now_ns();
+    let ev = |kind: &str, detail: String, at: u64, t0: u64| RunEvent {
+        at_s: secs(t0, at),
+        kind: kind.into(),
+        detail,
+    };
+
+    // Consumers first: their subscriptions must be live before the first message.
+    let mut set = JoinSet::new();
+    let group = match &plan.subscription {
+        SubscriptionMode::Fanout => None,
+        SubscriptionMode::Queue { group } => Some(group.clone()),
+    };
+    let mut id = 0u32;
+    for topic in &plan.topics {
+        for _ in 0..plan.consumers_per_topic {
+            let spec = ConsumerSpec {
+                id,
+                topic: topic.clone(),
+                group: group.clone(),
+                respond: plan.request_reply,
+            };
+            let d = driver.clone();
+            let t = plan.connect_timeout;
+            set.spawn(async move { (spec.id, tokio::time::timeout(t, d.consumer(&spec)).await) });
+            id += 1;
+        }
+    }
+    let consumers = tokio::select! {
+        r = connect_all(set, "consumer", plan.connect_timeout) => r?,
+        _ = shutdown.reached(1) => return Err(RunError::Interrupted),
+    };
+    let mut set = JoinSet::new();
+    let mut id = 0u32;
+    for topic in &plan.topics {
+        for _ in 0..plan.producers_per_topic {
+            let spec = ProducerSpec {
+                id,
+                topics: vec![topic.clone()],
+                request_reply: plan.request_reply,
+                max_in_flight: plan.max_in_flight,
+            };
+            let d = driver.clone();
+            let t = plan.connect_timeout;
+            set.spawn(async move { (spec.id, tokio::time::timeout(t, d.producer(&spec)).await) });
+            id += 1;
+        }
+    }
+    let producers = tokio::select! {
+        r = connect_all(set, "producer", plan.connect_timeout) => r?,
+        _ = shutdown.reached(1) => return Err(RunError::Interrupted),
+    };
+
+    // Start barrier: every task waits for t0, so none gets a head start.
+    let tick_ns = plan.tick.as_nanos() as u64;
+    let t0 = now_ns() + 20_000_000;
+    let started_unix_ms = unix_ms() + 20;
+    observer.event(&ev(
+        "connected",
+        format!(
+            "{} producers, {} consumers connected in {:.3}s",
+            producers.len(),
+            consumers.len(),
+            secs(connect_t, now_ns())
+        ),
+        now_ns(),
+        t0,
+    ));
+    let state = Arc::new(RunState::default());
+    let first_phase = if plan.warmup.is_zero() {
+        Phase::Measure
+    } else {
+        Phase::Warmup
+    };
+    state.set_phase(first_phase);
+    let warmup_end = t0 + plan.warmup.as_nanos() as u64;
+    let measure_end = match plan.measure {
+        Measure::Duration(d) => Some(warmup_end + d.as_nanos() as u64),
+        Measure::Messages(_) => None,
+    };
+    state.set_boundaries(warmup_end, measure_end.unwrap_or(u64::MAX));
+    let (snap_tx, mut snap_rx) = mpsc::unbounded_channel::<Snapshot>();
+    let (stop_tx, stop_rx) = watch::channel(false);
+    let mut agg = Aggregator::new(plan.tick.as_secs_f64());
+    let receivers = plan.receivers_per_message();
+
+    let mut consumer_tasks = JoinSet::new();
+    let mut distinct = Vec::new();
+    for (i, c) in consumers.into_iter().enumerate() {
+        let counter = Arc::new(OwnedCounter::default());
+        distinct.push(counter.clone());
+        let task = ConsumerTask {
+            id: i as u32,
+            run_id: plan.run_id,
+            t0_ns: t0,
+            tick_ns,
+            state: state.clone(),
+            snapshots: snap_tx.clone(),
+            distinct: counter,
+            stop: stop_rx.clone(),
+        };
+        consumer_tasks.spawn(task.run(c));
+    }
+    let nprod = producers.len() as u32;
+    let mut producer_tasks = JoinSet::new();
+    let mut sent = Vec::new();
+    for (i, p) in producers.into_iter().enumerate() {
+        let i = i as u32;
+        agg.register_producer(i, receivers);
+        let counter = Arc::new(OwnedCounter::default());
+        sent.push(counter.clone());
+        let quota = match plan.measure {
+            Measure::Messages(n) => {
+                Some(n / nprod as u64 + u64::from((i as u64) < n % nprod as u64))
+            }
+            Measure::Duration(_) => None,
+        };
+        let seed = ((plan.run_id as u64) << 32) | i as u64;
+        let task = ProducerTask {
+            id: i,
+            run_id: plan.run_id,
+            streams: 1,
+            pacer: Pacer::new(plan.rate.clone(), nprod, i, seed),
+            quota,
+            acks,
+            window: plan.max_in_flight,
+            t0_ns: t0,
+            tick_ns,
+            late_ns: plan.late_threshold.as_nanos() as u64,
+            state: state.clone(),
+            snapshots: snap_tx.clone(),
+            sent: counter,
+        };
+        producer_tasks.spawn(task.run(p, PayloadBuilder::new(plan.size, seed)));
+    }
+    drop(snap_tx);
+
+    let sleep_to = |ns: u64| tokio::time::sleep_until(to_instant(ns));
+    tokio::time::sleep_until(to_instant(t0)).await;
+    agg.begin_phase(first_phase, 0.0);
+    observer.event(&ev("phase", first_phase.name().into(), t0, t0));
+
+    let grace_ns = (tick_ns / 10).min(100_000_000);
+    let mut emitted: Option<u64> = None;
+    let mut next_emit = t0 + tick_ns + grace_ns;
+    let mut phase = first_phase;
+    let mut drain_deadline: Option<u64> = None;
+    let mut interrupted = false;
+    let mut producers_done = false;
+    let mut extra = Counters::default();
+    let mut warnings = Vec::new();
+
+    let emit = |agg: &mut Aggregator,
+                upto: u64,
+                emitted: &mut Option<u64>,
+                observer: &mut dyn Observer| {
+        for iv in agg.take_intervals(upto) {
+            observer.interval(&iv);
+        }
+        *emitted = Some(emitted.map_or(upto, |e| e.max(upto)));
+    };
+
+    loop {
+        let now = now_ns();
+        // Phase transitions.
+        if phase == Phase::Warmup && now >= warmup_end {
+            agg.end_phase(Phase::Warmup, secs(t0, warmup_end));
+            agg.begin_phase(Phase::Measure, secs(t0, warmup_end));
+            phase = Phase::Measure;
+            state.set_phase(phase);
+            observer.event(&ev("phase", "measure".into(), now, t0));
+        }
+        let measure_over = match measure_end {
+            Some(end) => now >= end,
+            None => producers_done,
+        };
+        if phase == Phase::Measure && (measure_over || interrupted) {
+            let at = measure_end.map_or(now, |e| e.min(now));
+            agg.end_phase(Phase::Measure, secs(t0, at));
+            agg.begin_phase(Phase::Drain, secs(t0, at));
+            phase = Phase::Drain;
+            state.set_phase(phase);
+            state.set_boundaries(warmup_end.min(at), at);
+            state.stop_producers();
+            let drain = if interrupted {
+                plan.drain.min(Duration::from_secs(2))
+            } else {
+                plan.drain
+            };
+            let deadline = now + drain.as_nanos() as u64;
+            state.set_drain_deadline_ns(deadline);
+            drain_deadline = Some(deadline);
+            observer.event(&ev("phase", "drain".into(), now, t0));
+        }
+        if phase == Phase::Warmup && interrupted {
+            agg.end_phase(Phase::Warmup, secs(t0, now));
+            agg.begin_phase(Phase::Drain, secs(t0, now));
+            phase = Phase::Drain;
+            state.set_phase(phase);
+            state.set_boundaries(now, now);
+            state.stop_producers();
+            let deadline = now + plan.drain.min(Duration::from_secs(2)).as_nanos() as u64;
+            state.set_drain_deadline_ns(deadline);
+            drain_deadline = Some(deadline);
+            observer.event(&ev("phase", "drain".into(), now, t0));
+        }
+        // Drain: done when producers finished and every expected delivery arrived.
+        if let Some(deadline) = drain_deadline {
+            let expected: u64 = sent.iter().map(|s| s.get()).sum::<u64>() * receivers;
+            let got: u64 = distinct.iter().map(|d| d.get()).sum();
+            let complete = producers_done && got >= expected;
+            if complete || now >= deadline || shutdown.requests() >= 2 {
+                if !complete {
+                    warnings.push(if now >= deadline {
+                        format!(
+                            "drain timed out after {:?} with {} of {} expected deliveries",
+                            plan.drain, got, expected
+                        )
+                    } else {
+                        "drain cut short by a second interrupt".to_string()
+                    });
+                }
+                break;
+            }
+        }
+
+        let wake = [
+            next_emit,
+            if phase == Phase::Warmup {
+                warmup_end
+            } else {
+                u64::MAX
+            },
+            if phase == Phase::Measure {
+                measure_end.unwrap_or(u64::MAX)
+            } else {
+                u64::MAX
+            },
+            if drain_deadline.is_some() {
+                now + 5_000_000
+            } else {
+                u64::MAX
+            },
+        ]
+        .into_iter()
+        .min()
+        .unwrap_or(u64::MAX);
+
+        tokio::select! {
+            Some(mut s) = snap_rx.recv() => {
+                if let Some(e) = emitted && s.interval <= e {
+                    s.interval = e + 1;
+                }
+                agg.add(&s);
+            }
+            Some(e) = events.recv() => {
+                let kind = match e.kind {
+                    DriverEventKind::Reconnected => { extra.reconnects += 1; "reconnected" }
+                    DriverEventKind::Disconnected => { extra.errors.add(ErrorKind::Disconnect, 1); "disconnected" }
+                    DriverEventKind::Error => "error",
+                    DriverEventKind::Warning => "warning",
+                };
+                observer.event(&ev(kind, e.detail, now_ns(), t0));
+            }
+            Some(_) = producer_tasks.join_next(), if !producers_done => {
+                if producer_tasks.is_empty() {
+                    producers_done = true;
+                }
+            }
+            _ = sleep_to(wake) => {
+                let now = now_ns();
+                if now >= next_emit {
+                    let k = (now - grace_ns - t0) / tick_ns;
+                    let upto = k.saturating_sub(1);
+                    if extra != Counters::default() {
+                        let mut s = Snapshot { role: Role::Consumer, task: u32::MAX, phase, interval: upto,
+                            counters: std::mem::take(&mut extra), hist: Default::default() };
+                        if let Some(e) = emitted && s.interval <= e { s.interval = e + 1; }
+                        agg.add(&s);
+                    }
+                    if emitted.is_none_or(|e| upto > e) || emitted.is_none() {
+                        emit(&mut agg, upto, &mut emitted, observer);
+                    }
+                    next_emit = t0 + (k + 1) * tick_ns + grace_ns;
+                }
+            }
+            _ = shutdown.reached(1), if !interrupted => {
+                interrupted = true;
+                observer.event(&ev("warning", "interrupted: stopping producers and draining".into(), now_ns(), t0));
+            }
+        }
+    }
+
+    // Stop everything and collect the final snapshots.
+    let end = now_ns();
+    state.stop_producers();
+    state.set_drain_deadline_ns(end);
+    state.stop_consumers();
+    let _ = stop_tx.send(true);
+    while producer_tasks.join_next().await.is_some() {}
+    while consumer_tasks.join_next().await.is_some() {}
+    while let Some(s) = snap_rx.recv().await {
+        agg.add(&s);
+    }
+    while let Ok(e) = events.try_recv() {
+        observer.event(&RunEvent {
+            at_s: secs(t0, now_ns()),
+            kind: "event".into(),
+            detail: e.detail,
+        });
+    }
+    if extra != Counters::default() {
+        agg.add(&Snapshot {
+            role: Role::Consumer,
+            task: u32::MAX,
+            phase,
+            interval: emitted.map_or(0, |e| e + 1),
+            counters: extra,
+            hist: Default::default(),
+        });
+    }
+    agg.end_phase(phase, secs(t0, end));
+    for iv in agg.take_all_intervals() {
+        observer.interval(&iv);
+    }
+    observer.event(&ev("phase", "end".into(), now_ns(), t0));
+
+    let phases: Vec<PhaseTotals> = Phase::ALL
+        .iter()
+        .filter(|p| agg.phase_started(**p))
+        .map(|p| agg.totals(*p).clone())
+        .collect();
+    let integrity = agg.integrity();
+    let all = agg.all_counters();
+    if all.late_sends > 0 {
+        warnings.push(format!(
+            "{} sends left later than {:?} after their intended time: the generator or backpressure could not keep the schedule",
+            all.late_sends, plan.late_threshold
+        ));
+    }
+    if all.errors.total() > 0 {
+        warnings.push(format!("{} errors during the run", all.errors.total()));
+    }
+    if all.foreign > 0 {
+        warnings.push(format!(
+            "{} deliveries were not this run's messages (foreign or truncated)",
+            all.foreign
+        ));
+    }
+    Ok(RunOutcome {
+        started_unix_ms,
+        duration_s: secs(t0, end),
+        phases,
+        integrity,
+        interrupted,
+        drain_complete: !warnings.iter().any(|w| w.starts_with("drain")),
+        warnings,
+    })
+}

@@ -1,0 +1,307 @@
+//! The producer loop: pace → stamp → send → record, with the ack window where the protocol
+//! confirms. One task per producer; it owns its recorder, so nothing here takes a lock.
+
+use super::inflight::InFlight;
+use super::state::{OwnedCounter, RunState};
+use super::timer::PreciseTimer;
+use crate::clock::{now_ns, to_instant};
+use crate::driver::{Ack, Outbound, Producer};
+use crate::pacer::Pacer;
+use crate::payload::PayloadBuilder;
+use crate::stamp::Stamp;
+use msgbench_metrics::{ErrorKind, Phase, Recorder, Role, Snapshot};
+use std::sync::Arc;
+use std::task::{Context, Poll, Waker};
+use tokio::sync::mpsc::UnboundedSender;
+
+/// Everything a producer task needs besides its driver handle.
+pub(crate) struct ProducerTask {
+    pub id: u32,
+    pub run_id: u32,
+    pub streams: u32,
+    pub pacer: Pacer,
+    /// Messages to send in the measure phase (count-bounded runs).
+    pub quota: Option<u64>,
+    pub acks: bool,
+    pub window: usize,
+    pub t0_ns: u64,
+    pub tick_ns: u64,
+    pub late_ns: u64,
+    pub state: Arc<RunState>,
+    pub snapshots: UnboundedSender<Snapshot>,
+    pub sent: Arc<OwnedCounter>,
+}
+
+/// Per-task tick bookkeeping shared by the producer and consumer loops.
+pub(crate) struct Ticker {
+    pub t0_ns: u64,
+    pub tick_ns: u64,
+    pub next_ns: u64,
+}
+
+impl Ticker {
+    pub fn new(t0_ns: u64, tick_ns: u64) -> Self {
+        Self {
+            t0_ns,
+            tick_ns,
+            next_ns: t0_ns + tick_ns,
+        }
+    }
+
+    /// Index of the interval that ended most recently at `now`, and advances past `now`.
+    #[inline]
+    pub fn due(&mut self, now: u64) -> Option<u64> {
+        if now < self.next_ns {
+            return None;
+        }
+        let k = (now - self.t0_ns) / self.tick_ns;
+        self.next_ns = self.t0_ns + (k + 1) * self.tick_ns;
+        Some(k.saturating_sub(1))
+    }
+
+    /// Index of the interval being recorded: the one that ends at the next tick. Used for
+    /// flushes between ticks (phase changes, the final flush), so a flush at a boundary that
+    /// coincides with a tick lands in the interval it belongs to.
+    pub fn recording(&self) -> u64 {
+        (self.next_ns - self.t0_ns) / self.tick_ns - 1
+    }
+}
+
+enum Flow {
+    Go,
+    Stop,
+}
+
+impl ProducerTask {
+    fn flush_snapshot(&self, rec: &mut Recorder, phase: Phase, interval: u64) {
+        let s = rec.take(Role::Producer, self.id, phase, interval);
+        if !s.is_empty() {
+            let _ = self.snapshots.send(s);
+        }
+    }
+
+    fn handle_ack(rec: &mut Recorder, window: &mut InFlight, ack: Ack) {
+        let now = now_ns();
+        match ack {
+            Ack::One { token, ok } => match window.ack_one(token) {
+                Some(sent) => rec.record_ack(now.saturating_sub(sent), ok),
+                None if ok => rec.record_acks_without_latency(1),
+                None => rec.record_ack(0, false),
+            },
+            Ack::UpTo { token, ok } => {
+                window.ack_up_to(token, |sent| rec.record_ack(now.saturating_sub(sent), ok))
+            }
+        }
+    }
+
+    /// Takes every ack that is ready without waiting.
+    fn drain_ready_acks<P: Producer>(p: &mut P, rec: &mut Recorder, window: &mut InFlight) {
+        let mut cx = Context::from_waker(Waker::noop());
+        while let Poll::Ready(Some(ack)) = p.poll_ack(&mut cx) {
+            Self::handle_ack(rec, window, ack);
+        }
+    }
+
+    /// Waits for one ack, a tick or the deadline; keeps ticking while it waits.
+    async fn wait_ack<P: Producer>(
+        &self,
+        p: &mut P,
+        rec: &mut Recorder,
+        window: &mut InFlight,
+        ticker: &mut Ticker,
+        phase: Phase,
+    ) -> Flow {
+        let deadline = to_instant(ticker.next_ns);
+        tokio::select! {
+            ack = std::future::poll_fn(|cx| p.poll_ack(cx)) => match ack {
+                Some(a) => { Self::handle_ack(rec, window, a); Flow::Go }
+                None => Flow::Stop,
+            },
+            _ = tokio::time::sleep_until(deadline) => {
+                if let Some(k) = ticker.due(now_ns()) {
+                    self.flush_snapshot(rec, phase, k);
+                }
+                Flow::Go
+            }
+        }
+    }
+
+    pub async fn run<P: Producer>(self, mut p: P, mut payload: PayloadBuilder) {
+        let mut rec = Recorder::new(self.late_ns);
+        let mut ticker = Ticker::new(self.t0_ns, self.tick_ns);
+        let mut window = InFlight::new(self.window);
+        let mut timer = PreciseTimer::new().ok();
+        let mut seqs = vec![0u64; self.streams as usize];
+        let mut pacer = self.pacer.clone();
+        let this = self;
+        let mut token: u64 = 0;
+        let mut stream: u32 = 0;
+        let mut measured: u64 = 0;
+        let mut phase = this.state.phase_at(this.t0_ns);
+        let mut consecutive_errors: u32 = 0;
+        let mut last_ns = this.t0_ns;
+        let unpaced = pacer.is_unlimited();
+
+        sleep_until_ns(&mut timer, this.t0_ns).await;
+        'send: loop {
+            if this.state.producers_stopped() {
+                break;
+            }
+            // Phase as of the last send (re-checked at the actual send time below).
+            let cur = this.state.phase_at(last_ns);
+            if cur != phase {
+                this.flush_snapshot(&mut rec, phase, ticker.recording());
+                phase = cur;
+            }
+            if phase == Phase::Drain {
+                break;
+            }
+            if let Some(q) = this.quota
+                && phase == Phase::Measure
+                && measured >= q
+            {
+                break;
+            }
+
+            // Pace: wait for the intended time, ticking while we wait.
+            let intended = if unpaced {
+                None
+            } else {
+                pacer.next_offset_ns().map(|off| this.t0_ns + off)
+            };
+            if let Some(at) = intended {
+                loop {
+                    let now = now_ns();
+                    if let Some(k) = ticker.due(now) {
+                        this.flush_snapshot(&mut rec, phase, k);
+                    }
+                    if now >= at {
+                        break;
+                    }
+                    if this.state.producers_stopped() {
+                        break 'send;
+                    }
+                    if let Err(e) = p.idle().await {
+                        rec.record_error(e.kind());
+                    }
+                    sleep_until_ns(&mut timer, at.min(ticker.next_ns)).await;
+                }
+            }
+
+            // Window: never more than `window` unacknowledged messages.
+            if this.acks {
+                Self::drain_ready_acks(&mut p, &mut rec, &mut window);
+                while window.len() >= this.window {
+                    if this.state.producers_stopped() {
+                        break 'send;
+                    }
+                    if let Err(e) = p.idle().await {
+                        rec.record_error(e.kind());
+                    }
+                    if let Flow::Stop = this
+                        .wait_ack(&mut p, &mut rec, &mut window, &mut ticker, phase)
+                        .await
+                    {
+                        break 'send;
+                    }
+                }
+            }
+
+            let sent_ns = now_ns();
+            last_ns = sent_ns;
+            // The wait may have crossed a phase boundary: record this send in the phase it
+            // actually happens in.
+            let cur = this.state.phase_at(sent_ns);
+            if cur != phase {
+                this.flush_snapshot(&mut rec, phase, ticker.recording());
+                phase = cur;
+                if phase == Phase::Drain {
+                    break;
+                }
+            }
+            let intended_ns = intended.unwrap_or(sent_ns);
+            let stamp = Stamp {
+                run_id: this.run_id,
+                producer: this.id,
+                stream,
+                seq: seqs[stream as usize],
+                intended_ns,
+                sent_ns,
+            };
+            let body = payload.build(&stamp);
+            let len = body.len();
+            match p
+                .send(Outbound {
+                    stream,
+                    token,
+                    payload: body,
+                })
+                .await
+            {
+                Ok(()) => {
+                    consecutive_errors = 0;
+                    rec.record_send(intended_ns, sent_ns, len);
+                    if this.acks {
+                        window.push(token, sent_ns);
+                    }
+                    seqs[stream as usize] += 1;
+                    token += 1;
+                    if phase == Phase::Measure {
+                        measured += 1;
+                    }
+                    this.sent.set(token);
+                    stream += 1;
+                    if stream == this.streams {
+                        stream = 0;
+                    }
+                }
+                Err(e) => {
+                    rec.record_error(e.kind());
+                    // Back off so a dead connection does not become a busy loop; the driver
+                    // reconnects underneath.
+                    consecutive_errors = consecutive_errors.saturating_add(1);
+                    let pause = 1_000_000u64 << consecutive_errors.min(7);
+                    sleep_until_ns(&mut timer, now_ns() + pause).await;
+                }
+            }
+            if let Some(k) = ticker.due(sent_ns) {
+                this.flush_snapshot(&mut rec, phase, k);
+            }
+        }
+
+        // What was recorded so far belongs to the phase the loop was in.
+        this.flush_snapshot(&mut rec, phase, ticker.recording());
+        // Push out what the client buffered, then wait (bounded) for outstanding acks.
+        if let Err(e) = p.flush().await {
+            rec.record_error(e.kind());
+        }
+        if this.acks {
+            loop {
+                Self::drain_ready_acks(&mut p, &mut rec, &mut window);
+                if window.is_empty() || now_ns() >= this.state.drain_deadline_ns() {
+                    break;
+                }
+                let phase = this.state.phase_at(now_ns());
+                if let Flow::Stop = this
+                    .wait_ack(&mut p, &mut rec, &mut window, &mut ticker, phase)
+                    .await
+                {
+                    break;
+                }
+            }
+            // Never confirmed: in doubt. Counted, never silently dropped.
+            rec.counters_mut()
+                .errors
+                .add(ErrorKind::Timeout, window.len() as u64);
+        }
+        let _ = p.close().await;
+        this.flush_snapshot(&mut rec, this.state.phase_at(now_ns()), ticker.recording());
+    }
+}
+
+async fn sleep_until_ns(timer: &mut Option<PreciseTimer>, at: u64) {
+    match timer {
+        Some(t) => t.wait_until(at).await,
+        None => tokio::time::sleep_until(to_instant(at)).await,
+    }
+}

@@ -1,0 +1,337 @@
+//! Scenario files: the TOML a user writes, parsed strictly (unknown keys are errors, every error
+//! names the file, line and column), merged with command-line overrides, then resolved into a
+//! validated [`RunPlan`] in exactly one place ([`resolve`]).
+//!
+//! ```toml
+//! name = "nats-4x4-1k"
+//! target = "nats://127.0.0.1:4222"
+//!
+//! [topics]
+//! count = 4
+//! pattern = "bench.{i}"
+//!
+//! [producers]
+//! per_topic = 1
+//! rate = 50000              # msgs/s, all producers together; or a table with `shape`
+//! size = "1KiB"             # or "100..2KiB"
+//! max_in_flight = 1000
+//!
+//! [consumers]
+//! per_topic = 2
+//! mode = "fanout"           # or "queue" (competing consumers)
+//!
+//! [phases]
+//! warmup = "2s"
+//! duration = "30s"          # or: messages = 1000000
+//! drain = "5s"
+//! ```
+//!
+//! # Layout
+//! - this module: the file model ([`Scenario`]) and parsing with positions.
+//! - [`plan`]: the resolved [`RunPlan`] and the rules that produce it.
+
+pub mod plan;
+
+pub use plan::{Measure, RunPlan, SubscriptionMode, resolve};
+
+use crate::pacer::RateShape;
+use serde::{Deserialize, Serialize};
+use std::path::Path;
+
+/// A scenario as written: every field optional, so a file, the command line, or both can supply
+/// it. Missing fields get defaults in [`resolve`].
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Scenario {
+    /// A name for the run, shown in reports.
+    pub name: Option<String>,
+    /// The system under test, as a URL (`nats://host:4222`, `mem://`).
+    pub target: Option<String>,
+    /// Topics (subjects, routing keys, queues).
+    #[serde(default)]
+    pub topics: TopicsSection,
+    /// Sending side.
+    #[serde(default)]
+    pub producers: ProducersSection,
+    /// Receiving side.
+    #[serde(default)]
+    pub consumers: ConsumersSection,
+    /// Warm-up, measurement and drain.
+    #[serde(default)]
+    pub phases: PhasesSection,
+    /// Reporting cadence and thresholds.
+    #[serde(default)]
+    pub output: OutputSection,
+}
+
+/// `[topics]`
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TopicsSection {
+    /// How many topics.
+    pub count: Option<u32>,
+    /// Topic name; `{i}` is replaced by the topic index (needed when `count > 1`).
+    pub pattern: Option<String>,
+}
+
+/// `rate = 50000` or `rate = { shape = "poisson", rate = 50000 }`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(untagged)]
+pub enum RateSpec {
+    /// A constant rate in messages per second (0 = unlimited).
+    PerSecond(f64),
+    /// Any [`RateShape`].
+    Shape(RateShape),
+}
+
+/// `[producers]`
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ProducersSection {
+    /// Producers per topic.
+    pub per_topic: Option<u32>,
+    /// Offered load, all producers together.
+    pub rate: Option<RateSpec>,
+    /// Message size, stamp included: `"1KiB"` or `"100..2KiB"`.
+    pub size: Option<String>,
+    /// Unacknowledged messages allowed per producer (where the protocol acknowledges).
+    pub max_in_flight: Option<usize>,
+    /// Send requests and measure the round trip to a responding consumer.
+    pub request_reply: Option<bool>,
+}
+
+/// How consumers of one topic share it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ConsumerMode {
+    /// Every consumer receives every message.
+    Fanout,
+    /// Consumers compete: each message goes to one of them (a queue group).
+    Queue,
+}
+
+/// `[consumers]`
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ConsumersSection {
+    /// Consumers per topic.
+    pub per_topic: Option<u32>,
+    /// Fan-out or competing consumers.
+    pub mode: Option<ConsumerMode>,
+    /// Queue group name (competing consumers).
+    pub group: Option<String>,
+}
+
+/// `[phases]`
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PhasesSection {
+    /// Warm-up length (recorded, excluded from the summary).
+    pub warmup: Option<String>,
+    /// Measurement length.
+    pub duration: Option<String>,
+    /// Measure this many messages (all producers) instead of a duration.
+    pub messages: Option<u64>,
+    /// Longest wait for in-flight messages after the last send.
+    pub drain: Option<String>,
+}
+
+/// `[output]`
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct OutputSection {
+    /// Interval between live lines and `interval` records.
+    pub tick: Option<String>,
+    /// A send later than this after its intended time counts as late.
+    pub late_threshold: Option<String>,
+    /// Connect timeout per client.
+    pub connect_timeout: Option<String>,
+}
+
+/// A scenario file that could not be read, with where and why.
+#[derive(Debug, thiserror::Error)]
+pub enum ScenarioError {
+    /// The file could not be read.
+    #[error("{file}: {source}")]
+    Io {
+        /// The file.
+        file: String,
+        /// The I/O error.
+        source: std::io::Error,
+    },
+    /// The TOML is malformed or does not match the scenario format.
+    #[error("{file}:{line}:{column}: {message}")]
+    Parse {
+        /// The file.
+        file: String,
+        /// 1-based line.
+        line: usize,
+        /// 1-based column.
+        column: usize,
+        /// What was expected.
+        message: String,
+    },
+}
+
+impl Scenario {
+    /// Reads and parses a scenario file.
+    pub fn from_file(path: &Path) -> Result<Scenario, ScenarioError> {
+        let text = std::fs::read_to_string(path).map_err(|source| ScenarioError::Io {
+            file: path.display().to_string(),
+            source,
+        })?;
+        Self::from_str_named(&text, &path.display().to_string())
+    }
+
+    /// Parses scenario text; `name` is used in error messages.
+    pub fn from_str_named(text: &str, name: &str) -> Result<Scenario, ScenarioError> {
+        toml::from_str::<Scenario>(text).map_err(|e| {
+            let (line, column) = match e.span() {
+                Some(span) => line_col(text, span.start),
+                None => (1, 1),
+            };
+            ScenarioError::Parse {
+                file: name.to_string(),
+                line,
+                column,
+                message: e.message().trim().to_string(),
+            }
+        })
+    }
+
+    /// Lays `over` on top of `self`: every field `over` sets wins (command-line flags over a file).
+    pub fn overlay(mut self, over: Scenario) -> Scenario {
+        fn pick<T>(base: &mut Option<T>, top: Option<T>) {
+            if top.is_some() {
+                *base = top;
+            }
+        }
+        pick(&mut self.name, over.name);
+        pick(&mut self.target, over.target);
+        pick(&mut self.topics.count, over.topics.count);
+        pick(&mut self.topics.pattern, over.topics.pattern);
+        pick(&mut self.producers.per_topic, over.producers.per_topic);
+        pick(&mut self.producers.rate, over.producers.rate);
+        pick(&mut self.producers.size, over.producers.size);
+        pick(
+            &mut self.producers.max_in_flight,
+            over.producers.max_in_flight,
+        );
+        pick(
+            &mut self.producers.request_reply,
+            over.producers.request_reply,
+        );
+        pick(&mut self.consumers.per_topic, over.consumers.per_topic);
+        pick(&mut self.consumers.mode, over.consumers.mode);
+        pick(&mut self.consumers.group, over.consumers.group);
+        if over.phases.messages.is_some() {
+            self.phases.duration = None;
+        }
+        if over.phases.duration.is_some() {
+            self.phases.messages = None;
+        }
+        pick(&mut self.phases.warmup, over.phases.warmup);
+        pick(&mut self.phases.duration, over.phases.duration);
+        pick(&mut self.phases.messages, over.phases.messages);
+        pick(&mut self.phases.drain, over.phases.drain);
+        pick(&mut self.output.tick, over.output.tick);
+        pick(&mut self.output.late_threshold, over.output.late_threshold);
+        pick(
+            &mut self.output.connect_timeout,
+            over.output.connect_timeout,
+        );
+        self
+    }
+}
+
+/// 1-based line and column of byte offset `at` in `text`.
+fn line_col(text: &str, at: usize) -> (usize, usize) {
+    let before = &text[..at.min(text.len())];
+    let line = before.matches('\n').count() + 1;
+    let column = before
+        .rsplit('\n')
+        .next()
+        .map(|l| l.chars().count())
+        .unwrap_or(0)
+        + 1;
+    (line, column)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn full_file_parses() {
+        let s = Scenario::from_str_named(
+            r#"
+name = "x"
+target = "nats://127.0.0.1:4222"
+[topics]
+count = 4
+pattern = "bench.{i}"
+[producers]
+per_topic = 2
+rate = { shape = "poisson", rate = 1000 }
+size = "100..1KiB"
+[consumers]
+per_topic = 3
+mode = "queue"
+[phases]
+warmup = "1s"
+messages = 5000
+"#,
+            "t.toml",
+        )
+        .unwrap();
+        assert_eq!(s.topics.count, Some(4));
+        assert_eq!(
+            s.producers.rate,
+            Some(RateSpec::Shape(RateShape::Poisson { rate: 1000.0 }))
+        );
+        assert_eq!(s.consumers.mode, Some(ConsumerMode::Queue));
+        let plain = Scenario::from_str_named("[producers]\nrate = 500\n", "t.toml").unwrap();
+        assert_eq!(plain.producers.rate, Some(RateSpec::PerSecond(500.0)));
+    }
+
+    #[test]
+    fn unknown_key_names_file_line_and_column() {
+        let err = Scenario::from_str_named("name = \"x\"\n[producers]\n  rte = 5\n", "bad.toml")
+            .unwrap_err();
+        let msg = err.to_string();
+        assert!(msg.starts_with("bad.toml:3:3: "), "{msg}");
+        assert!(msg.contains("unknown field `rte`"), "{msg}");
+        assert!(
+            msg.contains("per_topic"),
+            "expected fields are listed: {msg}"
+        );
+    }
+
+    #[test]
+    fn wrong_type_and_syntax_errors_have_positions() {
+        let err = Scenario::from_str_named("[topics]\ncount = \"four\"\n", "t.toml")
+            .unwrap_err()
+            .to_string();
+        assert!(err.starts_with("t.toml:2:9: "), "{err}");
+        let err = Scenario::from_str_named("[topics\n", "t.toml")
+            .unwrap_err()
+            .to_string();
+        assert!(err.starts_with("t.toml:1:"), "{err}");
+    }
+
+    #[test]
+    fn overlay_prefers_the_top_layer() {
+        let file = Scenario::from_str_named(
+            "[phases]\nduration = \"30s\"\n[producers]\nper_topic = 2\n",
+            "f",
+        )
+        .unwrap();
+        let mut flags = Scenario::default();
+        flags.phases.messages = Some(10);
+        flags.producers.per_topic = Some(5);
+        let s = file.overlay(flags);
+        assert_eq!(s.phases.duration, None);
+        assert_eq!(s.phases.messages, Some(10));
+        assert_eq!(s.producers.per_topic, Some(5));
+    }
+}

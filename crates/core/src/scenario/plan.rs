@@ -1,0 +1,418 @@
+//! The resolved, validated description of a run: what the runner executes and what the results
+//! file records (with credentials removed).
+
+use super::{ConsumerMode, RateSpec, Scenario};
+use crate::pacer::RateShape;
+use crate::payload::SizeSpec;
+use crate::units::{parse_duration, serde_duration};
+use serde::{Deserialize, Serialize};
+use std::time::Duration;
+
+/// How the measure phase ends.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Measure {
+    /// After this long.
+    Duration(#[serde(with = "serde_duration")] Duration),
+    /// After this many messages (all producers together) have been sent.
+    Messages(u64),
+}
+
+/// How the consumers of one topic share it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "mode", rename_all = "snake_case")]
+pub enum SubscriptionMode {
+    /// Every consumer receives every message.
+    Fanout,
+    /// Each message goes to one consumer of the group.
+    Queue {
+        /// Queue group name.
+        group: String,
+    },
+}
+
+/// A fully resolved run: defaults applied, every cross-field rule checked.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RunPlan {
+    /// Name shown in reports.
+    pub name: String,
+    /// Target URL. May contain credentials: use [`RunPlan::redacted`] before printing or writing.
+    pub target: String,
+    /// Identifies this run's messages (written in every stamp).
+    pub run_id: u32,
+    /// Topic names.
+    pub topics: Vec<String>,
+    /// Producers per topic.
+    pub producers_per_topic: u32,
+    /// Consumers per topic.
+    pub consumers_per_topic: u32,
+    /// Fan-out or queue group.
+    pub subscription: SubscriptionMode,
+    /// Request/reply: consumers respond, producers measure the round trip.
+    pub request_reply: bool,
+    /// Message size, stamp included.
+    pub size: SizeSpec,
+    /// Offered load, all producers together.
+    pub rate: RateShape,
+    /// Unacknowledged messages allowed per producer.
+    pub max_in_flight: usize,
+    /// Warm-up length.
+    #[serde(with = "serde_duration")]
+    pub warmup: Duration,
+    /// How the measure phase ends.
+    pub measure: Measure,
+    /// Longest wait for in-flight messages after the last send.
+    #[serde(with = "serde_duration")]
+    pub drain: Duration,
+    /// Interval between live lines and `interval` records.
+    #[serde(with = "serde_duration")]
+    pub tick: Duration,
+    /// A send later than this after its intended time counts as late.
+    #[serde(with = "serde_duration")]
+    pub late_threshold: Duration,
+    /// Connect timeout per client.
+    #[serde(with = "serde_duration")]
+    pub connect_timeout: Duration,
+}
+
+/// Why a scenario cannot run, naming the setting at fault.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{setting}: {message}")]
+pub struct PlanError {
+    /// Dotted scenario key (the matching flag is named in the message where there is one).
+    pub setting: &'static str,
+    /// What is wrong and what would be accepted.
+    pub message: String,
+}
+
+fn err(setting: &'static str, message: impl Into<String>) -> PlanError {
+    PlanError {
+        setting,
+        message: message.into(),
+    }
+}
+
+fn duration(
+    setting: &'static str,
+    v: &Option<String>,
+    default: Duration,
+) -> Result<Duration, PlanError> {
+    match v {
+        None => Ok(default),
+        Some(s) => parse_duration(s).map_err(|m| err(setting, m)),
+    }
+}
+
+/// Default target when none is given: the in-process broker.
+pub const DEFAULT_TARGET: &str = "mem://";
+
+/// Turns a scenario (file and flags already overlaid) into a validated plan. `run_id` is chosen
+/// by the caller (random in the CLI, fixed in tests).
+pub fn resolve(s: &Scenario, run_id: u32) -> Result<RunPlan, PlanError> {
+    let target = s
+        .target
+        .clone()
+        .unwrap_or_else(|| DEFAULT_TARGET.to_string());
+    if !target.contains("://") {
+        return Err(err(
+            "target",
+            format!("`{target}` is not a URL; expected e.g. nats://127.0.0.1:4222 or mem://"),
+        ));
+    }
+    let count = s.topics.count.unwrap_or(1);
+    if count == 0 {
+        return Err(err("topics.count", "need at least one topic"));
+    }
+    let pattern = s.topics.pattern.clone().unwrap_or_else(|| {
+        if count > 1 {
+            "msgbench.{i}".to_string()
+        } else {
+            "msgbench".to_string()
+        }
+    });
+    if pattern.is_empty() {
+        return Err(err("topics.pattern", "topic name is empty"));
+    }
+    if count > 1 && !pattern.contains("{i}") {
+        return Err(err(
+            "topics.pattern",
+            format!("`{pattern}` has no `{{i}}`, so {count} topics would share one name"),
+        ));
+    }
+    let topics = (0..count)
+        .map(|i| pattern.replace("{i}", &i.to_string()))
+        .collect();
+
+    let producers_per_topic = s.producers.per_topic.unwrap_or(1);
+    if producers_per_topic == 0 {
+        return Err(err(
+            "producers.per_topic",
+            "need at least one producer (--producers)",
+        ));
+    }
+    let consumers_per_topic = s.consumers.per_topic.unwrap_or(1);
+    let request_reply = s.producers.request_reply.unwrap_or(false);
+    if request_reply && consumers_per_topic == 0 {
+        return Err(err(
+            "producers.request_reply",
+            "request/reply needs at least one responding consumer",
+        ));
+    }
+    let subscription = match s.consumers.mode.unwrap_or(if request_reply {
+        ConsumerMode::Queue
+    } else {
+        ConsumerMode::Fanout
+    }) {
+        ConsumerMode::Fanout => {
+            if s.consumers.group.is_some() {
+                return Err(err(
+                    "consumers.group",
+                    "a group name needs mode = \"queue\" (--queue-group)",
+                ));
+            }
+            SubscriptionMode::Fanout
+        }
+        ConsumerMode::Queue => SubscriptionMode::Queue {
+            group: s
+                .consumers
+                .group
+                .clone()
+                .unwrap_or_else(|| "msgbench".to_string()),
+        },
+    };
+
+    let size = SizeSpec::parse(s.producers.size.as_deref().unwrap_or("128"))
+        .map_err(|m| err("producers.size", m))?;
+    size.validate().map_err(|m| err("producers.size", m))?;
+
+    let rate = match &s.producers.rate {
+        None => RateShape::Unlimited,
+        Some(RateSpec::PerSecond(r)) if *r == 0.0 => RateShape::Unlimited,
+        Some(RateSpec::PerSecond(r)) => RateShape::Constant { rate: *r },
+        Some(RateSpec::Shape(shape)) => shape.clone(),
+    };
+    rate.validate().map_err(|m| err("producers.rate", m))?;
+
+    let max_in_flight = s.producers.max_in_flight.unwrap_or(1000);
+    if max_in_flight == 0 {
+        return Err(err("producers.max_in_flight", "must be at least 1"));
+    }
+
+    let warmup = duration("phases.warmup", &s.phases.warmup, Duration::from_secs(1))?;
+    let measure = match (s.phases.messages, &s.phases.duration) {
+        (Some(_), Some(_)) => {
+            return Err(err(
+                "phases",
+                "give either `duration` or `messages` for the measure phase, not both",
+            ));
+        }
+        (Some(0), None) => return Err(err("phases.messages", "must be at least 1")),
+        (Some(n), None) => Measure::Messages(n),
+        (None, d) => {
+            let d = duration("phases.duration", d, Duration::from_secs(10))?;
+            if d.is_zero() {
+                return Err(err("phases.duration", "must be longer than zero"));
+            }
+            Measure::Duration(d)
+        }
+    };
+    let drain = duration("phases.drain", &s.phases.drain, Duration::from_secs(5))?;
+    let tick = duration("output.tick", &s.output.tick, Duration::from_secs(1))?;
+    if tick < Duration::from_millis(10) {
+        return Err(err("output.tick", "must be at least 10ms"));
+    }
+    let late_threshold = duration(
+        "output.late_threshold",
+        &s.output.late_threshold,
+        Duration::from_millis(1),
+    )?;
+    let connect_timeout = duration(
+        "output.connect_timeout",
+        &s.output.connect_timeout,
+        Duration::from_secs(10),
+    )?;
+
+    Ok(RunPlan {
+        name: s.name.clone().unwrap_or_else(|| "msgbench".to_string()),
+        target,
+        run_id,
+        topics,
+        producers_per_topic,
+        consumers_per_topic,
+        subscription,
+        request_reply,
+        size,
+        rate,
+        max_in_flight,
+        warmup,
+        measure,
+        drain,
+        tick,
+        late_threshold,
+        connect_timeout,
+    })
+}
+
+impl RunPlan {
+    /// Total producers.
+    pub fn producers(&self) -> u32 {
+        self.producers_per_topic * self.topics.len() as u32
+    }
+
+    /// Total consumers.
+    pub fn consumers(&self) -> u32 {
+        self.consumers_per_topic * self.topics.len() as u32
+    }
+
+    /// How many consumers each message should reach.
+    pub fn receivers_per_message(&self) -> u64 {
+        match self.subscription {
+            _ if self.consumers_per_topic == 0 => 0,
+            SubscriptionMode::Fanout => self.consumers_per_topic as u64,
+            SubscriptionMode::Queue { .. } => 1,
+        }
+    }
+
+    /// The URL scheme (`nats`, `mem`...).
+    pub fn scheme(&self) -> &str {
+        self.target.split("://").next().unwrap_or("")
+    }
+
+    /// A copy safe to print and write: credentials in the target replaced by `***`.
+    pub fn redacted(&self) -> RunPlan {
+        RunPlan {
+            target: redact_url(&self.target),
+            ..self.clone()
+        }
+    }
+}
+
+/// Replaces the password (and any token-like query parameter) in a URL with `***`.
+pub fn redact_url(url: &str) -> String {
+    let Some((scheme, rest)) = url.split_once("://") else {
+        return url.to_string();
+    };
+    let (authority_and_path, query) = match rest.split_once('?') {
+        Some((a, q)) => (a, Some(q)),
+        None => (rest, None),
+    };
+    let (authority, path) = match authority_and_path.find('/') {
+        Some(i) => authority_and_path.split_at(i),
+        None => (authority_and_path, ""),
+    };
+    let authority = match authority.rsplit_once('@') {
+        Some((userinfo, host)) => match userinfo.split_once(':') {
+            Some((user, _)) => format!("{user}:***@{host}"),
+            None => format!("***@{host}"),
+        },
+        None => authority.to_string(),
+    };
+    let query = query.map(|q| {
+        q.split('&')
+            .map(|kv| match kv.split_once('=') {
+                Some((k, _))
+                    if ["password", "pass", "token", "secret", "nkey", "jwt"]
+                        .contains(&k.to_ascii_lowercase().as_str()) =>
+                {
+                    format!("{k}=***")
+                }
+                _ => kv.to_string(),
+            })
+            .collect::<Vec<_>>()
+            .join("&")
+    });
+    match query {
+        Some(q) => format!("{scheme}://{authority}{path}?{q}"),
+        None => format!("{scheme}://{authority}{path}"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn plan(toml: &str) -> Result<RunPlan, PlanError> {
+        resolve(&Scenario::from_str_named(toml, "t").unwrap(), 1)
+    }
+
+    #[test]
+    fn defaults_are_sane() {
+        let p = plan("").unwrap();
+        assert_eq!(p.target, "mem://");
+        assert_eq!(p.topics, vec!["msgbench"]);
+        assert_eq!((p.producers(), p.consumers()), (1, 1));
+        assert_eq!(p.rate, RateShape::Unlimited);
+        assert_eq!(p.measure, Measure::Duration(Duration::from_secs(10)));
+        assert_eq!(p.receivers_per_message(), 1);
+    }
+
+    #[test]
+    fn topic_patterns_expand() {
+        let p = plan("[topics]\ncount = 3\npattern = \"bench.{i}\"\n[producers]\nper_topic = 2\n[consumers]\nper_topic = 4\n").unwrap();
+        assert_eq!(p.topics, vec!["bench.0", "bench.1", "bench.2"]);
+        assert_eq!(
+            (p.producers(), p.consumers(), p.receivers_per_message()),
+            (6, 12, 4)
+        );
+        assert!(
+            plan("[topics]\ncount = 3\npattern = \"same\"\n")
+                .unwrap_err()
+                .to_string()
+                .contains("{i}")
+        );
+    }
+
+    #[test]
+    fn queue_groups_deliver_once() {
+        let p = plan("[consumers]\nper_topic = 4\nmode = \"queue\"\n").unwrap();
+        assert_eq!(p.receivers_per_message(), 1);
+        assert_eq!(
+            p.subscription,
+            SubscriptionMode::Queue {
+                group: "msgbench".into()
+            }
+        );
+    }
+
+    #[test]
+    fn cross_field_rules() {
+        assert!(
+            plan("[phases]\nduration = \"5s\"\nmessages = 10\n")
+                .unwrap_err()
+                .to_string()
+                .contains("not both")
+        );
+        assert!(
+            plan("[producers]\nsize = \"8\"\n")
+                .unwrap_err()
+                .to_string()
+                .starts_with("producers.size")
+        );
+        assert!(plan("[producers]\nrate = -5\n").is_err());
+        assert!(plan("[producers]\nper_topic = 0\n").is_err());
+        assert!(
+            plan("target = \"localhost\"\n")
+                .unwrap_err()
+                .to_string()
+                .contains("not a URL")
+        );
+        assert!(plan("[consumers]\ngroup = \"g\"\n").is_err());
+    }
+
+    #[test]
+    fn credentials_are_redacted() {
+        assert_eq!(
+            redact_url("nats://bob:secret@host:4222"),
+            "nats://bob:***@host:4222"
+        );
+        assert_eq!(redact_url("nats://tok@host"), "nats://***@host");
+        assert_eq!(
+            redact_url("amqp://h/vh?token=abc&x=1"),
+            "amqp://h/vh?token=***&x=1"
+        );
+        assert_eq!(redact_url("mem://"), "mem://");
+        let p = plan("target = \"nats://u:p@h:1\"\n").unwrap().redacted();
+        assert_eq!(p.target, "nats://u:***@h:1");
+    }
+}

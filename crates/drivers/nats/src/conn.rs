@@ -1,0 +1,431 @@
+//! One NATS connection: handshake, buffered writes, reads, keep-alive answers and reconnection.
+//! All state (read and write buffers, subscriptions) lives in the struct, so every async method
+//! here is cancel-safe: an interrupted call loses no bytes.
+
+use crate::proto::{self, Info, ServerOp};
+use bytes::{Buf, BytesMut};
+use msgbench_core::driver::{DriverError, DriverEventKind, EventSink};
+use std::io;
+use std::task::{Context, Poll};
+use std::time::Duration;
+use tokio::io::AsyncReadExt;
+use tokio::net::TcpStream;
+
+/// Where and how to connect, parsed from `nats://[user:pass@|token@]host[:port]`.
+#[derive(Debug, Clone)]
+pub struct Endpoint {
+    /// `host:port`.
+    pub addr: String,
+    user: Option<String>,
+    pass: Option<String>,
+    token: Option<String>,
+    /// The URL with credentials removed, for messages.
+    pub display: String,
+}
+
+impl Endpoint {
+    /// Parses a `nats://` URL.
+    pub fn parse(url: &str) -> Result<Endpoint, DriverError> {
+        let display = msgbench_core::scenario::plan::redact_url(url);
+        if url.starts_with("tls://") || url.starts_with("nats+tls://") {
+            return Err(DriverError::Config(format!(
+                "{display}: TLS is not supported by the NATS driver yet"
+            )));
+        }
+        let rest = url
+            .strip_prefix("nats://")
+            .ok_or_else(|| DriverError::Config(format!("`{display}` is not a nats:// URL")))?;
+        let rest = rest.split(['/', '?']).next().unwrap_or("");
+        if rest.contains(',') {
+            return Err(DriverError::Config(format!(
+                "{display}: give one server (server lists are not supported yet)"
+            )));
+        }
+        let (creds, hostport) = match rest.rsplit_once('@') {
+            Some((c, h)) => (Some(c), h),
+            None => (None, rest),
+        };
+        let (user, pass, token) = match creds {
+            Some(c) => match c.split_once(':') {
+                Some((u, p)) => (Some(u.to_string()), Some(p.to_string()), None),
+                None => (None, None, Some(c.to_string())),
+            },
+            None => (None, None, None),
+        };
+        if hostport.is_empty() {
+            return Err(DriverError::Config(format!("`{display}` has no host")));
+        }
+        let addr = if hostport.starts_with('[') {
+            if hostport.contains("]:") {
+                hostport.to_string()
+            } else {
+                format!("{hostport}:4222")
+            }
+        } else if hostport.contains(':') {
+            hostport.to_string()
+        } else {
+            format!("{hostport}:4222")
+        };
+        Ok(Endpoint {
+            addr,
+            user,
+            pass,
+            token,
+            display,
+        })
+    }
+
+    fn connect_json(&self, name: &str) -> String {
+        let mut v = serde_json::json!({
+            "verbose": false, "pedantic": false, "name": name, "lang": "rust-msgbench",
+            "version": env!("CARGO_PKG_VERSION"), "protocol": 1, "echo": true, "headers": false,
+        });
+        if let Some(u) = &self.user {
+            v["user"] = u.clone().into();
+        }
+        if let Some(p) = &self.pass {
+            v["pass"] = p.clone().into();
+        }
+        if let Some(t) = &self.token {
+            v["auth_token"] = t.clone().into();
+        }
+        v.to_string()
+    }
+}
+
+/// A subscription to replay after a reconnect.
+#[derive(Debug, Clone)]
+struct Sub {
+    sid: u64,
+    subject: String,
+    queue: Option<String>,
+}
+
+/// A live (or reconnecting) connection.
+pub struct Conn {
+    ep: Endpoint,
+    name: String,
+    events: EventSink,
+    timeout: Duration,
+    stream: Option<TcpStream>,
+    /// Bytes read and not yet parsed.
+    pub rbuf: BytesMut,
+    /// Bytes to write.
+    pub wbuf: BytesMut,
+    subs: Vec<Sub>,
+    /// From the server's INFO.
+    pub info: Info,
+}
+
+fn io_err(e: impl std::fmt::Display) -> io::Error {
+    io::Error::other(e.to_string())
+}
+
+impl Conn {
+    /// Connects and completes the handshake; the error says clearly why not.
+    pub async fn connect(
+        ep: Endpoint,
+        name: String,
+        events: EventSink,
+        timeout: Duration,
+    ) -> Result<Conn, DriverError> {
+        let mut c = Conn {
+            ep,
+            name,
+            events,
+            timeout,
+            stream: None,
+            rbuf: BytesMut::with_capacity(64 * 1024),
+            wbuf: BytesMut::with_capacity(64 * 1024),
+            subs: Vec::new(),
+            info: Info::default(),
+        };
+        c.handshake().await.map_err(|e| DriverError::Connect {
+            target: c.ep.display.clone(),
+            reason: e.to_string(),
+        })?;
+        Ok(c)
+    }
+
+    async fn handshake(&mut self) -> io::Result<()> {
+        self.stream = None;
+        let stream = tokio::time::timeout(self.timeout, TcpStream::connect(&self.ep.addr))
+            .await
+            .map_err(|_| {
+                io::Error::new(
+                    io::ErrorKind::TimedOut,
+                    format!("no TCP connection within {:?}", self.timeout),
+                )
+            })??;
+        // Nagle plus delayed ACKs would add ~40 ms to small messages.
+        stream.set_nodelay(true)?;
+        self.stream = Some(stream);
+        self.rbuf.clear();
+        let pending_writes = std::mem::take(&mut self.wbuf);
+        let limit = self.timeout;
+        let fut = async {
+            match self.read_raw().await? {
+                ServerOp::Info(info) => self.info = info,
+                other => {
+                    return Err(io_err(format!(
+                        "expected INFO from the server, got {other:?}"
+                    )));
+                }
+            }
+            if self.info.tls_required {
+                return Err(io_err(
+                    "the server requires TLS, which the msgbench NATS driver does not support yet",
+                ));
+            }
+            self.wbuf.extend_from_slice(b"CONNECT ");
+            self.wbuf
+                .extend_from_slice(self.ep.connect_json(&self.name).as_bytes());
+            self.wbuf.extend_from_slice(b"\r\n");
+            for s in self.subs.clone() {
+                proto::put_sub(&mut self.wbuf, &s.subject, s.queue.as_deref(), s.sid);
+            }
+            self.wbuf.extend_from_slice(b"PING\r\n");
+            self.flush().await?;
+            loop {
+                match self.read_raw().await? {
+                    ServerOp::Pong => return Ok(()),
+                    ServerOp::Err(e) => {
+                        return Err(io_err(format!("server refused the connection: {e}")));
+                    }
+                    ServerOp::Ping => self.wbuf.extend_from_slice(b"PONG\r\n"),
+                    _ => {}
+                }
+            }
+        };
+        let r = tokio::time::timeout(limit, fut).await.map_err(|_| {
+            io::Error::new(io::ErrorKind::TimedOut, "no answer to the NATS handshake")
+        })?;
+        if r.is_err() {
+            self.stream = None;
+        }
+        // Writes buffered while disconnected are dropped: they were never sent (integrity counts
+        // them as lost); replaying them could duplicate what did go out before the cut.
+        drop(pending_writes);
+        r
+    }
+
+    /// Registers a subscription (also replayed after reconnects) and queues the `SUB`.
+    pub fn subscribe(&mut self, subject: &str, queue: Option<&str>) -> u64 {
+        let sid = self.subs.len() as u64 + 1;
+        self.subs.push(Sub {
+            sid,
+            subject: subject.to_string(),
+            queue: queue.map(str::to_string),
+        });
+        proto::put_sub(&mut self.wbuf, subject, queue, sid);
+        sid
+    }
+
+    /// Whether the connection is up.
+    pub fn is_connected(&self) -> bool {
+        self.stream.is_some()
+    }
+
+    /// Writes everything buffered. Cancel-safe.
+    pub async fn flush(&mut self) -> io::Result<()> {
+        while !self.wbuf.is_empty() {
+            let s = self
+                .stream
+                .as_ref()
+                .ok_or_else(|| io::Error::from(io::ErrorKind::NotConnected))?;
+            s.writable().await?;
+            match s.try_write(&self.wbuf) {
+                Ok(0) => return Err(io::Error::from(io::ErrorKind::WriteZero)),
+                Ok(n) => self.wbuf.advance(n),
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => continue,
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(())
+    }
+
+    /// Writes what the socket takes now, without waiting.
+    pub fn try_flush(&mut self) -> io::Result<()> {
+        let Some(s) = self.stream.as_ref() else {
+            return Err(io::ErrorKind::NotConnected.into());
+        };
+        while !self.wbuf.is_empty() {
+            match s.try_write(&self.wbuf) {
+                Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
+                Ok(n) => self.wbuf.advance(n),
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(()),
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(())
+    }
+
+    /// Handles keep-alive and errors; returns ops the caller cares about.
+    fn filter(&mut self, op: ServerOp) -> Option<ServerOp> {
+        match op {
+            ServerOp::Ping => {
+                self.wbuf.extend_from_slice(b"PONG\r\n");
+                None
+            }
+            ServerOp::Pong | ServerOp::Ok | ServerOp::Info(_) => None,
+            ServerOp::Err(e) => {
+                self.events.emit(
+                    DriverEventKind::Error,
+                    format!("{}: server error: {e}", self.name),
+                );
+                None
+            }
+            msg => Some(msg),
+        }
+    }
+
+    /// The next operation, unfiltered (for handshakes). Cancel-safe.
+    pub async fn raw_op(&mut self) -> io::Result<ServerOp> {
+        self.read_raw().await
+    }
+
+    async fn read_raw(&mut self) -> io::Result<ServerOp> {
+        loop {
+            if let Some(op) = proto::parse(&mut self.rbuf).map_err(|e| io_err(e.0))? {
+                return Ok(op);
+            }
+            let s = self
+                .stream
+                .as_mut()
+                .ok_or_else(|| io::Error::from(io::ErrorKind::NotConnected))?;
+            if self.rbuf.capacity() - self.rbuf.len() < 16 * 1024 {
+                self.rbuf.reserve(64 * 1024);
+            }
+            if s.read_buf(&mut self.rbuf).await? == 0 {
+                return Err(io::ErrorKind::UnexpectedEof.into());
+            }
+        }
+    }
+
+    /// The next message, answering PINGs and flushing queued writes while it waits. Cancel-safe.
+    pub async fn next_msg(&mut self) -> io::Result<ServerOp> {
+        loop {
+            if let Some(op) = proto::parse(&mut self.rbuf).map_err(|e| io_err(e.0))? {
+                if let Some(op) = self.filter(op) {
+                    return Ok(op);
+                }
+                continue;
+            }
+            self.flush().await?;
+            let s = self
+                .stream
+                .as_mut()
+                .ok_or_else(|| io::Error::from(io::ErrorKind::NotConnected))?;
+            if self.rbuf.capacity() - self.rbuf.len() < 16 * 1024 {
+                self.rbuf.reserve(64 * 1024);
+            }
+            if s.read_buf(&mut self.rbuf).await? == 0 {
+                return Err(io::ErrorKind::UnexpectedEof.into());
+            }
+        }
+    }
+
+    /// Polls for the next message without blocking the caller's task (producer side).
+    pub fn poll_msg(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<ServerOp>> {
+        loop {
+            match proto::parse(&mut self.rbuf) {
+                Err(e) => return Poll::Ready(Err(io_err(e.0))),
+                Ok(Some(op)) => {
+                    if let Some(op) = self.filter(op) {
+                        return Poll::Ready(Ok(op));
+                    }
+                    continue;
+                }
+                Ok(None) => {}
+            }
+            if let Err(e) = self.try_flush() {
+                return Poll::Ready(Err(e));
+            }
+            let Some(s) = self.stream.as_ref() else {
+                return Poll::Ready(Err(io::ErrorKind::NotConnected.into()));
+            };
+            match s.poll_read_ready(cx) {
+                Poll::Pending => return Poll::Pending,
+                Poll::Ready(Err(e)) => return Poll::Ready(Err(e)),
+                Poll::Ready(Ok(())) => {}
+            }
+            if self.rbuf.capacity() - self.rbuf.len() < 16 * 1024 {
+                self.rbuf.reserve(64 * 1024);
+            }
+            match s.try_read_buf(&mut self.rbuf) {
+                Ok(0) => return Poll::Ready(Err(io::ErrorKind::UnexpectedEof.into())),
+                Ok(_) => {}
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
+                Err(e) => return Poll::Ready(Err(e)),
+            }
+        }
+    }
+
+    /// Marks the connection lost (once) and reports it.
+    pub fn lost(&mut self, why: &io::Error) {
+        if self.stream.take().is_some() {
+            self.events.emit(
+                DriverEventKind::Disconnected,
+                format!("{}: connection lost: {why}", self.name),
+            );
+        }
+    }
+
+    /// One reconnection attempt; reports success.
+    pub async fn try_reconnect(&mut self) -> Result<(), DriverError> {
+        match self.handshake().await {
+            Ok(()) => {
+                self.events.emit(
+                    DriverEventKind::Reconnected,
+                    format!("{}: reconnected to {}", self.name, self.ep.display),
+                );
+                Ok(())
+            }
+            Err(e) => Err(DriverError::Connect {
+                target: self.ep.display.clone(),
+                reason: e.to_string(),
+            }),
+        }
+    }
+
+    /// Reconnects, retrying with backoff until it works (the caller cancels to give up).
+    pub async fn reconnect(&mut self) {
+        let mut pause = Duration::from_millis(50);
+        loop {
+            if self.try_reconnect().await.is_ok() {
+                return;
+            }
+            tokio::time::sleep(pause).await;
+            pause = (pause * 2).min(Duration::from_secs(2));
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn endpoints() {
+        let e = Endpoint::parse("nats://127.0.0.1:14222").unwrap();
+        assert_eq!(e.addr, "127.0.0.1:14222");
+        let e = Endpoint::parse("nats://bob:pw@localhost").unwrap();
+        assert_eq!(
+            (e.addr.as_str(), e.user.as_deref(), e.pass.as_deref()),
+            ("localhost:4222", Some("bob"), Some("pw"))
+        );
+        assert_eq!(e.display, "nats://bob:***@localhost");
+        assert!(e.connect_json("x").contains("\"pass\":\"pw\""));
+        let e = Endpoint::parse("nats://s3cret@h:1").unwrap();
+        assert_eq!(e.token.as_deref(), Some("s3cret"));
+        assert!(
+            Endpoint::parse("tls://h:1")
+                .unwrap_err()
+                .to_string()
+                .contains("TLS")
+        );
+        assert!(Endpoint::parse("nats://").is_err());
+        assert!(Endpoint::parse("nats://a:1,b:2").is_err());
+        assert_eq!(Endpoint::parse("nats://[::1]").unwrap().addr, "[::1]:4222");
+    }
+}

@@ -1,0 +1,304 @@
+//! # msgbench-driver-nats
+//!
+//! NATS core: publish/subscribe, fan-out (plain subscriptions), queue groups (competing
+//! consumers) and request/reply, over a lean client for the NATS text protocol written for
+//! load generation: each producer and consumer owns one TCP connection (TCP_NODELAY on) and
+//! nothing else — no per-message channel hop, no per-message allocation on the publish path,
+//! payloads handed to the runner as slices of the read buffer.
+//!
+//! What "accepted" means: NATS core has no broker acknowledgement, so `send` is done when the
+//! message is in the connection's write buffer. The buffer is written when it holds
+//! [`WRITE_BATCH`] bytes, when the runner goes idle (waits for its pacer or for replies), and at
+//! the end, so an unpaced producer writes in large batches and a paced one never holds a
+//! message back. In request/reply mode the reply is the ack: requests carry the reply subject
+//! `<inbox>.<token>`, responders answer with an empty message, and publish latency is the full
+//! round trip.
+//!
+//! Failures: a lost connection is reported as a `disconnected` event and re-established with
+//! backoff (`reconnected` event); subscriptions are replayed. Messages buffered at the cut are
+//! lost and show up in the integrity counts. TLS and server lists are not supported yet.
+//!
+//! # Layout
+//! - [`proto`]: wire format (parse server ops, write PUB/SUB).
+//! - [`conn`]: one connection: handshake, buffers, keep-alive, reconnection.
+//! - this file: the `Driver`, `Producer` and `Consumer` implementations.
+
+pub mod conn;
+pub mod proto;
+
+use bytes::Bytes;
+use conn::{Conn, Endpoint};
+use msgbench_core::driver::{
+    Ack, Capabilities, Consumer, ConsumerSpec, Delivery, Driver, DriverError, EventSink, Outbound,
+    Producer, ProducerSpec,
+};
+use proto::ServerOp;
+use std::collections::VecDeque;
+use std::task::{Context, Poll, Waker};
+use std::time::Duration;
+
+/// Bytes buffered before an unpaced producer writes them out.
+pub const WRITE_BATCH: usize = 64 * 1024;
+
+/// The NATS driver.
+pub struct NatsDriver {
+    ep: Endpoint,
+    events: EventSink,
+    connect_timeout: Duration,
+}
+
+impl NatsDriver {
+    /// A driver for `nats://[user:pass@|token@]host[:port]`.
+    pub fn new(
+        url: &str,
+        events: EventSink,
+        connect_timeout: Duration,
+    ) -> Result<Self, DriverError> {
+        Ok(Self {
+            ep: Endpoint::parse(url)?,
+            events,
+            connect_timeout,
+        })
+    }
+}
+
+fn inbox_prefix(id: u32) -> String {
+    let r = msgbench_core::clock::now_ns() ^ ((std::process::id() as u64) << 32);
+    format!("_INBOX.msgbench.{r:x}.{id}.")
+}
+
+impl Driver for NatsDriver {
+    type Producer = NatsProducer;
+    type Consumer = NatsConsumer;
+
+    fn capabilities(&self) -> Capabilities {
+        Capabilities {
+            acks: false,
+            queue_groups: true,
+            request_reply: true,
+        }
+    }
+
+    async fn producer(&self, spec: &ProducerSpec) -> Result<NatsProducer, DriverError> {
+        let name = format!("msgbench-producer-{}", spec.id);
+        let mut conn = Conn::connect(
+            self.ep.clone(),
+            name,
+            self.events.clone(),
+            self.connect_timeout,
+        )
+        .await?;
+        let inbox = if spec.request_reply {
+            let prefix = inbox_prefix(spec.id);
+            conn.subscribe(&format!("{prefix}*"), None);
+            Some(Bytes::from(prefix))
+        } else {
+            None
+        };
+        // Make sure the inbox subscription is live before the first request.
+        conn.flush()
+            .await
+            .map_err(|e| DriverError::Subscribe(e.to_string()))?;
+        Ok(NatsProducer {
+            conn,
+            subjects: spec.topics.iter().map(|t| Bytes::from(t.clone())).collect(),
+            inbox,
+            acks: VecDeque::new(),
+        })
+    }
+
+    async fn consumer(&self, spec: &ConsumerSpec) -> Result<NatsConsumer, DriverError> {
+        let name = format!("msgbench-consumer-{}", spec.id);
+        let mut conn = Conn::connect(
+            self.ep.clone(),
+            name,
+            self.events.clone(),
+            self.connect_timeout,
+        )
+        .await?;
+        conn.subscribe(&spec.topic, spec.group.as_deref());
+        // PING/PONG after SUB: when the PONG arrives the server has the subscription, so no
+        // message sent after this returns can be missed.
+        conn.wbuf.extend_from_slice(b"PING\r\n");
+        wait_pong(&mut conn)
+            .await
+            .map_err(|e| DriverError::Subscribe(e.to_string()))?;
+        Ok(NatsConsumer {
+            conn,
+            respond: spec.respond,
+        })
+    }
+}
+
+/// Flushes and reads until the server's PONG (the subscription is then registered).
+async fn wait_pong(conn: &mut Conn) -> std::io::Result<()> {
+    conn.flush().await?;
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        let op = tokio::time::timeout_at(deadline, conn.raw_op())
+            .await
+            .map_err(|_| {
+                std::io::Error::new(std::io::ErrorKind::TimedOut, "no PONG after SUB")
+            })??;
+        match op {
+            ServerOp::Pong => return Ok(()),
+            ServerOp::Err(e) => {
+                return Err(std::io::Error::other(format!(
+                    "server refused the subscription: {e}"
+                )));
+            }
+            ServerOp::Ping => {
+                conn.wbuf.extend_from_slice(b"PONG\r\n");
+                conn.flush().await?;
+            }
+            _ => {}
+        }
+    }
+}
+
+/// The sending side: one connection.
+pub struct NatsProducer {
+    conn: Conn,
+    subjects: Vec<Bytes>,
+    /// Request/reply: the reply subject prefix (`<inbox>.`); replies are acks.
+    inbox: Option<Bytes>,
+    acks: VecDeque<u64>,
+}
+
+impl NatsProducer {
+    /// Takes what the server sent without waiting (PINGs, replies).
+    fn service_reads(&mut self) {
+        let mut cx = Context::from_waker(Waker::noop());
+        while let Poll::Ready(r) = self.conn.poll_msg(&mut cx) {
+            match r {
+                Ok(op) => self.on_op(op),
+                Err(e) => {
+                    self.conn.lost(&e);
+                    break;
+                }
+            }
+        }
+    }
+
+    fn on_op(&mut self, op: ServerOp) {
+        if let (ServerOp::Msg { subject, .. }, Some(prefix)) = (op, &self.inbox)
+            && let Some(token) = proto::token_of(&subject, prefix)
+        {
+            self.acks.push_back(token);
+        }
+    }
+
+    async fn write_out(&mut self) -> Result<(), DriverError> {
+        if let Err(e) = self.conn.flush().await {
+            self.conn.lost(&e);
+            return Err(DriverError::Send(e.to_string()));
+        }
+        Ok(())
+    }
+}
+
+impl Producer for NatsProducer {
+    async fn send(&mut self, msg: Outbound<'_>) -> Result<(), DriverError> {
+        if !self.conn.is_connected() {
+            self.conn.try_reconnect().await?;
+        }
+        let max = self.conn.info.max_payload;
+        if max > 0 && msg.payload.len() as u64 > max {
+            return Err(DriverError::Send(format!(
+                "a {}-byte message exceeds the server's max_payload of {max} bytes",
+                msg.payload.len()
+            )));
+        }
+        let reply = self.inbox.as_ref().map(|p| (p.as_ref(), msg.token));
+        proto::put_pub(
+            &mut self.conn.wbuf,
+            &self.subjects[msg.stream as usize],
+            reply,
+            msg.payload,
+        );
+        if self.conn.wbuf.len() >= WRITE_BATCH {
+            self.write_out().await?;
+            self.service_reads();
+        }
+        Ok(())
+    }
+
+    async fn idle(&mut self) -> Result<(), DriverError> {
+        if self.conn.is_connected() && !self.conn.wbuf.is_empty() {
+            self.write_out().await?;
+        }
+        Ok(())
+    }
+
+    async fn flush(&mut self) -> Result<(), DriverError> {
+        if !self.conn.is_connected() {
+            return Err(DriverError::Closed);
+        }
+        self.write_out().await
+    }
+
+    fn poll_ack(&mut self, cx: &mut Context<'_>) -> Poll<Option<Ack>> {
+        loop {
+            if let Some(token) = self.acks.pop_front() {
+                return Poll::Ready(Some(Ack::One { token, ok: true }));
+            }
+            if !self.conn.is_connected() {
+                // The next send reconnects; replies to requests sent before the cut never come
+                // and expire in the runner's window.
+                return Poll::Pending;
+            }
+            match self.conn.poll_msg(cx) {
+                Poll::Ready(Ok(op)) => self.on_op(op),
+                Poll::Ready(Err(e)) => {
+                    self.conn.lost(&e);
+                    return Poll::Pending;
+                }
+                Poll::Pending => return Poll::Pending,
+            }
+        }
+    }
+
+    async fn close(mut self) -> Result<(), DriverError> {
+        if self.conn.is_connected() {
+            self.write_out().await?;
+        }
+        Ok(())
+    }
+}
+
+/// The receiving side: one connection, one subscription.
+pub struct NatsConsumer {
+    conn: Conn,
+    respond: bool,
+}
+
+impl Consumer for NatsConsumer {
+    async fn recv(&mut self) -> Result<Option<Delivery>, DriverError> {
+        loop {
+            if !self.conn.is_connected() {
+                self.conn.reconnect().await;
+            }
+            match self.conn.next_msg().await {
+                Ok(ServerOp::Msg { reply, payload, .. }) => {
+                    if self.respond
+                        && let Some(r) = reply
+                    {
+                        // Queued now, written before the next read blocks.
+                        proto::put_pub(&mut self.conn.wbuf, &r, None, b"");
+                    }
+                    return Ok(Some(Delivery {
+                        payload,
+                        redelivered: false,
+                    }));
+                }
+                Ok(_) => {}
+                Err(e) => self.conn.lost(&e),
+            }
+        }
+    }
+
+    async fn close(mut self) -> Result<(), DriverError> {
+        let _ = self.conn.flush().await;
+        Ok(())
+    }
+}

@@ -1,0 +1,289 @@
+//! Merging task snapshots into interval figures, per-phase totals and the final integrity account.
+
+use crate::Phase;
+use crate::counters::Counters;
+use crate::snapshot::{Histograms, Role, Snapshot};
+use serde::{Deserialize, Serialize};
+use std::collections::{BTreeMap, HashMap};
+
+/// Everything all tasks recorded during one tick of one phase.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct IntervalStats {
+    /// Tick index since the start of the run.
+    pub index: u64,
+    /// The phase these figures belong to.
+    pub phase: Phase,
+    /// Window start, seconds since the start of the run.
+    pub start_s: f64,
+    /// Window end, seconds since the start of the run.
+    pub end_s: f64,
+    /// Summed counts.
+    pub counters: Counters,
+    /// Merged latencies.
+    pub histograms: Histograms,
+}
+
+impl IntervalStats {
+    /// Window length in seconds (never zero, so rates stay finite).
+    pub fn duration_s(&self) -> f64 {
+        (self.end_s - self.start_s).max(1e-9)
+    }
+}
+
+/// Cumulative figures of one phase.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PhaseTotals {
+    /// Which phase.
+    pub phase: Phase,
+    /// Phase start, seconds since the start of the run.
+    pub start_s: f64,
+    /// Phase end, seconds since the start of the run.
+    pub end_s: f64,
+    /// Summed counts.
+    pub counters: Counters,
+    /// Merged latencies.
+    pub histograms: Histograms,
+}
+
+impl PhaseTotals {
+    fn new(phase: Phase) -> Self {
+        Self {
+            phase,
+            start_s: 0.0,
+            end_s: 0.0,
+            counters: Counters::default(),
+            histograms: Histograms::new(),
+        }
+    }
+
+    /// Phase length in seconds (never zero).
+    pub fn duration_s(&self) -> f64 {
+        (self.end_s - self.start_s).max(1e-9)
+    }
+}
+
+/// The final delivery account of a run, over all phases.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Integrity {
+    /// Deliveries expected: each message sent times the receivers it should reach (every consumer
+    /// of a fan-out subscription, one member of a queue group).
+    pub expected: u64,
+    /// Distinct deliveries (duplicates removed).
+    pub delivered: u64,
+    /// Expected deliveries that never arrived (after the drain).
+    pub lost: u64,
+    /// Deliveries of a message a consumer had already received.
+    pub duplicated: u64,
+    /// Deliveries that arrived after a later message of the same stream.
+    pub reordered: u64,
+    /// Deliveries that were not this run's messages.
+    pub foreign: u64,
+    /// `delivered / expected` (1.0 when nothing was expected).
+    pub completeness: f64,
+}
+
+#[derive(Debug, Default, Clone, Copy)]
+struct ProducerAccount {
+    sent: u64,
+    receivers: u64,
+}
+
+/// Merges snapshots as they arrive. Owned by the runner's aggregation task; not shared.
+#[derive(Debug)]
+pub struct Aggregator {
+    tick_s: f64,
+    pending: BTreeMap<(u64, Phase), (Counters, Histograms)>,
+    phases: [PhaseTotals; 3],
+    phase_bounds: [(Option<f64>, Option<f64>); 3],
+    producers: HashMap<u32, ProducerAccount>,
+}
+
+fn slot(p: Phase) -> usize {
+    match p {
+        Phase::Warmup => 0,
+        Phase::Measure => 1,
+        Phase::Drain => 2,
+    }
+}
+
+impl Aggregator {
+    /// An aggregator whose interval `k` covers `[k * tick_s, (k + 1) * tick_s)` seconds.
+    pub fn new(tick_s: f64) -> Self {
+        Self {
+            tick_s,
+            pending: BTreeMap::new(),
+            phases: Phase::ALL.map(PhaseTotals::new),
+            phase_bounds: [(None, None); 3],
+            producers: HashMap::new(),
+        }
+    }
+
+    /// Declares a producer and how many receivers each of its messages should reach.
+    pub fn register_producer(&mut self, task: u32, receivers_per_message: u64) {
+        self.producers.entry(task).or_default().receivers = receivers_per_message;
+    }
+
+    /// Marks the start of `phase` at `at_s` seconds into the run.
+    pub fn begin_phase(&mut self, phase: Phase, at_s: f64) {
+        self.phase_bounds[slot(phase)].0 = Some(at_s);
+        self.phases[slot(phase)].start_s = at_s;
+    }
+
+    /// Marks the end of `phase` at `at_s` seconds into the run.
+    pub fn end_phase(&mut self, phase: Phase, at_s: f64) {
+        self.phase_bounds[slot(phase)].1 = Some(at_s);
+        self.phases[slot(phase)].end_s = at_s;
+    }
+
+    /// Whether `phase` was entered at all.
+    pub fn phase_started(&self, phase: Phase) -> bool {
+        self.phase_bounds[slot(phase)].0.is_some()
+    }
+
+    /// Merges one task's snapshot.
+    pub fn add(&mut self, s: &Snapshot) {
+        if s.role == Role::Producer {
+            self.producers.entry(s.task).or_default().sent += s.counters.sent;
+        }
+        let entry = self
+            .pending
+            .entry((s.interval, s.phase))
+            .or_insert_with(|| (Counters::default(), Histograms::new()));
+        entry.0.merge(&s.counters);
+        entry.1.merge(&s.hist);
+        let totals = &mut self.phases[slot(s.phase)];
+        totals.counters.merge(&s.counters);
+        totals.histograms.merge(&s.hist);
+    }
+
+    /// Removes and returns the intervals with index `<= upto`, oldest first.
+    pub fn take_intervals(&mut self, upto: u64) -> Vec<IntervalStats> {
+        let keep = self.pending.split_off(&(upto + 1, Phase::Warmup));
+        let done = std::mem::replace(&mut self.pending, keep);
+        done.into_iter()
+            .map(|((index, phase), (c, h))| self.interval(index, phase, c, h))
+            .collect()
+    }
+
+    /// Removes and returns every pending interval.
+    pub fn take_all_intervals(&mut self) -> Vec<IntervalStats> {
+        self.take_intervals(u64::MAX - 1)
+    }
+
+    fn interval(
+        &self,
+        index: u64,
+        phase: Phase,
+        counters: Counters,
+        histograms: Histograms,
+    ) -> IntervalStats {
+        let (p_start, p_end) = self.phase_bounds[slot(phase)];
+        let mut start_s = index as f64 * self.tick_s;
+        let mut end_s = start_s + self.tick_s;
+        if let Some(ps) = p_start {
+            start_s = start_s.max(ps);
+        }
+        if let Some(pe) = p_end {
+            end_s = end_s.min(pe);
+        }
+        if end_s <= start_s {
+            end_s = start_s + 1e-3;
+        }
+        IntervalStats {
+            index,
+            phase,
+            start_s,
+            end_s,
+            counters,
+            histograms,
+        }
+    }
+
+    /// Cumulative figures of one phase so far.
+    pub fn totals(&self, phase: Phase) -> &PhaseTotals {
+        &self.phases[slot(phase)]
+    }
+
+    /// Counts summed over all phases.
+    pub fn all_counters(&self) -> Counters {
+        let mut c = Counters::default();
+        for p in &self.phases {
+            c.merge(&p.counters);
+        }
+        c
+    }
+
+    /// Deliveries expected so far (messages sent times their receivers).
+    pub fn expected_deliveries(&self) -> u64 {
+        self.producers.values().map(|p| p.sent * p.receivers).sum()
+    }
+
+    /// The delivery account over all phases. Call after the drain for a final figure.
+    pub fn integrity(&self) -> Integrity {
+        let c = self.all_counters();
+        let expected = self.expected_deliveries();
+        let delivered = c.distinct_received();
+        Integrity {
+            expected,
+            delivered,
+            lost: expected.saturating_sub(delivered),
+            duplicated: c.duplicated,
+            reordered: c.reordered,
+            foreign: c.foreign,
+            completeness: if expected == 0 {
+                1.0
+            } else {
+                delivered as f64 / expected as f64
+            },
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::Recorder;
+
+    fn producer_snap(task: u32, phase: Phase, interval: u64, n: u64) -> Snapshot {
+        let mut r = Recorder::new(u64::MAX);
+        for i in 0..n {
+            r.record_send(i, i + 10, 100);
+        }
+        r.take(Role::Producer, task, phase, interval)
+    }
+
+    fn consumer_snap(task: u32, phase: Phase, interval: u64, n: u64) -> Snapshot {
+        let mut r = Recorder::new(u64::MAX);
+        for _ in 0..n {
+            r.record_delivery(1000, 100);
+        }
+        r.take(Role::Consumer, task, phase, interval)
+    }
+
+    #[test]
+    fn intervals_and_phases_split_cleanly() {
+        let mut a = Aggregator::new(1.0);
+        a.register_producer(0, 2);
+        a.begin_phase(Phase::Warmup, 0.0);
+        a.add(&producer_snap(0, Phase::Warmup, 0, 10));
+        a.end_phase(Phase::Warmup, 1.0);
+        a.begin_phase(Phase::Measure, 1.0);
+        a.add(&producer_snap(0, Phase::Measure, 1, 20));
+        a.add(&consumer_snap(0, Phase::Measure, 1, 20));
+        a.add(&consumer_snap(1, Phase::Measure, 1, 20));
+        let first = a.take_intervals(0);
+        assert_eq!(first.len(), 1);
+        assert_eq!(first[0].counters.sent, 10);
+        let second = a.take_intervals(1);
+        assert_eq!(second.len(), 1);
+        assert_eq!(second[0].counters.received, 40);
+        assert_eq!(a.totals(Phase::Measure).counters.sent, 20);
+        assert_eq!(a.totals(Phase::Warmup).counters.sent, 10);
+        // 30 messages sent, 2 receivers each, 40 delivered (the warm-up deliveries never came).
+        let i = a.integrity();
+        assert_eq!((i.expected, i.delivered, i.lost), (60, 40, 20));
+    }
+}

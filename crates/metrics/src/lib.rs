@@ -1,0 +1,80 @@
+//! # msgbench-metrics
+//!
+//! Everything msgbench measures, and nothing about how messages move. This crate has no async
+//! runtime and no I/O: the runner owns one [`Recorder`] per task (so the hot path takes no lock and
+//! allocates nothing per message), swaps it into a [`Snapshot`] every tick, and an [`Aggregator`]
+//! merges those snapshots into per-interval and per-phase figures.
+//!
+//! # Layout
+//! - [`counters`]: the plain counts every task keeps (sent, received, bytes, errors by kind...).
+//! - [`recorder`]: the per-task [`Recorder`] with its three HDR histograms (publish, send delay,
+//!   end-to-end), all in nanoseconds.
+//! - [`integrity`]: per (producer, stream) sequence tracking at a consumer: gaps, duplicates,
+//!   reordering.
+//! - [`snapshot`]: what a task hands over each tick, and how snapshots merge exactly.
+//! - [`aggregate`]: interval series and per-phase cumulative state, plus the final integrity
+//!   accounting (expected versus delivered).
+//! - [`summary`]: percentiles and rates computed from histograms.
+//! - [`codec`]: HdrHistogram V2 + DEFLATE + base64, the encoding used in `results.jsonl`.
+#![deny(missing_docs)]
+
+pub mod aggregate;
+pub mod codec;
+pub mod counters;
+pub mod integrity;
+pub mod recorder;
+pub mod snapshot;
+pub mod summary;
+
+pub use aggregate::{Aggregator, IntervalStats, PhaseTotals};
+pub use counters::{Counters, ErrorKind};
+pub use integrity::IntegrityTracker;
+pub use recorder::Recorder;
+pub use snapshot::{Histograms, Role, Snapshot};
+pub use summary::LatencySummary;
+
+use serde::{Deserialize, Serialize};
+
+/// The latency histogram type used everywhere: values are nanoseconds.
+pub type Histogram = hdrhistogram::Histogram<u64>;
+
+/// Largest latency recorded as itself (one hour); larger values are clamped to it so a stuck
+/// message is still counted rather than dropped.
+pub const MAX_LATENCY_NS: u64 = 3_600_000_000_000;
+
+/// Significant decimal digits kept by every histogram (0.1% relative error at any magnitude).
+pub const SIGNIFICANT_DIGITS: u8 = 3;
+
+/// A fresh, empty latency histogram. It starts small and grows to the largest value recorded, so
+/// a task that records only microsecond latencies holds a few kilobytes, not the whole 1 ns..1 h
+/// range.
+pub fn new_histogram() -> Histogram {
+    Histogram::new(SIGNIFICANT_DIGITS).expect("3 significant digits is a valid histogram precision")
+}
+
+/// The phases of a run. Warm-up is recorded but excluded from the summary; drain is the bounded
+/// wait for messages still in flight after the last send.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Phase {
+    /// Load is applied and recorded, but not summarised.
+    Warmup,
+    /// The measured part of the run.
+    Measure,
+    /// Producers have stopped; consumers collect what is still in flight.
+    Drain,
+}
+
+impl Phase {
+    /// All phases in run order.
+    pub const ALL: [Phase; 3] = [Phase::Warmup, Phase::Measure, Phase::Drain];
+
+    /// The name used in reports and the results file.
+    pub fn name(self) -> &'static str {
+        match self {
+            Phase::Warmup => "warmup",
+            Phase::Measure => "measure",
+            Phase::Drain => "drain",
+        }
+    }
+}

@@ -1,0 +1,172 @@
+//! The per-task recorder: the only thing on the hot path that touches metrics.
+
+use crate::counters::{Counters, ErrorKind};
+use crate::snapshot::{Histograms, Role, Snapshot};
+use crate::{MAX_LATENCY_NS, Phase};
+
+/// Counters and histograms owned by exactly one task. It is never shared, so recording takes no
+/// lock and no atomic; every tick the task calls [`Recorder::take`] and hands the result to the
+/// aggregator (the HdrHistogram "interval recorder" pattern).
+#[derive(Debug)]
+pub struct Recorder {
+    counters: Counters,
+    hist: Histograms,
+    late_threshold_ns: u64,
+}
+
+impl Recorder {
+    /// A recorder that counts a send as late when it leaves more than `late_threshold_ns` after its
+    /// intended time.
+    pub fn new(late_threshold_ns: u64) -> Self {
+        Self {
+            counters: Counters::default(),
+            hist: Histograms::new(),
+            late_threshold_ns,
+        }
+    }
+
+    /// One message handed to the client: `intended_ns` is when the pacer wanted it sent,
+    /// `sent_ns` when it actually went. Both are monotonic nanoseconds.
+    #[inline]
+    pub fn record_send(&mut self, intended_ns: u64, sent_ns: u64, bytes: usize) {
+        let delay = sent_ns.saturating_sub(intended_ns);
+        self.counters.sent += 1;
+        self.counters.sent_bytes += bytes as u64;
+        if delay > self.late_threshold_ns {
+            self.counters.late_sends += 1;
+        }
+        record(&mut self.hist.send_delay, delay);
+    }
+
+    /// The system confirmed (`ok`) or refused one message, `latency_ns` after it was sent.
+    #[inline]
+    pub fn record_ack(&mut self, latency_ns: u64, ok: bool) {
+        if ok {
+            self.counters.acked += 1;
+            record(&mut self.hist.publish, latency_ns);
+        } else {
+            self.counters.nacked += 1;
+            self.counters.errors.add(ErrorKind::Nack, 1);
+        }
+    }
+
+    /// `n` acknowledgements that arrived without a latency we can attribute (for example a
+    /// cumulative ack whose send times were no longer tracked).
+    pub fn record_acks_without_latency(&mut self, n: u64) {
+        self.counters.acked += n;
+    }
+
+    /// One of our messages delivered, `e2e_ns` after its intended send time.
+    #[inline]
+    pub fn record_delivery(&mut self, e2e_ns: u64, bytes: usize) {
+        self.counters.received += 1;
+        self.counters.received_bytes += bytes as u64;
+        record(&mut self.hist.e2e, e2e_ns);
+    }
+
+    /// A delivery that carried no stamp of this run.
+    #[inline]
+    pub fn record_foreign(&mut self) {
+        self.counters.foreign += 1;
+    }
+
+    /// One error of `kind`.
+    #[inline]
+    pub fn record_error(&mut self, kind: ErrorKind) {
+        self.counters.errors.add(kind, 1);
+    }
+
+    /// One reconnection to the system under test.
+    pub fn record_reconnect(&mut self) {
+        self.counters.reconnects += 1;
+    }
+
+    /// Direct access for the integrity tracker, which updates gap, duplicate and reorder counts.
+    #[inline]
+    pub fn counters_mut(&mut self) -> &mut Counters {
+        &mut self.counters
+    }
+
+    /// Counts recorded since the last [`Recorder::take`].
+    pub fn counters(&self) -> &Counters {
+        &self.counters
+    }
+
+    /// Moves everything recorded since the last call into a [`Snapshot`] and starts afresh.
+    /// Allocates new (small, auto-growing) histograms: once per tick, never per message.
+    pub fn take(&mut self, role: Role, task: u32, phase: Phase, interval: u64) -> Snapshot {
+        Snapshot {
+            role,
+            task,
+            phase,
+            interval,
+            counters: std::mem::take(&mut self.counters),
+            hist: std::mem::replace(&mut self.hist, Histograms::new()),
+        }
+    }
+}
+
+/// Records `ns` (clamped to [`MAX_LATENCY_NS`]). The histograms auto-resize, so this only fails
+/// for values the clamp already excludes. (`saturating_record` would clamp to the histogram's
+/// *current* range instead of growing it.)
+#[inline]
+fn record(h: &mut crate::Histogram, ns: u64) {
+    let _ = h.record(ns.min(MAX_LATENCY_NS));
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn send_delay_and_late_sends() {
+        let mut r = Recorder::new(1_000_000);
+        r.record_send(100, 200, 64); // 100 ns late: on time
+        r.record_send(0, 2_000_000, 64); // 2 ms late: counted late
+        let s = r.take(Role::Producer, 0, Phase::Measure, 0);
+        assert_eq!(s.counters.sent, 2);
+        assert_eq!(s.counters.sent_bytes, 128);
+        assert_eq!(s.counters.late_sends, 1);
+        assert_eq!(s.hist.send_delay.len(), 2);
+        assert!(s.hist.send_delay.max() >= 1_998_000);
+        // take() resets
+        let s2 = r.take(Role::Producer, 0, Phase::Measure, 1);
+        assert_eq!(s2.counters.sent, 0);
+        assert_eq!(s2.hist.send_delay.len(), 0);
+    }
+
+    #[test]
+    fn acks_and_nacks() {
+        let mut r = Recorder::new(1_000_000);
+        r.record_ack(5_000, true);
+        r.record_ack(0, false);
+        let s = r.take(Role::Producer, 0, Phase::Measure, 0);
+        assert_eq!(
+            (s.counters.acked, s.counters.nacked, s.counters.errors.nack),
+            (1, 1, 1)
+        );
+        assert_eq!(s.hist.publish.len(), 1);
+    }
+
+    #[test]
+    fn huge_latencies_are_clamped_not_dropped() {
+        let mut r = Recorder::new(1);
+        r.record_delivery(u64::MAX, 1);
+        let s = r.take(Role::Consumer, 0, Phase::Measure, 0);
+        assert_eq!(s.hist.e2e.len(), 1);
+    }
+
+    #[test]
+    fn histograms_grow_to_the_values_recorded() {
+        let mut r = Recorder::new(1);
+        r.record_delivery(50_000, 1);
+        r.record_delivery(7_000_000_000, 1);
+        let s = r.take(Role::Consumer, 0, Phase::Measure, 0);
+        assert!(
+            s.hist.e2e.min() >= 49_950 && s.hist.e2e.min() <= 50_050,
+            "{}",
+            s.hist.e2e.min()
+        );
+        assert!(s.hist.e2e.max() >= 6_990_000_000, "{}", s.hist.e2e.max());
+    }
+}

@@ -1,0 +1,116 @@
+//! What a task hands to the aggregator each tick, and how those pieces merge.
+
+use crate::counters::Counters;
+use crate::{Histogram, Phase, new_histogram};
+use serde::{Deserialize, Serialize};
+
+/// Whether a snapshot came from a sending or a receiving task.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Role {
+    /// A producer (publisher, requester).
+    Producer,
+    /// A consumer (subscriber, responder).
+    Consumer,
+}
+
+/// The three latencies msgbench records, in nanoseconds.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Histograms {
+    /// Publish latency: send until the system confirmed it (broker ack, reply received).
+    #[serde(with = "crate::codec::serde_hist")]
+    pub publish: Histogram,
+    /// Send delay: intended send time until actual send. Large values mean the generator or
+    /// backpressure could not keep the schedule.
+    #[serde(with = "crate::codec::serde_hist")]
+    pub send_delay: Histogram,
+    /// End-to-end latency: intended send time until received (coordinated-omission corrected).
+    #[serde(with = "crate::codec::serde_hist")]
+    pub e2e: Histogram,
+}
+
+impl Default for Histograms {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Histograms {
+    /// Three empty histograms.
+    pub fn new() -> Self {
+        Self {
+            publish: new_histogram(),
+            send_delay: new_histogram(),
+            e2e: new_histogram(),
+        }
+    }
+
+    /// Adds every recorded value of `other` into these histograms (exact, order-independent).
+    pub fn merge(&mut self, other: &Histograms) {
+        // Histograms are auto-resizing, so `add` cannot run out of range.
+        let _ = self.publish.add(&other.publish);
+        let _ = self.send_delay.add(&other.send_delay);
+        let _ = self.e2e.add(&other.e2e);
+    }
+}
+
+/// Everything one task recorded during one tick (or the part of a tick inside one phase).
+#[derive(Debug, Clone)]
+pub struct Snapshot {
+    /// Producer or consumer.
+    pub role: Role,
+    /// The task's index within its role.
+    pub task: u32,
+    /// The phase the task was in while recording.
+    pub phase: Phase,
+    /// Tick index since the start of the run.
+    pub interval: u64,
+    /// Counts.
+    pub counters: Counters,
+    /// Latencies.
+    pub hist: Histograms,
+}
+
+impl Snapshot {
+    /// Nothing was recorded (no need to send it anywhere).
+    pub fn is_empty(&self) -> bool {
+        self.counters == Counters::default()
+            && self.hist.publish.is_empty()
+            && self.hist.send_delay.is_empty()
+            && self.hist.e2e.is_empty()
+    }
+
+    /// Merges `other` into this snapshot's counts and histograms (identity fields are kept).
+    pub fn merge(&mut self, other: &Snapshot) {
+        self.counters.merge(&other.counters);
+        self.hist.merge(&other.hist);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::Recorder;
+
+    #[test]
+    fn merge_is_exact() {
+        let mut a = Recorder::new(u64::MAX);
+        let mut b = Recorder::new(u64::MAX);
+        for i in 0..1000u64 {
+            a.record_delivery(1_000 + i, 10);
+            b.record_delivery(1_000_000 + i, 10);
+        }
+        let mut sa = a.take(Role::Consumer, 0, Phase::Measure, 0);
+        let sb = b.take(Role::Consumer, 1, Phase::Measure, 0);
+        sa.merge(&sb);
+        assert_eq!(sa.counters.received, 2000);
+        assert_eq!(sa.counters.received_bytes, 20_000);
+        assert_eq!(sa.hist.e2e.len(), 2000);
+        assert!(sa.hist.e2e.min() <= 1_000 && sa.hist.e2e.max() >= 1_000_999);
+        assert_eq!(
+            sa.hist.e2e.value_at_quantile(0.25),
+            sa.hist.e2e.value_at_quantile(0.49)
+        );
+    }
+}

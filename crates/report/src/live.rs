@@ -1,0 +1,64 @@
+//! The live per-second table msgbench prints on stderr while it runs (one line per interval,
+//! like OpenMAMA's consumer, with exact percentiles and integrity counts).
+
+use msgbench_metrics::{IntervalStats, LatencySummary};
+
+/// The column header, printed once.
+pub fn header() -> String {
+    format!(
+        "{:>7} {:>7} {:>11} {:>11} {:>8} {:>9} {:>9} {:>9} {:>8} {:>6} {:>6} {:>6}",
+        "time_s",
+        "phase",
+        "sent/s",
+        "recv/s",
+        "MB/s",
+        "e2e_p50",
+        "e2e_p99",
+        "e2e_max",
+        "lost",
+        "dup",
+        "reord",
+        "errors"
+    )
+}
+
+/// One line for one interval. `lost` is the number of sequence gaps still open so far (fan-out
+/// subscriptions); the final loss is in the end report.
+pub fn line(iv: &IntervalStats, open_gaps_total: u64) -> String {
+    let d = iv.duration_s();
+    let c = &iv.counters;
+    let e2e = LatencySummary::of(&iv.histograms.e2e);
+    let mb = (c.sent_bytes.max(c.received_bytes)) as f64 / d / 1e6;
+    format!(
+        "{:>7.1} {:>7} {:>11.0} {:>11.0} {:>8.2} {:>9} {:>9} {:>9} {:>8} {:>6} {:>6} {:>6}",
+        iv.end_s,
+        iv.phase.name(),
+        c.sent as f64 / d,
+        c.received as f64 / d,
+        mb,
+        fmt_ns(e2e.p50, e2e.count),
+        fmt_ns(e2e.p99, e2e.count),
+        fmt_ns(e2e.max, e2e.count),
+        open_gaps_total,
+        c.duplicated,
+        c.reordered,
+        c.errors.total(),
+    )
+}
+
+/// A latency in the most readable unit (`-` when nothing was recorded).
+pub fn fmt_ns(ns: u64, count: u64) -> String {
+    if count == 0 {
+        return "-".into();
+    }
+    let v = ns as f64;
+    if v < 1e3 {
+        format!("{ns}ns")
+    } else if v < 1e6 {
+        format!("{:.1}us", v / 1e3)
+    } else if v < 1e9 {
+        format!("{:.2}ms", v / 1e6)
+    } else {
+        format!("{:.2}s", v / 1e9)
+    }
+}

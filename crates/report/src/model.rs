@@ -1,0 +1,220 @@
+//! [`RunReport`]: everything a report shows, computed only from the records of a results file.
+
+use crate::ReportError;
+use crate::records::{Begin, EventRecord, Record};
+use msgbench_metrics::aggregate::Integrity;
+use msgbench_metrics::{Counters, Histograms, IntervalStats, LatencySummary, Phase};
+use serde::{Deserialize, Serialize};
+
+/// Figures of one phase.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct PhaseReport {
+    /// Which phase.
+    pub phase: Phase,
+    /// Phase length, seconds.
+    pub duration_s: f64,
+    /// Summed counts.
+    pub counters: Counters,
+    /// Messages sent per second.
+    pub sent_per_s: f64,
+    /// Messages received per second.
+    pub received_per_s: f64,
+    /// Megabytes (10^6 bytes) sent per second.
+    pub sent_mb_per_s: f64,
+    /// Megabytes received per second.
+    pub received_mb_per_s: f64,
+    /// Publish latency (send → ack or reply), ns.
+    pub publish: LatencySummary,
+    /// Send delay (intended → sent), ns.
+    pub send_delay: LatencySummary,
+    /// End-to-end latency (intended → received), ns.
+    pub e2e: LatencySummary,
+}
+
+/// The whole report of one run.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct RunReport {
+    /// The `begin` record (tool, host, plan).
+    pub begin: Begin,
+    /// Run name from the plan.
+    pub name: String,
+    /// Target from the plan (credentials already removed).
+    pub target: String,
+    /// Whether the file has its `end` record (false: the run was killed; figures are partial).
+    pub complete: bool,
+    /// Stopped early by Ctrl-C or SIGTERM.
+    pub interrupted: bool,
+    /// Seconds from start to end (or to the last interval when incomplete).
+    pub duration_s: f64,
+    /// Phases that ran, in order.
+    pub phases: Vec<PhaseReport>,
+    /// Final delivery account (from `end`; estimated from open gaps when incomplete).
+    pub integrity: Integrity,
+    /// Warnings from `end`, plus those the report itself adds.
+    pub warnings: Vec<String>,
+    /// Events other than phase changes.
+    pub events: Vec<EventRecord>,
+    /// Per-interval rows (counts and latency summaries), for CSV and charts.
+    pub intervals: Vec<IntervalRow>,
+}
+
+/// One interval, summarised.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct IntervalRow {
+    /// Tick index.
+    pub index: u64,
+    /// Phase.
+    pub phase: Phase,
+    /// Window start, s.
+    pub start_s: f64,
+    /// Window end, s.
+    pub end_s: f64,
+    /// Counts.
+    pub counters: Counters,
+    /// End-to-end latency, ns.
+    pub e2e: LatencySummary,
+    /// Publish latency, ns.
+    pub publish: LatencySummary,
+}
+
+impl PhaseReport {
+    fn build(phase: Phase, duration_s: f64, counters: Counters, h: &Histograms) -> Self {
+        let d = duration_s.max(1e-9);
+        PhaseReport {
+            phase,
+            duration_s,
+            sent_per_s: counters.sent as f64 / d,
+            received_per_s: counters.received as f64 / d,
+            sent_mb_per_s: counters.sent_bytes as f64 / d / 1e6,
+            received_mb_per_s: counters.received_bytes as f64 / d / 1e6,
+            publish: LatencySummary::of(&h.publish),
+            send_delay: LatencySummary::of(&h.send_delay),
+            e2e: LatencySummary::of(&h.e2e),
+            counters,
+        }
+    }
+}
+
+impl RunReport {
+    /// Computes the report from the records of one results file.
+    pub fn from_records(records: &[Record]) -> Result<RunReport, ReportError> {
+        let begin = records
+            .iter()
+            .find_map(|r| {
+                if let Record::Begin(b) = r {
+                    Some(b.clone())
+                } else {
+                    None
+                }
+            })
+            .ok_or(ReportError::NoBegin)?;
+        let end = records.iter().find_map(|r| {
+            if let Record::End(e) = r {
+                Some(e)
+            } else {
+                None
+            }
+        });
+        let intervals: Vec<&IntervalStats> = records
+            .iter()
+            .filter_map(|r| {
+                if let Record::Interval(i) = r {
+                    Some(i)
+                } else {
+                    None
+                }
+            })
+            .collect();
+
+        let mut phases = Vec::new();
+        for phase in Phase::ALL {
+            let ivs: Vec<&&IntervalStats> = intervals.iter().filter(|i| i.phase == phase).collect();
+            let from_end = end.and_then(|e| e.phases.iter().find(|p| p.phase == phase));
+            if ivs.is_empty() && from_end.is_none() {
+                continue;
+            }
+            let mut c = Counters::default();
+            let mut h = Histograms::new();
+            for iv in &ivs {
+                c.merge(&iv.counters);
+                h.merge(&iv.histograms);
+            }
+            let duration_s = match from_end {
+                Some(p) => p.duration_s(),
+                None => {
+                    let start = ivs.iter().map(|i| i.start_s).fold(f64::INFINITY, f64::min);
+                    let stop = ivs.iter().map(|i| i.end_s).fold(0.0, f64::max);
+                    (stop - start).max(0.0)
+                }
+            };
+            phases.push(PhaseReport::build(phase, duration_s, c, &h));
+        }
+
+        let mut warnings = end.map(|e| e.warnings.clone()).unwrap_or_default();
+        let integrity = match end {
+            Some(e) => e.integrity,
+            None => {
+                warnings.insert(0, "the results file has no `end` record (the run was killed): figures are partial and loss is estimated from open sequence gaps".into());
+                let mut all = Counters::default();
+                for p in &phases {
+                    all.merge(&p.counters);
+                }
+                Integrity {
+                    expected: 0,
+                    delivered: all.distinct_received(),
+                    lost: all.open_gaps(),
+                    duplicated: all.duplicated,
+                    reordered: all.reordered,
+                    foreign: all.foreign,
+                    completeness: 0.0,
+                }
+            }
+        };
+        let duration_s = end
+            .map(|e| e.duration_s)
+            .unwrap_or_else(|| intervals.iter().map(|i| i.end_s).fold(0.0, f64::max));
+        let str_field = |k: &str| {
+            begin
+                .plan
+                .get(k)
+                .and_then(|v| v.as_str())
+                .unwrap_or("")
+                .to_string()
+        };
+        Ok(RunReport {
+            name: str_field("name"),
+            target: str_field("target"),
+            complete: end.is_some(),
+            interrupted: end.is_some_and(|e| e.interrupted),
+            duration_s,
+            phases,
+            integrity,
+            warnings,
+            events: records
+                .iter()
+                .filter_map(|r| match r {
+                    Record::Event(e) if e.kind != "phase" => Some(e.clone()),
+                    _ => None,
+                })
+                .collect(),
+            intervals: intervals
+                .iter()
+                .map(|i| IntervalRow {
+                    index: i.index,
+                    phase: i.phase,
+                    start_s: i.start_s,
+                    end_s: i.end_s,
+                    counters: i.counters,
+                    e2e: LatencySummary::of(&i.histograms.e2e),
+                    publish: LatencySummary::of(&i.histograms.publish),
+                })
+                .collect(),
+            begin,
+        })
+    }
+
+    /// The measure phase, if it ran.
+    pub fn measure(&self) -> Option<&PhaseReport> {
+        self.phases.iter().find(|p| p.phase == Phase::Measure)
+    }
+}

@@ -1,0 +1,157 @@
+//! The lines of `results.jsonl`.
+//!
+//! Every line is an object with a `type` field:
+//! - `begin`: format version, tool, host, clock, start time, and the run plan with credentials
+//!   removed;
+//! - `interval`: one tick of one phase: counters, integrity counts, and the three latency
+//!   histograms (HdrHistogram V2 + DEFLATE + base64);
+//! - `event`: connections, reconnects, errors, warnings, phase changes;
+//! - `end`: per-phase totals with cumulative histograms, the final delivery account, warnings.
+
+use crate::ReportError;
+use msgbench_metrics::aggregate::Integrity;
+use msgbench_metrics::{IntervalStats, PhaseTotals};
+use serde::{Deserialize, Serialize};
+use std::io::{BufRead, Write};
+
+/// Version of the results format written by this build.
+pub const FORMAT_VERSION: u32 = 1;
+
+/// The first line: what ran, where, with what.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Begin {
+    /// [`FORMAT_VERSION`].
+    pub version: u32,
+    /// `msgbench <version>`.
+    pub tool: String,
+    /// Wall-clock start, Unix milliseconds.
+    pub started_unix_ms: u64,
+    /// Host facts.
+    pub host: Host,
+    /// How latencies are timed.
+    pub clock: ClockInfo,
+    /// The resolved run plan, credentials removed.
+    pub plan: serde_json::Value,
+}
+
+/// The machine the generator ran on.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Host {
+    /// Host name.
+    pub hostname: String,
+    /// Logical CPUs.
+    pub cpus: u32,
+    /// Operating system.
+    pub os: String,
+}
+
+/// How latencies were measured.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ClockInfo {
+    /// `CLOCK_MONOTONIC`.
+    pub source: String,
+    /// `host`: stamps compare directly only between processes on one host.
+    pub scope: String,
+}
+
+/// Something that happened during the run.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct EventRecord {
+    /// Seconds since the start of the run.
+    pub at_s: f64,
+    /// `phase`, `connected`, `reconnected`, `disconnected`, `error`, `warning`.
+    pub kind: String,
+    /// Detail for humans.
+    pub detail: String,
+}
+
+/// The last line.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct End {
+    /// Seconds from the start barrier to the end of the drain.
+    pub duration_s: f64,
+    /// Stopped early by Ctrl-C or SIGTERM.
+    pub interrupted: bool,
+    /// Every expected delivery arrived before the drain timeout.
+    pub drain_complete: bool,
+    /// Totals of every phase that ran.
+    pub phases: Vec<PhaseTotals>,
+    /// The final delivery account.
+    pub integrity: Integrity,
+    /// What makes the figures less trustworthy.
+    pub warnings: Vec<String>,
+}
+
+/// One line of the results file.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum Record {
+    /// First line.
+    Begin(Begin),
+    /// One tick.
+    Interval(IntervalStats),
+    /// A happening.
+    Event(EventRecord),
+    /// Last line.
+    End(End),
+}
+
+/// Appends records to a results file, one line each, flushed after every interval so a killed
+/// run loses at most the current tick.
+pub struct ResultsWriter<W: Write> {
+    out: std::io::BufWriter<W>,
+}
+
+impl<W: Write> ResultsWriter<W> {
+    /// Writes to `out`.
+    pub fn new(out: W) -> Self {
+        Self {
+            out: std::io::BufWriter::new(out),
+        }
+    }
+
+    /// Appends one record; intervals, begin and end are flushed at once.
+    pub fn write(&mut self, r: &Record) -> Result<(), ReportError> {
+        serde_json::to_writer(&mut self.out, r)?;
+        self.out.write_all(b"\n")?;
+        if !matches!(r, Record::Event(_)) {
+            self.out.flush()?;
+        }
+        Ok(())
+    }
+
+    /// Flushes everything written.
+    pub fn flush(&mut self) -> Result<(), ReportError> {
+        self.out.flush()?;
+        Ok(())
+    }
+}
+
+/// Reads every record. A truncated last line (the run was killed mid-write) is ignored; any
+/// other bad line is an error naming its line number.
+pub fn read_records(input: impl BufRead) -> Result<Vec<Record>, ReportError> {
+    let lines: Vec<String> = input.lines().collect::<Result<_, _>>()?;
+    let last = lines.iter().rposition(|l| !l.trim().is_empty());
+    let mut out = Vec::new();
+    for (i, line) in lines.iter().enumerate() {
+        if line.trim().is_empty() {
+            continue;
+        }
+        match serde_json::from_str::<Record>(line) {
+            Ok(r) => out.push(r),
+            Err(_) if Some(i) == last && out.len() > 0 && !line.trim_end().ends_with('}') => break,
+            Err(e) => {
+                return Err(ReportError::Parse {
+                    line: i + 1,
+                    message: e.to_string(),
+                });
+            }
+        }
+    }
+    Ok(out)
+}

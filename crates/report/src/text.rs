@@ -1,0 +1,135 @@
+//! The human-readable report: one block per phase with rates and latency percentiles per stage,
+//! then the delivery account and warnings.
+
+use crate::live::fmt_ns;
+use crate::model::{PhaseReport, RunReport};
+use msgbench_metrics::{LatencySummary, Phase};
+use std::io::Write;
+
+fn stage_row(out: &mut dyn Write, name: &str, s: &LatencySummary) -> std::io::Result<()> {
+    if s.count == 0 {
+        return Ok(());
+    }
+    writeln!(
+        out,
+        "  {:<12} {:>12} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9}",
+        name,
+        s.count,
+        fmt_ns(s.min, s.count),
+        fmt_ns(s.mean.round() as u64, s.count),
+        fmt_ns(s.p50, s.count),
+        fmt_ns(s.p90, s.count),
+        fmt_ns(s.p99, s.count),
+        fmt_ns(s.p999, s.count),
+        fmt_ns(s.max, s.count)
+    )
+}
+
+fn phase_block(out: &mut dyn Write, p: &PhaseReport) -> std::io::Result<()> {
+    let c = &p.counters;
+    writeln!(out, "{} ({:.2}s)", p.phase.name(), p.duration_s)?;
+    writeln!(
+        out,
+        "  sent      {:>14} msgs {:>14.1} msgs/s {:>10.2} MB/s",
+        c.sent, p.sent_per_s, p.sent_mb_per_s
+    )?;
+    writeln!(
+        out,
+        "  received  {:>14} msgs {:>14.1} msgs/s {:>10.2} MB/s",
+        c.received, p.received_per_s, p.received_mb_per_s
+    )?;
+    if c.acked + c.nacked > 0 {
+        writeln!(
+            out,
+            "  acked     {:>14} msgs   nacked {}",
+            c.acked, c.nacked
+        )?;
+    }
+    if c.late_sends > 0 {
+        writeln!(
+            out,
+            "  late sends {:>13} (left later than the threshold after their intended time)",
+            c.late_sends
+        )?;
+    }
+    if c.errors.total() > 0 {
+        let e = &c.errors;
+        writeln!(
+            out,
+            "  errors    {:>14}   connect {} send {} nack {} receive {} timeout {} disconnect {} protocol {}",
+            e.total(),
+            e.connect,
+            e.send,
+            e.nack,
+            e.receive,
+            e.timeout,
+            e.disconnect,
+            e.protocol
+        )?;
+    }
+    if p.publish.count + p.send_delay.count + p.e2e.count > 0 {
+        writeln!(
+            out,
+            "  {:<12} {:>12} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9}",
+            "latency", "count", "min", "mean", "p50", "p90", "p99", "p99.9", "max"
+        )?;
+        stage_row(out, "publish", &p.publish)?;
+        stage_row(out, "send delay", &p.send_delay)?;
+        stage_row(out, "end-to-end", &p.e2e)?;
+    }
+    Ok(())
+}
+
+/// Writes the text report.
+pub fn write(r: &RunReport, out: &mut dyn Write) -> std::io::Result<()> {
+    writeln!(out, "msgbench report: {} -> {}", r.name, r.target)?;
+    writeln!(
+        out,
+        "{}{}duration {:.2}s, {}",
+        if r.complete {
+            ""
+        } else {
+            "INCOMPLETE (no end record) · "
+        },
+        if r.interrupted { "INTERRUPTED · " } else { "" },
+        r.duration_s,
+        r.begin.tool
+    )?;
+    writeln!(out)?;
+    // The measure phase is the result; warm-up and drain are shown briefly for context.
+    for p in r.phases.iter().filter(|p| p.phase == Phase::Measure) {
+        phase_block(out, p)?;
+        writeln!(out)?;
+    }
+    for p in r.phases.iter().filter(|p| p.phase != Phase::Measure) {
+        writeln!(
+            out,
+            "{:<8} {:>6.2}s  sent {} received {} (excluded from the summary)",
+            p.phase.name(),
+            p.duration_s,
+            p.counters.sent,
+            p.counters.received
+        )?;
+    }
+    let i = &r.integrity;
+    writeln!(out)?;
+    writeln!(out, "integrity (whole run)")?;
+    writeln!(
+        out,
+        "  expected {}  delivered {}  lost {}  duplicated {}  reordered {}  foreign {}  completeness {:.4}%",
+        i.expected,
+        i.delivered,
+        i.lost,
+        i.duplicated,
+        i.reordered,
+        i.foreign,
+        i.completeness * 100.0
+    )?;
+    if !r.warnings.is_empty() {
+        writeln!(out)?;
+        for w in &r.warnings {
+            writeln!(out, "warning: {w}")?;
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,168 @@
+//! Command-line syntax only: clap structs with no logic. `cli::plan` turns them into a plan.
+
+use clap::{Args, Parser, Subcommand, ValueEnum};
+use std::path::PathBuf;
+
+const ABOUT: &str = "A fast, honest load generator and benchmark for messaging systems.";
+
+/// msgbench: how many messages per second does it take, at what latency, and does it lose any?
+#[derive(Debug, Parser)]
+#[command(name = "msgbench", version, about = ABOUT, propagate_version = true)]
+pub struct Cli {
+    /// What to do.
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+/// Subcommands.
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Run a benchmark (no target: a short demo against the embedded in-process broker).
+    #[command(after_help = RUN_EXAMPLES)]
+    Run(RunArgs),
+    /// Check scenario files without running them.
+    #[command(after_help = VALIDATE_EXAMPLES)]
+    Validate(ValidateArgs),
+    /// Re-render a results file.
+    #[command(after_help = REPORT_EXAMPLES)]
+    Report(ReportArgs),
+    /// List the available drivers and what they support.
+    #[command(after_help = DRIVERS_EXAMPLES)]
+    Drivers,
+}
+
+const RUN_EXAMPLES: &str = "\
+Examples:
+  msgbench run
+      Demo: 5 s against the embedded in-process broker (mem://).
+  msgbench run nats://127.0.0.1:4222 --producers 4 --consumers 4 --rate 50000 --size 1KiB --duration 30s
+      4 publishers and 4 fan-out subscribers on one subject, 50k msgs/s in total.
+  msgbench run nats://127.0.0.1:4222 --topics 8 --topic 'bench.{i}' --consumers 3 --queue-group workers
+      8 subjects, 3 competing consumers per subject.
+  msgbench run nats://127.0.0.1:4222 --request-reply --max-in-flight 64 --messages 1000000
+      Request/reply round trips, 64 outstanding per requester, one million requests.
+  msgbench run mem:// --rate 20000 --rate-shape ramp:1000..20000/30s --duration 40s
+      A linear ramp (other shapes: poisson, steps:1000/10s,5000/10s, burst:500/1s).
+  msgbench run scenario.toml --duration 1m -o results.jsonl
+      A scenario file, with flags overriding it.
+
+Rates are messages per second for all producers together; --producers and --consumers are
+per topic. Latencies are measured from each message's intended send time (coordinated
+omission corrected). Ctrl-C stops early and still writes the report and results file.";
+
+const VALIDATE_EXAMPLES: &str = "\
+Examples:
+  msgbench validate scenario.toml
+  msgbench validate scenarios/*.toml";
+
+const REPORT_EXAMPLES: &str = "\
+Examples:
+  msgbench report results.jsonl
+  msgbench report results.jsonl --format json
+  msgbench report results.jsonl --format csv > intervals.csv";
+
+const DRIVERS_EXAMPLES: &str = "\
+Examples:
+  msgbench drivers";
+
+/// `msgbench run`.
+#[derive(Debug, Args)]
+pub struct RunArgs {
+    /// A target URL (nats://host:4222, mem://) or a scenario file (*.toml).
+    pub input: Option<String>,
+    /// Target URL (overrides the scenario's).
+    #[arg(long, short = 't')]
+    pub target: Option<String>,
+    /// Producers per topic.
+    #[arg(long, short = 'p')]
+    pub producers: Option<u32>,
+    /// Consumers per topic.
+    #[arg(long, short = 'c')]
+    pub consumers: Option<u32>,
+    /// Number of topics (subjects).
+    #[arg(long)]
+    pub topics: Option<u32>,
+    /// Topic name or pattern; `{i}` becomes the topic index.
+    #[arg(long)]
+    pub topic: Option<String>,
+    /// Consumers of a topic compete (queue group) instead of each receiving everything.
+    #[arg(long, num_args = 0..=1, default_missing_value = "msgbench", value_name = "GROUP")]
+    pub queue_group: Option<String>,
+    /// Messages per second, all producers together (0 or omitted: unlimited). Accepts 50k, 1.5M.
+    #[arg(long, short = 'r')]
+    pub rate: Option<String>,
+    /// constant | poisson | ramp:FROM..TO/OVER | steps:RATE/DUR,... | burst:SIZE/EVERY
+    #[arg(long)]
+    pub rate_shape: Option<String>,
+    /// Message size including the 40-byte stamp: 1KiB, 512, or a range 100..2KiB.
+    #[arg(long, short = 's')]
+    pub size: Option<String>,
+    /// Measure for this long (30s, 5m).
+    #[arg(long, short = 'd', conflicts_with = "messages")]
+    pub duration: Option<String>,
+    /// Measure until this many messages were sent (all producers).
+    #[arg(long, short = 'n')]
+    pub messages: Option<String>,
+    /// Warm-up before measuring (recorded, excluded from the summary).
+    #[arg(long)]
+    pub warmup: Option<String>,
+    /// Longest wait for in-flight messages after the last send.
+    #[arg(long)]
+    pub drain: Option<String>,
+    /// Unacknowledged messages allowed per producer (acks, replies).
+    #[arg(long)]
+    pub max_in_flight: Option<usize>,
+    /// Send requests; consumers reply; publish latency is the round trip.
+    #[arg(long)]
+    pub request_reply: bool,
+    /// Interval between live lines and results records.
+    #[arg(long)]
+    pub tick: Option<String>,
+    /// A send later than this after its intended time counts as late.
+    #[arg(long)]
+    pub late_threshold: Option<String>,
+    /// Run name shown in reports.
+    #[arg(long)]
+    pub name: Option<String>,
+    /// Results file (default: msgbench-<UTC time>.jsonl in the current directory).
+    #[arg(long, short = 'o')]
+    pub output: Option<PathBuf>,
+    /// Do not write a results file.
+    #[arg(long, conflicts_with = "output")]
+    pub no_output: bool,
+    /// No live table on stderr.
+    #[arg(long, short = 'q')]
+    pub quiet: bool,
+    /// Format of the final report on stdout.
+    #[arg(long, value_enum, default_value_t = FormatArg::Text)]
+    pub format: FormatArg,
+}
+
+/// `msgbench validate`.
+#[derive(Debug, Args)]
+pub struct ValidateArgs {
+    /// Scenario files.
+    #[arg(required = true)]
+    pub files: Vec<PathBuf>,
+}
+
+/// `msgbench report`.
+#[derive(Debug, Args)]
+pub struct ReportArgs {
+    /// A results file written by `msgbench run`.
+    pub results: PathBuf,
+    /// Output format.
+    #[arg(long, short = 'f', value_enum, default_value_t = FormatArg::Text)]
+    pub format: FormatArg,
+}
+
+/// Report formats.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum FormatArg {
+    /// Human-readable tables.
+    Text,
+    /// JSON.
+    Json,
+    /// One CSV row per interval.
+    Csv,
+}

@@ -1,0 +1,183 @@
+//! The one place where command-line flags and a scenario file become a validated `RunPlan`.
+
+use super::args::RunArgs;
+use anyhow::{Context, Result, anyhow, bail};
+use msgbench_core::pacer::{RateShape, Step};
+use msgbench_core::scenario::{ConsumerMode, RateSpec, RunPlan, Scenario, resolve};
+use msgbench_core::units::{parse_count, parse_duration};
+use std::path::Path;
+
+/// Settings of the no-argument demo run (the README's first command).
+pub const DEMO_RATE: f64 = 50_000.0;
+
+/// Whether `input` names a scenario file rather than a URL.
+pub fn is_scenario_path(input: &str) -> bool {
+    !input.contains("://") && (input.ends_with(".toml") || Path::new(input).is_file())
+}
+
+/// Builds the plan for `msgbench run`. Returns it with a flag saying whether this is the demo
+/// (no target anywhere).
+pub fn build(args: &RunArgs, run_id: u32) -> Result<(RunPlan, bool)> {
+    let mut file = Scenario::default();
+    let mut target = args.target.clone();
+    if let Some(input) = &args.input {
+        if is_scenario_path(input) {
+            file = Scenario::from_file(Path::new(input))?;
+        } else if input.contains("://") {
+            if target.is_some() {
+                bail!("a target was given twice: `{input}` and --target");
+            }
+            target = Some(input.clone());
+        } else {
+            bail!(
+                "`{input}` is neither a target URL (e.g. nats://127.0.0.1:4222, mem://) nor a scenario file (*.toml)"
+            );
+        }
+    }
+    let demo = target.is_none() && file.target.is_none();
+    let mut over = flags_to_scenario(args)?;
+    over.target = target;
+    if demo {
+        // A newcomer's first run: short, paced, and on the embedded broker.
+        let mut base = Scenario::default();
+        base.name = Some("demo (embedded broker)".into());
+        base.producers.rate = Some(RateSpec::PerSecond(DEMO_RATE));
+        base.phases.duration = Some("5s".into());
+        file = base.overlay(file);
+    }
+    let scenario = file.overlay(over);
+    let plan = resolve(&scenario, run_id).map_err(|e| anyhow!("invalid run: {e}"))?;
+    Ok((plan, demo))
+}
+
+/// Flags as a scenario layer: only what was given is set.
+fn flags_to_scenario(a: &RunArgs) -> Result<Scenario> {
+    let mut s = Scenario::default();
+    s.name = a.name.clone();
+    s.topics.count = a.topics;
+    s.topics.pattern = a.topic.clone();
+    s.producers.per_topic = a.producers;
+    s.consumers.per_topic = a.consumers;
+    if let Some(g) = &a.queue_group {
+        s.consumers.mode = Some(ConsumerMode::Queue);
+        s.consumers.group = Some(g.clone());
+    }
+    let rate = a
+        .rate
+        .as_deref()
+        .map(parse_count)
+        .transpose()
+        .map_err(|e| anyhow!("--rate: {e}"))?;
+    s.producers.rate = match (&a.rate_shape, rate) {
+        (None, None) => None,
+        (None, Some(r)) => Some(RateSpec::PerSecond(r)),
+        (Some(shape), r) => Some(RateSpec::Shape(
+            parse_rate_shape(shape, r).context("--rate-shape")?,
+        )),
+    };
+    s.producers.size = a.size.clone();
+    s.producers.max_in_flight = a.max_in_flight;
+    if a.request_reply {
+        s.producers.request_reply = Some(true);
+    }
+    s.phases.warmup = a.warmup.clone();
+    s.phases.duration = a.duration.clone();
+    s.phases.messages = a
+        .messages
+        .as_deref()
+        .map(|m| parse_count(m).map(|n| n as u64))
+        .transpose()
+        .map_err(|e| anyhow!("--messages: {e}"))?;
+    s.phases.drain = a.drain.clone();
+    s.output.tick = a.tick.clone();
+    s.output.late_threshold = a.late_threshold.clone();
+    Ok(s)
+}
+
+/// Parses `--rate-shape`: `constant`, `poisson` (both use --rate), `unlimited`,
+/// `ramp:FROM..TO/OVER`, `steps:RATE/DUR,RATE/DUR`, `burst:SIZE/EVERY`.
+pub fn parse_rate_shape(spec: &str, rate: Option<f64>) -> Result<RateShape> {
+    let need_rate = || rate.ok_or_else(|| anyhow!("`{spec}` needs --rate"));
+    let (kind, arg) = spec.split_once(':').unwrap_or((spec, ""));
+    let dur = |s: &str| parse_duration(s).map_err(|e| anyhow!(e));
+    let num = |s: &str| parse_count(s).map_err(|e| anyhow!(e));
+    Ok(match kind {
+        "unlimited" => RateShape::Unlimited,
+        "constant" => RateShape::Constant { rate: need_rate()? },
+        "poisson" => RateShape::Poisson { rate: need_rate()? },
+        "ramp" => {
+            let (range, over) = arg
+                .split_once('/')
+                .ok_or_else(|| anyhow!("expected ramp:FROM..TO/OVER, e.g. ramp:1000..50000/30s"))?;
+            let (from, to) = range
+                .split_once("..")
+                .ok_or_else(|| anyhow!("expected ramp:FROM..TO/OVER"))?;
+            RateShape::Ramp {
+                from: num(from)?,
+                to: num(to)?,
+                over: dur(over)?,
+            }
+        }
+        "steps" => {
+            let steps = arg
+                .split(',')
+                .map(|st| {
+                    let (r, d) = st.split_once('/').ok_or_else(|| {
+                        anyhow!("expected steps:RATE/DUR,RATE/DUR, e.g. steps:1000/10s,5000/10s")
+                    })?;
+                    Ok(Step {
+                        rate: num(r)?,
+                        duration: dur(d)?,
+                    })
+                })
+                .collect::<Result<Vec<_>>>()?;
+            RateShape::Steps { steps }
+        }
+        "burst" => {
+            let (size, every) = arg
+                .split_once('/')
+                .ok_or_else(|| anyhow!("expected burst:SIZE/EVERY, e.g. burst:500/1s"))?;
+            RateShape::Burst {
+                size: num(size)? as u64,
+                every: dur(every)?,
+            }
+        }
+        other => bail!(
+            "unknown rate shape `{other}` (constant, poisson, unlimited, ramp:, steps:, burst:)"
+        ),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Duration;
+
+    #[test]
+    fn rate_shapes_parse() {
+        assert_eq!(
+            parse_rate_shape("poisson", Some(5.0)).unwrap(),
+            RateShape::Poisson { rate: 5.0 }
+        );
+        assert_eq!(
+            parse_rate_shape("ramp:1k..50k/30s", None).unwrap(),
+            RateShape::Ramp {
+                from: 1000.0,
+                to: 50000.0,
+                over: Duration::from_secs(30)
+            }
+        );
+        assert_eq!(
+            parse_rate_shape("burst:500/1s", None).unwrap(),
+            RateShape::Burst {
+                size: 500,
+                every: Duration::from_secs(1)
+            }
+        );
+        assert!(
+            matches!(parse_rate_shape("steps:100/1s,200/2s", None).unwrap(), RateShape::Steps { steps } if steps.len() == 2)
+        );
+        assert!(parse_rate_shape("constant", None).is_err());
+        assert!(parse_rate_shape("zigzag", None).is_err());
+    }
+}

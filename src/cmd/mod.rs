@@ -1,0 +1,18 @@
+//! One module per subcommand.
+
+pub mod drivers;
+pub mod report;
+pub mod run;
+pub mod validate;
+
+use crate::cli::args::FormatArg;
+use msgbench_report::Format;
+
+/// The report crate's format for a CLI format flag.
+pub fn format(f: FormatArg) -> Format {
+    match f {
+        FormatArg::Text => Format::Text,
+        FormatArg::Json => Format::Json,
+        FormatArg::Csv => Format::Csv,
+    }
+}

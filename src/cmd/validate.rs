@@ -1,0 +1,41 @@
+//! `msgbench validate`: parse and resolve scenario files without running them.
+
+use crate::cli::args::ValidateArgs;
+use crate::registry;
+use anyhow::{Result, anyhow};
+use msgbench_core::scenario::{Scenario, resolve};
+use std::process::ExitCode;
+
+/// Checks every file; reports each problem with file, line and column; fails if any is bad.
+pub fn run(args: ValidateArgs) -> Result<ExitCode> {
+    let mut bad = 0;
+    for f in &args.files {
+        let checked = Scenario::from_file(f)
+            .map_err(|e| anyhow!("{e}"))
+            .and_then(|s| {
+                let plan = resolve(&s, 0).map_err(|e| anyhow!("{}: {e}", f.display()))?;
+                registry::check_scheme(&plan).map_err(|e| anyhow!("{}: {e}", f.display()))?;
+                Ok(plan)
+            });
+        match checked {
+            Ok(p) => println!(
+                "ok: {}: {} -> {} ({} producers, {} consumers, {} topics)",
+                f.display(),
+                p.name,
+                p.redacted().target,
+                p.producers(),
+                p.consumers(),
+                p.topics.len()
+            ),
+            Err(e) => {
+                eprintln!("error: {e}");
+                bad += 1;
+            }
+        }
+    }
+    Ok(if bad == 0 {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::from(2)
+    })
+}

@@ -1,0 +1,33 @@
+//! msgbench: the binary is glue. Parsing lives in `cli`, each subcommand in `cmd`, the choice of
+//! driver in `registry`; all behaviour is in the library crates under `crates/`.
+
+mod cli;
+mod cmd;
+mod output;
+mod registry;
+
+use clap::Parser;
+use cli::args::{Cli, Command};
+use std::process::ExitCode;
+
+// Producers allocate a buffer per message in most clients and consumers free it on another
+// thread; mimalloc handles that cross-thread pattern far better than glibc's allocator.
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let result = match cli.command {
+        Command::Run(a) => cmd::run::run(a),
+        Command::Validate(a) => cmd::validate::run(a),
+        Command::Report(a) => cmd::report::run(a),
+        Command::Drivers => Ok(cmd::drivers::run()),
+    };
+    match result {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            ExitCode::from(1)
+        }
+    }
+}

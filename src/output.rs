@@ -1,0 +1,94 @@
+//! What `msgbench run` shows and writes while it runs: the live table on stderr and the
+//! results file. Every record is also kept in memory, so the final report is computed from
+//! exactly the records written (the results file is the contract).
+
+use msgbench_core::runner::{Observer, RunEvent};
+use msgbench_metrics::IntervalStats;
+use msgbench_report::{EventRecord, Record, ResultsWriter, live};
+use std::fs::File;
+
+/// The observer of a CLI run.
+pub struct RunOutput {
+    writer: Option<ResultsWriter<File>>,
+    /// Every record, in order.
+    pub records: Vec<Record>,
+    quiet: bool,
+    fanout: bool,
+    lines: u64,
+    gaps_opened: u64,
+    gaps_filled: u64,
+    /// The first failure to write the results file (the run goes on; the report says so).
+    pub write_error: Option<String>,
+}
+
+impl RunOutput {
+    /// Writes to `writer` (if any); `fanout` says whether open gaps mean loss (not so for queue
+    /// groups, whose members each see part of a stream).
+    pub fn new(writer: Option<ResultsWriter<File>>, quiet: bool, fanout: bool) -> Self {
+        Self {
+            writer,
+            records: Vec::new(),
+            quiet,
+            fanout,
+            lines: 0,
+            gaps_opened: 0,
+            gaps_filled: 0,
+            write_error: None,
+        }
+    }
+
+    /// Records and writes one line.
+    pub fn push(&mut self, r: Record) {
+        if let Some(w) = &mut self.writer
+            && let Err(e) = w.write(&r)
+            && self.write_error.is_none()
+        {
+            self.write_error = Some(e.to_string());
+            eprintln!("msgbench: cannot write the results file: {e}");
+        }
+        self.records.push(r);
+    }
+
+    /// Flushes the results file.
+    pub fn flush(&mut self) {
+        if let Some(w) = &mut self.writer {
+            let _ = w.flush();
+        }
+    }
+}
+
+impl Observer for RunOutput {
+    fn interval(&mut self, iv: &IntervalStats) {
+        self.gaps_opened += iv.counters.gaps_opened;
+        self.gaps_filled += iv.counters.gaps_filled;
+        if !self.quiet {
+            if self.lines % 25 == 0 {
+                eprintln!("{}", live::header());
+            }
+            let lost = if self.fanout {
+                self.gaps_opened.saturating_sub(self.gaps_filled)
+            } else {
+                0
+            };
+            eprintln!("{}", live::line(iv, lost));
+            self.lines += 1;
+        }
+        self.push(Record::Interval(iv.clone()));
+    }
+
+    fn event(&mut self, ev: &RunEvent) {
+        if !self.quiet
+            && matches!(
+                ev.kind.as_str(),
+                "reconnected" | "disconnected" | "error" | "warning"
+            )
+        {
+            eprintln!("[{:>7.1}s] {}: {}", ev.at_s, ev.kind, ev.detail);
+        }
+        self.push(Record::Event(EventRecord {
+            at_s: ev.at_s,
+            kind: ev.kind.clone(),
+            detail: ev.detail.clone(),
+        }));
+    }
+}

@@ -1,0 +1,108 @@
+//! URL scheme → driver. The one `match` that picks a concrete driver type and runs the generic,
+//! monomorphised runner with it.
+
+use anyhow::{Result, bail};
+use msgbench_core::driver::{Capabilities, Driver, EventSink};
+use msgbench_core::runner::{self, Observer, RunOutcome};
+use msgbench_core::scenario::RunPlan;
+use msgbench_core::shutdown::Shutdown;
+use msgbench_driver_mem::MemDriver;
+use msgbench_driver_nats::NatsDriver;
+use std::sync::Arc;
+
+/// What `msgbench drivers` lists.
+pub struct DriverInfo {
+    /// Driver name.
+    pub name: &'static str,
+    /// URL schemes it answers to.
+    pub schemes: &'static [&'static str],
+    /// One line about it.
+    pub about: &'static str,
+    /// What it supports.
+    pub caps: Capabilities,
+}
+
+/// Every driver in this build.
+pub fn drivers() -> Vec<DriverInfo> {
+    vec![
+        DriverInfo {
+            name: "mem",
+            schemes: &["mem"],
+            about: "in-process broker: engine tests, generator ceiling, fault injection (?drop_every=N&dup_every=N&reorder_every=N)",
+            caps: Capabilities {
+                acks: false,
+                queue_groups: true,
+                request_reply: true,
+            },
+        },
+        DriverInfo {
+            name: "nats",
+            schemes: &["nats"],
+            about: "NATS core: pub/sub, fan-out, queue groups, request/reply (own lean client; no TLS yet)",
+            caps: Capabilities {
+                acks: false,
+                queue_groups: true,
+                request_reply: true,
+            },
+        },
+    ]
+}
+
+/// Fails with a helpful message when no driver answers to the plan's URL scheme.
+pub fn check_scheme(plan: &RunPlan) -> Result<()> {
+    let scheme = plan.scheme();
+    if drivers().iter().any(|d| d.schemes.contains(&scheme)) {
+        return Ok(());
+    }
+    let known: Vec<String> = drivers()
+        .iter()
+        .flat_map(|d| d.schemes.iter().map(|s| format!("{s}://")))
+        .collect();
+    bail!(
+        "no driver for `{scheme}://` in this build (available: {})",
+        known.join(", ")
+    )
+}
+
+async fn go<D: Driver>(
+    d: D,
+    plan: &RunPlan,
+    events: tokio::sync::mpsc::UnboundedReceiver<msgbench_core::driver::DriverEvent>,
+    observer: &mut dyn Observer,
+    shutdown: Shutdown,
+) -> Result<RunOutcome> {
+    Ok(runner::run(Arc::new(d), plan, events, observer, shutdown).await?)
+}
+
+/// Runs `plan` with the driver its URL names.
+pub async fn run_plan(
+    plan: &RunPlan,
+    observer: &mut dyn Observer,
+    shutdown: Shutdown,
+) -> Result<RunOutcome> {
+    check_scheme(plan)?;
+    let (sink, events) = EventSink::channel();
+    match plan.scheme() {
+        "mem" => {
+            go(
+                MemDriver::from_url(&plan.target)?,
+                plan,
+                events,
+                observer,
+                shutdown,
+            )
+            .await
+        }
+        "nats" => {
+            go(
+                NatsDriver::new(&plan.target, sink, plan.connect_timeout)?,
+                plan,
+                events,
+                observer,
+                shutdown,
+            )
+            .await
+        }
+        other => bail!("no driver for `{other}://`"),
+    }
+}
