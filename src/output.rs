@@ -1,17 +1,18 @@
 //! What `msgbench run` shows and writes while it runs: the live table on stderr and the
-//! results file. Every record is also kept in memory, so the final report is computed from
-//! exactly the records written (the results file is the contract).
+//! results file. Every record written is also folded into a [`ReportBuilder`], so the final
+//! report is computed from exactly the records written (the results file is the contract), in
+//! memory that does not grow with the length of the run.
 
 use msgbench_core::runner::{Observer, RunEvent};
 use msgbench_metrics::IntervalStats;
-use msgbench_report::{EventRecord, Record, ResultsWriter, live};
+use msgbench_report::{EventRecord, Record, ReportBuilder, ResultsWriter, live};
 use std::fs::File;
 
 /// The observer of a CLI run.
 pub struct RunOutput {
     writer: Option<ResultsWriter<File>>,
-    /// Every record, in order.
-    pub records: Vec<Record>,
+    /// The report, built from every record written.
+    pub report: ReportBuilder,
     quiet: bool,
     fanout: bool,
     lines: u64,
@@ -27,7 +28,7 @@ impl RunOutput {
     pub fn new(writer: Option<ResultsWriter<File>>, quiet: bool, fanout: bool) -> Self {
         Self {
             writer,
-            records: Vec::new(),
+            report: ReportBuilder::new(),
             quiet,
             fanout,
             lines: 0,
@@ -46,7 +47,7 @@ impl RunOutput {
             self.write_error = Some(e.to_string());
             eprintln!("msgbench: cannot write the results file: {e}");
         }
-        self.records.push(r);
+        self.report.add(&r);
     }
 
     /// Flushes the results file.

@@ -112,6 +112,9 @@ pub struct RunArgs {
     /// Unacknowledged messages allowed per producer (acks, replies).
     #[arg(long)]
     pub max_in_flight: Option<usize>,
+    /// Give up on an ack (or reply) after this long and count a timeout.
+    #[arg(long)]
+    pub ack_timeout: Option<String>,
     /// Send requests; consumers reply; publish latency is the round trip.
     #[arg(long)]
     pub request_reply: bool,

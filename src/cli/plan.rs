@@ -77,6 +77,7 @@ fn flags_to_scenario(a: &RunArgs) -> Result<Scenario> {
     };
     s.producers.size = a.size.clone();
     s.producers.max_in_flight = a.max_in_flight;
+    s.producers.ack_timeout = a.ack_timeout.clone();
     if a.request_reply {
         s.producers.request_reply = Some(true);
     }

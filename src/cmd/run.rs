@@ -11,7 +11,7 @@ use msgbench_core::scenario::{Measure, RunPlan, SubscriptionMode};
 use msgbench_core::shutdown::Shutdown;
 use msgbench_core::units::format_duration;
 use msgbench_report::records::{ClockInfo, FORMAT_VERSION, Host};
-use msgbench_report::{Begin, End, Record, ResultsWriter, RunReport};
+use msgbench_report::{Begin, End, Record, ResultsWriter};
 use std::path::PathBuf;
 use std::process::ExitCode;
 
@@ -161,14 +161,15 @@ pub fn run(args: RunArgs) -> Result<ExitCode> {
     out.flush();
     rt.shutdown_timeout(std::time::Duration::from_secs(1));
 
-    let report = RunReport::from_records(&out.records)?;
+    let write_error = out.write_error.clone();
+    let report = out.report.finish()?;
     let mut stdout = std::io::stdout().lock();
     msgbench_report::render(&report, super::format(args.format), &mut stdout)?;
     if let Some(p) = &path {
         eprintln!(
             "msgbench: results written to {}{}",
             p.display(),
-            match &out.write_error {
+            match &write_error {
                 Some(e) => format!(" (INCOMPLETE: {e})"),
                 None => String::new(),
             }
@@ -186,6 +187,6 @@ mod tests {
     #[test]
     fn utc_stamps() {
         assert_eq!(super::utc_stamp(0), "19700101-000000");
-        assert_eq!(super::utc_stamp(1_795_000_000), "20261118-081320");
+        assert_eq!(super::utc_stamp(1_795_000_000), "20261118-110640");
     }
 }

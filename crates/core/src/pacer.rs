@@ -223,7 +223,7 @@ impl Pacer {
             }
         };
         self.n += 1;
-        Some((secs * 1e9) as u64)
+        Some((secs * 1e9).round() as u64)
     }
 }
 

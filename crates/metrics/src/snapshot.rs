@@ -108,9 +108,8 @@ mod tests {
         assert_eq!(sa.counters.received_bytes, 20_000);
         assert_eq!(sa.hist.e2e.len(), 2000);
         assert!(sa.hist.e2e.min() <= 1_000 && sa.hist.e2e.max() >= 1_000_999);
-        assert_eq!(
-            sa.hist.e2e.value_at_quantile(0.25),
-            sa.hist.e2e.value_at_quantile(0.49)
-        );
+        // The first half of the merged values came from `a`, the second from `b`.
+        assert!(sa.hist.e2e.value_at_quantile(0.49) < 2_000);
+        assert!(sa.hist.e2e.value_at_quantile(0.51) >= 999_000);
     }
 }

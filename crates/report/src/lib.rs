@@ -18,8 +18,8 @@ pub mod model;
 pub mod records;
 pub mod text;
 
-pub use model::{PhaseReport, RunReport};
-pub use records::{Begin, End, EventRecord, Record, ResultsWriter, read_records};
+pub use model::{PhaseReport, ReportBuilder, RunReport};
+pub use records::{Begin, End, EventRecord, Record, ResultsWriter, for_each_record, read_records};
 
 /// The JSON Schema of one `results.jsonl` line.
 pub const RESULTS_SCHEMA: &str = include_str!("../schema/results.schema.json");

@@ -1,9 +1,9 @@
 //! [`RunReport`]: everything a report shows, computed only from the records of a results file.
 
 use crate::ReportError;
-use crate::records::{Begin, EventRecord, Record};
+use crate::records::{Begin, End, EventRecord, Record};
 use msgbench_metrics::aggregate::Integrity;
-use msgbench_metrics::{Counters, Histograms, IntervalStats, LatencySummary, Phase};
+use msgbench_metrics::{Counters, Histograms, LatencySummary, Phase};
 use serde::{Deserialize, Serialize};
 
 /// Figures of one phase.
@@ -95,57 +95,91 @@ impl PhaseReport {
     }
 }
 
-impl RunReport {
-    /// Computes the report from the records of one results file.
-    pub fn from_records(records: &[Record]) -> Result<RunReport, ReportError> {
-        let begin = records
-            .iter()
-            .find_map(|r| {
-                if let Record::Begin(b) = r {
-                    Some(b.clone())
-                } else {
-                    None
-                }
-            })
-            .ok_or(ReportError::NoBegin)?;
-        let end = records.iter().find_map(|r| {
-            if let Record::End(e) = r {
-                Some(e)
-            } else {
-                None
-            }
-        });
-        let intervals: Vec<&IntervalStats> = records
-            .iter()
-            .filter_map(|r| {
-                if let Record::Interval(i) = r {
-                    Some(i)
-                } else {
-                    None
-                }
-            })
-            .collect();
+/// Builds a [`RunReport`] one record at a time, keeping only per-phase merged histograms and
+/// small per-interval summaries, so memory does not grow with the length of the run.
+#[derive(Debug, Default)]
+pub struct ReportBuilder {
+    begin: Option<Begin>,
+    end: Option<End>,
+    phases: Vec<(Phase, Counters, Histograms, f64, f64)>,
+    rows: Vec<IntervalRow>,
+    events: Vec<EventRecord>,
+    events_dropped: u64,
+}
 
+/// Events kept in a report; more are counted, not stored.
+pub const MAX_EVENTS: usize = 1000;
+
+impl ReportBuilder {
+    /// An empty builder.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Adds one record.
+    pub fn add(&mut self, r: &Record) {
+        match r {
+            Record::Begin(b) => self.begin = Some(b.clone()),
+            Record::End(e) => self.end = Some(e.clone()),
+            Record::Event(e) if e.kind != "phase" => {
+                if self.events.len() < MAX_EVENTS {
+                    self.events.push(e.clone());
+                } else {
+                    self.events_dropped += 1;
+                }
+            }
+            Record::Event(_) => {}
+            Record::Interval(i) => {
+                let slot = match self.phases.iter().position(|p| p.0 == i.phase) {
+                    Some(k) => k,
+                    None => {
+                        self.phases.push((
+                            i.phase,
+                            Counters::default(),
+                            Histograms::new(),
+                            f64::INFINITY,
+                            0.0,
+                        ));
+                        self.phases.len() - 1
+                    }
+                };
+                let p = &mut self.phases[slot];
+                p.1.merge(&i.counters);
+                p.2.merge(&i.histograms);
+                p.3 = p.3.min(i.start_s);
+                p.4 = p.4.max(i.end_s);
+                self.rows.push(IntervalRow {
+                    index: i.index,
+                    phase: i.phase,
+                    start_s: i.start_s,
+                    end_s: i.end_s,
+                    counters: i.counters,
+                    e2e: LatencySummary::of(&i.histograms.e2e),
+                    publish: LatencySummary::of(&i.histograms.publish),
+                });
+            }
+        }
+    }
+
+    /// The report.
+    ///
+    /// # Errors
+    /// [`ReportError::NoBegin`] when no `begin` record was added.
+    pub fn finish(self) -> Result<RunReport, ReportError> {
+        let begin = self.begin.ok_or(ReportError::NoBegin)?;
+        let end = self.end.as_ref();
         let mut phases = Vec::new();
         for phase in Phase::ALL {
-            let ivs: Vec<&&IntervalStats> = intervals.iter().filter(|i| i.phase == phase).collect();
+            let seen = self.phases.iter().find(|p| p.0 == phase);
             let from_end = end.and_then(|e| e.phases.iter().find(|p| p.phase == phase));
-            if ivs.is_empty() && from_end.is_none() {
-                continue;
-            }
-            let mut c = Counters::default();
-            let mut h = Histograms::new();
-            for iv in &ivs {
-                c.merge(&iv.counters);
-                h.merge(&iv.histograms);
-            }
+            let (c, h, start, stop) = match seen {
+                Some((_, c, h, start, stop)) => (*c, h.clone(), *start, *stop),
+                None if from_end.is_some() => (Counters::default(), Histograms::new(), 0.0, 0.0),
+                None => continue,
+            };
             let duration_s = match from_end {
                 Some(p) => p.duration_s(),
-                None => {
-                    let start = ivs.iter().map(|i| i.start_s).fold(f64::INFINITY, f64::min);
-                    let stop = ivs.iter().map(|i| i.end_s).fold(0.0, f64::max);
-                    (stop - start).max(0.0)
-                }
+                None => (stop - start).max(0.0),
             };
             phases.push(PhaseReport::build(phase, duration_s, c, &h));
         }
@@ -170,9 +204,15 @@ impl RunReport {
                 }
             }
         };
+        if self.events_dropped > 0 {
+            warnings.push(format!(
+                "{} more events are in the results file than the report lists",
+                self.events_dropped
+            ));
+        }
         let duration_s = end
             .map(|e| e.duration_s)
-            .unwrap_or_else(|| intervals.iter().map(|i| i.end_s).fold(0.0, f64::max));
+            .unwrap_or_else(|| self.rows.iter().map(|i| i.end_s).fold(0.0, f64::max));
         let str_field = |k: &str| {
             begin
                 .plan
@@ -190,27 +230,21 @@ impl RunReport {
             phases,
             integrity,
             warnings,
-            events: records
-                .iter()
-                .filter_map(|r| match r {
-                    Record::Event(e) if e.kind != "phase" => Some(e.clone()),
-                    _ => None,
-                })
-                .collect(),
-            intervals: intervals
-                .iter()
-                .map(|i| IntervalRow {
-                    index: i.index,
-                    phase: i.phase,
-                    start_s: i.start_s,
-                    end_s: i.end_s,
-                    counters: i.counters,
-                    e2e: LatencySummary::of(&i.histograms.e2e),
-                    publish: LatencySummary::of(&i.histograms.publish),
-                })
-                .collect(),
+            events: self.events,
+            intervals: self.rows,
             begin,
         })
+    }
+}
+
+impl RunReport {
+    /// Computes the report from the records of one results file.
+    pub fn from_records(records: &[Record]) -> Result<RunReport, ReportError> {
+        let mut b = ReportBuilder::new();
+        for r in records {
+            b.add(r);
+        }
+        b.finish()
     }
 
     /// The measure phase, if it ran.

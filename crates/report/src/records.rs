@@ -132,6 +132,47 @@ impl<W: Write> ResultsWriter<W> {
     }
 }
 
+/// Calls `f` with each record, streaming (constant memory). A truncated last line (the run was
+/// killed mid-write) is ignored; any other bad line is an error naming its line number.
+pub fn for_each_record(input: impl BufRead, mut f: impl FnMut(Record)) -> Result<(), ReportError> {
+    let mut pending: Option<(usize, String)> = None;
+    let mut seen = 0usize;
+    for (i, line) in input.lines().enumerate() {
+        let line = line?;
+        if line.trim().is_empty() {
+            continue;
+        }
+        if let Some((n, prev)) = pending.take() {
+            match serde_json::from_str::<Record>(&prev) {
+                Ok(r) => {
+                    seen += 1;
+                    f(r)
+                }
+                Err(e) => {
+                    return Err(ReportError::Parse {
+                        line: n,
+                        message: e.to_string(),
+                    });
+                }
+            }
+        }
+        pending = Some((i + 1, line));
+    }
+    if let Some((n, last)) = pending {
+        match serde_json::from_str::<Record>(&last) {
+            Ok(r) => f(r),
+            Err(_) if seen > 0 && !last.trim_end().ends_with('}') => {}
+            Err(e) => {
+                return Err(ReportError::Parse {
+                    line: n,
+                    message: e.to_string(),
+                });
+            }
+        }
+    }
+    Ok(())
+}
+
 /// Reads every record. A truncated last line (the run was killed mid-write) is ignored; any
 /// other bad line is an error naming its line number.
 pub fn read_records(input: impl BufRead) -> Result<Vec<Record>, ReportError> {

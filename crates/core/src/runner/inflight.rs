@@ -41,6 +41,28 @@ impl InFlight {
         self.len == 0
     }
 
+    /// Whether `token` can be sent without overwriting an outstanding one. The producer waits for
+    /// acks until it is: the window slides over token numbers, like TCP's, so a message whose ack
+    /// is slow holds the window rather than losing track of its latency.
+    #[inline]
+    pub fn slot_free(&self, token: u64) -> bool {
+        self.slots[(token & self.mask) as usize].0 == 0
+    }
+
+    /// Drops every outstanding message sent before `deadline_ns`, returning how many (their acks
+    /// timed out; the caller counts them as errors).
+    pub fn expire(&mut self, deadline_ns: u64) -> u64 {
+        let mut n = 0;
+        for slot in self.slots.iter_mut() {
+            if slot.0 != 0 && slot.1 < deadline_ns {
+                slot.0 = 0;
+                n += 1;
+            }
+        }
+        self.len -= n as usize;
+        n
+    }
+
     /// Records that `token` was sent at `sent_ns`. Tokens must be issued in increasing order.
     #[inline]
     pub fn push(&mut self, token: u64, sent_ns: u64) {
@@ -99,6 +121,24 @@ mod tests {
         w.ack_up_to(3, |s| seen.push(s));
         assert_eq!(seen, vec![100, 101, 103]);
         assert!(w.is_empty());
+    }
+
+    #[test]
+    fn slots_free_up_and_expire() {
+        let mut w = InFlight::new(2); // capacity 4
+        for t in 0..4 {
+            assert!(w.slot_free(t));
+            w.push(t, 100 + t);
+        }
+        assert!(
+            !w.slot_free(4),
+            "token 4 would overwrite outstanding token 0"
+        );
+        assert_eq!(w.ack_one(0), Some(100));
+        assert!(w.slot_free(4));
+        assert_eq!(w.expire(102), 1, "token 1 (sent at 101) expired");
+        assert_eq!(w.len(), 2);
+        assert_eq!(w.ack_one(1), None);
     }
 
     #[test]

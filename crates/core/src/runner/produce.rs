@@ -24,6 +24,8 @@ pub(crate) struct ProducerTask {
     pub quota: Option<u64>,
     pub acks: bool,
     pub window: usize,
+    /// Outstanding acks older than this are given up on and counted as timeouts.
+    pub ack_timeout_ns: u64,
     pub t0_ns: u64,
     pub tick_ns: u64,
     pub late_ns: u64,
@@ -118,7 +120,10 @@ impl ProducerTask {
                 None => Flow::Stop,
             },
             _ = tokio::time::sleep_until(deadline) => {
-                if let Some(k) = ticker.due(now_ns()) {
+                let now = now_ns();
+                let expired = window.expire(now.saturating_sub(self.ack_timeout_ns));
+                rec.counters_mut().errors.add(ErrorKind::Timeout, expired);
+                if let Some(k) = ticker.due(now) {
                     self.flush_snapshot(rec, phase, k);
                 }
                 Flow::Go
@@ -191,7 +196,7 @@ impl ProducerTask {
             // Window: never more than `window` unacknowledged messages.
             if this.acks {
                 Self::drain_ready_acks(&mut p, &mut rec, &mut window);
-                while window.len() >= this.window {
+                while window.len() >= this.window || !window.slot_free(token) {
                     if this.state.producers_stopped() {
                         break 'send;
                     }
@@ -265,6 +270,10 @@ impl ProducerTask {
                 }
             }
             if let Some(k) = ticker.due(sent_ns) {
+                if this.acks {
+                    let expired = window.expire(sent_ns.saturating_sub(this.ack_timeout_ns));
+                    rec.counters_mut().errors.add(ErrorKind::Timeout, expired);
+                }
                 this.flush_snapshot(&mut rec, phase, k);
             }
         }

@@ -98,6 +98,8 @@ pub struct ProducersSection {
     pub max_in_flight: Option<usize>,
     /// Send requests and measure the round trip to a responding consumer.
     pub request_reply: Option<bool>,
+    /// How long to wait for an ack (or reply) before counting a timeout, e.g. `"30s"`.
+    pub ack_timeout: Option<String>,
 }
 
 /// How consumers of one topic share it.

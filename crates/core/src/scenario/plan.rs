@@ -57,6 +57,9 @@ pub struct RunPlan {
     pub rate: RateShape,
     /// Unacknowledged messages allowed per producer.
     pub max_in_flight: usize,
+    /// How long a producer waits for an ack before counting a timeout.
+    #[serde(with = "serde_duration")]
+    pub ack_timeout: Duration,
     /// Warm-up length.
     #[serde(with = "serde_duration")]
     pub warmup: Duration,
@@ -199,6 +202,14 @@ pub fn resolve(s: &Scenario, run_id: u32) -> Result<RunPlan, PlanError> {
         return Err(err("producers.max_in_flight", "must be at least 1"));
     }
 
+    let ack_timeout = duration(
+        "producers.ack_timeout",
+        &s.producers.ack_timeout,
+        Duration::from_secs(30),
+    )?;
+    if ack_timeout.is_zero() {
+        return Err(err("producers.ack_timeout", "must be longer than zero"));
+    }
     let warmup = duration("phases.warmup", &s.phases.warmup, Duration::from_secs(1))?;
     let measure = match (s.phases.messages, &s.phases.duration) {
         (Some(_), Some(_)) => {
@@ -245,6 +256,7 @@ pub fn resolve(s: &Scenario, run_id: u32) -> Result<RunPlan, PlanError> {
         size,
         rate,
         max_in_flight,
+        ack_timeout,
         warmup,
         measure,
         drain,

@@ -41,7 +41,7 @@ use std::task::{Context, Poll};
 use tokio::sync::mpsc;
 
 /// Messages queued per subscriber before producers feel backpressure.
-pub const DEFAULT_CAPACITY: usize = 65_536;
+pub const DEFAULT_CAPACITY: usize = 8_192;
 
 /// Frames per batch when a subscriber is busy.
 pub const BATCH_FRAMES: usize = 64;

@@ -1,0 +1,89 @@
+//! Reports rendered from a recorded results file: the schema holds for every line, and the text
+//! and CSV renderings match golden files (`UPDATE_GOLDEN=1 cargo test -p msgbench-report`
+//! rewrites them after an intended change).
+
+use msgbench_report::{Format, RESULTS_SCHEMA, RunReport, read_records, render};
+use std::path::Path;
+
+const FIXTURE: &str = "tests/fixtures/run.jsonl";
+
+fn fixture() -> RunReport {
+    let f = std::fs::File::open(FIXTURE).unwrap();
+    RunReport::from_records(&read_records(std::io::BufReader::new(f)).unwrap()).unwrap()
+}
+
+fn golden(name: &str, actual: &str) {
+    let path = Path::new("tests/golden").join(name);
+    if std::env::var_os("UPDATE_GOLDEN").is_some() {
+        std::fs::write(&path, actual).unwrap();
+        return;
+    }
+    let expected = std::fs::read_to_string(&path).unwrap_or_else(|_| {
+        panic!(
+            "{} is missing: run with UPDATE_GOLDEN=1 to create it",
+            path.display()
+        )
+    });
+    assert_eq!(
+        actual,
+        expected,
+        "{} differs (UPDATE_GOLDEN=1 to accept)",
+        path.display()
+    );
+}
+
+#[test]
+fn every_line_satisfies_the_schema() {
+    let schema: serde_json::Value = serde_json::from_str(RESULTS_SCHEMA).unwrap();
+    let v = jsonschema::validator_for(&schema).unwrap();
+    let text = std::fs::read_to_string(FIXTURE).unwrap();
+    for (i, line) in text.lines().enumerate() {
+        let json: serde_json::Value = serde_json::from_str(line).unwrap();
+        let errors: Vec<String> = v.iter_errors(&json).map(|e| e.to_string()).collect();
+        assert!(errors.is_empty(), "line {}: {errors:?}", i + 1);
+    }
+    // And the schema is not vacuous: a line with a wrong type or a missing field fails.
+    for bad in [
+        r#"{"type":"interval","index":0}"#,
+        r#"{"type":"begin","version":1}"#,
+        r#"{"type":"nonsense"}"#,
+        r#"{"type":"event","at_s":1,"kind":"x","detail":"y","extra":1}"#,
+    ] {
+        let json: serde_json::Value = serde_json::from_str(bad).unwrap();
+        assert!(!v.is_valid(&json), "schema accepted {bad}");
+    }
+}
+
+#[test]
+fn text_report_matches_golden() {
+    let mut out = Vec::new();
+    render(&fixture(), Format::Text, &mut out).unwrap();
+    golden("run.txt", &String::from_utf8(out).unwrap());
+}
+
+#[test]
+fn csv_report_matches_golden() {
+    let mut out = Vec::new();
+    render(&fixture(), Format::Csv, &mut out).unwrap();
+    golden("run.csv", &String::from_utf8(out).unwrap());
+}
+
+#[test]
+fn summary_is_the_merge_of_intervals() {
+    let r = fixture();
+    let measure = r.measure().unwrap();
+    let from_rows: u64 = r
+        .intervals
+        .iter()
+        .filter(|i| i.phase == msgbench_metrics::Phase::Measure)
+        .map(|i| i.counters.sent)
+        .sum();
+    assert_eq!(measure.counters.sent, from_rows);
+    assert!(
+        measure.e2e.count > 0
+            && measure.e2e.p50 <= measure.e2e.p99
+            && measure.e2e.p99 <= measure.e2e.max
+    );
+    assert_eq!(r.integrity.lost, 0);
+    assert!(r.complete);
+}

@@ -1,0 +1,34 @@
+#!/usr/bin/env bash
+# The whole test suite, from a fresh clone: installs and starts the brokers the tests need
+# (scripts/brokers.sh), runs every test of every crate, and stops what it started.
+#
+#   scripts/test.sh              all tests
+#   scripts/test.sh -- FILTER    extra arguments go to `cargo test`
+#
+# Builds reuse ${CARGO_TARGET_DIR:-$HOME/.cache/msgbench-target} so only a fresh machine
+# compiles the dependency tree from scratch.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+export CARGO_TARGET_DIR=${CARGO_TARGET_DIR:-$HOME/.cache/msgbench-target}
+export CARGO_TERM_COLOR=${CARGO_TERM_COLOR:-never}
+[ "${1:-}" = "--" ] && shift
+
+if ! command -v cargo >/dev/null 2>&1; then
+  echo "test: cargo is missing: install Rust (rustup) 1.95 or newer" >&2
+  exit 1
+fi
+
+started=0
+if ! scripts/brokers.sh status | grep -q running; then
+  scripts/brokers.sh up
+  started=1
+fi
+cleanup() { [ "$started" = 1 ] && scripts/brokers.sh down || true; }
+trap cleanup EXIT
+eval "$(scripts/brokers.sh env)"
+
+echo "test: cargo fmt --check"
+cargo fmt --all -- --check
+echo "test: cargo test --workspace (brokers: $MSGBENCH_IT_NATS_URL)"
+cargo test --workspace --locked "$@"

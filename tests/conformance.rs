@@ -1,0 +1,189 @@
+//! The driver conformance suite: the same observable behaviour, checked for every driver against
+//! a real target (the in-process broker for `mem://`, a real nats-server for NATS, started by
+//! `scripts/brokers.sh`). A new driver adds one line to `targets()`.
+
+mod util;
+
+use util::*;
+
+fn targets() -> Vec<(&'static str, String)> {
+    vec![
+        ("mem", "mem://conformance".to_string()),
+        ("nats", nats_url()),
+    ]
+}
+
+/// Every message published reaches the subscriber exactly once, with latencies recorded.
+#[test]
+fn pub_sub_delivers_everything_once() {
+    let d = TempDir::new("conf-pubsub");
+    for (name, url) in targets() {
+        let r = run_json(
+            &d.0,
+            &[
+                "run",
+                &url,
+                "--topic",
+                &format!("conf.pubsub.{name}"),
+                "--messages",
+                "200000",
+                "--size",
+                "40",
+                "--warmup",
+                "0s",
+                "--no-output",
+            ],
+        );
+        let i = &r["integrity"];
+        assert_eq!(u(&i["expected"]), 200_000, "{name}");
+        assert_eq!(u(&i["delivered"]), 200_000, "{name}");
+        assert_eq!(
+            (u(&i["lost"]), u(&i["duplicated"]), u(&i["reordered"])),
+            (0, 0, 0),
+            "{name}"
+        );
+        let m = measure(&r);
+        assert_eq!(
+            u(&m["e2e"]["count"]),
+            u(&m["counters"]["received"]),
+            "{name}"
+        );
+        assert!(u(&m["e2e"]["min"]) > 0, "{name}: e2e latencies recorded");
+        assert_eq!(u(&m["counters"]["errors"]["send"]), 0, "{name}");
+    }
+}
+
+/// Fan-out: every consumer receives every message.
+#[test]
+fn fan_out_reaches_every_consumer() {
+    let d = TempDir::new("conf-fanout");
+    for (name, url) in targets() {
+        let r = run_json(
+            &d.0,
+            &[
+                "run",
+                &url,
+                "--topic",
+                &format!("conf.fanout.{name}"),
+                "-p",
+                "2",
+                "-c",
+                "3",
+                "--messages",
+                "30000",
+                "--rate",
+                "30000",
+                "--warmup",
+                "0s",
+                "--no-output",
+            ],
+        );
+        assert_eq!(u(&r["integrity"]["expected"]), 90_000, "{name}");
+        assert_eq!(u(&r["integrity"]["delivered"]), 90_000, "{name}");
+        assert_eq!(u(&r["integrity"]["duplicated"]), 0, "{name}");
+    }
+}
+
+/// Competing consumers: each message goes to exactly one member of the queue group.
+#[test]
+fn queue_group_delivers_each_message_once() {
+    let d = TempDir::new("conf-queue");
+    for (name, url) in targets() {
+        let r = run_json(
+            &d.0,
+            &[
+                "run",
+                &url,
+                "--topic",
+                &format!("conf.queue.{name}"),
+                "-c",
+                "4",
+                "--queue-group",
+                "workers",
+                "--messages",
+                "40000",
+                "--warmup",
+                "0s",
+                "--no-output",
+            ],
+        );
+        assert_eq!(u(&r["integrity"]["expected"]), 40_000, "{name}");
+        assert_eq!(u(&r["integrity"]["delivered"]), 40_000, "{name}");
+        assert_eq!(u(&r["integrity"]["duplicated"]), 0, "{name}");
+    }
+}
+
+/// Request/reply: every request is answered; publish latency is the round trip.
+#[test]
+fn request_reply_round_trips() {
+    let d = TempDir::new("conf-rr");
+    for (name, url) in targets() {
+        let r = run_json(
+            &d.0,
+            &[
+                "run",
+                &url,
+                "--topic",
+                &format!("conf.rr.{name}"),
+                "-p",
+                "2",
+                "-c",
+                "2",
+                "--request-reply",
+                "--max-in-flight",
+                "32",
+                "--messages",
+                "20000",
+                "--warmup",
+                "0s",
+                "--no-output",
+            ],
+        );
+        let m = measure(&r);
+        assert_eq!(u(&m["counters"]["acked"]), 20_000, "{name}");
+        assert_eq!(u(&m["publish"]["count"]), 20_000, "{name}");
+        assert!(u(&m["publish"]["p50"]) > 0, "{name}");
+        assert_eq!(u(&m["counters"]["errors"]["timeout"]), 0, "{name}");
+    }
+}
+
+/// Several topics from a pattern, a paced Poisson load, a warm-up that is excluded.
+#[test]
+fn topics_warmup_and_poisson_pacing() {
+    let d = TempDir::new("conf-topics");
+    for (name, url) in targets() {
+        let r = run_json(
+            &d.0,
+            &[
+                "run",
+                &url,
+                "--topics",
+                "3",
+                "--topic",
+                &format!("conf.t.{name}.{{i}}"),
+                "--rate",
+                "6000",
+                "--rate-shape",
+                "poisson",
+                "--warmup",
+                "500ms",
+                "--duration",
+                "1s",
+                "--no-output",
+            ],
+        );
+        let phases: Vec<&str> = r["phases"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|p| p["phase"].as_str().unwrap())
+            .collect();
+        assert_eq!(phases.first(), Some(&"warmup"), "{name}");
+        let sent = u(&measure(&r)["counters"]["sent"]);
+        assert!(
+            (5000..=7000).contains(&sent),
+            "{name}: sent {sent} in 1 s at 6000/s"
+        );
+        assert_eq!(u(&r["integrity"]["lost"]), 0, "{name}");
+    }
+}

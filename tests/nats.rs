@@ -1,0 +1,98 @@
+//! NATS-specific behaviour against a real nats-server: a broker that dies mid-run.
+
+mod util;
+
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+use util::*;
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+fn start_server(port: u16, dir: &std::path::Path) -> Child {
+    let child = Command::new("nats-server")
+        .args([
+            "-a",
+            "127.0.0.1",
+            "-p",
+            &port.to_string(),
+            "-l",
+            &dir.join("nats.log").display().to_string(),
+        ])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("nats-server on PATH (scripts/brokers.sh up installs it)");
+    for _ in 0..100 {
+        if std::net::TcpStream::connect(("127.0.0.1", port)).is_ok() {
+            return child;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    panic!("nats-server did not start on port {port}");
+}
+
+/// The broker is killed and restarted mid-run: the run keeps going, reconnects, counts the
+/// loss and the reconnection, and still writes the report and a complete results file.
+#[test]
+fn broker_restart_mid_run() {
+    let _ = nats_url(); // same prerequisite as the other broker tests
+    let d = TempDir::new("nats-restart");
+    let port = free_port();
+    let mut server = start_server(port, &d.0);
+    let url = format!("nats://127.0.0.1:{port}");
+    let run = Command::new(bin())
+        .args([
+            "run",
+            &url,
+            "--rate",
+            "5000",
+            "--duration",
+            "6s",
+            "--warmup",
+            "0s",
+            "--drain",
+            "2s",
+            "-o",
+            "r.jsonl",
+            "--format",
+            "json",
+            "--quiet",
+        ])
+        .current_dir(&d.0)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_secs(2));
+    server.kill().unwrap();
+    server.wait().unwrap();
+    std::thread::sleep(Duration::from_secs(1));
+    let mut server = start_server(port, &d.0);
+    let o = run.wait_with_output().unwrap();
+    server.kill().unwrap();
+    let _ = server.wait();
+    assert!(o.status.success(), "{}", stderr(&o));
+    let r: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    let sent = u(&measure(&r)["counters"]["sent"]);
+    assert!(sent > 15_000, "kept sending after the restart: {sent}");
+    let i = &r["integrity"];
+    // Messages published while the broker was down are lost and counted as such.
+    assert!(u(&i["lost"]) > 0, "{i}");
+    assert_eq!(u(&i["expected"]), u(&i["delivered"]) + u(&i["lost"]));
+    let kinds: Vec<&str> = r["events"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e["kind"].as_str().unwrap())
+        .collect();
+    assert!(kinds.contains(&"disconnected"), "{kinds:?}");
+    assert!(kinds.contains(&"reconnected"), "{kinds:?}");
+    let file = std::fs::read_to_string(d.path("r.jsonl")).unwrap();
+    assert!(file.lines().last().unwrap().contains("\"type\":\"end\""));
+}

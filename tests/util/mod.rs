@@ -1,0 +1,94 @@
+//! Helpers for binary-level tests: run the real `msgbench` binary in a temporary directory.
+
+#![allow(dead_code)]
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+/// A scratch directory removed on drop.
+pub struct TempDir(pub PathBuf);
+
+impl TempDir {
+    pub fn new(tag: &str) -> TempDir {
+        let p = std::env::temp_dir().join(format!(
+            "msgbench-test-{tag}-{}-{}",
+            std::process::id(),
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .unwrap()
+                .as_nanos()
+        ));
+        std::fs::create_dir_all(&p).unwrap();
+        TempDir(p)
+    }
+
+    pub fn path(&self, name: &str) -> PathBuf {
+        self.0.join(name)
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+pub fn bin() -> &'static str {
+    env!("CARGO_BIN_EXE_msgbench")
+}
+
+/// Runs msgbench with `args` in `dir`.
+pub fn msgbench(dir: &Path, args: &[&str]) -> Output {
+    Command::new(bin())
+        .args(args)
+        .current_dir(dir)
+        .output()
+        .expect("running msgbench")
+}
+
+pub fn stdout(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
+
+pub fn stderr(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+/// Runs msgbench, requires success, and returns the JSON report it printed.
+pub fn run_json(dir: &Path, args: &[&str]) -> serde_json::Value {
+    let mut all: Vec<&str> = args.to_vec();
+    all.extend(["--format", "json", "--quiet"]);
+    let o = msgbench(dir, &all);
+    assert!(
+        o.status.success(),
+        "msgbench {args:?} failed:\n{}\n{}",
+        stdout(&o),
+        stderr(&o)
+    );
+    serde_json::from_slice(&o.stdout)
+        .unwrap_or_else(|e| panic!("report is not JSON ({e}):\n{}", stdout(&o)))
+}
+
+/// The measure phase of a JSON report.
+pub fn measure(report: &serde_json::Value) -> &serde_json::Value {
+    report["phases"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|p| p["phase"] == "measure")
+        .expect("a measure phase")
+}
+
+pub fn u(v: &serde_json::Value) -> u64 {
+    v.as_u64().unwrap_or_else(|| panic!("not an integer: {v}"))
+}
+
+/// The NATS server the tests use, started by `scripts/brokers.sh up`.
+pub fn nats_url() -> String {
+    std::env::var("MSGBENCH_IT_NATS_URL").unwrap_or_else(|_| {
+        panic!(
+            "MSGBENCH_IT_NATS_URL is not set: start the test brokers with `scripts/brokers.sh up` and \
+             `eval \"$(scripts/brokers.sh env)\"`, or run everything with `scripts/test.sh`"
+        )
+    })
+}
