@@ -124,6 +124,9 @@ pub struct RunArgs {
     /// A send later than this after its intended time counts as late.
     #[arg(long)]
     pub late_threshold: Option<String>,
+    /// Worker threads producers and consumers run on (default: one per CPU).
+    #[arg(long)]
+    pub workers: Option<usize>,
     /// Run name shown in reports.
     #[arg(long)]
     pub name: Option<String>,

@@ -91,6 +91,7 @@ fn flags_to_scenario(a: &RunArgs) -> Result<Scenario> {
         .map_err(|e| anyhow!("--messages: {e}"))?;
     s.phases.drain = a.drain.clone();
     s.output.tick = a.tick.clone();
+    s.output.workers = a.workers;
     s.output.late_threshold = a.late_threshold.clone();
     Ok(s)
 }

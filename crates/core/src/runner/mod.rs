@@ -18,6 +18,7 @@ mod inflight;
 mod produce;
 pub mod state;
 mod timer;
+pub mod workers;
 
 use crate::clock::{now_ns, to_instant, unix_ms};
 use crate::driver::{
@@ -39,6 +40,7 @@ use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::{mpsc, watch};
 use tokio::task::JoinSet;
+use workers::Workers;
 
 /// Receives what happens during a run, as it happens. Implemented by the CLI (live table,
 /// results file); kept free of I/O types so tests can collect into memory.
@@ -170,6 +172,12 @@ pub async fn run<D: Driver>(
         detail,
     };
 
+    // Every task runs on the worker its connection was made on.
+    let mut workers = Workers::start(plan.workers)
+        .map_err(|e| RunError::Unsupported(format!("cannot start worker threads: {e}")))?;
+    let mut consumer_homes = Vec::new();
+    let mut producer_homes = Vec::new();
+
     // Consumers first: their subscriptions must be live before the first message.
     let mut set = JoinSet::new();
     let group = match &plan.subscription {
@@ -187,7 +195,12 @@ pub async fn run<D: Driver>(
             };
             let d = driver.clone();
             let t = plan.connect_timeout;
-            set.spawn(async move { (spec.id, tokio::time::timeout(t, d.consumer(&spec)).await) });
+            let home = workers.next_handle();
+            set.spawn_on(
+                async move { (spec.id, tokio::time::timeout(t, d.consumer(&spec)).await) },
+                &home,
+            );
+            consumer_homes.push(home);
             id += 1;
         }
     }
@@ -207,7 +220,12 @@ pub async fn run<D: Driver>(
             };
             let d = driver.clone();
             let t = plan.connect_timeout;
-            set.spawn(async move { (spec.id, tokio::time::timeout(t, d.producer(&spec)).await) });
+            let home = workers.next_handle();
+            set.spawn_on(
+                async move { (spec.id, tokio::time::timeout(t, d.producer(&spec)).await) },
+                &home,
+            );
+            producer_homes.push(home);
             id += 1;
         }
     }
@@ -264,7 +282,7 @@ pub async fn run<D: Driver>(
             distinct: counter,
             stop: stop_rx.clone(),
         };
-        consumer_tasks.spawn(task.run(c));
+        consumer_tasks.spawn_on(task.run(c), &consumer_homes[i]);
     }
     let nprod = producers.len() as u32;
     let mut producer_tasks = JoinSet::new();
@@ -297,7 +315,10 @@ pub async fn run<D: Driver>(
             snapshots: snap_tx.clone(),
             sent: counter,
         };
-        producer_tasks.spawn(task.run(p, PayloadBuilder::new(plan.size, seed)));
+        producer_tasks.spawn_on(
+            task.run(p, PayloadBuilder::new(plan.size, seed)),
+            &producer_homes[i as usize],
+        );
     }
     drop(snap_tx);
 
@@ -465,6 +486,7 @@ pub async fn run<D: Driver>(
     let _ = stop_tx.send(true);
     while producer_tasks.join_next().await.is_some() {}
     while consumer_tasks.join_next().await.is_some() {}
+    drop(workers);
     while let Some(s) = snap_rx.recv().await {
         agg.add(&s);
     }

@@ -148,6 +148,8 @@ pub struct OutputSection {
     pub late_threshold: Option<String>,
     /// Connect timeout per client.
     pub connect_timeout: Option<String>,
+    /// Worker threads for producers and consumers (default: one per CPU).
+    pub workers: Option<usize>,
 }
 
 /// A scenario file that could not be read, with where and why.

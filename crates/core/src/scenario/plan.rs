@@ -77,6 +77,9 @@ pub struct RunPlan {
     /// Connect timeout per client.
     #[serde(with = "serde_duration")]
     pub connect_timeout: Duration,
+    /// Worker threads producers and consumers run on, one single-threaded runtime each; 0 runs
+    /// them on the shared work-stealing runtime (one thread per CPU).
+    pub workers: usize,
 }
 
 /// Why a scenario cannot run, naming the setting at fault.
@@ -263,6 +266,7 @@ pub fn resolve(s: &Scenario, run_id: u32) -> Result<RunPlan, PlanError> {
         tick,
         late_threshold,
         connect_timeout,
+        workers: s.output.workers.unwrap_or(0),
     })
 }
 
