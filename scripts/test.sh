@@ -30,5 +30,7 @@ eval "$(scripts/brokers.sh env)"
 
 echo "test: cargo fmt --check"
 cargo fmt --all -- --check
+echo "test: cargo clippy (warnings are errors)"
+cargo clippy --workspace --all-targets --locked -q -- -D warnings
 echo "test: cargo test --workspace (brokers: $MSGBENCH_IT_NATS_URL)"
 cargo test --workspace --locked "$@"

@@ -63,7 +63,7 @@ impl Observer for RunOutput {
         self.gaps_opened += iv.counters.gaps_opened;
         self.gaps_filled += iv.counters.gaps_filled;
         if !self.quiet {
-            if self.lines % 25 == 0 {
+            if self.lines.is_multiple_of(25) {
                 eprintln!("{}", live::header());
             }
             let lost = if self.fanout {

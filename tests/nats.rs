@@ -15,7 +15,7 @@ fn free_port() -> u16 {
 }
 
 fn start_server(port: u16, dir: &std::path::Path) -> Child {
-    let child = Command::new("nats-server")
+    let mut child = Command::new("nats-server")
         .args([
             "-a",
             "127.0.0.1",
@@ -34,6 +34,8 @@ fn start_server(port: u16, dir: &std::path::Path) -> Child {
         }
         std::thread::sleep(Duration::from_millis(50));
     }
+    let _ = child.kill();
+    let _ = child.wait();
     panic!("nats-server did not start on port {port}");
 }
 

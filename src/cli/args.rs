@@ -15,6 +15,7 @@ pub struct Cli {
 }
 
 /// Subcommands.
+#[allow(clippy::large_enum_variant)] // parsed once per process
 #[derive(Debug, Subcommand)]
 pub enum Command {
     /// Run a benchmark (no target: a short demo against the embedded in-process broker).

@@ -39,8 +39,10 @@ pub fn build(args: &RunArgs, run_id: u32) -> Result<(RunPlan, bool)> {
     over.target = target;
     if demo {
         // A newcomer's first run: short, paced, and on the embedded broker.
-        let mut base = Scenario::default();
-        base.name = Some("demo (embedded broker)".into());
+        let mut base = Scenario {
+            name: Some("demo (embedded broker)".into()),
+            ..Default::default()
+        };
         base.producers.rate = Some(RateSpec::PerSecond(DEMO_RATE));
         base.phases.duration = Some("5s".into());
         file = base.overlay(file);
@@ -51,6 +53,7 @@ pub fn build(args: &RunArgs, run_id: u32) -> Result<(RunPlan, bool)> {
 }
 
 /// Flags as a scenario layer: only what was given is set.
+#[allow(clippy::field_reassign_with_default)] // one flag per line reads best
 fn flags_to_scenario(a: &RunArgs) -> Result<Scenario> {
     let mut s = Scenario::default();
     s.name = a.name.clone();

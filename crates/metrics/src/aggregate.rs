@@ -54,7 +54,7 @@ impl PhaseTotals {
             start_s: 0.0,
             end_s: 0.0,
             counters: Counters::default(),
-            histograms: Histograms::new(),
+            histograms: Histograms::new_full(),
         }
     }
 

@@ -52,6 +52,17 @@ pub fn new_histogram() -> Histogram {
     Histogram::new(SIGNIFICANT_DIGITS).expect("3 significant digits is a valid histogram precision")
 }
 
+/// A histogram allocated for the whole 1 ns..1 h range up front (about 260 KiB). Used where a
+/// fixed number of histograms accumulate a whole run (aggregator, phase totals, reports), so
+/// their memory does not depend on the latencies seen; per-task recorders use the small,
+/// growing [`new_histogram`] instead, as there can be very many of them.
+pub fn new_full_histogram() -> Histogram {
+    let mut h = Histogram::new_with_bounds(1, MAX_LATENCY_NS, SIGNIFICANT_DIGITS)
+        .expect("1 ns..1 h at 3 significant digits is a valid histogram range");
+    h.auto(true);
+    h
+}
+
 /// The phases of a run. Warm-up is recorded but excluded from the summary; drain is the bounded
 /// wait for messages still in flight after the last send.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]

@@ -101,7 +101,7 @@ impl Recorder {
             phase,
             interval,
             counters: std::mem::take(&mut self.counters),
-            hist: std::mem::replace(&mut self.hist, Histograms::new()),
+            hist: std::mem::take(&mut self.hist),
         }
     }
 }

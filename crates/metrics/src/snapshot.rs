@@ -1,7 +1,7 @@
 //! What a task hands to the aggregator each tick, and how those pieces merge.
 
 use crate::counters::Counters;
-use crate::{Histogram, Phase, new_histogram};
+use crate::{Histogram, Phase, new_full_histogram, new_histogram};
 use serde::{Deserialize, Serialize};
 
 /// Whether a snapshot came from a sending or a receiving task.
@@ -43,6 +43,15 @@ impl Histograms {
             publish: new_histogram(),
             send_delay: new_histogram(),
             e2e: new_histogram(),
+        }
+    }
+
+    /// Three full-range histograms, for accumulating a whole run in constant memory.
+    pub fn new_full() -> Self {
+        Self {
+            publish: new_full_histogram(),
+            send_delay: new_full_histogram(),
+            e2e: new_full_histogram(),
         }
     }
 

@@ -136,7 +136,7 @@ impl ReportBuilder {
                         self.phases.push((
                             i.phase,
                             Counters::default(),
-                            Histograms::new(),
+                            Histograms::new_full(),
                             f64::INFINITY,
                             0.0,
                         ));

@@ -88,6 +88,8 @@ pub struct End {
 }
 
 /// One line of the results file.
+// Records are written once per interval, never per message: their size does not matter.
+#[allow(clippy::large_enum_variant)]
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(tag = "type", rename_all = "snake_case")]
 pub enum Record {
@@ -185,7 +187,9 @@ pub fn read_records(input: impl BufRead) -> Result<Vec<Record>, ReportError> {
         }
         match serde_json::from_str::<Record>(line) {
             Ok(r) => out.push(r),
-            Err(_) if Some(i) == last && out.len() > 0 && !line.trim_end().ends_with('}') => break,
+            Err(_) if Some(i) == last && !out.is_empty() && !line.trim_end().ends_with('}') => {
+                break;
+            }
             Err(e) => {
                 return Err(ReportError::Parse {
                     line: i + 1,

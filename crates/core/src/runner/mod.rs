@@ -108,11 +108,14 @@ fn secs(t0: u64, now: u64) -> f64 {
     (now as f64 - t0 as f64) / 1e9
 }
 
+/// What a connect task returns: the client's index and the driver's answer (or a timeout).
+type Connected<T> = (
+    u32,
+    Result<Result<T, DriverError>, tokio::time::error::Elapsed>,
+);
+
 async fn connect_all<T: Send + 'static>(
-    mut set: JoinSet<(
-        u32,
-        Result<Result<T, DriverError>, tokio::time::error::Elapsed>,
-    )>,
+    mut set: JoinSet<Connected<T>>,
     role: &'static str,
     timeout: Duration,
 ) -> Result<Vec<T>, RunError> {

@@ -315,10 +315,10 @@ impl Producer for MemProducer {
         } else {
             NO_TOKEN
         };
-        if f.drop_every > 0 && n % f.drop_every == 0 {
+        if f.drop_every > 0 && n.is_multiple_of(f.drop_every) {
             return Ok(());
         }
-        if f.reorder_every > 0 && n % f.reorder_every == 0 && self.held.is_none() {
+        if f.reorder_every > 0 && n.is_multiple_of(f.reorder_every) && self.held.is_none() {
             self.held = Some((msg.stream, msg.payload.to_vec(), token));
             return Ok(());
         }
@@ -326,10 +326,10 @@ impl Producer for MemProducer {
         if let Some((s, b, t)) = self.held.take() {
             self.deliver(s, &b, t).await;
         }
-        if f.dup_every > 0 && n % f.dup_every == 0 {
+        if f.dup_every > 0 && n.is_multiple_of(f.dup_every) {
             self.deliver(msg.stream, msg.payload, token).await;
         }
-        if f.foreign_every > 0 && n % f.foreign_every == 0 {
+        if f.foreign_every > 0 && n.is_multiple_of(f.foreign_every) {
             self.deliver(msg.stream, b"not a msgbench payload", NO_TOKEN)
                 .await;
         }
