@@ -98,3 +98,46 @@ fn broker_restart_mid_run() {
     let file = std::fs::read_to_string(d.path("r.jsonl")).unwrap();
     assert!(file.lines().last().unwrap().contains("\"type\":\"end\""));
 }
+
+/// A message the server will never accept stops the producers with a clear error instead of
+/// retrying forever, and the run still ends with a report (exit code 1: nothing could be sent).
+#[test]
+fn oversized_messages_fail_fast() {
+    let d = TempDir::new("nats-oversize");
+    let started = std::time::Instant::now();
+    let o = msgbench(
+        &d.0,
+        &[
+            "run",
+            &nats_url(),
+            "-p",
+            "2",
+            "--size",
+            "9MiB",
+            "--messages",
+            "10",
+            "--warmup",
+            "0s",
+            "--drain",
+            "1s",
+            "--no-output",
+            "--quiet",
+        ],
+    );
+    assert!(
+        started.elapsed() < Duration::from_secs(20),
+        "took {:?}",
+        started.elapsed()
+    );
+    assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
+    assert!(
+        stdout(&o).contains("exceeds the server's max_payload"),
+        "{}",
+        stdout(&o)
+    );
+    assert!(
+        stderr(&o).contains("every producer stopped"),
+        "{}",
+        stderr(&o)
+    );
+}

@@ -175,6 +175,12 @@ pub fn run(args: RunArgs) -> Result<ExitCode> {
             }
         );
     }
+    if outcome.producers_failed >= plan.producers() {
+        eprintln!(
+            "error: every producer stopped on an error that retrying cannot fix (see the warnings above)"
+        );
+        return Ok(ExitCode::from(1));
+    }
     Ok(if outcome.interrupted {
         ExitCode::from(130)
     } else {

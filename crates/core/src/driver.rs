@@ -130,6 +130,12 @@ pub enum DriverError {
 }
 
 impl DriverError {
+    /// Whether retrying cannot help (a message the system will never accept, a wrong option):
+    /// the producer stops instead of retrying forever.
+    pub fn is_fatal(&self) -> bool {
+        matches!(self, DriverError::Config(_))
+    }
+
     /// The counter this error increments.
     pub fn kind(&self) -> ErrorKind {
         match self {

@@ -81,6 +81,8 @@ pub struct RunOutcome {
     pub drain_complete: bool,
     /// Things that make the figures less trustworthy, for the report.
     pub warnings: Vec<String>,
+    /// Producers that stopped on an error retrying could not fix.
+    pub producers_failed: u32,
 }
 
 /// Why a run could not start.
@@ -267,6 +269,7 @@ pub async fn run<D: Driver>(
     state.set_boundaries(warmup_end, measure_end.unwrap_or(u64::MAX));
     let (snap_tx, mut snap_rx) = mpsc::unbounded_channel::<Snapshot>();
     let (stop_tx, stop_rx) = watch::channel(false);
+    let (fatal_tx, mut fatal_rx) = mpsc::unbounded_channel::<String>();
     let mut agg = Aggregator::new(plan.tick.as_secs_f64());
     let receivers = plan.receivers_per_message();
 
@@ -317,6 +320,7 @@ pub async fn run<D: Driver>(
             state: state.clone(),
             snapshots: snap_tx.clone(),
             sent: counter,
+            fatal: fatal_tx.clone(),
         };
         producer_tasks.spawn_on(
             task.run(p, PayloadBuilder::new(plan.size, seed)),
@@ -339,6 +343,7 @@ pub async fn run<D: Driver>(
     let mut producers_done = false;
     let mut extra = Counters::default();
     let mut warnings = Vec::new();
+    let mut producers_failed = 0u32;
 
     let emit = |agg: &mut Aggregator,
                 upto: u64,
@@ -360,8 +365,10 @@ pub async fn run<D: Driver>(
             state.set_phase(phase);
             observer.event(&ev("phase", "measure".into(), now, t0));
         }
+        // Count-bounded: when every producer sent its share. Time-bounded: at the end time, or
+        // earlier if every producer had to stop.
         let measure_over = match measure_end {
-            Some(end) => now >= end,
+            Some(end) => now >= end || producers_done,
             None => producers_done,
         };
         if phase == Phase::Measure && (measure_over || interrupted) {
@@ -452,6 +459,13 @@ pub async fn run<D: Driver>(
                 };
                 observer.event(&ev(kind, e.detail, now_ns(), t0));
             }
+            Some(why) = fatal_rx.recv() => {
+                producers_failed += 1;
+                observer.event(&ev("error", why.clone(), now_ns(), t0));
+                if !warnings.contains(&why) {
+                    warnings.push(why);
+                }
+            }
             Some(_) = producer_tasks.join_next(), if !producers_done => {
                 if producer_tasks.is_empty() {
                     producers_done = true;
@@ -492,6 +506,13 @@ pub async fn run<D: Driver>(
     drop(workers);
     while let Some(s) = snap_rx.recv().await {
         agg.add(&s);
+    }
+    while let Ok(why) = fatal_rx.try_recv() {
+        producers_failed += 1;
+        observer.event(&ev("error", why.clone(), now_ns(), t0));
+        if !warnings.contains(&why) {
+            warnings.push(why);
+        }
     }
     while let Ok(e) = events.try_recv() {
         observer.event(&RunEvent {
@@ -546,5 +567,6 @@ pub async fn run<D: Driver>(
         interrupted,
         drain_complete: !warnings.iter().any(|w| w.starts_with("drain")),
         warnings,
+        producers_failed,
     })
 }

@@ -32,6 +32,8 @@ pub(crate) struct ProducerTask {
     pub state: Arc<RunState>,
     pub snapshots: UnboundedSender<Snapshot>,
     pub sent: Arc<OwnedCounter>,
+    /// Where a producer that has to give up says why.
+    pub fatal: UnboundedSender<String>,
 }
 
 /// Per-task tick bookkeeping shared by the producer and consumer loops.
@@ -262,6 +264,17 @@ impl ProducerTask {
                 }
                 Err(e) => {
                     rec.record_error(e.kind());
+                    if phase == Phase::Measure {
+                        // Attempts count toward a message quota, so a count-bounded run ends
+                        // even when sends keep failing.
+                        measured += 1;
+                    }
+                    if e.is_fatal() {
+                        let _ = this
+                            .fatal
+                            .send(format!("producer {} stopped: {e}", this.id));
+                        break;
+                    }
                     // Back off so a dead connection does not become a busy loop; the driver
                     // reconnects underneath.
                     consecutive_errors = consecutive_errors.saturating_add(1);

@@ -204,7 +204,7 @@ impl Producer for NatsProducer {
         }
         let max = self.conn.info.max_payload;
         if max > 0 && msg.payload.len() as u64 > max {
-            return Err(DriverError::Send(format!(
+            return Err(DriverError::Config(format!(
                 "a {}-byte message exceeds the server's max_payload of {max} bytes",
                 msg.payload.len()
             )));
