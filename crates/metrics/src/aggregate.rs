@@ -22,6 +22,9 @@ pub struct IntervalStats {
     pub counters: Counters,
     /// Merged latencies.
     pub histograms: Histograms,
+    /// CPU seconds the generator process used in this window (all threads). Compared with the
+    /// window length it shows whether the generator, not the system under test, was the limit.
+    pub cpu_s: f64,
 }
 
 impl IntervalStats {
@@ -45,6 +48,8 @@ pub struct PhaseTotals {
     pub counters: Counters,
     /// Merged latencies.
     pub histograms: Histograms,
+    /// CPU seconds the generator process used during the phase.
+    pub cpu_s: f64,
 }
 
 impl PhaseTotals {
@@ -55,6 +60,7 @@ impl PhaseTotals {
             end_s: 0.0,
             counters: Counters::default(),
             histograms: Histograms::new_full(),
+            cpu_s: 0.0,
         }
     }
 
@@ -91,11 +97,19 @@ struct ProducerAccount {
     receivers: u64,
 }
 
+/// An interval still collecting snapshots.
+#[derive(Debug, Default)]
+struct Pending {
+    counters: Counters,
+    histograms: Histograms,
+    cpu_s: f64,
+}
+
 /// Merges snapshots as they arrive. Owned by the runner's aggregation task; not shared.
 #[derive(Debug)]
 pub struct Aggregator {
     tick_s: f64,
-    pending: BTreeMap<(u64, Phase), (Counters, Histograms)>,
+    pending: BTreeMap<(u64, Phase), Pending>,
     phases: [PhaseTotals; 3],
     phase_bounds: [(Option<f64>, Option<f64>); 3],
     producers: HashMap<u32, ProducerAccount>,
@@ -148,15 +162,18 @@ impl Aggregator {
         if s.role == Role::Producer {
             self.producers.entry(s.task).or_default().sent += s.counters.sent;
         }
-        let entry = self
-            .pending
-            .entry((s.interval, s.phase))
-            .or_insert_with(|| (Counters::default(), Histograms::new()));
-        entry.0.merge(&s.counters);
-        entry.1.merge(&s.hist);
+        let entry = self.pending.entry((s.interval, s.phase)).or_default();
+        entry.counters.merge(&s.counters);
+        entry.histograms.merge(&s.hist);
         let totals = &mut self.phases[slot(s.phase)];
         totals.counters.merge(&s.counters);
         totals.histograms.merge(&s.hist);
+    }
+
+    /// Adds `cpu_s` seconds of generator CPU to interval `interval` of `phase`.
+    pub fn record_cpu(&mut self, interval: u64, phase: Phase, cpu_s: f64) {
+        self.pending.entry((interval, phase)).or_default().cpu_s += cpu_s;
+        self.phases[slot(phase)].cpu_s += cpu_s;
     }
 
     /// Removes and returns the intervals with index `<= upto`, oldest first.
@@ -164,7 +181,7 @@ impl Aggregator {
         let keep = self.pending.split_off(&(upto + 1, Phase::Warmup));
         let done = std::mem::replace(&mut self.pending, keep);
         done.into_iter()
-            .map(|((index, phase), (c, h))| self.interval(index, phase, c, h))
+            .map(|((index, phase), p)| self.interval(index, phase, p))
             .collect()
     }
 
@@ -173,13 +190,7 @@ impl Aggregator {
         self.take_intervals(u64::MAX - 1)
     }
 
-    fn interval(
-        &self,
-        index: u64,
-        phase: Phase,
-        counters: Counters,
-        histograms: Histograms,
-    ) -> IntervalStats {
+    fn interval(&self, index: u64, phase: Phase, p: Pending) -> IntervalStats {
         let (p_start, p_end) = self.phase_bounds[slot(phase)];
         let mut start_s = index as f64 * self.tick_s;
         let mut end_s = start_s + self.tick_s;
@@ -197,8 +208,9 @@ impl Aggregator {
             phase,
             start_s,
             end_s,
-            counters,
-            histograms,
+            counters: p.counters,
+            histograms: p.histograms,
+            cpu_s: p.cpu_s,
         }
     }
 

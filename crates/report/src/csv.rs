@@ -4,7 +4,7 @@ use crate::model::RunReport;
 use std::io::Write;
 
 /// The header row.
-pub const HEADER: &str = "index,phase,start_s,end_s,sent,sent_per_s,received,received_per_s,sent_bytes,received_bytes,acked,e2e_p50_us,e2e_p99_us,e2e_max_us,publish_p50_us,publish_p99_us,gaps_open,duplicated,reordered,foreign,late_sends,errors";
+pub const HEADER: &str = "index,phase,start_s,end_s,sent,sent_per_s,received,received_per_s,sent_bytes,received_bytes,acked,e2e_p50_us,e2e_p99_us,e2e_max_us,publish_p50_us,publish_p99_us,gaps_open,duplicated,reordered,foreign,late_sends,errors,cpu_s";
 
 /// Writes every interval as a CSV row.
 pub fn write(r: &RunReport, out: &mut dyn Write) -> std::io::Result<()> {
@@ -15,7 +15,7 @@ pub fn write(r: &RunReport, out: &mut dyn Write) -> std::io::Result<()> {
         let d = (row.end_s - row.start_s).max(1e-9);
         writeln!(
             out,
-            "{},{},{:.3},{:.3},{},{:.1},{},{:.1},{},{},{},{:.1},{:.1},{:.1},{:.1},{:.1},{},{},{},{},{},{}",
+            "{},{},{:.3},{:.3},{},{:.1},{},{:.1},{},{},{},{:.1},{:.1},{:.1},{:.1},{:.1},{},{},{},{},{},{},{:.3}",
             row.index,
             row.phase.name(),
             row.start_s,
@@ -37,7 +37,8 @@ pub fn write(r: &RunReport, out: &mut dyn Write) -> std::io::Result<()> {
             c.reordered,
             c.foreign,
             c.late_sends,
-            c.errors.total()
+            c.errors.total(),
+            row.cpu_s
         )?;
     }
     Ok(())

@@ -6,7 +6,7 @@ use msgbench_metrics::{IntervalStats, LatencySummary};
 /// The column header, printed once.
 pub fn header() -> String {
     format!(
-        "{:>7} {:>7} {:>11} {:>11} {:>8} {:>9} {:>9} {:>9} {:>8} {:>6} {:>6} {:>6}",
+        "{:>7} {:>7} {:>11} {:>11} {:>8} {:>9} {:>9} {:>9} {:>8} {:>6} {:>6} {:>6} {:>5}",
         "time_s",
         "phase",
         "sent/s",
@@ -18,7 +18,8 @@ pub fn header() -> String {
         "lost",
         "dup",
         "reord",
-        "errors"
+        "errors",
+        "cpu%"
     )
 }
 
@@ -30,7 +31,7 @@ pub fn line(iv: &IntervalStats, open_gaps_total: u64) -> String {
     let e2e = LatencySummary::of(&iv.histograms.e2e);
     let mb = (c.sent_bytes.max(c.received_bytes)) as f64 / d / 1e6;
     format!(
-        "{:>7.1} {:>7} {:>11.0} {:>11.0} {:>8.2} {:>9} {:>9} {:>9} {:>8} {:>6} {:>6} {:>6}",
+        "{:>7.1} {:>7} {:>11.0} {:>11.0} {:>8.2} {:>9} {:>9} {:>9} {:>8} {:>6} {:>6} {:>6} {:>5.0}",
         iv.end_s,
         iv.phase.name(),
         c.sent as f64 / d,
@@ -43,6 +44,7 @@ pub fn line(iv: &IntervalStats, open_gaps_total: u64) -> String {
         c.duplicated,
         c.reordered,
         c.errors.total(),
+        iv.cpu_s / d * 100.0,
     )
 }
 

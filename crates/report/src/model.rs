@@ -29,6 +29,10 @@ pub struct PhaseReport {
     pub send_delay: LatencySummary,
     /// End-to-end latency (intended → received), ns.
     pub e2e: LatencySummary,
+    /// CPU seconds the generator used in this phase.
+    pub cpu_s: f64,
+    /// Generator CPU seconds per million messages sent (0 when nothing was sent).
+    pub cpu_s_per_million_sent: f64,
 }
 
 /// The whole report of one run.
@@ -75,14 +79,28 @@ pub struct IntervalRow {
     pub e2e: LatencySummary,
     /// Publish latency, ns.
     pub publish: LatencySummary,
+    /// Generator CPU seconds in the window.
+    pub cpu_s: f64,
 }
 
 impl PhaseReport {
-    fn build(phase: Phase, duration_s: f64, counters: Counters, h: &Histograms) -> Self {
+    fn build(
+        phase: Phase,
+        duration_s: f64,
+        counters: Counters,
+        h: &Histograms,
+        cpu_s: f64,
+    ) -> Self {
         let d = duration_s.max(1e-9);
         PhaseReport {
             phase,
             duration_s,
+            cpu_s,
+            cpu_s_per_million_sent: if counters.sent == 0 {
+                0.0
+            } else {
+                cpu_s / counters.sent as f64 * 1e6
+            },
             sent_per_s: counters.sent as f64 / d,
             received_per_s: counters.received as f64 / d,
             sent_mb_per_s: counters.sent_bytes as f64 / d / 1e6,
@@ -101,10 +119,21 @@ impl PhaseReport {
 pub struct ReportBuilder {
     begin: Option<Begin>,
     end: Option<End>,
-    phases: Vec<(Phase, Counters, Histograms, f64, f64)>,
+    phases: Vec<PhaseAcc>,
     rows: Vec<IntervalRow>,
     events: Vec<EventRecord>,
     events_dropped: u64,
+}
+
+/// What a phase's intervals add up to.
+#[derive(Debug)]
+struct PhaseAcc {
+    phase: Phase,
+    counters: Counters,
+    histograms: Histograms,
+    start_s: f64,
+    end_s: f64,
+    cpu_s: f64,
 }
 
 /// Events kept in a report; more are counted, not stored.
@@ -130,24 +159,26 @@ impl ReportBuilder {
             }
             Record::Event(_) => {}
             Record::Interval(i) => {
-                let slot = match self.phases.iter().position(|p| p.0 == i.phase) {
+                let slot = match self.phases.iter().position(|p| p.phase == i.phase) {
                     Some(k) => k,
                     None => {
-                        self.phases.push((
-                            i.phase,
-                            Counters::default(),
-                            Histograms::new_full(),
-                            f64::INFINITY,
-                            0.0,
-                        ));
+                        self.phases.push(PhaseAcc {
+                            phase: i.phase,
+                            counters: Counters::default(),
+                            histograms: Histograms::new_full(),
+                            start_s: f64::INFINITY,
+                            end_s: 0.0,
+                            cpu_s: 0.0,
+                        });
                         self.phases.len() - 1
                     }
                 };
                 let p = &mut self.phases[slot];
-                p.1.merge(&i.counters);
-                p.2.merge(&i.histograms);
-                p.3 = p.3.min(i.start_s);
-                p.4 = p.4.max(i.end_s);
+                p.counters.merge(&i.counters);
+                p.histograms.merge(&i.histograms);
+                p.start_s = p.start_s.min(i.start_s);
+                p.end_s = p.end_s.max(i.end_s);
+                p.cpu_s += i.cpu_s;
                 self.rows.push(IntervalRow {
                     index: i.index,
                     phase: i.phase,
@@ -156,6 +187,7 @@ impl ReportBuilder {
                     counters: i.counters,
                     e2e: LatencySummary::of(&i.histograms.e2e),
                     publish: LatencySummary::of(&i.histograms.publish),
+                    cpu_s: i.cpu_s,
                 });
             }
         }
@@ -170,18 +202,24 @@ impl ReportBuilder {
         let end = self.end.as_ref();
         let mut phases = Vec::new();
         for phase in Phase::ALL {
-            let seen = self.phases.iter().find(|p| p.0 == phase);
+            let seen = self.phases.iter().find(|p| p.phase == phase);
             let from_end = end.and_then(|e| e.phases.iter().find(|p| p.phase == phase));
-            let (c, h, start, stop) = match seen {
-                Some((_, c, h, start, stop)) => (*c, h.clone(), *start, *stop),
-                None if from_end.is_some() => (Counters::default(), Histograms::new(), 0.0, 0.0),
-                None => continue,
-            };
-            let duration_s = match from_end {
-                Some(p) => p.duration_s(),
-                None => (stop - start).max(0.0),
-            };
-            phases.push(PhaseReport::build(phase, duration_s, c, &h));
+            // Counts, latencies and CPU come from the intervals; the phase length from `end`
+            // when the run finished (intervals are clipped to whole ticks otherwise).
+            phases.push(match (seen, from_end) {
+                (None, None) => continue,
+                (Some(a), _) => {
+                    let d = from_end.map_or((a.end_s - a.start_s).max(0.0), |p| p.duration_s());
+                    PhaseReport::build(phase, d, a.counters, &a.histograms, a.cpu_s)
+                }
+                (None, Some(p)) => PhaseReport::build(
+                    phase,
+                    p.duration_s(),
+                    Counters::default(),
+                    &Histograms::new(),
+                    0.0,
+                ),
+            });
         }
 
         let mut warnings = end.map(|e| e.warnings.clone()).unwrap_or_default();

@@ -67,6 +67,15 @@ fn phase_block(out: &mut dyn Write, p: &PhaseReport) -> std::io::Result<()> {
             e.protocol
         )?;
     }
+    if p.cpu_s > 0.0 {
+        writeln!(
+            out,
+            "  generator {:>14.2} CPU-s ({:.0}% of one core, {:.3} CPU-s per million sent)",
+            p.cpu_s,
+            p.cpu_s / p.duration_s.max(1e-9) * 100.0,
+            p.cpu_s_per_million_sent
+        )?;
+    }
     if p.publish.count + p.send_delay.count + p.e2e.count > 0 {
         writeln!(
             out,

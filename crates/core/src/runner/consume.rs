@@ -43,6 +43,8 @@ impl ConsumerTask {
     #[inline]
     fn on_delivery(&self, b: &mut Books, d: &Delivery) {
         let now = now_ns();
+        // Close the interval (or phase) first: this delivery belongs to the one now starts.
+        self.tick(b, now);
         match Stamp::read(&d.payload) {
             Ok(s) if s.run_id == self.run_id => {
                 b.rec
@@ -59,7 +61,6 @@ impl ConsumerTask {
             }
             _ => b.rec.record_foreign(),
         }
-        self.tick(b, now);
     }
 
     #[inline]

@@ -106,6 +106,27 @@ pub enum RunError {
     Interrupted,
 }
 
+/// CPU seconds this process has used so far (user + system, all threads).
+fn process_cpu_s() -> f64 {
+    // SAFETY: getrusage fills the struct we own.
+    let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
+    if unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut ru) } != 0 {
+        return 0.0;
+    }
+    let tv = |t: libc::timeval| t.tv_sec as f64 + t.tv_usec as f64 / 1e6;
+    tv(ru.ru_utime) + tv(ru.ru_stime)
+}
+
+/// The interval that contains the instant just before `at` (so a phase ending exactly on a tick
+/// is credited to the interval it ends), never one already emitted.
+fn interval_before(at: u64, t0: u64, tick_ns: u64, emitted: Option<u64>) -> u64 {
+    let k = at.saturating_sub(1).saturating_sub(t0) / tick_ns;
+    match emitted {
+        Some(e) if k <= e => e + 1,
+        _ => k,
+    }
+}
+
 fn secs(t0: u64, now: u64) -> f64 {
     (now as f64 - t0 as f64) / 1e9
 }
@@ -344,6 +365,9 @@ pub async fn run<D: Driver>(
     let mut extra = Counters::default();
     let mut warnings = Vec::new();
     let mut producers_failed = 0u32;
+    let mut cpu_mark = process_cpu_s();
+    // When each phase began, for crediting CPU samples to the right phase.
+    let mut timeline: Vec<(u64, Phase)> = vec![(t0, first_phase)];
 
     let emit = |agg: &mut Aggregator,
                 upto: u64,
@@ -359,9 +383,14 @@ pub async fn run<D: Driver>(
         let now = now_ns();
         // Phase transitions.
         if phase == Phase::Warmup && now >= warmup_end {
+            let k = interval_before(warmup_end, t0, tick_ns, emitted);
+            let cpu = process_cpu_s();
+            agg.record_cpu(k, Phase::Warmup, cpu - cpu_mark);
+            cpu_mark = cpu;
             agg.end_phase(Phase::Warmup, secs(t0, warmup_end));
             agg.begin_phase(Phase::Measure, secs(t0, warmup_end));
             phase = Phase::Measure;
+            timeline.push((warmup_end, phase));
             state.set_phase(phase);
             observer.event(&ev("phase", "measure".into(), now, t0));
         }
@@ -373,9 +402,14 @@ pub async fn run<D: Driver>(
         };
         if phase == Phase::Measure && (measure_over || interrupted) {
             let at = measure_end.map_or(now, |e| e.min(now));
+            let k = interval_before(at, t0, tick_ns, emitted);
+            let cpu = process_cpu_s();
+            agg.record_cpu(k, Phase::Measure, cpu - cpu_mark);
+            cpu_mark = cpu;
             agg.end_phase(Phase::Measure, secs(t0, at));
             agg.begin_phase(Phase::Drain, secs(t0, at));
             phase = Phase::Drain;
+            timeline.push((at, phase));
             state.set_phase(phase);
             state.set_boundaries(warmup_end.min(at), at);
             state.stop_producers();
@@ -390,9 +424,14 @@ pub async fn run<D: Driver>(
             observer.event(&ev("phase", "drain".into(), now, t0));
         }
         if phase == Phase::Warmup && interrupted {
+            let k = interval_before(now, t0, tick_ns, emitted);
+            let cpu = process_cpu_s();
+            agg.record_cpu(k, Phase::Warmup, cpu - cpu_mark);
+            cpu_mark = cpu;
             agg.end_phase(Phase::Warmup, secs(t0, now));
             agg.begin_phase(Phase::Drain, secs(t0, now));
             phase = Phase::Drain;
+            timeline.push((now, phase));
             state.set_phase(phase);
             state.set_boundaries(now, now);
             state.stop_producers();
@@ -476,6 +515,13 @@ pub async fn run<D: Driver>(
                 if now >= next_emit {
                     let k = (now - grace_ns - t0) / tick_ns;
                     let upto = k.saturating_sub(1);
+                    // CPU since the last sample, credited to the interval being emitted, in the
+                    // phase it ended in (a phase change in between took its own sample).
+                    let cpu = process_cpu_s();
+                    let idx = emitted.map_or(upto, |e| upto.max(e + 1));
+                    let ended_in = timeline.iter().rev().find(|(start, _)| *start < t0 + (idx + 1) * tick_ns).map_or(phase, |(_, p)| *p);
+                    agg.record_cpu(idx, ended_in, cpu - cpu_mark);
+                    cpu_mark = cpu;
                     if extra != Counters::default() {
                         let mut s = Snapshot { role: Role::Consumer, task: u32::MAX, phase, interval: upto,
                             counters: std::mem::take(&mut extra), hist: Default::default() };
@@ -526,11 +572,13 @@ pub async fn run<D: Driver>(
             role: Role::Consumer,
             task: u32::MAX,
             phase,
-            interval: emitted.map_or(0, |e| e + 1),
+            interval: interval_before(end, t0, tick_ns, emitted),
             counters: extra,
             hist: Default::default(),
         });
     }
+    let last = interval_before(end, t0, tick_ns, emitted);
+    agg.record_cpu(last, phase, process_cpu_s() - cpu_mark);
     agg.end_phase(phase, secs(t0, end));
     for iv in agg.take_all_intervals() {
         observer.interval(&iv);

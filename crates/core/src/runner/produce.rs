@@ -226,6 +226,15 @@ impl ProducerTask {
                     break;
                 }
             }
+            // Likewise close a finished interval before recording a send that belongs to the
+            // next one.
+            if let Some(k) = ticker.due(sent_ns) {
+                if this.acks {
+                    let expired = window.expire(sent_ns.saturating_sub(this.ack_timeout_ns));
+                    rec.counters_mut().errors.add(ErrorKind::Timeout, expired);
+                }
+                this.flush_snapshot(&mut rec, phase, k);
+            }
             let intended_ns = intended.unwrap_or(sent_ns);
             let stamp = Stamp {
                 run_id: this.run_id,
@@ -281,13 +290,6 @@ impl ProducerTask {
                     let pause = 1_000_000u64 << consecutive_errors.min(7);
                     sleep_until_ns(&mut timer, now_ns() + pause).await;
                 }
-            }
-            if let Some(k) = ticker.due(sent_ns) {
-                if this.acks {
-                    let expired = window.expire(sent_ns.saturating_sub(this.ack_timeout_ns));
-                    rec.counters_mut().errors.add(ErrorKind::Timeout, expired);
-                }
-                this.flush_snapshot(&mut rec, phase, k);
             }
         }
 
