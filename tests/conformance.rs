@@ -48,7 +48,12 @@ fn pub_sub_delivers_everything_once() {
             u(&m["counters"]["received"]),
             "{name}"
         );
-        assert!(u(&m["e2e"]["min"]) > 0, "{name}: e2e latencies recorded");
+        // Latencies are recorded. (Not `min > 0`: on a VM two vCPUs' clocks can differ by a
+        // few hundred ns, and a delivery read "before" its stamp is clamped to 0.)
+        assert!(
+            u(&m["e2e"]["count"]) > 0 && u(&m["e2e"]["p50"]) > 0,
+            "{name}: e2e latencies recorded"
+        );
         assert_eq!(u(&m["counters"]["errors"]["send"]), 0, "{name}");
     }
 }

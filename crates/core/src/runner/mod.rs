@@ -36,8 +36,10 @@ use msgbench_metrics::{
 use produce::ProducerTask;
 use serde::{Deserialize, Serialize};
 use state::{OwnedCounter, RunState};
+use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
+use tokio::runtime::Handle;
 use tokio::sync::{mpsc, watch};
 use tokio::task::JoinSet;
 use workers::Workers;
@@ -131,35 +133,60 @@ fn secs(t0: u64, now: u64) -> f64 {
     (now as f64 - t0 as f64) / 1e9
 }
 
-/// What a connect task returns: the client's index and the driver's answer (or a timeout).
-type Connected<T> = (
-    u32,
-    Result<Result<T, DriverError>, tokio::time::error::Elapsed>,
-);
-
-async fn connect_all<T: Send + 'static>(
-    mut set: JoinSet<Connected<T>>,
+/// Connects one client per spec, concurrently, each on the worker it will run on; returns the
+/// clients in spec order with their workers. The first failure (or timeout) fails the run.
+async fn connect_all<D, S, T, F, Fut>(
+    workers: &mut Workers,
+    specs: impl Iterator<Item = S>,
     role: &'static str,
     timeout: Duration,
-) -> Result<Vec<T>, RunError> {
-    let mut out: Vec<(u32, T)> = Vec::with_capacity(set.len());
+    connect: F,
+    driver: &Arc<D>,
+) -> Result<(Vec<T>, Vec<Handle>), RunError>
+where
+    D: Driver,
+    S: Send + 'static,
+    T: Send + 'static,
+    F: Fn(Arc<D>, S) -> Fut,
+    Fut: Future<Output = Result<T, DriverError>> + Send + 'static,
+{
+    let mut set = JoinSet::new();
+    let mut homes = Vec::new();
+    for (id, spec) in specs.enumerate() {
+        let home = workers.next_handle();
+        let attempt = connect(driver.clone(), spec);
+        // The timer is created on the worker, with the connection.
+        set.spawn_on(
+            async move { (id, tokio::time::timeout(timeout, attempt).await) },
+            &home,
+        );
+        homes.push(home);
+    }
+    let mut out: Vec<(usize, T)> = Vec::with_capacity(set.len());
     while let Some(joined) = set.join_next().await {
         let (id, r) =
             joined.map_err(|e| RunError::Unsupported(format!("connect task failed: {e}")))?;
+        let id32 = id as u32;
         match r {
             Ok(Ok(v)) => out.push((id, v)),
-            Ok(Err(source)) => return Err(RunError::Connect { role, id, source }),
+            Ok(Err(source)) => {
+                return Err(RunError::Connect {
+                    role,
+                    id: id32,
+                    source,
+                });
+            }
             Err(_) => {
                 return Err(RunError::Connect {
                     role,
-                    id,
+                    id: id32,
                     source: DriverError::Timeout(format!("no connection within {timeout:?}")),
                 });
             }
         }
     }
     out.sort_by_key(|(id, _)| *id);
-    Ok(out.into_iter().map(|(_, v)| v).collect())
+    Ok((out.into_iter().map(|(_, v)| v).collect(), homes))
 }
 
 /// Runs `plan` against `driver`, reporting to `observer`. Driver events arrive on `events`.
@@ -201,62 +228,40 @@ pub async fn run<D: Driver>(
     // Every task runs on the worker its connection was made on.
     let mut workers = Workers::start(plan.workers)
         .map_err(|e| RunError::Unsupported(format!("cannot start worker threads: {e}")))?;
-    let mut consumer_homes = Vec::new();
-    let mut producer_homes = Vec::new();
 
     // Consumers first: their subscriptions must be live before the first message.
-    let mut set = JoinSet::new();
     let group = match &plan.subscription {
         SubscriptionMode::Fanout => None,
         SubscriptionMode::Queue { group } => Some(group.clone()),
     };
-    let mut id = 0u32;
-    for topic in &plan.topics {
-        for _ in 0..plan.consumers_per_topic {
-            let spec = ConsumerSpec {
-                id,
-                topic: topic.clone(),
-                group: group.clone(),
-                respond: plan.request_reply,
-            };
-            let d = driver.clone();
-            let t = plan.connect_timeout;
-            let home = workers.next_handle();
-            set.spawn_on(
-                async move { (spec.id, tokio::time::timeout(t, d.consumer(&spec)).await) },
-                &home,
-            );
-            consumer_homes.push(home);
-            id += 1;
-        }
-    }
-    let consumers = tokio::select! {
-        r = connect_all(set, "consumer", plan.connect_timeout) => r?,
+    let consumer_specs = plan
+        .topics
+        .iter()
+        .flat_map(|t| std::iter::repeat_n(t, plan.consumers_per_topic as usize));
+    let consumer_specs = consumer_specs.enumerate().map(|(id, topic)| ConsumerSpec {
+        id: id as u32,
+        topic: topic.clone(),
+        group: group.clone(),
+        respond: plan.request_reply,
+    });
+    let (consumers, consumer_homes) = tokio::select! {
+        r = connect_all(&mut workers, consumer_specs, "consumer", plan.connect_timeout,
+                        |d, spec: ConsumerSpec| async move { d.consumer(&spec).await }, &driver) => r?,
         _ = shutdown.reached(1) => return Err(RunError::Interrupted),
     };
-    let mut set = JoinSet::new();
-    let mut id = 0u32;
-    for topic in &plan.topics {
-        for _ in 0..plan.producers_per_topic {
-            let spec = ProducerSpec {
-                id,
-                topics: vec![topic.clone()],
-                request_reply: plan.request_reply,
-                max_in_flight: plan.max_in_flight,
-            };
-            let d = driver.clone();
-            let t = plan.connect_timeout;
-            let home = workers.next_handle();
-            set.spawn_on(
-                async move { (spec.id, tokio::time::timeout(t, d.producer(&spec)).await) },
-                &home,
-            );
-            producer_homes.push(home);
-            id += 1;
-        }
-    }
-    let producers = tokio::select! {
-        r = connect_all(set, "producer", plan.connect_timeout) => r?,
+    let producer_specs = plan
+        .topics
+        .iter()
+        .flat_map(|t| std::iter::repeat_n(t, plan.producers_per_topic as usize));
+    let producer_specs = producer_specs.enumerate().map(|(id, topic)| ProducerSpec {
+        id: id as u32,
+        topics: vec![topic.clone()],
+        request_reply: plan.request_reply,
+        max_in_flight: plan.max_in_flight,
+    });
+    let (producers, producer_homes) = tokio::select! {
+        r = connect_all(&mut workers, producer_specs, "producer", plan.connect_timeout,
+                        |d, spec: ProducerSpec| async move { d.producer(&spec).await }, &driver) => r?,
         _ = shutdown.reached(1) => return Err(RunError::Interrupted),
     };
 

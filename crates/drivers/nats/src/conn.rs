@@ -289,17 +289,23 @@ impl Conn {
             if let Some(op) = proto::parse(&mut self.rbuf).map_err(|e| io_err(e.0))? {
                 return Ok(op);
             }
-            let s = self
-                .stream
-                .as_mut()
-                .ok_or_else(|| io::Error::from(io::ErrorKind::NotConnected))?;
-            if self.rbuf.capacity() - self.rbuf.len() < 16 * 1024 {
-                self.rbuf.reserve(64 * 1024);
-            }
-            if s.read_buf(&mut self.rbuf).await? == 0 {
-                return Err(io::ErrorKind::UnexpectedEof.into());
-            }
+            self.fill().await?;
         }
+    }
+
+    /// Reads more bytes into the read buffer. Cancel-safe (`read_buf` is).
+    async fn fill(&mut self) -> io::Result<()> {
+        let s = self
+            .stream
+            .as_mut()
+            .ok_or_else(|| io::Error::from(io::ErrorKind::NotConnected))?;
+        if self.rbuf.capacity() - self.rbuf.len() < 16 * 1024 {
+            self.rbuf.reserve(64 * 1024);
+        }
+        if s.read_buf(&mut self.rbuf).await? == 0 {
+            return Err(io::ErrorKind::UnexpectedEof.into());
+        }
+        Ok(())
     }
 
     /// The next message, answering PINGs and flushing queued writes while it waits. Cancel-safe.
@@ -312,16 +318,7 @@ impl Conn {
                 continue;
             }
             self.flush().await?;
-            let s = self
-                .stream
-                .as_mut()
-                .ok_or_else(|| io::Error::from(io::ErrorKind::NotConnected))?;
-            if self.rbuf.capacity() - self.rbuf.len() < 16 * 1024 {
-                self.rbuf.reserve(64 * 1024);
-            }
-            if s.read_buf(&mut self.rbuf).await? == 0 {
-                return Err(io::ErrorKind::UnexpectedEof.into());
-            }
+            self.fill().await?;
         }
     }
 
