@@ -29,7 +29,7 @@ measure() {
 import json, sys
 r = json.load(open(sys.argv[1]))
 u, s, rss = open(sys.argv[2]).read().split()[-3:]
-m = [p for p in r["phases"] if p["phase"] == "measure"][0]
+m = r["result"]
 total_msgs = sum(p["counters"]["received"] for p in r["phases"])
 cpu = float(u) + float(s)
 print(f'{m["received_per_s"]:.0f} {cpu / max(total_msgs, 1) * 1e6:.3f} {rss} {r["integrity"]["lost"]}')

@@ -95,6 +95,10 @@ pub struct RunArgs {
     /// constant | poisson | ramp:FROM..TO/OVER | steps:RATE/DUR,... | burst:SIZE/EVERY
     #[arg(long)]
     pub rate_shape: Option<String>,
+    /// How paced sends wait: efficient (timer on a 50 µs grid, little CPU) or precise
+    /// (spin the last 300 µs: smallest send delay, busy core).
+    #[arg(long, value_enum)]
+    pub pacing: Option<PacingArg>,
     /// Message size including the 40-byte stamp: 1KiB, 512, or a range 100..2KiB.
     #[arg(long, short = 's')]
     pub size: Option<String>,
@@ -172,4 +176,13 @@ pub enum FormatArg {
     Json,
     /// One CSV row per interval.
     Csv,
+}
+
+/// `--pacing` values.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum PacingArg {
+    /// Kernel timer on a 50 µs grid.
+    Efficient,
+    /// Timer, then spin the last 300 µs.
+    Precise,
 }

@@ -1,8 +1,9 @@
 //! The one place where command-line flags and a scenario file become a validated `RunPlan`.
 
-use super::args::RunArgs;
+use super::args::{PacingArg, RunArgs};
 use anyhow::{Context, Result, anyhow, bail};
 use msgbench_core::pacer::{RateShape, Step};
+use msgbench_core::scenario::plan::Pacing;
 use msgbench_core::scenario::{ConsumerMode, RateSpec, RunPlan, Scenario, resolve};
 use msgbench_core::units::{parse_count, parse_duration};
 use std::path::Path;
@@ -80,6 +81,10 @@ fn flags_to_scenario(a: &RunArgs) -> Result<Scenario> {
     };
     s.producers.size = a.size.clone();
     s.producers.max_in_flight = a.max_in_flight;
+    s.producers.pacing = a.pacing.map(|p| match p {
+        PacingArg::Efficient => Pacing::Efficient,
+        PacingArg::Precise => Pacing::Precise,
+    });
     s.producers.ack_timeout = a.ack_timeout.clone();
     if a.request_reply {
         s.producers.request_reply = Some(true);

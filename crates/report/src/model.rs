@@ -11,8 +11,11 @@ use serde::{Deserialize, Serialize};
 pub struct PhaseReport {
     /// Which phase.
     pub phase: Phase,
-    /// Phase length, seconds.
+    /// Phase length, seconds (the basis of the send rates).
     pub duration_s: f64,
+    /// The basis of the receive rates, seconds: the phase length, or for the run's result the
+    /// measure phase plus the drain that collected its in-flight messages.
+    pub receive_duration_s: f64,
     /// Summed counts.
     pub counters: Counters,
     /// Messages sent per second.
@@ -50,7 +53,12 @@ pub struct RunReport {
     pub interrupted: bool,
     /// Seconds from start to end (or to the last interval when incomplete).
     pub duration_s: f64,
-    /// Phases that ran, in order.
+    /// The result of the run: what was sent in the measure phase, and every delivery, ack and
+    /// latency of those messages, including the ones collected during the drain (producers
+    /// never send in the drain, so all it records belongs to measured messages; leaving it out
+    /// would drop the slowest deliveries). `None` if the measure phase never started.
+    pub result: Option<PhaseReport>,
+    /// Each phase as recorded (by the time things happened), in order.
     pub phases: Vec<PhaseReport>,
     /// Final delivery account (from `end`; estimated from open gaps when incomplete).
     pub integrity: Integrity,
@@ -87,14 +95,17 @@ impl PhaseReport {
     fn build(
         phase: Phase,
         duration_s: f64,
+        receive_duration_s: f64,
         counters: Counters,
         h: &Histograms,
         cpu_s: f64,
     ) -> Self {
         let d = duration_s.max(1e-9);
+        let rd = receive_duration_s.max(1e-9);
         PhaseReport {
             phase,
             duration_s,
+            receive_duration_s,
             cpu_s,
             cpu_s_per_million_sent: if counters.sent == 0 {
                 0.0
@@ -102,9 +113,9 @@ impl PhaseReport {
                 cpu_s / counters.sent as f64 * 1e6
             },
             sent_per_s: counters.sent as f64 / d,
-            received_per_s: counters.received as f64 / d,
+            received_per_s: counters.received as f64 / rd,
             sent_mb_per_s: counters.sent_bytes as f64 / d / 1e6,
-            received_mb_per_s: counters.received_bytes as f64 / d / 1e6,
+            received_mb_per_s: counters.received_bytes as f64 / rd / 1e6,
             publish: LatencySummary::of(&h.publish),
             send_delay: LatencySummary::of(&h.send_delay),
             e2e: LatencySummary::of(&h.e2e),
@@ -200,27 +211,41 @@ impl ReportBuilder {
     pub fn finish(self) -> Result<RunReport, ReportError> {
         let begin = self.begin.ok_or(ReportError::NoBegin)?;
         let end = self.end.as_ref();
-        let mut phases = Vec::new();
+        // Counts, latencies and CPU come from the intervals; the phase length from `end` when the
+        // run finished (intervals are clipped to whole ticks otherwise).
+        let mut recorded: Vec<(Phase, f64, Counters, Histograms, f64)> = Vec::new();
         for phase in Phase::ALL {
             let seen = self.phases.iter().find(|p| p.phase == phase);
             let from_end = end.and_then(|e| e.phases.iter().find(|p| p.phase == phase));
-            // Counts, latencies and CPU come from the intervals; the phase length from `end`
-            // when the run finished (intervals are clipped to whole ticks otherwise).
-            phases.push(match (seen, from_end) {
+            recorded.push(match (seen, from_end) {
                 (None, None) => continue,
                 (Some(a), _) => {
                     let d = from_end.map_or((a.end_s - a.start_s).max(0.0), |p| p.duration_s());
-                    PhaseReport::build(phase, d, a.counters, &a.histograms, a.cpu_s)
+                    (phase, d, a.counters, a.histograms.clone(), a.cpu_s)
                 }
-                (None, Some(p)) => PhaseReport::build(
+                (None, Some(p)) => (
                     phase,
                     p.duration_s(),
                     Counters::default(),
-                    &Histograms::new(),
+                    Histograms::new(),
                     0.0,
                 ),
             });
         }
+        let phases: Vec<PhaseReport> = recorded
+            .iter()
+            .map(|(p, d, c, h, cpu)| PhaseReport::build(*p, *d, *d, *c, h, *cpu))
+            .collect();
+        let result = recorded.iter().find(|r| r.0 == Phase::Measure).map(|m| {
+            let (mut c, mut h, mut cpu, mut rd) = (m.2, m.3.clone(), m.4, m.1);
+            if let Some(drain) = recorded.iter().find(|r| r.0 == Phase::Drain) {
+                c.merge(&drain.2);
+                h.merge(&drain.3);
+                cpu += drain.4;
+                rd += drain.1;
+            }
+            PhaseReport::build(Phase::Measure, m.1, rd, c, &h, cpu)
+        });
 
         let mut warnings = end.map(|e| e.warnings.clone()).unwrap_or_default();
         let integrity = match end {
@@ -268,6 +293,7 @@ impl ReportBuilder {
             phases,
             integrity,
             warnings,
+            result,
             events: self.events,
             intervals: self.rows,
             begin,
@@ -285,8 +311,8 @@ impl RunReport {
         b.finish()
     }
 
-    /// The measure phase, if it ran.
+    /// The result of the run (measure phase plus its drain), if the measure phase ran.
     pub fn measure(&self) -> Option<&PhaseReport> {
-        self.phases.iter().find(|p| p.phase == Phase::Measure)
+        self.result.as_ref()
     }
 }

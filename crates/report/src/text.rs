@@ -27,7 +27,15 @@ fn stage_row(out: &mut dyn Write, name: &str, s: &LatencySummary) -> std::io::Re
 
 fn phase_block(out: &mut dyn Write, p: &PhaseReport) -> std::io::Result<()> {
     let c = &p.counters;
-    writeln!(out, "{} ({:.2}s)", p.phase.name(), p.duration_s)?;
+    if p.receive_duration_s > p.duration_s {
+        writeln!(
+            out,
+            "result: measure phase ({:.2}s) and its drain (received over {:.2}s)",
+            p.duration_s, p.receive_duration_s
+        )?;
+    } else {
+        writeln!(out, "result: measure phase ({:.2}s)", p.duration_s)?;
+    }
     writeln!(
         out,
         "  sent      {:>14} msgs {:>14.1} msgs/s {:>10.2} MB/s",
@@ -105,19 +113,24 @@ pub fn write(r: &RunReport, out: &mut dyn Write) -> std::io::Result<()> {
         r.begin.tool
     )?;
     writeln!(out)?;
-    // The measure phase is the result; warm-up and drain are shown briefly for context.
-    for p in r.phases.iter().filter(|p| p.phase == Phase::Measure) {
+    // The result: measured sends, and every delivery of them (drain included).
+    if let Some(p) = &r.result {
         phase_block(out, p)?;
         writeln!(out)?;
     }
-    for p in r.phases.iter().filter(|p| p.phase != Phase::Measure) {
+    for p in &r.phases {
         writeln!(
             out,
-            "{:<8} {:>6.2}s  sent {} received {} (excluded from the summary)",
+            "{:<8} {:>6.2}s  sent {} received {}{}",
             p.phase.name(),
             p.duration_s,
             p.counters.sent,
-            p.counters.received
+            p.counters.received,
+            match p.phase {
+                Phase::Warmup => " (excluded from the result)",
+                Phase::Measure => "",
+                Phase::Drain => " (deliveries of measured messages: part of the result)",
+            }
         )?;
     }
     let i = &r.integrity;

@@ -340,6 +340,7 @@ pub async fn run<D: Driver>(
             acks,
             window: plan.max_in_flight,
             ack_timeout_ns: plan.ack_timeout.as_nanos() as u64,
+            pacing: plan.pacing,
             t0_ns: t0,
             tick_ns,
             late_ns: plan.late_threshold.as_nanos() as u64,

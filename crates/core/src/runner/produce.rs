@@ -29,6 +29,8 @@ pub(crate) struct ProducerTask {
     pub t0_ns: u64,
     pub tick_ns: u64,
     pub late_ns: u64,
+    /// How paced sends wait for their intended time.
+    pub pacing: super::timer::Pacing,
     pub state: Arc<RunState>,
     pub snapshots: UnboundedSender<Snapshot>,
     pub sent: Arc<OwnedCounter>,
@@ -149,7 +151,7 @@ impl ProducerTask {
         let mut last_ns = this.t0_ns;
         let unpaced = pacer.is_unlimited();
 
-        sleep_until_ns(&mut timer, this.t0_ns).await;
+        sleep_until_ns(&mut timer, this.t0_ns, this.pacing).await;
         'send: loop {
             if this.state.producers_stopped() {
                 break;
@@ -191,7 +193,7 @@ impl ProducerTask {
                     if let Err(e) = p.idle().await {
                         rec.record_error(e.kind());
                     }
-                    sleep_until_ns(&mut timer, at.min(ticker.next_ns)).await;
+                    sleep_until_ns(&mut timer, at.min(ticker.next_ns), this.pacing).await;
                 }
             }
 
@@ -288,7 +290,7 @@ impl ProducerTask {
                     // reconnects underneath.
                     consecutive_errors = consecutive_errors.saturating_add(1);
                     let pause = 1_000_000u64 << consecutive_errors.min(7);
-                    sleep_until_ns(&mut timer, now_ns() + pause).await;
+                    sleep_until_ns(&mut timer, now_ns() + pause, this.pacing).await;
                 }
             }
         }
@@ -323,9 +325,9 @@ impl ProducerTask {
     }
 }
 
-async fn sleep_until_ns(timer: &mut Option<PreciseTimer>, at: u64) {
+async fn sleep_until_ns(timer: &mut Option<PreciseTimer>, at: u64, pacing: super::timer::Pacing) {
     match timer {
-        Some(t) => t.wait_until(at).await,
+        Some(t) => t.wait_until(at, pacing).await,
         None => tokio::time::sleep_until(to_instant(at)).await,
     }
 }

@@ -100,6 +100,8 @@ pub struct ProducersSection {
     pub request_reply: Option<bool>,
     /// How long to wait for an ack (or reply) before counting a timeout, e.g. `"30s"`.
     pub ack_timeout: Option<String>,
+    /// `"efficient"` (default) or `"precise"`: see [`plan::Pacing`].
+    pub pacing: Option<plan::Pacing>,
 }
 
 /// How consumers of one topic share it.
@@ -210,40 +212,72 @@ impl Scenario {
                 *base = top;
             }
         }
-        pick(&mut self.name, over.name);
-        pick(&mut self.target, over.target);
-        pick(&mut self.topics.count, over.topics.count);
-        pick(&mut self.topics.pattern, over.topics.pattern);
-        pick(&mut self.producers.per_topic, over.producers.per_topic);
-        pick(&mut self.producers.rate, over.producers.rate);
-        pick(&mut self.producers.size, over.producers.size);
-        pick(
-            &mut self.producers.max_in_flight,
-            over.producers.max_in_flight,
-        );
-        pick(
-            &mut self.producers.request_reply,
-            over.producers.request_reply,
-        );
-        pick(&mut self.consumers.per_topic, over.consumers.per_topic);
-        pick(&mut self.consumers.mode, over.consumers.mode);
-        pick(&mut self.consumers.group, over.consumers.group);
-        if over.phases.messages.is_some() {
+        // Destructured field by field: a field added to the scenario and not merged here is a
+        // compile error, not a flag that silently does nothing.
+        let Scenario {
+            name,
+            target,
+            topics: TopicsSection { count, pattern },
+            producers:
+                ProducersSection {
+                    per_topic: p_per_topic,
+                    rate,
+                    size,
+                    max_in_flight,
+                    request_reply,
+                    ack_timeout,
+                    pacing,
+                },
+            consumers:
+                ConsumersSection {
+                    per_topic: c_per_topic,
+                    mode,
+                    group,
+                },
+            phases:
+                PhasesSection {
+                    warmup,
+                    duration,
+                    messages,
+                    drain,
+                },
+            output:
+                OutputSection {
+                    tick,
+                    late_threshold,
+                    connect_timeout,
+                    workers,
+                },
+        } = over;
+        pick(&mut self.name, name);
+        pick(&mut self.target, target);
+        pick(&mut self.topics.count, count);
+        pick(&mut self.topics.pattern, pattern);
+        pick(&mut self.producers.per_topic, p_per_topic);
+        pick(&mut self.producers.rate, rate);
+        pick(&mut self.producers.size, size);
+        pick(&mut self.producers.max_in_flight, max_in_flight);
+        pick(&mut self.producers.request_reply, request_reply);
+        pick(&mut self.producers.ack_timeout, ack_timeout);
+        pick(&mut self.producers.pacing, pacing);
+        pick(&mut self.consumers.per_topic, c_per_topic);
+        pick(&mut self.consumers.mode, mode);
+        pick(&mut self.consumers.group, group);
+        // The measure phase ends on a duration or a count: the top layer's choice replaces both.
+        if messages.is_some() {
             self.phases.duration = None;
         }
-        if over.phases.duration.is_some() {
+        if duration.is_some() {
             self.phases.messages = None;
         }
-        pick(&mut self.phases.warmup, over.phases.warmup);
-        pick(&mut self.phases.duration, over.phases.duration);
-        pick(&mut self.phases.messages, over.phases.messages);
-        pick(&mut self.phases.drain, over.phases.drain);
-        pick(&mut self.output.tick, over.output.tick);
-        pick(&mut self.output.late_threshold, over.output.late_threshold);
-        pick(
-            &mut self.output.connect_timeout,
-            over.output.connect_timeout,
-        );
+        pick(&mut self.phases.warmup, warmup);
+        pick(&mut self.phases.duration, duration);
+        pick(&mut self.phases.messages, messages);
+        pick(&mut self.phases.drain, drain);
+        pick(&mut self.output.tick, tick);
+        pick(&mut self.output.late_threshold, late_threshold);
+        pick(&mut self.output.connect_timeout, connect_timeout);
+        pick(&mut self.output.workers, workers);
         self
     }
 }
@@ -333,7 +367,13 @@ messages = 5000
         let mut flags = Scenario::default();
         flags.phases.messages = Some(10);
         flags.producers.per_topic = Some(5);
+        flags.producers.pacing = Some(plan::Pacing::Precise);
+        flags.producers.ack_timeout = Some("3s".into());
+        flags.output.workers = Some(2);
         let s = file.overlay(flags);
+        assert_eq!(s.producers.pacing, Some(plan::Pacing::Precise));
+        assert_eq!(s.producers.ack_timeout.as_deref(), Some("3s"));
+        assert_eq!(s.output.workers, Some(2));
         assert_eq!(s.phases.duration, None);
         assert_eq!(s.phases.messages, Some(10));
         assert_eq!(s.producers.per_topic, Some(5));
