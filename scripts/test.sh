@@ -24,7 +24,13 @@ if ! scripts/brokers.sh status | grep -q running; then
   scripts/brokers.sh up
   started=1
 fi
-cleanup() { [ "$started" = 1 ] && scripts/brokers.sh down || true; }
+summary=""
+cleanup() {
+  if [ "$started" = 1 ]; then scripts/brokers.sh down || true; fi
+  # The totals close the output, after everything else.
+  [ -n "$summary" ] && echo "$summary"
+  return 0
+}
 trap cleanup EXIT
 eval "$(scripts/brokers.sh env)"
 
@@ -33,4 +39,12 @@ cargo fmt --all -- --check
 echo "test: cargo clippy (warnings are errors)"
 cargo clippy --workspace --all-targets --locked -q -- -D warnings
 echo "test: cargo test --workspace (brokers: $MSGBENCH_IT_NATS_URL)"
-cargo test --workspace --locked "$@"
+log=$(mktemp)
+status=0
+cargo test --workspace --locked "$@" 2>&1 | tee "$log" || status=$?
+# One closing line with the totals over every test binary (cargo prints one summary per binary,
+# the last ones being doc tests with nothing to run).
+summary=$(awk '/^test result:/ { for (i = 1; i <= NF; i++) { if ($(i+1) ~ /^passed/) p += $i; if ($(i+1) ~ /^failed/) f += $i } }
+     END { printf "tests: %d passed, %d failed", p, f }' "$log")
+rm -f "$log"
+exit "$status"
