@@ -76,11 +76,6 @@ impl Recorder {
         self.counters.errors.add(kind, 1);
     }
 
-    /// One reconnection to the system under test.
-    pub fn record_reconnect(&mut self) {
-        self.counters.reconnects += 1;
-    }
-
     /// Direct access for the integrity tracker, which updates gap, duplicate and reorder counts.
     #[inline]
     pub fn counters_mut(&mut self) -> &mut Counters {

@@ -175,28 +175,9 @@ pub fn for_each_record(input: impl BufRead, mut f: impl FnMut(Record)) -> Result
     Ok(())
 }
 
-/// Reads every record. A truncated last line (the run was killed mid-write) is ignored; any
-/// other bad line is an error naming its line number.
+/// Reads every record into memory (same rules as [`for_each_record`]).
 pub fn read_records(input: impl BufRead) -> Result<Vec<Record>, ReportError> {
-    let lines: Vec<String> = input.lines().collect::<Result<_, _>>()?;
-    let last = lines.iter().rposition(|l| !l.trim().is_empty());
     let mut out = Vec::new();
-    for (i, line) in lines.iter().enumerate() {
-        if line.trim().is_empty() {
-            continue;
-        }
-        match serde_json::from_str::<Record>(line) {
-            Ok(r) => out.push(r),
-            Err(_) if Some(i) == last && !out.is_empty() && !line.trim_end().ends_with('}') => {
-                break;
-            }
-            Err(e) => {
-                return Err(ReportError::Parse {
-                    line: i + 1,
-                    message: e.to_string(),
-                });
-            }
-        }
-    }
+    for_each_record(input, |r| out.push(r))?;
     Ok(out)
 }

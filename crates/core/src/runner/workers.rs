@@ -6,10 +6,8 @@
 //! it was placed on; tasks are placed round-robin, consumers first, so with one producer and one
 //! consumer each gets a core.
 
-use std::future::Future;
 use tokio::runtime::{Builder, Handle};
 use tokio::sync::oneshot;
-use tokio::task::JoinHandle;
 
 /// A set of single-threaded runtimes on their own threads; dropped, they shut down.
 pub struct Workers {
@@ -56,15 +54,6 @@ impl Workers {
         let h = self.handles[self.next % self.handles.len()].clone();
         self.next += 1;
         h
-    }
-
-    /// Spawns `fut` on the next worker.
-    pub fn spawn<F>(&mut self, fut: F) -> JoinHandle<F::Output>
-    where
-        F: Future + Send + 'static,
-        F::Output: Send + 'static,
-    {
-        self.next_handle().spawn(fut)
     }
 }
 
