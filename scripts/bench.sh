@@ -6,6 +6,12 @@
 #   scripts/bench.sh mem        generator ceiling on the in-process broker (target >= 5M msgs/s)
 #   scripts/bench.sh nats       NATS 1 -> 1, smallest payload (target >= 1.1M msgs/s, <= 0.7 CPU-s/M)
 #   scripts/bench.sh memory     RSS after 10^6 versus 10^7 messages (target within 10%)
+#   scripts/bench.sh mqtt       Mosquitto, 10 publishers + 10 subscribers, 100 B, QoS 0 and 1
+#                               (targets: <= 4.5 / <= 9 CPU-s per million, QoS 1 >= 45k msgs/s)
+#   scripts/bench.sh demo       embedded broker at 1,000 msgs/s (target: e2e p99 < 2 ms)
+#   scripts/bench.sh storm      connect storm against `msgbench serve mqtt` (aim >= 10,000/s)
+#   scripts/bench.sh conns      hold CONNS connections to Mosquitto (default: 100,000, capped by
+#                               the open-file hard limit); RSS per connection (target <= 10 KiB)
 #
 # RUNS (default 5) sets the repetitions. The NATS benchmark starts nats-server via
 # scripts/brokers.sh; if the Go `nats` CLI is on PATH (or in ~/.cache/gobin), `nats bench`
@@ -91,10 +97,109 @@ bench_memory() {
   echo "  10^6: ${a} KiB, 10^7: ${b} KiB, ratio $(python3 -c "print(f'{$b/$a:.3f}')")"
 }
 
+# mqtt_run ARGS... -> prints "sent_per_s received_per_s cpu_s_per_million_sent lost p99_publish_us"
+mqtt_run() {
+  local out tm
+  out=$(mktemp); tm=$(mktemp)
+  /usr/bin/time -f "%U %S %M" -o "$tm" "$B" run "$@" --no-output --quiet --format json >"$out"
+  python3 - "$out" "$tm" <<'PY'
+import json, sys
+r = json.load(open(sys.argv[1]))
+u, s, rss = open(sys.argv[2]).read().split()[-3:]
+m = r["result"]
+sent = sum(p["counters"]["sent"] for p in r["phases"])
+cpu = float(u) + float(s)
+print(f'{m["sent_per_s"]:.0f} {m["received_per_s"]:.0f} {cpu / max(sent, 1) * 1e6:.2f} {r["integrity"]["lost"]} {m["publish"]["p99"] / 1e3:.0f}')
+PY
+  rm -f "$out" "$tm"
+}
+
+bench_mqtt() {
+  scripts/brokers.sh up >/dev/null
+  eval "$(scripts/brokers.sh env)"
+  for qos in 0 1; do
+    echo "== MQTT QoS $qos via Mosquitto: 10 topics, 1 publisher + 1 subscriber each, 100 B, unlimited ($RUNS runs)"
+    local cpus=() rates=()
+    for _ in $(seq "$RUNS"); do
+      read -r sent recv cpu lost p99 < <(mqtt_run "$MSGBENCH_IT_MQTT_URL" --qos "$qos" --topics 10 \
+        --topic 'bench/q'"$qos"'/{i}' --size 100 --max-in-flight 1000 --warmup 1s --duration 5s)
+      echo "  run: sent $sent msgs/s, received $recv msgs/s, $cpu CPU-s per million sent (whole msgbench process: publishers and subscribers), lost $lost, publish p99 ${p99} us"
+      cpus+=("$cpu"); rates+=("$sent")
+    done
+    echo "  median: $(printf '%s\n' "${rates[@]}" | median) msgs/s sent, $(printf '%s\n' "${cpus[@]}" | median) CPU-s per million"
+  done
+}
+
+bench_demo() {
+  echo "== embedded broker (msgbench run, no target), 1,000 msgs/s, 10 s ($RUNS runs)"
+  local p99s=()
+  for _ in $(seq "$RUNS"); do
+    local out; out=$(mktemp)
+    "$B" run --rate 1000 --duration 10s --no-output --quiet --format json >"$out" 2>/dev/null
+    p99=$(python3 -c "import json,sys; m=json.load(open('$out'))['result']['e2e']; print(f\"{m['p50']/1e3:.0f} {m['p99']/1e3:.0f} {m['max']/1e3:.0f}\")")
+    echo "  run: e2e p50/p99/max ${p99// //} us"
+    p99s+=("$(echo "$p99" | cut -d' ' -f2)")
+    rm -f "$out"
+  done
+  echo "  median e2e p99: $(printf '%s\n' "${p99s[@]}" | median) us (target < 2000)"
+}
+
+bench_storm() {
+  local port; port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
+  "$B" serve mqtt --quiet --listen "127.0.0.1:$port" & local pid=$!
+  sleep 0.5
+  echo "== connect storm (connect + CONNECT/CONNACK + DISCONNECT) against msgbench serve mqtt, 64 at a time, 5 s ($RUNS runs)"
+  local rates=()
+  for _ in $(seq "$RUNS"); do
+    local out; out=$(mktemp)
+    "$B" run "mqtt://127.0.0.1:$port" --storm --concurrency 64 --duration 5s --no-output --quiet --format json >"$out"
+    r=$(python3 -c "import json; r=json.load(open('$out')); c=r['connections']; m=r['result']['connect']; f=r['result']['counters'].get('connect_failures',{}); print(f\"{c['connections_per_s']:.0f} {m['p50']/1e3:.0f} {m['p99']/1e3:.0f} {sum(f.values())}\")")
+    read -r cps p50 p99 failed <<<"$r"
+    echo "  run: $cps connections/s, handshake p50 ${p50} us p99 ${p99} us, failed $failed"
+    rates+=("$cps"); rm -f "$out"
+  done
+  kill "$pid"; wait "$pid" 2>/dev/null || true
+  echo "  median: $(printf '%s\n' "${rates[@]}" | median) connections/s (aim >= 10,000)"
+}
+
+bench_conns() {
+  scripts/brokers.sh up >/dev/null
+  eval "$(scripts/brokers.sh env)"
+  local hard mpid mlim n
+  hard=$(ulimit -Hn)
+  mpid=$(cat "${MSGBENCH_BROKERS_DIR:-$HOME/.cache/msgbench-brokers}/mosquitto.pid")
+  mlim=$(awk '/Max open files/ {print $4}' "/proc/$mpid/limits")
+  n=${CONNS:-100000}
+  local cap=$(( (hard < mlim ? hard : mlim) - 600 ))
+  if [ "$n" -gt "$cap" ]; then
+    echo "  note: $n connections need more open files than allowed here (msgbench hard limit $hard, mosquitto $mlim): measuring $cap"
+    n=$cap
+  fi
+  echo "== hold $n MQTT connections to Mosquitto (5,000/s ramp, held 20 s, 4 source addresses)"
+  local out; out=$(mktemp)
+  "$B" run "$MSGBENCH_IT_MQTT_URL" --connections "$n" --connect-rate 5000 --hold 20s \
+    --source-addrs 127.0.0.1-127.0.0.4 --keep-alive 60s --no-output --quiet --format json >"$out"
+  python3 - "$out" <<'PY'
+import json, sys
+r = json.load(open(sys.argv[1]))
+c = r["connections"]; m = r["result"]
+f = m["counters"].get("connect_failures", {})
+print(f'  opened {m["counters"].get("connects", 0)}, peak held {c["peak_held"]}, {c["connections_per_s"]:.0f} connections/s, '
+      f'connect p50 {m["connect"]["p50"]/1e3:.0f} us p99 {m["connect"]["p99"]/1e3:.0f} us, failed {sum(f.values())}, dropped {m["counters"].get("dropped", 0)}')
+print(f'  generator RSS {c["rss_baseline_bytes"]/2**20:.1f} MiB -> {c["rss_peak_bytes"]/2**20:.1f} MiB: '
+      f'{c["rss_per_connection_bytes"]/1024:.2f} KiB per held connection (target <= 10 KiB)')
+PY
+  rm -f "$out"
+}
+
 case "${1:-all}" in
   mem) bench_mem ;;
   nats) bench_nats ;;
   memory) bench_memory ;;
-  all) bench_mem; bench_nats; bench_memory ;;
-  *) echo "usage: $0 [mem|nats|memory|all]" >&2; exit 2 ;;
+  mqtt) bench_mqtt ;;
+  demo) bench_demo ;;
+  storm) bench_storm ;;
+  conns) bench_conns ;;
+  all) bench_mem; bench_nats; bench_memory; bench_mqtt; bench_demo; bench_storm; bench_conns ;;
+  *) echo "usage: $0 [mem|nats|memory|mqtt|demo|storm|conns|all]" >&2; exit 2 ;;
 esac

@@ -6,19 +6,43 @@
 #   scripts/brokers.sh status   show what runs and where
 #   scripts/brokers.sh env      print the environment variables tests read (eval "$(... env)")
 #
-# Brokers (for now): nats-server on 127.0.0.1:${MSGBENCH_NATS_PORT:-14222}.
-# State (PID files, logs) lives in ${MSGBENCH_BROKERS_DIR:-$HOME/.cache/msgbench-brokers}.
+# Brokers:
+#   nats-server on 127.0.0.1:${MSGBENCH_NATS_PORT:-14222}
+#   mosquitto (MQTT, package 'mosquitto') with three listeners on 127.0.0.1:
+#     ${MSGBENCH_MQTT_PORT:-11883}       plain, anonymous
+#     ${MSGBENCH_MQTT_AUTH_PORT:-11884}  plain, user msgbench / password msgbench-secret only
+#     ${MSGBENCH_MQTTS_PORT:-18883}      TLS (server cert for localhost and 127.0.0.1), anonymous,
+#                                        client certificate optional
+#   Test CA, server and client certificates are generated once with openssl into $STATE/tls/.
+#   A system mosquitto service (port 1883), if the package started one, is left alone.
+# State (PID files, configs, logs, certificates) lives in
+# ${MSGBENCH_BROKERS_DIR:-$HOME/.cache/msgbench-brokers}.
 # Set MSGBENCH_NO_INSTALL=1 to forbid installing packages.
 set -euo pipefail
 
 STATE=${MSGBENCH_BROKERS_DIR:-$HOME/.cache/msgbench-brokers}
 NATS_PORT=${MSGBENCH_NATS_PORT:-14222}
+MQTT_PORT=${MSGBENCH_MQTT_PORT:-11883}
+MQTT_AUTH_PORT=${MSGBENCH_MQTT_AUTH_PORT:-11884}
+MQTTS_PORT=${MSGBENCH_MQTTS_PORT:-18883}
+MQTT_USER=msgbench
+MQTT_PASS=msgbench-secret
+TLS=$STATE/tls
 mkdir -p "$STATE"
 
 log() { echo "brokers: $*" >&2; }
 
+find_bin() { # find_bin NAME: print its path; also looks in the sbin/bin dirs non-root PATHs lack
+  local d
+  command -v "$1" 2>/dev/null && return 0
+  for d in /usr/sbin /usr/bin /sbin /usr/local/sbin; do
+    [ -x "$d/$1" ] && { echo "$d/$1"; return 0; }
+  done
+  return 1
+}
+
 need_pkg() { # need_pkg BINARY PACKAGE
-  command -v "$1" >/dev/null 2>&1 && return 0
+  find_bin "$1" >/dev/null && return 0
   if [ "${MSGBENCH_NO_INSTALL:-0}" = 1 ]; then
     log "$1 is missing and MSGBENCH_NO_INSTALL=1: install the Debian package '$2'"; return 1
   fi
@@ -38,28 +62,162 @@ running() { # running NAME
   [ -f "$pidf" ] && kill -0 "$(cat "$pidf")" 2>/dev/null
 }
 
-wait_port() { # wait_port PORT SECONDS
+port_open() { # port_open PORT
+  (exec 3<>/dev/tcp/127.0.0.1/"$1") 2>/dev/null
+}
+
+wait_port() { # wait_port PORT SECONDS [PID]: gives up early when PID has exited
   local i
   for ((i = 0; i < $2 * 10; i++)); do
-    (exec 3<>/dev/tcp/127.0.0.1/"$1") 2>/dev/null && return 0
+    port_open "$1" && return 0
+    [ -n "${3:-}" ] && ! kill -0 "$3" 2>/dev/null && return 1
     sleep 0.1
   done
   return 1
 }
 
+# The functions below are called as `f || ...`, where set -e does not apply: every step that
+# can fail says `|| return 1` itself.
+
 nats_up() {
   if running nats; then log "nats-server already running (pid $(cat "$STATE/nats.pid"))"; return 0; fi
-  need_pkg nats-server nats-server
+  need_pkg nats-server nats-server || return 1
+  local bin; bin=$(find_bin nats-server) || return 1
   cat >"$STATE/nats.conf" <<CONF
 listen: 127.0.0.1:$NATS_PORT
 max_payload: 8MB
 CONF
-  nats-server -c "$STATE/nats.conf" -l "$STATE/nats.log" >/dev/null 2>&1 &
+  "$bin" -c "$STATE/nats.conf" -l "$STATE/nats.log" >/dev/null 2>&1 &
   echo $! >"$STATE/nats.pid"
   if ! wait_port "$NATS_PORT" 10; then
     log "nats-server did not open 127.0.0.1:$NATS_PORT (see $STATE/nats.log)"; return 1
   fi
   log "nats-server up on nats://127.0.0.1:$NATS_PORT (pid $(cat "$STATE/nats.pid"))"
+}
+
+# gen_leaf NAME CN EXTENSIONS: key + certificate signed by the test CA, X.509 v3, 10 years.
+gen_leaf() {
+  openssl req -new -newkey rsa:2048 -nodes -subj "/CN=$2" \
+    -keyout "$TLS/$1.key" -out "$TLS/$1.csr" 2>>"$TLS/openssl.log" || return 1
+  openssl x509 -req -in "$TLS/$1.csr" -CA "$TLS/ca.pem" -CAkey "$TLS/ca.key" -CAcreateserial \
+    -days 3650 -sha256 -extfile <(printf '%s\n' "$3") -out "$TLS/$1.pem" 2>>"$TLS/openssl.log" \
+    || return 1
+  rm -f "$TLS/$1.csr"
+}
+
+# tls_certs: CA (ca.pem/ca.key), server (server.pem/.key, localhost + 127.0.0.1) and client
+# (client.pem/.key) certificates, generated only when missing. Keys are 0600, owned by whoever
+# runs this script, which is also the user mosquitto runs as (see `user` in mosquitto_conf).
+tls_certs() {
+  mkdir -p "$TLS" && chmod 700 "$TLS" || return 1
+  local umask_was; umask_was=$(umask); umask 077
+  local rc=0
+  if [ ! -s "$TLS/ca.pem" ] || [ ! -s "$TLS/ca.key" ]; then
+    log "generating test CA in $TLS"
+    rm -f "$TLS"/server.* "$TLS"/client.* # signed by an old CA: useless now
+    openssl req -x509 -new -newkey rsa:2048 -nodes -days 3650 -sha256 \
+      -subj "/CN=msgbench test CA" -keyout "$TLS/ca.key" -out "$TLS/ca.pem" \
+      -addext "basicConstraints=critical,CA:TRUE" \
+      -addext "keyUsage=critical,keyCertSign,cRLSign" \
+      -addext "subjectKeyIdentifier=hash" 2>>"$TLS/openssl.log" || rc=1
+  fi
+  if [ "$rc" = 0 ] && { [ ! -s "$TLS/server.pem" ] || [ ! -s "$TLS/server.key" ]; }; then
+    log "generating server certificate (localhost, 127.0.0.1)"
+    gen_leaf server localhost "basicConstraints=critical,CA:FALSE
+keyUsage=critical,digitalSignature,keyEncipherment
+extendedKeyUsage=serverAuth
+subjectAltName=DNS:localhost,IP:127.0.0.1
+subjectKeyIdentifier=hash
+authorityKeyIdentifier=keyid" || rc=1
+  fi
+  if [ "$rc" = 0 ] && { [ ! -s "$TLS/client.pem" ] || [ ! -s "$TLS/client.key" ]; }; then
+    log "generating client certificate"
+    gen_leaf client msgbench-client "basicConstraints=critical,CA:FALSE
+keyUsage=critical,digitalSignature,keyEncipherment
+extendedKeyUsage=clientAuth
+subjectKeyIdentifier=hash
+authorityKeyIdentifier=keyid" || rc=1
+  fi
+  umask "$umask_was"
+  [ "$rc" = 0 ] || log "certificate generation failed (see $TLS/openssl.log)"
+  return "$rc"
+}
+
+# Options checked against mosquitto.conf(5) of mosquitto 2.0.11.
+mosquitto_conf() {
+  cat <<CONF
+# Written by scripts/brokers.sh; rewritten on every \`up\`.
+# No privilege drop when started as root, so it reads the 0600 files in $STATE.
+user root
+per_listener_settings true
+persistence false
+set_tcp_nodelay true
+max_keepalive 65535
+max_inflight_messages 0
+max_queued_messages 100000
+log_dest stderr
+connection_messages false
+
+listener $MQTT_PORT 127.0.0.1
+max_connections -1
+allow_anonymous true
+
+listener $MQTT_AUTH_PORT 127.0.0.1
+max_connections -1
+allow_anonymous false
+password_file $STATE/mosquitto.passwd
+
+listener $MQTTS_PORT 127.0.0.1
+max_connections -1
+allow_anonymous true
+cafile $TLS/ca.pem
+certfile $TLS/server.pem
+keyfile $TLS/server.key
+require_certificate false
+CONF
+}
+
+# nofile_limit: the open-files limit a child can get: 1048576, else the hard limit, else as is.
+nofile_limit() {
+  (ulimit -n 1048576 2>/dev/null || ulimit -n "$(ulimit -Hn)" 2>/dev/null; ulimit -n)
+}
+
+mosquitto_up() {
+  if running mosquitto; then log "mosquitto already running (pid $(cat "$STATE/mosquitto.pid"))"; return 0; fi
+  need_pkg mosquitto mosquitto || return 1
+  local bin passwd port nofile pid
+  bin=$(find_bin mosquitto) || return 1
+  passwd=$(find_bin mosquitto_passwd) || { log "mosquitto_passwd not found (package 'mosquitto')"; return 1; }
+  for port in "$MQTT_PORT" "$MQTT_AUTH_PORT" "$MQTTS_PORT"; do
+    if port_open "$port"; then log "mosquitto: 127.0.0.1:$port is already taken by another process"; return 1; fi
+  done
+  tls_certs || return 1
+  rm -f "$STATE/mosquitto.passwd"
+  (umask 077 && "$passwd" -b -c "$STATE/mosquitto.passwd" "$MQTT_USER" "$MQTT_PASS") \
+    >>"$STATE/mosquitto.log" 2>&1 || { log "mosquitto_passwd failed (see $STATE/mosquitto.log)"; return 1; }
+  mosquitto_conf >"$STATE/mosquitto.conf" || return 1
+  nofile=$(nofile_limit)
+  (ulimit -n "$nofile" && exec "$bin" -c "$STATE/mosquitto.conf") >>"$STATE/mosquitto.log" 2>&1 &
+  pid=$!
+  echo "$pid" >"$STATE/mosquitto.pid"
+  for port in "$MQTT_PORT" "$MQTT_AUTH_PORT" "$MQTTS_PORT"; do
+    if ! wait_port "$port" 10 "$pid" || ! kill -0 "$pid" 2>/dev/null; then
+      log "mosquitto did not open 127.0.0.1:$port (see $STATE/mosquitto.log)"; stop mosquitto; return 1
+    fi
+  done
+  # The limit the process really has, when /proc tells.
+  nofile=$(awk '/^Max open files/ {print $4}' "/proc/$pid/limits" 2>/dev/null || true)
+  nofile=${nofile:-$(nofile_limit)}
+  log "mosquitto up on mqtt://127.0.0.1:$MQTT_PORT, mqtt://127.0.0.1:$MQTT_AUTH_PORT (auth)," \
+    "mqtts://localhost:$MQTTS_PORT (pid $pid, open files limit $nofile)"
+  if [ "$nofile" != unlimited ] && [ "$nofile" -lt 1048576 ]; then
+    log "note: mosquitto's open files limit is $nofile, not 1048576 (hard limit too low to raise);" \
+      "it caps the connections mosquitto can hold"
+  fi
+}
+
+status_line() { # status_line NAME WHERE
+  if running "$1"; then echo "$1: running, $2 (pid $(cat "$STATE/$1.pid"))"; else echo "$1: stopped"; fi
 }
 
 stop() { # stop NAME
@@ -75,10 +233,22 @@ stop() { # stop NAME
 }
 
 case "${1:-}" in
-  up) nats_up ;;
-  down) stop nats ;;
+  up)
+    failed=()
+    nats_up || failed+=(nats-server)
+    mosquitto_up || failed+=(mosquitto)
+    if [ "${#failed[@]}" -gt 0 ]; then log "FAILED to start: ${failed[*]}"; exit 1; fi ;;
+  down) stop nats; stop mosquitto ;;
   status)
-    if running nats; then echo "nats: running, nats://127.0.0.1:$NATS_PORT (pid $(cat "$STATE/nats.pid"))"; else echo "nats: stopped"; fi ;;
-  env) echo "export MSGBENCH_IT_NATS_URL=nats://127.0.0.1:$NATS_PORT" ;;
+    status_line nats "nats://127.0.0.1:$NATS_PORT"
+    status_line mosquitto "mqtt://127.0.0.1:$MQTT_PORT, mqtt://127.0.0.1:$MQTT_AUTH_PORT (auth), mqtts://localhost:$MQTTS_PORT" ;;
+  env)
+    echo "export MSGBENCH_IT_NATS_URL=nats://127.0.0.1:$NATS_PORT"
+    echo "export MSGBENCH_IT_MQTT_URL=mqtt://127.0.0.1:$MQTT_PORT"
+    echo "export MSGBENCH_IT_MQTT_AUTH_URL=mqtt://$MQTT_USER:$MQTT_PASS@127.0.0.1:$MQTT_AUTH_PORT"
+    echo "export MSGBENCH_IT_MQTTS_URL=mqtts://localhost:$MQTTS_PORT"
+    echo "export MSGBENCH_IT_MQTT_CA=$(printf %q "$TLS/ca.pem")"
+    echo "export MSGBENCH_IT_MQTT_CLIENT_CERT=$(printf %q "$TLS/client.pem")"
+    echo "export MSGBENCH_IT_MQTT_CLIENT_KEY=$(printf %q "$TLS/client.key")" ;;
   *) echo "usage: $0 up|down|status|env" >&2; exit 2 ;;
 esac

@@ -20,7 +20,7 @@ if ! command -v cargo >/dev/null 2>&1; then
 fi
 
 started=0
-if ! scripts/brokers.sh status | grep -q running; then
+if scripts/brokers.sh status | grep -q stopped; then
   scripts/brokers.sh up
   started=1
 fi
@@ -38,7 +38,7 @@ echo "test: cargo fmt --check"
 cargo fmt --all -- --check
 echo "test: cargo clippy (warnings are errors)"
 cargo clippy --workspace --all-targets --locked -q -- -D warnings
-echo "test: cargo test --workspace (brokers: $MSGBENCH_IT_NATS_URL)"
+echo "test: cargo test --workspace (brokers: $MSGBENCH_IT_NATS_URL $MSGBENCH_IT_MQTT_URL)"
 log=$(mktemp)
 status=0
 cargo test --workspace --locked "$@" 2>&1 | tee "$log" || status=$?

@@ -22,6 +22,7 @@ fn main() -> ExitCode {
         Command::Validate(a) => cmd::validate::run(a),
         Command::Report(a) => cmd::report::run(a),
         Command::Drivers => Ok(cmd::drivers::run()),
+        Command::Serve(a) => cmd::serve::run(a),
     };
     match result {
         Ok(code) => code,

@@ -63,15 +63,25 @@ impl Observer for RunOutput {
         self.gaps_opened += iv.counters.gaps_opened;
         self.gaps_filled += iv.counters.gaps_filled;
         if !self.quiet {
+            let conn = iv.gauges.is_some();
             if self.lines.is_multiple_of(25) {
-                eprintln!("{}", live::header());
+                let h = if conn {
+                    live::conn_header()
+                } else {
+                    live::header()
+                };
+                eprintln!("{h}");
             }
             let lost = if self.fanout {
                 self.gaps_opened.saturating_sub(self.gaps_filled)
             } else {
                 0
             };
-            eprintln!("{}", live::line(iv, lost));
+            if conn {
+                eprintln!("{}", live::conn_line(iv));
+            } else {
+                eprintln!("{}", live::line(iv, lost));
+            }
             self.lines += 1;
         }
         self.push(Record::Interval(iv.clone()));

@@ -7,6 +7,7 @@ use msgbench_core::runner::{self, Observer, RunOutcome};
 use msgbench_core::scenario::RunPlan;
 use msgbench_core::shutdown::Shutdown;
 use msgbench_driver_mem::MemDriver;
+use msgbench_driver_mqtt::MqttDriver;
 use msgbench_driver_nats::NatsDriver;
 use std::sync::Arc;
 
@@ -38,11 +39,21 @@ pub fn drivers() -> Vec<DriverInfo> {
         DriverInfo {
             name: "nats",
             schemes: &["nats"],
-            about: "NATS core: pub/sub, fan-out, queue groups, request/reply (own lean client; no TLS yet)",
+            about: "NATS core: pub/sub, fan-out, queue groups, request/reply, connection workloads (own lean client; no TLS yet)",
             caps: Capabilities {
                 acks: false,
                 queue_groups: true,
                 request_reply: true,
+            },
+        },
+        DriverInfo {
+            name: "mqtt",
+            schemes: &["mqtt", "mqtts"],
+            about: "MQTT 3.1.1 and 5: QoS 0/1/2 (acks at QoS 1/2), wildcards, $share groups, retained, persistent sessions, TLS, connection workloads (own lean client)",
+            caps: Capabilities {
+                acks: true,
+                queue_groups: true,
+                request_reply: false,
             },
         },
     ]
@@ -102,6 +113,17 @@ pub async fn run_plan(
                 shutdown,
             )
             .await
+        }
+        "mqtt" | "mqtts" => {
+            let d = MqttDriver::new(
+                &plan.target,
+                &plan.client,
+                &plan.tls,
+                plan.run_id,
+                sink,
+                plan.connect_timeout,
+            )?;
+            go(d, plan, events, observer, shutdown).await
         }
         other => bail!("no driver for `{other}://`"),
     }

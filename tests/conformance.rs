@@ -1,23 +1,31 @@
 //! The driver conformance suite: the same observable behaviour, checked for every driver against
-//! a real target (the in-process broker for `mem://`, a real nats-server for NATS, started by
-//! `scripts/brokers.sh`). A new driver adds one line to `targets()`.
+//! a real target (the in-process broker for `mem://`, nats-server and Mosquitto started by
+//! `scripts/brokers.sh`, and msgbench's own MQTT broker run as `msgbench serve mqtt`). A new
+//! driver adds one line to `targets()`.
 
 mod util;
 
 use util::*;
 
-fn targets() -> Vec<(&'static str, String)> {
-    vec![
-        ("mem", "mem://conformance".to_string()),
-        ("nats", nats_url()),
-    ]
+/// Targets, each with whether its driver supports request/reply. The returned server (if any)
+/// lives as long as the list.
+fn targets() -> (Vec<(&'static str, String, bool)>, Server) {
+    let serve = Server::mqtt();
+    let list = vec![
+        ("mem", "mem://conformance".to_string(), true),
+        ("nats", nats_url(), true),
+        ("mosquitto", mqtt_url(), false),
+        ("mqtt-serve", serve.url.clone(), false),
+    ];
+    (list, serve)
 }
 
 /// Every message published reaches the subscriber exactly once, with latencies recorded.
 #[test]
 fn pub_sub_delivers_everything_once() {
     let d = TempDir::new("conf-pubsub");
-    for (name, url) in targets() {
+    let (targets, _server) = targets();
+    for (name, url, _) in targets {
         let r = run_json(
             &d.0,
             &[
@@ -62,7 +70,8 @@ fn pub_sub_delivers_everything_once() {
 #[test]
 fn fan_out_reaches_every_consumer() {
     let d = TempDir::new("conf-fanout");
-    for (name, url) in targets() {
+    let (targets, _server) = targets();
+    for (name, url, _) in targets {
         let r = run_json(
             &d.0,
             &[
@@ -93,7 +102,8 @@ fn fan_out_reaches_every_consumer() {
 #[test]
 fn queue_group_delivers_each_message_once() {
     let d = TempDir::new("conf-queue");
-    for (name, url) in targets() {
+    let (targets, _server) = targets();
+    for (name, url, _) in targets {
         let r = run_json(
             &d.0,
             &[
@@ -122,7 +132,21 @@ fn queue_group_delivers_each_message_once() {
 #[test]
 fn request_reply_round_trips() {
     let d = TempDir::new("conf-rr");
-    for (name, url) in targets() {
+    let (targets, _server) = targets();
+    for (name, url, rr) in targets {
+        if !rr {
+            let o = msgbench(
+                &d.0,
+                &["run", &url, "--request-reply", "-n", "10", "--no-output"],
+            );
+            assert!(!o.status.success(), "{name}");
+            assert!(
+                stderr(&o).contains("does not support request/reply"),
+                "{name}: {}",
+                stderr(&o)
+            );
+            continue;
+        }
         let r = run_json(
             &d.0,
             &[
@@ -156,7 +180,8 @@ fn request_reply_round_trips() {
 #[test]
 fn topics_warmup_and_poisson_pacing() {
     let d = TempDir::new("conf-topics");
-    for (name, url) in targets() {
+    let (targets, _server) = targets();
+    for (name, url, _) in targets {
         let r = run_json(
             &d.0,
             &[

@@ -6,14 +6,6 @@ use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 use util::*;
 
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
 fn start_server(port: u16, dir: &std::path::Path) -> Child {
     let mut child = Command::new("nats-server")
         .args([

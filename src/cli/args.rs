@@ -30,12 +30,56 @@ pub enum Command {
     /// List the available drivers and what they support.
     #[command(after_help = DRIVERS_EXAMPLES)]
     Drivers,
+    /// Run one of msgbench's embedded servers standalone (the broker `msgbench run` uses when no
+    /// target is given).
+    #[command(after_help = SERVE_EXAMPLES)]
+    Serve(ServeArgs),
+}
+
+const SERVE_EXAMPLES: &str = "\
+Examples:
+  msgbench serve mqtt
+      An MQTT 3.1.1/5 broker on 127.0.0.1:1883 (QoS 0-2, wildcards, $share, retained,
+      persistent sessions; no authentication, no persistence to disk).
+  msgbench serve mqtt --listen 0.0.0.0:11883
+  msgbench run mqtt://127.0.0.1:1883 --qos 1 --producers 4 --consumers 4";
+
+/// `msgbench serve`.
+#[derive(Debug, Args)]
+pub struct ServeArgs {
+    /// Which server.
+    #[arg(value_enum)]
+    pub server: ServerArg,
+    /// Address to listen on.
+    #[arg(long, short = 'l', default_value = "127.0.0.1:1883")]
+    pub listen: String,
+    /// No periodic status line.
+    #[arg(long, short = 'q')]
+    pub quiet: bool,
+}
+
+/// Servers `msgbench serve` can run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum ServerArg {
+    /// MQTT 3.1.1 and 5 broker.
+    Mqtt,
 }
 
 const RUN_EXAMPLES: &str = "\
 Examples:
   msgbench run
-      Demo: 5 s against the embedded in-process broker (mem://).
+      Demo: 5 s of MQTT pub/sub against an embedded broker on a free loopback port.
+  msgbench run mqtt://127.0.0.1:1883 --qos 1 --producers 10 --consumers 1 --size 100 --rate 50k
+      10 QoS 1 publishers on one topic (publish latency = PUBLISH to PUBACK).
+  msgbench run mqtt://127.0.0.1:1883 --topics 10 --topic 'bench/{i}' --subscribe 'bench/+'
+      10 topics, each subscriber on a wildcard (MQTT 5: --mqtt-version 5; shared: --queue-group g).
+  msgbench run mqtts://broker:8883 --ca-file ca.pem --cert client.pem --key client.key
+      TLS with a client certificate (verification is on; --insecure skips it).
+  msgbench run mqtt://127.0.0.1:1883 --connections 20000 --connect-rate 2000 --hold 60s
+      Open and hold 20,000 connections: connect latency, failures by cause, memory per connection
+      (--source-addrs 127.0.0.1-127.0.0.8 when one address runs out of ports).
+  msgbench run nats://127.0.0.1:4222 --storm --concurrency 64 --duration 10s
+      Connect storm: connect, handshake, close, repeat; connections/s and handshake latency.
   msgbench run nats://127.0.0.1:4222 --producers 4 --consumers 4 --rate 50000 --size 1KiB --duration 30s
       4 publishers and 4 fan-out subscribers on one subject, 50k msgs/s in total.
   msgbench run nats://127.0.0.1:4222 --topics 8 --topic 'bench.{i}' --consumers 3 --queue-group workers
@@ -147,6 +191,72 @@ pub struct RunArgs {
     /// Format of the final report on stdout.
     #[arg(long, value_enum, default_value_t = FormatArg::Text)]
     pub format: FormatArg,
+
+    /// Consumers subscribe to this filter instead of their topic (e.g. 'bench/+', 'bench/#').
+    #[arg(long, help_heading = "Protocol client")]
+    pub subscribe: Option<String>,
+    /// Delivery guarantee: MQTT QoS 0, 1 or 2.
+    #[arg(long, help_heading = "Protocol client")]
+    pub qos: Option<u8>,
+    /// Publish retained messages (MQTT).
+    #[arg(long, help_heading = "Protocol client")]
+    pub retain: bool,
+    /// Protocol version: MQTT 3.1.1 (default) or 5.
+    #[arg(long, value_name = "VERSION", help_heading = "Protocol client")]
+    pub mqtt_version: Option<String>,
+    /// Keep-alive interval (MQTT keep-alive; default 30s).
+    #[arg(long, help_heading = "Protocol client")]
+    pub keep_alive: Option<String>,
+    /// Client id pattern: {run}, {role} (pub, sub, conn) and {i} are replaced.
+    #[arg(long, help_heading = "Protocol client")]
+    pub client_id: Option<String>,
+    /// Keep sessions across connections (MQTT clean session off; use a fixed --client-id).
+    #[arg(long, help_heading = "Protocol client")]
+    pub persistent_session: bool,
+    /// Connect timeout per client (default 10s).
+    #[arg(long, help_heading = "Protocol client")]
+    pub connect_timeout: Option<String>,
+    /// PEM file of the CA to trust (default: the system's roots).
+    #[arg(long, help_heading = "TLS")]
+    pub ca_file: Option<String>,
+    /// Client certificate (PEM).
+    #[arg(long, requires = "key", help_heading = "TLS")]
+    pub cert: Option<String>,
+    /// Client private key (PEM).
+    #[arg(long, requires = "cert", help_heading = "TLS")]
+    pub key: Option<String>,
+    /// Do not verify the server's certificate.
+    #[arg(long, help_heading = "TLS")]
+    pub insecure: bool,
+
+    /// Hold this many connections (a connection workload instead of pub/sub).
+    #[arg(long, value_name = "N", help_heading = "Connection workloads")]
+    pub connections: Option<String>,
+    /// Connect storm: connect, handshake, [send], close, repeat.
+    #[arg(
+        long,
+        conflicts_with = "connections",
+        help_heading = "Connection workloads"
+    )]
+    pub storm: bool,
+    /// Connection attempts per second (default: as fast as --concurrency allows).
+    #[arg(long, help_heading = "Connection workloads")]
+    pub connect_rate: Option<String>,
+    /// How long to hold the connections once open (default 10s).
+    #[arg(long, help_heading = "Connection workloads")]
+    pub hold: Option<String>,
+    /// Connection attempts in progress at once (hold: 1000, storm: 64).
+    #[arg(long, help_heading = "Connection workloads")]
+    pub concurrency: Option<u32>,
+    /// Messages sent on each connection after it opens (storm: per cycle).
+    #[arg(long, value_name = "M", help_heading = "Connection workloads")]
+    pub messages_per_connection: Option<u32>,
+    /// Hold: every connection publishes once per this interval.
+    #[arg(long, help_heading = "Connection workloads")]
+    pub publish_interval: Option<String>,
+    /// Local addresses to spread connections over: 127.0.0.1-127.0.0.50 or a list.
+    #[arg(long, help_heading = "Connection workloads")]
+    pub source_addrs: Option<String>,
 }
 
 /// `msgbench validate`.

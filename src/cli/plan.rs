@@ -4,12 +4,15 @@ use super::args::{PacingArg, RunArgs};
 use anyhow::{Context, Result, anyhow, bail};
 use msgbench_core::pacer::{RateShape, Step};
 use msgbench_core::scenario::plan::Pacing;
-use msgbench_core::scenario::{ConsumerMode, RateSpec, RunPlan, Scenario, resolve};
+use msgbench_core::scenario::{ConnectionMode, ConsumerMode, RateSpec, RunPlan, Scenario, resolve};
 use msgbench_core::units::{parse_count, parse_duration};
 use std::path::Path;
 
 /// Settings of the no-argument demo run (the README's first command).
-pub const DEMO_RATE: f64 = 50_000.0;
+pub const DEMO_RATE: f64 = 10_000.0;
+
+/// The demo's target until the embedded broker has a port (`cmd::run` replaces it).
+pub const DEMO_TARGET: &str = "mqtt://embedded";
 
 /// Whether `input` names a scenario file rather than a URL.
 pub fn is_scenario_path(input: &str) -> bool {
@@ -39,9 +42,10 @@ pub fn build(args: &RunArgs, run_id: u32) -> Result<(RunPlan, bool)> {
     let mut over = flags_to_scenario(args)?;
     over.target = target;
     if demo {
-        // A newcomer's first run: short, paced, and on the embedded broker.
+        // A newcomer's first run: short, paced, and on the embedded MQTT broker.
         let mut base = Scenario {
-            name: Some("demo (embedded broker)".into()),
+            name: Some("demo (embedded MQTT broker)".into()),
+            target: Some(DEMO_TARGET.into()),
             ..Default::default()
         };
         base.producers.rate = Some(RateSpec::PerSecond(DEMO_RATE));
@@ -101,6 +105,42 @@ fn flags_to_scenario(a: &RunArgs) -> Result<Scenario> {
     s.output.tick = a.tick.clone();
     s.output.workers = a.workers;
     s.output.late_threshold = a.late_threshold.clone();
+    s.output.connect_timeout = a.connect_timeout.clone();
+    s.consumers.subscribe = a.subscribe.clone();
+    s.client.qos = a.qos;
+    s.client.retain = a.retain.then_some(true);
+    s.client.version = a.mqtt_version.clone();
+    s.client.keep_alive = a.keep_alive.clone();
+    s.client.client_id = a.client_id.clone();
+    s.client.persistent_session = a.persistent_session.then_some(true);
+    s.tls.ca_file = a.ca_file.clone();
+    s.tls.cert_file = a.cert.clone();
+    s.tls.key_file = a.key.clone();
+    s.tls.insecure = a.insecure.then_some(true);
+    let count = |flag: &str, v: &Option<String>| -> Result<Option<u64>> {
+        v.as_deref()
+            .map(|m| parse_count(m).map(|n| n as u64))
+            .transpose()
+            .map_err(|e| anyhow!("{flag}: {e}"))
+    };
+    s.connections.count = count("--connections", &a.connections)?;
+    if a.connections.is_some() {
+        s.connections.mode = Some(ConnectionMode::Hold);
+    }
+    if a.storm {
+        s.connections.mode = Some(ConnectionMode::Storm);
+    }
+    s.connections.rate = a
+        .connect_rate
+        .as_deref()
+        .map(parse_count)
+        .transpose()
+        .map_err(|e| anyhow!("--connect-rate: {e}"))?;
+    s.connections.hold = a.hold.clone();
+    s.connections.concurrency = a.concurrency;
+    s.connections.messages = a.messages_per_connection;
+    s.connections.publish_interval = a.publish_interval.clone();
+    s.connections.source_addrs = a.source_addrs.clone();
     Ok(s)
 }
 

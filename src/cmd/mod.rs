@@ -3,6 +3,7 @@
 pub mod drivers;
 pub mod report;
 pub mod run;
+pub mod serve;
 pub mod validate;
 
 use crate::cli::args::FormatArg;

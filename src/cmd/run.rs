@@ -12,6 +12,7 @@ use msgbench_core::shutdown::Shutdown;
 use msgbench_core::units::format_duration;
 use msgbench_report::records::{ClockInfo, FORMAT_VERSION, Host};
 use msgbench_report::{Begin, End, Record, ResultsWriter};
+use msgbench_serve::mqtt::{Broker, BrokerConfig};
 use std::path::PathBuf;
 use std::process::ExitCode;
 
@@ -84,14 +85,30 @@ fn hostname() -> String {
 
 /// Runs the benchmark; the exit code is 0 on a completed run, 130 when interrupted.
 pub fn run(args: RunArgs) -> Result<ExitCode> {
-    let (plan, demo) = crate::cli::plan::build(&args, new_run_id())?;
+    let (mut plan, demo) = crate::cli::plan::build(&args, new_run_id())?;
     registry::check_scheme(&plan)?;
-    if demo {
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .context("starting the async runtime")?;
+    // The demo's broker runs on this process's runtime until the run ends.
+    let (stop_broker, broker_stopped) = tokio::sync::oneshot::channel::<()>();
+    let broker = if demo {
+        let broker = rt
+            .block_on(Broker::bind("127.0.0.1:0", BrokerConfig::default()))
+            .context("starting the embedded MQTT broker")?;
+        plan.target = format!("mqtt://{}", broker.local_addr());
         eprintln!(
-            "msgbench: no target given: benchmarking the embedded in-process broker (mem://) for 5s; \
-             pass a URL such as nats://127.0.0.1:4222 to measure a real system"
+            "msgbench: no target given: started an embedded MQTT broker on {} for a short demo; \
+             pass a URL such as mqtt://host:1883 or nats://host:4222 to measure a real system",
+            plan.target
         );
-    }
+        Some(rt.spawn(broker.run(async {
+            let _ = broker_stopped.await;
+        })))
+    } else {
+        None
+    };
     let path: Option<PathBuf> = if args.no_output {
         None
     } else {
@@ -129,10 +146,6 @@ pub fn run(args: RunArgs) -> Result<ExitCode> {
         eprintln!("msgbench: {}", describe(&plan));
     }
 
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-        .context("starting the async runtime")?;
     let outcome = rt.block_on(async {
         let shutdown = Shutdown::new();
         shutdown.listen_for_signals();
@@ -157,8 +170,13 @@ pub fn run(args: RunArgs) -> Result<ExitCode> {
         phases: outcome.phases.clone(),
         integrity: outcome.integrity,
         warnings: outcome.warnings.clone(),
+        connections: outcome.connections.clone(),
     }));
     out.flush();
+    if let Some(b) = broker {
+        let _ = stop_broker.send(());
+        let _ = rt.block_on(b);
+    }
     rt.shutdown_timeout(std::time::Duration::from_secs(1));
 
     let write_error = out.write_error.clone();

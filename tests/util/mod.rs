@@ -91,3 +91,72 @@ pub fn nats_url() -> String {
         )
     })
 }
+
+/// The Mosquitto broker the tests use, started by `scripts/brokers.sh up`.
+pub fn mqtt_url() -> String {
+    env_or_hint("MSGBENCH_IT_MQTT_URL")
+}
+
+/// A variable `scripts/brokers.sh env` sets.
+pub fn env_or_hint(name: &str) -> String {
+    std::env::var(name).unwrap_or_else(|_| {
+        panic!(
+            "{name} is not set: start the test brokers with `scripts/brokers.sh up` and \
+             `eval \"$(scripts/brokers.sh env)\"`, or run everything with `scripts/test.sh`"
+        )
+    })
+}
+
+/// A free TCP port on 127.0.0.1.
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// `msgbench serve ...` running as a child process, killed on drop.
+pub struct Server {
+    child: std::process::Child,
+    /// Where it listens.
+    pub url: String,
+}
+
+impl Server {
+    /// msgbench's MQTT broker on a free port.
+    pub fn mqtt() -> Server {
+        let port = free_port();
+        let child = Command::new(bin())
+            .args([
+                "serve",
+                "mqtt",
+                "--quiet",
+                "--listen",
+                &format!("127.0.0.1:{port}"),
+            ])
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .expect("starting msgbench serve mqtt");
+        let mut s = Server {
+            child,
+            url: format!("mqtt://127.0.0.1:{port}"),
+        };
+        for _ in 0..200 {
+            if std::net::TcpStream::connect(("127.0.0.1", port)).is_ok() {
+                return s;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(25));
+        }
+        let _ = s.child.kill();
+        panic!("msgbench serve mqtt did not listen on {port}");
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}

@@ -15,10 +15,16 @@
 //!   timer and stop signal.
 //! - Connection events (disconnect, reconnect, errors outside a call) go to the [`EventSink`] given
 //!   at construction; the runner counts them and writes them to the results file.
+//! - [`Driver::session`] opens one bare connection (TCP, TLS, protocol handshake) for the
+//!   connection-scale workloads: the runner times it, holds it with [`Session::keep_alive`],
+//!   publishes on it now and then, and closes it. Sessions never reconnect: a lost session is
+//!   a measured failure, not something to hide.
 
 use bytes::Bytes;
+pub use msgbench_metrics::ConnectFailure;
 use msgbench_metrics::ErrorKind;
 use std::future::Future;
+use std::net::IpAddr;
 use std::task::{Context, Poll};
 use tokio::sync::mpsc;
 
@@ -111,6 +117,8 @@ pub enum DriverError {
         target: String,
         /// Why.
         reason: String,
+        /// The cause, classified for counting.
+        cause: ConnectFailure,
     },
     /// A send failed.
     #[error("send failed: {0}")]
@@ -134,6 +142,16 @@ impl DriverError {
     /// the producer stops instead of retrying forever.
     pub fn is_fatal(&self) -> bool {
         matches!(self, DriverError::Config(_))
+    }
+
+    /// Why a connection attempt failed, for counting failures by reason.
+    pub fn connect_failure(&self) -> ConnectFailure {
+        match self {
+            DriverError::Connect { cause, .. } => *cause,
+            DriverError::Timeout(_) => ConnectFailure::Timeout,
+            DriverError::Closed => ConnectFailure::Reset,
+            _ => ConnectFailure::Other,
+        }
     }
 
     /// The counter this error increments.
@@ -191,12 +209,25 @@ impl EventSink {
     }
 }
 
+/// One bare connection of a connection-scale workload.
+#[derive(Debug, Clone)]
+pub struct SessionSpec {
+    /// Index of this connection within the run.
+    pub id: u64,
+    /// Topic its occasional messages go to.
+    pub topic: String,
+    /// Local address to connect from (`--source-addrs`); `None` lets the system choose.
+    pub source: Option<IpAddr>,
+}
+
 /// A messaging system. One value per run; it creates producers and consumers.
 pub trait Driver: Send + Sync + 'static {
     /// The sending side.
     type Producer: Producer;
     /// The receiving side.
     type Consumer: Consumer;
+    /// A bare connection for connection-scale workloads.
+    type Session: Session;
 
     /// What this driver supports.
     fn capabilities(&self) -> Capabilities;
@@ -213,6 +244,43 @@ pub trait Driver: Send + Sync + 'static {
         &self,
         spec: &ConsumerSpec,
     ) -> impl Future<Output = Result<Self::Consumer, DriverError>> + Send;
+
+    /// Opens one connection and completes the protocol handshake (the connect latency is the
+    /// time this takes). Drivers without connections return [`DriverError::Config`].
+    fn session(
+        &self,
+        spec: &SessionSpec,
+    ) -> impl Future<Output = Result<Self::Session, DriverError>> + Send;
+}
+
+/// One held connection (see [`Driver::session`]).
+pub trait Session: Send + 'static {
+    /// Sends one message with the protocol's cheapest delivery (fire and forget). Returns once
+    /// the bytes are written.
+    fn publish(&mut self, payload: &[u8]) -> impl Future<Output = Result<(), DriverError>> + Send;
+
+    /// Keeps the connection alive (heartbeats, answering the server) until the connection
+    /// fails; never returns `Ok` on its own. Cancel-safe: the runner drops it to publish or to
+    /// close.
+    fn keep_alive(&mut self) -> impl Future<Output = DriverError> + Send;
+
+    /// Closes the connection the protocol's polite way.
+    fn close(self) -> impl Future<Output = Result<(), DriverError>> + Send;
+}
+
+/// The session type of drivers that have no connections (the in-process broker).
+pub enum NoSession {}
+
+impl Session for NoSession {
+    async fn publish(&mut self, _: &[u8]) -> Result<(), DriverError> {
+        match *self {}
+    }
+    async fn keep_alive(&mut self) -> DriverError {
+        match *self {}
+    }
+    async fn close(self) -> Result<(), DriverError> {
+        match self {}
+    }
 }
 
 /// The sending side of a driver. Owned by one producer task.

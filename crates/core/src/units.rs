@@ -127,6 +127,41 @@ pub fn parse_count(s: &str) -> Result<f64, String> {
     Ok(n * scale)
 }
 
+/// Parses `--source-addrs`: a comma-separated list of addresses and IPv4 ranges
+/// (`127.0.0.1-127.0.0.50`).
+pub fn parse_source_addrs(spec: &str) -> Result<Vec<std::net::IpAddr>, String> {
+    let mut out = Vec::new();
+    for part in spec.split(',').map(str::trim).filter(|p| !p.is_empty()) {
+        if let Some((a, b)) = part.split_once('-') {
+            let a: std::net::Ipv4Addr = a
+                .trim()
+                .parse()
+                .map_err(|_| format!("`{a}` is not an IPv4 address (ranges are IPv4 only)"))?;
+            let b: std::net::Ipv4Addr = b
+                .trim()
+                .parse()
+                .map_err(|_| format!("`{b}` is not an IPv4 address"))?;
+            let (a, b) = (u32::from(a), u32::from(b));
+            if b < a {
+                return Err(format!("`{part}`: the range ends before it starts"));
+            }
+            if b - a >= 65_536 {
+                return Err(format!("`{part}`: more than 65,536 addresses"));
+            }
+            out.extend((a..=b).map(|x| std::net::IpAddr::from(std::net::Ipv4Addr::from(x))));
+        } else {
+            out.push(
+                part.parse()
+                    .map_err(|_| format!("`{part}` is not an IP address"))?,
+            );
+        }
+    }
+    if out.is_empty() {
+        return Err("no source address given".into());
+    }
+    Ok(out)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -163,6 +198,14 @@ mod tests {
         assert_eq!(parse_count("20000/s").unwrap(), 20_000.0);
         assert!(parse_count("fast").is_err());
     }
+    #[test]
+    fn source_address_lists() {
+        let v = parse_source_addrs("127.0.0.1-127.0.0.3, ::1").unwrap();
+        assert_eq!(v.len(), 4);
+        assert_eq!(v[2].to_string(), "127.0.0.3");
+        assert!(parse_source_addrs("127.0.0.5-127.0.0.1").is_err());
+        assert!(parse_source_addrs("nope").is_err());
+    }
 }
 
 /// `#[serde(with = "...")]` support: a `Duration` written as a human string (`"30s"`), read from
@@ -188,6 +231,30 @@ pub mod serde_duration {
         match Raw::deserialize(d)? {
             Raw::Text(t) => parse_duration(&t).map_err(serde::de::Error::custom),
             Raw::Secs(n) => secs_to_duration(n, &n.to_string()).map_err(serde::de::Error::custom),
+        }
+    }
+}
+
+/// `#[serde(with = "...")]` support for `Option<Duration>` (absent or null = `None`).
+pub mod serde_opt_duration {
+    use super::*;
+    use serde::{Deserialize, Deserializer, Serializer};
+
+    /// Writes `Some(d)` as a human string, `None` as null.
+    pub fn serialize<S: Serializer>(d: &Option<Duration>, s: S) -> Result<S::Ok, S::Error> {
+        match d {
+            Some(d) => s.serialize_str(&format_duration(*d)),
+            None => s.serialize_none(),
+        }
+    }
+
+    /// Reads a human string, or null.
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Duration>, D::Error> {
+        match Option::<String>::deserialize(d)? {
+            Some(t) => parse_duration(&t)
+                .map(Some)
+                .map_err(serde::de::Error::custom),
+            None => Ok(None),
         }
     }
 }

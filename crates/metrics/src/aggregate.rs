@@ -25,6 +25,44 @@ pub struct IntervalStats {
     /// CPU seconds the generator process used in this window (all threads). Compared with the
     /// window length it shows whether the generator, not the system under test, was the limit.
     pub cpu_s: f64,
+    /// Levels sampled at the end of the window (connection workloads).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gauges: Option<Gauges>,
+}
+
+/// Levels (not sums) sampled once per interval.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Gauges {
+    /// Connections open at the end of the window.
+    pub held: u64,
+    /// Resident memory of the generator process, bytes.
+    pub rss_bytes: u64,
+}
+
+/// What a connection workload adds to the end of the results file.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ConnectionSummary {
+    /// `hold` or `storm`.
+    pub mode: String,
+    /// Connections (hold) or cycles (storm) asked for, if a number was given.
+    pub requested: Option<u64>,
+    /// Most connections open at once.
+    pub peak_held: u64,
+    /// Seconds from the first attempt until every hold-mode attempt had an answer (storm: the
+    /// measure phase).
+    pub ramp_s: f64,
+    /// Connections opened per second over `ramp_s`.
+    pub connections_per_s: f64,
+    /// Generator resident memory before the first connection, bytes.
+    pub rss_baseline_bytes: u64,
+    /// Generator resident memory with `peak_held` connections open, bytes.
+    pub rss_peak_bytes: u64,
+    /// (peak − baseline) / peak_held: the generator's memory cost of one held connection.
+    pub rss_per_connection_bytes: f64,
+    /// The process's open-file limit during the run.
+    pub fd_limit: u64,
 }
 
 impl IntervalStats {
@@ -103,6 +141,7 @@ struct Pending {
     counters: Counters,
     histograms: Histograms,
     cpu_s: f64,
+    gauges: Option<Gauges>,
 }
 
 /// Merges snapshots as they arrive. Owned by the runner's aggregation task; not shared.
@@ -170,6 +209,11 @@ impl Aggregator {
         totals.histograms.merge(&s.hist);
     }
 
+    /// Sets the levels sampled at the end of interval `interval` of `phase`.
+    pub fn record_gauges(&mut self, interval: u64, phase: Phase, g: Gauges) {
+        self.pending.entry((interval, phase)).or_default().gauges = Some(g);
+    }
+
     /// Adds `cpu_s` seconds of generator CPU to interval `interval` of `phase`.
     pub fn record_cpu(&mut self, interval: u64, phase: Phase, cpu_s: f64) {
         self.pending.entry((interval, phase)).or_default().cpu_s += cpu_s;
@@ -211,6 +255,7 @@ impl Aggregator {
             counters: p.counters,
             histograms: p.histograms,
             cpu_s: p.cpu_s,
+            gauges: p.gauges,
         }
     }
 

@@ -36,6 +36,124 @@ impl ErrorKind {
     ];
 }
 
+/// Why a connection attempt failed, so connection-scale runs can say which limit was hit.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ConnectFailure {
+    /// Nothing listens there (connection refused).
+    Refused,
+    /// No answer (TCP or handshake) within the connect timeout.
+    Timeout,
+    /// The peer reset or closed the connection during the handshake.
+    Reset,
+    /// This process ran out of file descriptors (`ulimit -n`).
+    NoFds,
+    /// No local port left for this destination (add source addresses or widen the range).
+    NoPorts,
+    /// The TLS handshake failed (certificate, protocol).
+    Tls,
+    /// The server refused the protocol handshake (authentication, limits, client id).
+    Rejected,
+    /// Anything else.
+    Other,
+}
+
+impl ConnectFailure {
+    /// Every cause, in the order of [`ConnectFailures`]' fields.
+    pub const ALL: [ConnectFailure; 8] = [
+        ConnectFailure::Refused,
+        ConnectFailure::Timeout,
+        ConnectFailure::Reset,
+        ConnectFailure::NoFds,
+        ConnectFailure::NoPorts,
+        ConnectFailure::Tls,
+        ConnectFailure::Rejected,
+        ConnectFailure::Other,
+    ];
+
+    /// The snake_case name used in the results file.
+    pub fn name(self) -> &'static str {
+        match self {
+            ConnectFailure::Refused => "refused",
+            ConnectFailure::Timeout => "timeout",
+            ConnectFailure::Reset => "reset",
+            ConnectFailure::NoFds => "no_fds",
+            ConnectFailure::NoPorts => "no_ports",
+            ConnectFailure::Tls => "tls",
+            ConnectFailure::Rejected => "rejected",
+            ConnectFailure::Other => "other",
+        }
+    }
+}
+
+/// Failed connection attempts by cause.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ConnectFailures {
+    /// See [`ConnectFailure::Refused`].
+    pub refused: u64,
+    /// See [`ConnectFailure::Timeout`].
+    pub timeout: u64,
+    /// See [`ConnectFailure::Reset`].
+    pub reset: u64,
+    /// See [`ConnectFailure::NoFds`].
+    pub no_fds: u64,
+    /// See [`ConnectFailure::NoPorts`].
+    pub no_ports: u64,
+    /// See [`ConnectFailure::Tls`].
+    pub tls: u64,
+    /// See [`ConnectFailure::Rejected`].
+    pub rejected: u64,
+    /// See [`ConnectFailure::Other`].
+    pub other: u64,
+}
+
+impl ConnectFailures {
+    fn slot(&mut self, c: ConnectFailure) -> &mut u64 {
+        match c {
+            ConnectFailure::Refused => &mut self.refused,
+            ConnectFailure::Timeout => &mut self.timeout,
+            ConnectFailure::Reset => &mut self.reset,
+            ConnectFailure::NoFds => &mut self.no_fds,
+            ConnectFailure::NoPorts => &mut self.no_ports,
+            ConnectFailure::Tls => &mut self.tls,
+            ConnectFailure::Rejected => &mut self.rejected,
+            ConnectFailure::Other => &mut self.other,
+        }
+    }
+
+    /// Counts one failure.
+    pub fn add(&mut self, c: ConnectFailure, n: u64) {
+        *self.slot(c) += n;
+    }
+
+    /// The count for one cause.
+    pub fn get(&self, c: ConnectFailure) -> u64 {
+        let mut me = *self;
+        *me.slot(c)
+    }
+
+    /// All failures.
+    pub fn total(&self) -> u64 {
+        ConnectFailure::ALL.iter().map(|c| self.get(*c)).sum()
+    }
+
+    /// Adds another set of counts into this one.
+    pub fn merge(&mut self, o: &ConnectFailures) {
+        for c in ConnectFailure::ALL {
+            self.add(c, o.get(c));
+        }
+    }
+
+    fn is_zero(&self) -> bool {
+        self.total() == 0
+    }
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
+}
+
 /// Error counts by kind.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -134,6 +252,18 @@ pub struct Counters {
     pub reconnects: u64,
     /// Errors, by kind.
     pub errors: ErrorCounts,
+    /// Connections opened (TCP, TLS and protocol handshake done). Connection workloads only.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub connects: u64,
+    /// Connections closed by msgbench.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub closes: u64,
+    /// Held connections the server or the network dropped.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub dropped: u64,
+    /// Failed connection attempts, by cause.
+    #[serde(default, skip_serializing_if = "ConnectFailures::is_zero")]
+    pub connect_failures: ConnectFailures,
 }
 
 impl Counters {
@@ -154,6 +284,10 @@ impl Counters {
         self.redelivered += o.redelivered;
         self.reconnects += o.reconnects;
         self.errors.merge(&o.errors);
+        self.connects += o.connects;
+        self.closes += o.closes;
+        self.dropped += o.dropped;
+        self.connect_failures.merge(&o.connect_failures);
     }
 
     /// Distinct deliveries (every delivery except duplicates).

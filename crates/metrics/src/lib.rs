@@ -26,8 +26,8 @@ pub mod recorder;
 pub mod snapshot;
 pub mod summary;
 
-pub use aggregate::{Aggregator, IntervalStats, PhaseTotals};
-pub use counters::{Counters, ErrorKind};
+pub use aggregate::{Aggregator, ConnectionSummary, Gauges, IntervalStats, PhaseTotals};
+pub use counters::{ConnectFailure, ConnectFailures, Counters, ErrorKind};
 pub use integrity::IntegrityTracker;
 pub use recorder::Recorder;
 pub use snapshot::{Histograms, Role, Snapshot};

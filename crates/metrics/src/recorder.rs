@@ -56,6 +56,18 @@ impl Recorder {
         self.counters.acked += n;
     }
 
+    /// One connection opened, its handshake having taken `latency_ns`.
+    pub fn record_connect(&mut self, latency_ns: u64) {
+        self.counters.connects += 1;
+        record(&mut self.hist.connect, latency_ns);
+    }
+
+    /// One connection attempt failed.
+    pub fn record_connect_failure(&mut self, cause: crate::ConnectFailure) {
+        self.counters.connect_failures.add(cause, 1);
+        self.counters.errors.add(ErrorKind::Connect, 1);
+    }
+
     /// One of our messages delivered, `e2e_ns` after its intended send time.
     #[inline]
     pub fn record_delivery(&mut self, e2e_ns: u64, bytes: usize) {

@@ -28,6 +28,13 @@ pub struct Histograms {
     /// End-to-end latency: intended send time until received (coordinated-omission corrected).
     #[serde(with = "crate::codec::serde_hist")]
     pub e2e: Histogram,
+    /// Connect latency: TCP connect + TLS + protocol handshake (connection workloads only).
+    #[serde(
+        with = "crate::codec::serde_hist",
+        default = "new_histogram",
+        skip_serializing_if = "Histogram::is_empty"
+    )]
+    pub connect: Histogram,
 }
 
 impl Default for Histograms {
@@ -43,6 +50,7 @@ impl Histograms {
             publish: new_histogram(),
             send_delay: new_histogram(),
             e2e: new_histogram(),
+            connect: new_histogram(),
         }
     }
 
@@ -52,6 +60,7 @@ impl Histograms {
             publish: new_full_histogram(),
             send_delay: new_full_histogram(),
             e2e: new_full_histogram(),
+            connect: new_full_histogram(),
         }
     }
 
@@ -61,6 +70,7 @@ impl Histograms {
         let _ = self.publish.add(&other.publish);
         let _ = self.send_delay.add(&other.send_delay);
         let _ = self.e2e.add(&other.e2e);
+        let _ = self.connect.add(&other.connect);
     }
 }
 
@@ -88,6 +98,7 @@ impl Snapshot {
             && self.hist.publish.is_empty()
             && self.hist.send_delay.is_empty()
             && self.hist.e2e.is_empty()
+            && self.hist.connect.is_empty()
     }
 
     /// Merges `other` into this snapshot's counts and histograms (identity fields are kept).

@@ -64,3 +64,45 @@ pub fn fmt_ns(ns: u64, count: u64) -> String {
         format!("{:.2}s", v / 1e9)
     }
 }
+
+/// The column header of connection workloads.
+pub fn conn_header() -> String {
+    format!(
+        "{:>7} {:>7} {:>9} {:>9} {:>9} {:>9} {:>9} {:>8} {:>8} {:>9} {:>8} {:>5}",
+        "time_s",
+        "phase",
+        "conn/s",
+        "held",
+        "conn_p50",
+        "conn_p99",
+        "conn_max",
+        "failed",
+        "dropped",
+        "sent/s",
+        "rss_MiB",
+        "cpu%"
+    )
+}
+
+/// One line of a connection workload.
+pub fn conn_line(iv: &IntervalStats) -> String {
+    let d = iv.duration_s();
+    let c = &iv.counters;
+    let l = LatencySummary::of(&iv.histograms.connect);
+    let g = iv.gauges.unwrap_or_default();
+    format!(
+        "{:>7.1} {:>7} {:>9.0} {:>9} {:>9} {:>9} {:>9} {:>8} {:>8} {:>9.0} {:>8.1} {:>5.0}",
+        iv.end_s,
+        iv.phase.name(),
+        c.connects as f64 / d,
+        g.held,
+        fmt_ns(l.p50, l.count),
+        fmt_ns(l.p99, l.count),
+        fmt_ns(l.max, l.count),
+        c.connect_failures.total(),
+        c.dropped,
+        c.sent as f64 / d,
+        g.rss_bytes as f64 / 1048576.0,
+        iv.cpu_s / d * 100.0,
+    )
+}

@@ -3,7 +3,7 @@
 use crate::ReportError;
 use crate::records::{Begin, End, EventRecord, Record};
 use msgbench_metrics::aggregate::Integrity;
-use msgbench_metrics::{Counters, Histograms, LatencySummary, Phase};
+use msgbench_metrics::{ConnectionSummary, Counters, Gauges, Histograms, LatencySummary, Phase};
 use serde::{Deserialize, Serialize};
 
 /// Figures of one phase.
@@ -32,6 +32,9 @@ pub struct PhaseReport {
     pub send_delay: LatencySummary,
     /// End-to-end latency (intended → received), ns.
     pub e2e: LatencySummary,
+    /// Connect latency (TCP + TLS + protocol handshake), ns; connection workloads only.
+    #[serde(default, skip_serializing_if = "no_values")]
+    pub connect: LatencySummary,
     /// CPU seconds the generator used in this phase.
     pub cpu_s: f64,
     /// Generator CPU seconds per million messages sent (0 when nothing was sent).
@@ -68,6 +71,13 @@ pub struct RunReport {
     pub events: Vec<EventRecord>,
     /// Per-interval rows (counts and latency summaries), for CSV and charts.
     pub intervals: Vec<IntervalRow>,
+    /// Connection workloads: peak, rate and memory per connection (from `end`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub connections: Option<ConnectionSummary>,
+}
+
+fn no_values(l: &LatencySummary) -> bool {
+    l.count == 0
 }
 
 /// One interval, summarised.
@@ -89,6 +99,12 @@ pub struct IntervalRow {
     pub publish: LatencySummary,
     /// Generator CPU seconds in the window.
     pub cpu_s: f64,
+    /// Connect latency, ns (connection workloads).
+    #[serde(default, skip_serializing_if = "no_values")]
+    pub connect: LatencySummary,
+    /// Levels at the end of the window (connection workloads).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gauges: Option<Gauges>,
 }
 
 impl PhaseReport {
@@ -119,6 +135,7 @@ impl PhaseReport {
             publish: LatencySummary::of(&h.publish),
             send_delay: LatencySummary::of(&h.send_delay),
             e2e: LatencySummary::of(&h.e2e),
+            connect: LatencySummary::of(&h.connect),
             counters,
         }
     }
@@ -199,6 +216,8 @@ impl ReportBuilder {
                     e2e: LatencySummary::of(&i.histograms.e2e),
                     publish: LatencySummary::of(&i.histograms.publish),
                     cpu_s: i.cpu_s,
+                    connect: LatencySummary::of(&i.histograms.connect),
+                    gauges: i.gauges,
                 });
             }
         }
@@ -296,6 +315,7 @@ impl ReportBuilder {
             result,
             events: self.events,
             intervals: self.rows,
+            connections: end.and_then(|e| e.connections.clone()),
             begin,
         })
     }

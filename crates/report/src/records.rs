@@ -85,6 +85,9 @@ pub struct End {
     pub integrity: Integrity,
     /// What makes the figures less trustworthy.
     pub warnings: Vec<String>,
+    /// Connection workloads: peak, rate, memory per connection.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub connections: Option<msgbench_metrics::ConnectionSummary>,
 }
 
 /// One line of the results file.

@@ -113,6 +113,10 @@ pub fn write(r: &RunReport, out: &mut dyn Write) -> std::io::Result<()> {
         r.begin.tool
     )?;
     writeln!(out)?;
+    if let Some(cs) = &r.connections {
+        connections_block(out, r, cs)?;
+        return warnings(out, r);
+    }
     // The result: measured sends, and every delivery of them (drain included).
     if let Some(p) = &r.result {
         phase_block(out, p)?;
@@ -147,11 +151,93 @@ pub fn write(r: &RunReport, out: &mut dyn Write) -> std::io::Result<()> {
         i.foreign,
         i.completeness * 100.0
     )?;
+    warnings(out, r)
+}
+
+fn warnings(out: &mut dyn Write, r: &RunReport) -> std::io::Result<()> {
     if !r.warnings.is_empty() {
         writeln!(out)?;
         for w in &r.warnings {
             writeln!(out, "warning: {w}")?;
         }
+    }
+    Ok(())
+}
+
+/// A connection workload: opened, failed by cause, rate, held, memory, connect latency.
+fn connections_block(
+    out: &mut dyn Write,
+    r: &RunReport,
+    cs: &msgbench_metrics::ConnectionSummary,
+) -> std::io::Result<()> {
+    let mut all = msgbench_metrics::Counters::default();
+    let mut connect = LatencySummary::default();
+    let mut cpu = 0.0;
+    for p in &r.phases {
+        all.merge(&p.counters);
+        cpu += p.cpu_s;
+        if p.phase == Phase::Measure {
+            connect = p.connect;
+        }
+    }
+    writeln!(out, "connections ({})", cs.mode)?;
+    writeln!(
+        out,
+        "  opened    {:>10}{}   {:.1} connections/s over {:.2}s",
+        all.connects,
+        cs.requested.map(|n| format!(" of {n}")).unwrap_or_default(),
+        cs.connections_per_s,
+        cs.ramp_s
+    )?;
+    let f = &all.connect_failures;
+    writeln!(
+        out,
+        "  failed    {:>10}   refused {} timeout {} reset {} no_fds {} no_ports {} tls {} rejected {} other {}",
+        f.total(),
+        f.refused,
+        f.timeout,
+        f.reset,
+        f.no_fds,
+        f.no_ports,
+        f.tls,
+        f.rejected,
+        f.other
+    )?;
+    if cs.mode == "hold" {
+        writeln!(
+            out,
+            "  held      {:>10} at peak   dropped {}   closed {}",
+            cs.peak_held, all.dropped, all.closes
+        )?;
+        writeln!(
+            out,
+            "  memory    {:>10.1} KiB generator RSS per held connection ({:.1} MiB -> {:.1} MiB)",
+            cs.rss_per_connection_bytes / 1024.0,
+            cs.rss_baseline_bytes as f64 / 1048576.0,
+            cs.rss_peak_bytes as f64 / 1048576.0
+        )?;
+    } else {
+        writeln!(out, "  closed    {:>10}", all.closes)?;
+    }
+    if all.sent > 0 {
+        writeln!(
+            out,
+            "  messages  {:>10} sent on these connections",
+            all.sent
+        )?;
+    }
+    writeln!(
+        out,
+        "  generator {:>10.2} CPU-s   open-file limit {}",
+        cpu, cs.fd_limit
+    )?;
+    if connect.count > 0 {
+        writeln!(
+            out,
+            "  {:<12} {:>12} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9}",
+            "latency", "count", "min", "mean", "p50", "p90", "p99", "p99.9", "max"
+        )?;
+        stage_row(out, "connect", &connect)?;
     }
     Ok(())
 }

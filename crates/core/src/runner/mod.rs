@@ -13,6 +13,7 @@
 //! message quota is sent) → drain (until every expected delivery arrived or the drain timeout)
 //! → final snapshots → [`RunOutcome`].
 
+pub mod connections;
 mod consume;
 mod inflight;
 mod produce;
@@ -85,6 +86,8 @@ pub struct RunOutcome {
     pub warnings: Vec<String>,
     /// Producers that stopped on an error retrying could not fix.
     pub producers_failed: u32,
+    /// Connection workloads: peak, rate and memory per connection.
+    pub connections: Option<msgbench_metrics::ConnectionSummary>,
 }
 
 /// Why a run could not start.
@@ -201,6 +204,9 @@ pub async fn run<D: Driver>(
     observer: &mut dyn Observer,
     shutdown: Shutdown,
 ) -> Result<RunOutcome, RunError> {
+    if let Some(cp) = &plan.connections {
+        return connections::run_connections(driver, plan, cp, events, observer, shutdown).await;
+    }
     let caps = driver.capabilities();
     if plan.request_reply && !caps.request_reply {
         return Err(RunError::Unsupported(format!(
@@ -240,7 +246,7 @@ pub async fn run<D: Driver>(
         .flat_map(|t| std::iter::repeat_n(t, plan.consumers_per_topic as usize));
     let consumer_specs = consumer_specs.enumerate().map(|(id, topic)| ConsumerSpec {
         id: id as u32,
-        topic: topic.clone(),
+        topic: plan.subscribe.clone().unwrap_or_else(|| topic.clone()),
         group: group.clone(),
         respond: plan.request_reply,
     });
@@ -633,5 +639,6 @@ pub async fn run<D: Driver>(
         drain_complete: !warnings.iter().any(|w| w.starts_with("drain")),
         warnings,
         producers_failed,
+        connections: None,
     })
 }

@@ -24,6 +24,22 @@
 //! warmup = "2s"
 //! duration = "30s"          # or: messages = 1000000
 //! drain = "5s"
+//!
+//! [client]                  # protocol client settings (where the protocol has them)
+//! qos = 1                   # MQTT 0, 1 or 2
+//! version = "5"             # MQTT "3.1.1" (default) or "5"
+//! keep_alive = "30s"
+//! client_id = "msgbench-{run}-{role}-{i}"
+//!
+//! [tls]
+//! ca_file = "ca.pem"        # verification is on unless insecure = true
+//!
+//! [connections]             # connection-scale workloads instead of pub/sub
+//! mode = "hold"             # or "storm"
+//! count = 100000
+//! rate = 5000               # connects per second
+//! hold = "60s"
+//! source_addrs = "127.0.0.1-127.0.0.8"
 //! ```
 //!
 //! # Layout
@@ -32,7 +48,7 @@
 
 pub mod plan;
 
-pub use plan::{Measure, RunPlan, SubscriptionMode, resolve};
+pub use plan::{ClientPlan, ConnectionPlan, Measure, RunPlan, SubscriptionMode, TlsPlan, resolve};
 
 use crate::pacer::RateShape;
 use serde::{Deserialize, Serialize};
@@ -62,6 +78,79 @@ pub struct Scenario {
     /// Reporting cadence and thresholds.
     #[serde(default)]
     pub output: OutputSection,
+    /// Protocol client settings.
+    #[serde(default)]
+    pub client: ClientSection,
+    /// TLS settings (for `mqtts://` and other TLS targets).
+    #[serde(default)]
+    pub tls: TlsSection,
+    /// A connection-scale workload instead of pub/sub.
+    #[serde(default)]
+    pub connections: ConnectionsSection,
+}
+
+/// `[client]`: settings of each protocol client.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ClientSection {
+    /// Client identifier pattern: `{run}` (run id), `{role}` (`pub`, `sub`, `conn`), `{i}`.
+    pub client_id: Option<String>,
+    /// Keep-alive / heartbeat interval.
+    pub keep_alive: Option<String>,
+    /// Protocol version where there is a choice (MQTT: `"3.1.1"` or `"5"`).
+    pub version: Option<String>,
+    /// Delivery guarantee (MQTT QoS 0, 1 or 2).
+    pub qos: Option<u8>,
+    /// Publish retained messages (MQTT).
+    pub retain: Option<bool>,
+    /// Keep the session across connections (MQTT clean session = false).
+    pub persistent_session: Option<bool>,
+}
+
+/// `[tls]`
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TlsSection {
+    /// PEM file of the CA(s) to trust instead of the system's.
+    pub ca_file: Option<String>,
+    /// Client certificate (PEM chain).
+    pub cert_file: Option<String>,
+    /// Client private key (PEM).
+    pub key_file: Option<String>,
+    /// Skip server certificate verification.
+    pub insecure: Option<bool>,
+}
+
+/// How a connection workload runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ConnectionMode {
+    /// Open `count` connections at `rate`, hold them, close them.
+    Hold,
+    /// Connect, handshake, optionally send, close, repeat, `concurrency` at a time.
+    Storm,
+}
+
+/// `[connections]`
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ConnectionsSection {
+    /// Hold or storm.
+    pub mode: Option<ConnectionMode>,
+    /// Connections to open (hold) or connect cycles to run (storm; else `phases.duration`).
+    pub count: Option<u64>,
+    /// Connection attempts per second (0 = as fast as `concurrency` allows).
+    pub rate: Option<f64>,
+    /// How long to hold the connections once all are open (hold mode).
+    pub hold: Option<String>,
+    /// Connection attempts in progress at once.
+    pub concurrency: Option<u32>,
+    /// Messages sent on each connection (storm: per cycle).
+    pub messages: Option<u32>,
+    /// Hold mode: each held connection publishes once per this interval.
+    pub publish_interval: Option<String>,
+    /// Local addresses to spread connections over: `"127.0.0.1-127.0.0.50"` or a list.
+    pub source_addrs: Option<String>,
 }
 
 /// `[topics]`
@@ -124,6 +213,9 @@ pub struct ConsumersSection {
     pub mode: Option<ConsumerMode>,
     /// Queue group name (competing consumers).
     pub group: Option<String>,
+    /// Subscribe to this filter instead of the topic (wildcards such as `bench/+`); every
+    /// consumer is then expected to receive the messages of every topic.
+    pub subscribe: Option<String>,
 }
 
 /// `[phases]`
@@ -233,6 +325,7 @@ impl Scenario {
                     per_topic: c_per_topic,
                     mode,
                     group,
+                    subscribe,
                 },
             phases:
                 PhasesSection {
@@ -247,6 +340,33 @@ impl Scenario {
                     late_threshold,
                     connect_timeout,
                     workers,
+                },
+            client:
+                ClientSection {
+                    client_id,
+                    keep_alive,
+                    version,
+                    qos,
+                    retain,
+                    persistent_session,
+                },
+            tls:
+                TlsSection {
+                    ca_file,
+                    cert_file,
+                    key_file,
+                    insecure,
+                },
+            connections:
+                ConnectionsSection {
+                    mode: conn_mode,
+                    count: conn_count,
+                    rate: conn_rate,
+                    hold,
+                    concurrency,
+                    messages: conn_messages,
+                    publish_interval,
+                    source_addrs,
                 },
         } = over;
         pick(&mut self.name, name);
@@ -278,6 +398,25 @@ impl Scenario {
         pick(&mut self.output.late_threshold, late_threshold);
         pick(&mut self.output.connect_timeout, connect_timeout);
         pick(&mut self.output.workers, workers);
+        pick(&mut self.consumers.subscribe, subscribe);
+        pick(&mut self.client.client_id, client_id);
+        pick(&mut self.client.keep_alive, keep_alive);
+        pick(&mut self.client.version, version);
+        pick(&mut self.client.qos, qos);
+        pick(&mut self.client.retain, retain);
+        pick(&mut self.client.persistent_session, persistent_session);
+        pick(&mut self.tls.ca_file, ca_file);
+        pick(&mut self.tls.cert_file, cert_file);
+        pick(&mut self.tls.key_file, key_file);
+        pick(&mut self.tls.insecure, insecure);
+        pick(&mut self.connections.mode, conn_mode);
+        pick(&mut self.connections.count, conn_count);
+        pick(&mut self.connections.rate, conn_rate);
+        pick(&mut self.connections.hold, hold);
+        pick(&mut self.connections.concurrency, concurrency);
+        pick(&mut self.connections.messages, conn_messages);
+        pick(&mut self.connections.publish_interval, publish_interval);
+        pick(&mut self.connections.source_addrs, source_addrs);
         self
     }
 }

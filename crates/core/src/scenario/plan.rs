@@ -1,7 +1,7 @@
 //! The resolved, validated description of a run: what the runner executes and what the results
 //! file records (with credentials removed).
 
-use super::{ConsumerMode, RateSpec, Scenario};
+use super::{ConnectionMode, ConsumerMode, RateSpec, Scenario};
 use crate::pacer::RateShape;
 use crate::payload::SizeSpec;
 use crate::units::{parse_duration, serde_duration};
@@ -45,6 +45,74 @@ pub enum SubscriptionMode {
         /// Queue group name.
         group: String,
     },
+}
+
+/// Settings of each protocol client; each driver uses the ones its protocol has.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ClientPlan {
+    /// Client identifier pattern: `{run}`, `{role}` (`pub`, `sub`, `conn`) and `{i}` are
+    /// replaced.
+    pub client_id: String,
+    /// Keep-alive / heartbeat interval.
+    #[serde(with = "serde_duration")]
+    pub keep_alive: Duration,
+    /// Protocol version, where the protocol offers a choice (`None` = the driver's default).
+    pub version: Option<String>,
+    /// Delivery guarantee level (MQTT QoS).
+    pub qos: u8,
+    /// Publish retained messages.
+    pub retain: bool,
+    /// Keep sessions across connections.
+    pub persistent_session: bool,
+}
+
+impl ClientPlan {
+    /// The client id for one client of a run.
+    pub fn client_id_for(&self, run_id: u32, role: &str, i: u64) -> String {
+        self.client_id
+            .replace("{run}", &format!("{run_id:08x}"))
+            .replace("{role}", role)
+            .replace("{i}", &i.to_string())
+    }
+}
+
+/// TLS settings for TLS targets.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TlsPlan {
+    /// CA file to trust instead of the system roots.
+    pub ca_file: Option<std::path::PathBuf>,
+    /// Client certificate chain (PEM).
+    pub cert_file: Option<std::path::PathBuf>,
+    /// Client private key (PEM).
+    pub key_file: Option<std::path::PathBuf>,
+    /// Skip server certificate verification.
+    pub insecure: bool,
+}
+
+/// A connection-scale workload (instead of pub/sub).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ConnectionPlan {
+    /// Hold or storm.
+    pub mode: ConnectionMode,
+    /// Hold: connections to open. Storm: cycles to run (`None` = until the measure duration).
+    pub count: Option<u64>,
+    /// Connection attempts per second (`None` = as fast as `concurrency` allows).
+    pub rate: Option<f64>,
+    /// Hold: how long to keep the connections after the ramp.
+    #[serde(with = "serde_duration")]
+    pub hold: Duration,
+    /// Attempts in flight at once.
+    pub concurrency: u32,
+    /// Messages per connection (storm: per cycle).
+    pub messages: u32,
+    /// Hold: each connection publishes once per this interval.
+    #[serde(default, with = "crate::units::serde_opt_duration")]
+    pub publish_interval: Option<Duration>,
+    /// Local addresses connections are spread over (round robin); empty = system choice.
+    pub source_addrs: Vec<std::net::IpAddr>,
 }
 
 /// A fully resolved run: defaults applied, every cross-field rule checked.
@@ -98,6 +166,14 @@ pub struct RunPlan {
     /// Worker threads producers and consumers run on, one single-threaded runtime each; 0 runs
     /// them on the shared work-stealing runtime (one thread per CPU).
     pub workers: usize,
+    /// Consumers subscribe to this filter instead of their topic (wildcards).
+    pub subscribe: Option<String>,
+    /// Protocol client settings.
+    pub client: ClientPlan,
+    /// TLS settings.
+    pub tls: TlsPlan,
+    /// A connection workload replaces pub/sub when set.
+    pub connections: Option<ConnectionPlan>,
 }
 
 /// Why a scenario cannot run, naming the setting at fault.
@@ -265,6 +341,28 @@ pub fn resolve(s: &Scenario, run_id: u32) -> Result<RunPlan, PlanError> {
         Duration::from_secs(10),
     )?;
 
+    let client = resolve_client(s)?;
+    let tls = TlsPlan {
+        ca_file: s.tls.ca_file.as_ref().map(Into::into),
+        cert_file: s.tls.cert_file.as_ref().map(Into::into),
+        key_file: s.tls.key_file.as_ref().map(Into::into),
+        insecure: s.tls.insecure.unwrap_or(false),
+    };
+    if tls.cert_file.is_some() != tls.key_file.is_some() {
+        return Err(err(
+            "tls.cert_file",
+            "a client certificate needs both cert_file and key_file (--cert and --key)",
+        ));
+    }
+    let connections = resolve_connections(s)?;
+    let subscribe = s.consumers.subscribe.clone();
+    if subscribe.as_deref() == Some("") {
+        return Err(err(
+            "consumers.subscribe",
+            "the subscription filter is empty",
+        ));
+    }
+
     Ok(RunPlan {
         name: s.name.clone().unwrap_or_else(|| "msgbench".to_string()),
         target,
@@ -286,7 +384,109 @@ pub fn resolve(s: &Scenario, run_id: u32) -> Result<RunPlan, PlanError> {
         late_threshold,
         connect_timeout,
         workers: s.output.workers.unwrap_or(0),
+        subscribe,
+        client,
+        tls,
+        connections,
     })
+}
+
+fn resolve_client(s: &Scenario) -> Result<ClientPlan, PlanError> {
+    let c = &s.client;
+    let qos = c.qos.unwrap_or(0);
+    if qos > 2 {
+        return Err(err(
+            "client.qos",
+            format!("QoS {qos} does not exist; use 0, 1 or 2"),
+        ));
+    }
+    let keep_alive = duration("client.keep_alive", &c.keep_alive, Duration::from_secs(30))?;
+    if keep_alive > Duration::from_secs(65_535) {
+        return Err(err("client.keep_alive", "at most 65535s (18h12m15s)"));
+    }
+    let persistent_session = c.persistent_session.unwrap_or(false);
+    let client_id = c
+        .client_id
+        .clone()
+        .unwrap_or_else(|| "msgbench-{run}-{role}-{i}".to_string());
+    if client_id.is_empty() {
+        return Err(err("client.client_id", "the client id pattern is empty"));
+    }
+    Ok(ClientPlan {
+        client_id,
+        keep_alive,
+        version: c.version.clone(),
+        qos,
+        retain: c.retain.unwrap_or(false),
+        persistent_session,
+    })
+}
+
+fn resolve_connections(s: &Scenario) -> Result<Option<ConnectionPlan>, PlanError> {
+    let c = &s.connections;
+    let Some(mode) = c.mode.or(c.count.map(|_| ConnectionMode::Hold)) else {
+        if c != &super::ConnectionsSection::default() {
+            return Err(err(
+                "connections",
+                "give `mode` (\"hold\" or \"storm\") or `count` (--connections / --storm)",
+            ));
+        }
+        return Ok(None);
+    };
+    let count = c.count;
+    if count == Some(0) {
+        return Err(err("connections.count", "must be at least 1"));
+    }
+    if mode == ConnectionMode::Hold && count.is_none() {
+        return Err(err(
+            "connections.count",
+            "hold mode needs the number of connections (--connections N)",
+        ));
+    }
+    let rate = match c.rate {
+        None => None,
+        Some(0.0) => None,
+        Some(r) if r.is_finite() && r > 0.0 => Some(r),
+        Some(r) => {
+            return Err(err(
+                "connections.rate",
+                format!("{r} is not a rate; give connections per second (0 = unlimited)"),
+            ));
+        }
+    };
+    let concurrency = c.concurrency.unwrap_or(match mode {
+        ConnectionMode::Hold => 1000,
+        ConnectionMode::Storm => 64,
+    });
+    if concurrency == 0 {
+        return Err(err("connections.concurrency", "must be at least 1"));
+    }
+    let publish_interval = match &c.publish_interval {
+        None => None,
+        Some(v) => {
+            let d = parse_duration(v).map_err(|m| err("connections.publish_interval", m))?;
+            if d < Duration::from_millis(1) {
+                return Err(err("connections.publish_interval", "must be at least 1ms"));
+            }
+            Some(d)
+        }
+    };
+    let source_addrs = match &c.source_addrs {
+        None => Vec::new(),
+        Some(v) => {
+            crate::units::parse_source_addrs(v).map_err(|m| err("connections.source_addrs", m))?
+        }
+    };
+    Ok(Some(ConnectionPlan {
+        mode,
+        count,
+        rate,
+        hold: duration("connections.hold", &c.hold, Duration::from_secs(10))?,
+        concurrency,
+        messages: c.messages.unwrap_or(0),
+        publish_interval,
+        source_addrs,
+    }))
 }
 
 impl RunPlan {
@@ -304,6 +504,8 @@ impl RunPlan {
     pub fn receivers_per_message(&self) -> u64 {
         match self.subscription {
             _ if self.consumers_per_topic == 0 => 0,
+            // A wildcard filter is assumed to cover every topic.
+            SubscriptionMode::Fanout if self.subscribe.is_some() => self.consumers() as u64,
             SubscriptionMode::Fanout => self.consumers_per_topic as u64,
             SubscriptionMode::Queue { .. } => 1,
         }

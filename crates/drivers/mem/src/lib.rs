@@ -31,8 +31,8 @@
 
 use bytes::{Buf, BufMut, Bytes, BytesMut};
 use msgbench_core::driver::{
-    Ack, Capabilities, Consumer, ConsumerSpec, Delivery, Driver, DriverError, Outbound, Producer,
-    ProducerSpec,
+    Ack, Capabilities, Consumer, ConsumerSpec, Delivery, Driver, DriverError, NoSession, Outbound,
+    Producer, ProducerSpec, SessionSpec,
 };
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -141,6 +141,7 @@ impl MemDriver {
 impl Driver for MemDriver {
     type Producer = MemProducer;
     type Consumer = MemConsumer;
+    type Session = NoSession;
 
     fn capabilities(&self) -> Capabilities {
         Capabilities {
@@ -162,6 +163,13 @@ impl Driver for MemDriver {
             replies: spec.request_reply.then_some(ack_tx),
             ack_rx,
         })
+    }
+
+    async fn session(&self, _: &SessionSpec) -> Result<NoSession, DriverError> {
+        Err(DriverError::Config(
+            "the in-process mem:// broker has no connections; connection workloads need a network target"
+                .into(),
+        ))
     }
 
     async fn consumer(&self, spec: &ConsumerSpec) -> Result<MemConsumer, DriverError> {

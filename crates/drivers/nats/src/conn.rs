@@ -4,8 +4,9 @@
 
 use crate::proto::{self, Info, ServerOp};
 use bytes::{Buf, BytesMut};
-use msgbench_core::driver::{DriverError, DriverEventKind, EventSink};
+use msgbench_core::driver::{ConnectFailure, DriverError, DriverEventKind, EventSink};
 use std::io;
+use std::net::IpAddr;
 use std::task::{Context, Poll};
 use std::time::Duration;
 use tokio::io::AsyncReadExt;
@@ -107,6 +108,8 @@ pub struct Conn {
     name: String,
     events: EventSink,
     timeout: Duration,
+    source: Option<IpAddr>,
+    chunk: usize,
     stream: Option<TcpStream>,
     /// Bytes read and not yet parsed.
     pub rbuf: BytesMut,
@@ -122,43 +125,64 @@ fn io_err(e: impl std::fmt::Display) -> io::Error {
 }
 
 impl Conn {
-    /// Connects and completes the handshake; the error says clearly why not.
+    /// Connects and completes the handshake; the error says clearly why not. `chunk` is the
+    /// buffer size: large for data clients, small for held sessions. `source` is the local
+    /// address to connect from.
     pub async fn connect(
         ep: Endpoint,
         name: String,
         events: EventSink,
         timeout: Duration,
+        source: Option<IpAddr>,
+        chunk: usize,
     ) -> Result<Conn, DriverError> {
         let mut c = Conn {
             ep,
             name,
             events,
             timeout,
+            source,
+            chunk,
             stream: None,
-            rbuf: BytesMut::with_capacity(64 * 1024),
-            wbuf: BytesMut::with_capacity(64 * 1024),
+            rbuf: BytesMut::with_capacity(chunk),
+            wbuf: BytesMut::with_capacity(chunk),
             subs: Vec::new(),
             info: Info::default(),
         };
-        c.handshake().await.map_err(|e| DriverError::Connect {
-            target: c.ep.display.clone(),
-            reason: e.to_string(),
-        })?;
+        c.handshake().await.map_err(|e| c.connect_error(e))?;
         Ok(c)
+    }
+
+    fn connect_error(&self, e: io::Error) -> DriverError {
+        let cause = if e.kind() == io::ErrorKind::PermissionDenied {
+            ConnectFailure::Rejected
+        } else {
+            msgbench_net::classify(&e)
+        };
+        DriverError::Connect {
+            target: self.ep.display.clone(),
+            reason: e.to_string(),
+            cause,
+        }
     }
 
     async fn handshake(&mut self) -> io::Result<()> {
         self.stream = None;
-        let stream = tokio::time::timeout(self.timeout, TcpStream::connect(&self.ep.addr))
-            .await
-            .map_err(|_| {
-                io::Error::new(
-                    io::ErrorKind::TimedOut,
-                    format!("no TCP connection within {:?}", self.timeout),
-                )
-            })??;
-        // Nagle plus delayed ACKs would add ~40 ms to small messages.
-        stream.set_nodelay(true)?;
+        let target = msgbench_net::Target::parse(&self.ep.addr, 4222).map_err(io_err)?;
+        // TCP_NODELAY is set by msgbench-net: Nagle plus delayed ACKs would add ~40 ms.
+        let stream = match msgbench_net::connect(&target, self.source, None, self.timeout).await {
+            Ok(msgbench_net::Stream::Tcp(s)) => s,
+            Ok(_) => return Err(io_err("unexpected TLS stream")),
+            Err(e) => {
+                let kind = match e.cause {
+                    ConnectFailure::Timeout => io::ErrorKind::TimedOut,
+                    ConnectFailure::Refused => io::ErrorKind::ConnectionRefused,
+                    ConnectFailure::NoPorts => io::ErrorKind::AddrNotAvailable,
+                    _ => io::ErrorKind::Other,
+                };
+                return Err(io::Error::new(kind, e.detail));
+            }
+        };
         self.stream = Some(stream);
         self.rbuf.clear();
         let pending_writes = std::mem::take(&mut self.wbuf);
@@ -190,7 +214,10 @@ impl Conn {
                 match self.read_raw().await? {
                     ServerOp::Pong => return Ok(()),
                     ServerOp::Err(e) => {
-                        return Err(io_err(format!("server refused the connection: {e}")));
+                        return Err(io::Error::new(
+                            io::ErrorKind::PermissionDenied,
+                            format!("server refused the connection: {e}"),
+                        ));
                     }
                     ServerOp::Ping => self.wbuf.extend_from_slice(b"PONG\r\n"),
                     _ => {}
@@ -299,8 +326,8 @@ impl Conn {
             .stream
             .as_mut()
             .ok_or_else(|| io::Error::from(io::ErrorKind::NotConnected))?;
-        if self.rbuf.capacity() - self.rbuf.len() < 16 * 1024 {
-            self.rbuf.reserve(64 * 1024);
+        if self.rbuf.capacity() - self.rbuf.len() < self.chunk / 4 {
+            self.rbuf.reserve(self.chunk);
         }
         if s.read_buf(&mut self.rbuf).await? == 0 {
             return Err(io::ErrorKind::UnexpectedEof.into());
@@ -346,8 +373,8 @@ impl Conn {
                 Poll::Ready(Err(e)) => return Poll::Ready(Err(e)),
                 Poll::Ready(Ok(())) => {}
             }
-            if self.rbuf.capacity() - self.rbuf.len() < 16 * 1024 {
-                self.rbuf.reserve(64 * 1024);
+            if self.rbuf.capacity() - self.rbuf.len() < self.chunk / 4 {
+                self.rbuf.reserve(self.chunk);
             }
             match s.try_read_buf(&mut self.rbuf) {
                 Ok(0) => return Poll::Ready(Err(io::ErrorKind::UnexpectedEof.into())),
@@ -370,7 +397,7 @@ impl Conn {
 
     /// One reconnection attempt; reports success.
     pub async fn try_reconnect(&mut self) -> Result<(), DriverError> {
-        match self.handshake().await {
+        match self.handshake().await.map_err(|e| self.connect_error(e)) {
             Ok(()) => {
                 self.events.emit(
                     DriverEventKind::Reconnected,
@@ -378,11 +405,13 @@ impl Conn {
                 );
                 Ok(())
             }
-            Err(e) => Err(DriverError::Connect {
-                target: self.ep.display.clone(),
-                reason: e.to_string(),
-            }),
+            Err(e) => Err(e),
         }
+    }
+
+    /// Closes the socket (no protocol goodbye exists in NATS).
+    pub fn close(&mut self) {
+        self.stream = None;
     }
 
     /// Reconnects, retrying with backoff until it works (the caller cancels to give up).

@@ -30,7 +30,7 @@ use bytes::Bytes;
 use conn::{Conn, Endpoint};
 use msgbench_core::driver::{
     Ack, Capabilities, Consumer, ConsumerSpec, Delivery, Driver, DriverError, EventSink, Outbound,
-    Producer, ProducerSpec,
+    Producer, ProducerSpec, Session, SessionSpec,
 };
 use proto::ServerOp;
 use std::collections::VecDeque;
@@ -39,6 +39,10 @@ use std::time::Duration;
 
 /// Bytes buffered before an unpaced producer writes them out.
 pub const WRITE_BATCH: usize = 64 * 1024;
+/// Buffer size of producers and consumers.
+const DATA_CHUNK: usize = 64 * 1024;
+/// Buffer size of held sessions (they read only PING and INFO).
+const SESSION_CHUNK: usize = 512;
 
 /// The NATS driver.
 pub struct NatsDriver {
@@ -70,6 +74,7 @@ fn inbox_prefix(id: u32) -> String {
 impl Driver for NatsDriver {
     type Producer = NatsProducer;
     type Consumer = NatsConsumer;
+    type Session = NatsSession;
 
     fn capabilities(&self) -> Capabilities {
         Capabilities {
@@ -86,6 +91,8 @@ impl Driver for NatsDriver {
             name,
             self.events.clone(),
             self.connect_timeout,
+            None,
+            DATA_CHUNK,
         )
         .await?;
         let inbox = if spec.request_reply {
@@ -114,6 +121,8 @@ impl Driver for NatsDriver {
             name,
             self.events.clone(),
             self.connect_timeout,
+            None,
+            DATA_CHUNK,
         )
         .await?;
         conn.subscribe(&spec.topic, spec.group.as_deref());
@@ -127,6 +136,53 @@ impl Driver for NatsDriver {
             conn,
             respond: spec.respond,
         })
+    }
+
+    async fn session(&self, spec: &SessionSpec) -> Result<NatsSession, DriverError> {
+        let conn = Conn::connect(
+            self.ep.clone(),
+            format!("msgbench-conn-{}", spec.id),
+            self.events.clone(),
+            self.connect_timeout,
+            spec.source,
+            SESSION_CHUNK,
+        )
+        .await?;
+        Ok(NatsSession {
+            conn,
+            subject: Bytes::from(spec.topic.clone()),
+        })
+    }
+}
+
+/// A held connection: answers the server's PINGs (that is NATS's keep-alive).
+pub struct NatsSession {
+    conn: Conn,
+    subject: Bytes,
+}
+
+impl Session for NatsSession {
+    async fn publish(&mut self, payload: &[u8]) -> Result<(), DriverError> {
+        proto::put_pub(&mut self.conn.wbuf, &self.subject, None, payload);
+        self.conn
+            .flush()
+            .await
+            .map_err(|e| DriverError::Send(e.to_string()))
+    }
+
+    async fn keep_alive(&mut self) -> DriverError {
+        loop {
+            // `next_msg` answers PINGs and flushes the PONGs.
+            if let Err(e) = self.conn.next_msg().await {
+                return DriverError::Receive(e.to_string());
+            }
+        }
+    }
+
+    async fn close(mut self) -> Result<(), DriverError> {
+        let _ = self.conn.flush().await;
+        self.conn.close();
+        Ok(())
     }
 }
 

@@ -1,0 +1,448 @@
+//! One MQTT connection: URL parsing, connect + CONNECT/CONNACK handshake, buffered writes,
+//! packet reads, subscriptions, keep-alive and reconnection. All state lives in the struct, so
+//! every async method here is cancel-safe: an interrupted call loses no bytes.
+
+use crate::codec::{self, ConnectOpts, Packet, ProtoError, Version};
+use bytes::BytesMut;
+use msgbench_core::driver::{ConnectFailure, DriverError, DriverEventKind, EventSink};
+use msgbench_net::{NetError, Stream, Target, Tls};
+use std::future::poll_fn;
+use std::io;
+use std::net::IpAddr;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+/// Where and how to connect, parsed from `mqtt[s]://[user[:pass]@]host[:port]`.
+#[derive(Debug)]
+pub struct Endpoint {
+    /// Host and port.
+    pub target: Target,
+    /// TLS connector for `mqtts://`.
+    pub tls: Option<Tls>,
+    username: Option<String>,
+    password: Option<String>,
+    /// The URL with credentials removed, for messages.
+    pub display: String,
+}
+
+impl Endpoint {
+    /// Parses the URL; `tls` builds the connector for `mqtts://`.
+    pub fn parse(
+        url: &str,
+        tls: impl FnOnce() -> Result<Tls, String>,
+    ) -> Result<Endpoint, DriverError> {
+        let display = msgbench_core::scenario::plan::redact_url(url);
+        let (secure, rest) = if let Some(r) = url.strip_prefix("mqtt://") {
+            (false, r)
+        } else if let Some(r) = url.strip_prefix("mqtts://") {
+            (true, r)
+        } else {
+            return Err(DriverError::Config(format!(
+                "`{display}` is not an mqtt:// or mqtts:// URL"
+            )));
+        };
+        let authority = rest.split(['/', '?']).next().unwrap_or("");
+        let (creds, hostport) = match authority.rsplit_once('@') {
+            Some((c, h)) => (Some(c), h),
+            None => (None, authority),
+        };
+        let (username, password) = match creds {
+            Some(c) => match c.split_once(':') {
+                Some((u, p)) => (Some(u.to_string()), Some(p.to_string())),
+                None => (Some(c.to_string()), None),
+            },
+            None => (None, None),
+        };
+        let target = Target::parse(hostport, if secure { 8883 } else { 1883 })
+            .map_err(|m| DriverError::Config(format!("{display}: {m}")))?;
+        let tls = if secure {
+            Some(tls().map_err(|m| DriverError::Config(format!("TLS: {m}")))?)
+        } else {
+            None
+        };
+        Ok(Endpoint {
+            target,
+            tls,
+            username,
+            password,
+            display,
+        })
+    }
+}
+
+/// Per-connection protocol settings.
+#[derive(Debug, Clone)]
+pub struct Settings {
+    /// 3.1.1 or 5.
+    pub version: Version,
+    /// Keep-alive (PINGREQ when nothing was sent for this long; 0 = off).
+    pub keep_alive: Duration,
+    /// Clean session / clean start.
+    pub clean: bool,
+    /// Connect timeout (TCP + TLS + CONNACK).
+    pub timeout: Duration,
+    /// Largest packet accepted from the server.
+    pub max_packet: usize,
+}
+
+/// A live (or reconnecting) connection.
+pub struct Conn {
+    ep: Arc<Endpoint>,
+    settings: Settings,
+    client_id: String,
+    /// Where connection events go (`None` for connection-scale sessions, which count instead).
+    events: Option<EventSink>,
+    source: Option<IpAddr>,
+    stream: Option<Stream>,
+    /// Bytes read and not yet parsed.
+    pub rbuf: BytesMut,
+    /// Bytes to write.
+    pub wbuf: BytesMut,
+    chunk: usize,
+    subs: Vec<(String, u8)>,
+    /// MQTT 5 receive maximum from CONNACK (65535 for 3.1.1).
+    pub receive_max: u16,
+    /// Largest packet the server takes (0 = unknown).
+    pub server_max_packet: u32,
+    /// The server kept our session at the last connect.
+    pub session_present: bool,
+}
+
+fn proto_io(e: ProtoError) -> io::Error {
+    io::Error::new(io::ErrorKind::InvalidData, e.0)
+}
+
+impl Conn {
+    /// Connects and completes the handshake; the error says why not. `chunk` is the read
+    /// buffer growth step: large for data clients, small for the thousands of idle sessions.
+    pub async fn connect(
+        ep: Arc<Endpoint>,
+        settings: Settings,
+        client_id: String,
+        events: Option<EventSink>,
+        source: Option<IpAddr>,
+        chunk: usize,
+    ) -> Result<Conn, DriverError> {
+        let mut c = Conn {
+            ep,
+            settings,
+            client_id,
+            events,
+            source,
+            stream: None,
+            rbuf: BytesMut::new(),
+            wbuf: BytesMut::new(),
+            chunk,
+            subs: Vec::new(),
+            receive_max: u16::MAX,
+            server_max_packet: 0,
+            session_present: false,
+        };
+        c.handshake().await?;
+        Ok(c)
+    }
+
+    fn connect_error(&self, e: NetError) -> DriverError {
+        DriverError::Connect {
+            target: self.ep.display.clone(),
+            reason: e.detail,
+            cause: e.cause,
+        }
+    }
+
+    async fn handshake(&mut self) -> Result<(), DriverError> {
+        self.stream = None;
+        let timeout = self.settings.timeout;
+        let stream =
+            msgbench_net::connect(&self.ep.target, self.source, self.ep.tls.as_ref(), timeout)
+                .await
+                .map_err(|e| self.connect_error(e))?;
+        self.stream = Some(stream);
+        self.rbuf.clear();
+        // Writes buffered while disconnected are dropped: they were never sent (integrity counts
+        // them as lost); replaying them could duplicate what did go out before the cut.
+        self.wbuf.clear();
+        let v5 = self.settings.version == Version::V5;
+        codec::put_connect(
+            &mut self.wbuf,
+            &ConnectOpts {
+                version: self.settings.version,
+                client_id: &self.client_id,
+                keep_alive: self.settings.keep_alive.as_secs().min(65_535) as u16,
+                clean: self.settings.clean,
+                username: self.ep.username.as_deref(),
+                password: self.ep.password.as_deref(),
+                session_expiry: if v5 && !self.settings.clean {
+                    u32::MAX
+                } else {
+                    0
+                },
+            },
+        );
+        let r = tokio::time::timeout(timeout, async {
+            self.flush().await.map_err(|e| NetError::from_io(&e))?;
+            let packet = self
+                .read_packet()
+                .await
+                .map_err(|e| NetError::from_io(&e))?;
+            match packet {
+                Packet::ConnAck {
+                    session_present,
+                    code,
+                    receive_max,
+                    max_packet,
+                    reason,
+                } => {
+                    if code != 0 {
+                        return Err(NetError {
+                            cause: ConnectFailure::Rejected,
+                            detail: format!(
+                                "the broker refused the connection: {}{}",
+                                connack_meaning(self.settings.version, code),
+                                reason.map(|r| format!(" ({r})")).unwrap_or_default()
+                            ),
+                        });
+                    }
+                    self.session_present = session_present;
+                    self.receive_max = receive_max.max(1);
+                    self.server_max_packet = max_packet;
+                    Ok(())
+                }
+                other => Err(NetError {
+                    cause: ConnectFailure::Other,
+                    detail: format!("expected CONNACK, got {other:?}"),
+                }),
+            }
+        })
+        .await;
+        let r = match r {
+            Ok(r) => r,
+            Err(_) => Err(NetError {
+                cause: ConnectFailure::Timeout,
+                detail: format!("no CONNACK within {timeout:?}"),
+            }),
+        };
+        if let Err(e) = r {
+            self.stream = None;
+            return Err(self.connect_error(e));
+        }
+        // Resubscribe when the broker did not keep the session.
+        if !self.subs.is_empty() && !self.session_present {
+            let subs = self.subs.clone();
+            self.send_subscribe(&subs)
+                .await
+                .map_err(|e| DriverError::Subscribe(e.to_string()))?;
+        }
+        if self.rbuf.is_empty() && self.rbuf.capacity() > self.chunk {
+            self.rbuf = BytesMut::new();
+        }
+        if self.wbuf.is_empty() && self.wbuf.capacity() > self.chunk {
+            self.wbuf = BytesMut::new();
+        }
+        Ok(())
+    }
+
+    /// Subscribes (and remembers the filters, to resubscribe after a reconnect without a kept
+    /// session). Returns when the broker granted every filter.
+    pub async fn subscribe(&mut self, filters: &[(String, u8)]) -> Result<(), DriverError> {
+        self.subs.extend_from_slice(filters);
+        self.send_subscribe(filters)
+            .await
+            .map_err(|e| DriverError::Subscribe(e.to_string()))
+    }
+
+    async fn send_subscribe(&mut self, filters: &[(String, u8)]) -> io::Result<()> {
+        let list: Vec<(&str, u8)> = filters.iter().map(|(f, q)| (f.as_str(), *q)).collect();
+        codec::put_subscribe(&mut self.wbuf, self.settings.version, 1, &list);
+        self.flush().await?;
+        let deadline = tokio::time::Instant::now() + self.settings.timeout;
+        loop {
+            let p = tokio::time::timeout_at(deadline, self.read_packet())
+                .await
+                .map_err(|_| io::Error::new(io::ErrorKind::TimedOut, "no SUBACK"))??;
+            if let Packet::SubAck { codes, .. } = p {
+                if let Some((i, c)) = codes.iter().enumerate().find(|(_, c)| **c >= 0x80) {
+                    return Err(io::Error::other(format!(
+                        "the broker refused the subscription to `{}` (reason code 0x{c:02x})",
+                        filters.get(i).map_or("?", |f| f.0.as_str())
+                    )));
+                }
+                return Ok(());
+            }
+        }
+    }
+
+    /// Whether the connection is up.
+    pub fn is_connected(&self) -> bool {
+        self.stream.is_some()
+    }
+
+    /// Protocol version of this connection.
+    pub fn version(&self) -> Version {
+        self.settings.version
+    }
+
+    /// Writes what the socket takes now; `Ready(Ok)` when everything is written.
+    pub fn poll_flush(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        match self.stream.as_mut() {
+            None => Poll::Ready(Err(io::ErrorKind::NotConnected.into())),
+            Some(s) => s.poll_write_all(cx, &mut self.wbuf),
+        }
+    }
+
+    /// Writes everything buffered. Cancel-safe.
+    pub async fn flush(&mut self) -> io::Result<()> {
+        poll_fn(|cx| self.poll_flush(cx)).await
+    }
+
+    /// The next packet: writes pending bytes, then parses or reads. Cancel-safe.
+    pub fn poll_packet(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<Packet>> {
+        loop {
+            if let Some(p) = codec::parse(
+                &mut self.rbuf,
+                self.settings.version,
+                self.settings.max_packet,
+            )
+            .map_err(proto_io)?
+            {
+                return Poll::Ready(Ok(p));
+            }
+            if !self.wbuf.is_empty() {
+                match self.poll_flush(cx) {
+                    Poll::Ready(Err(e)) => return Poll::Ready(Err(e)),
+                    Poll::Ready(Ok(())) | Poll::Pending => {}
+                }
+            }
+            let Some(s) = self.stream.as_mut() else {
+                return Poll::Ready(Err(io::ErrorKind::NotConnected.into()));
+            };
+            match s.poll_read_into(cx, &mut self.rbuf, self.chunk) {
+                Poll::Ready(Ok(0)) => return Poll::Ready(Err(io::ErrorKind::UnexpectedEof.into())),
+                Poll::Ready(Ok(_)) => {}
+                Poll::Ready(Err(e)) => return Poll::Ready(Err(e)),
+                Poll::Pending => return Poll::Pending,
+            }
+        }
+    }
+
+    /// The next packet (see [`Conn::poll_packet`]).
+    pub async fn read_packet(&mut self) -> io::Result<Packet> {
+        poll_fn(|cx| self.poll_packet(cx)).await
+    }
+
+    /// Marks the connection lost (once) and reports it.
+    pub fn lost(&mut self, why: &io::Error) {
+        if self.stream.take().is_some()
+            && let Some(ev) = &self.events
+        {
+            ev.emit(
+                DriverEventKind::Disconnected,
+                format!("{}: connection lost: {why}", self.client_id),
+            );
+        }
+    }
+
+    /// One reconnection attempt.
+    pub async fn try_reconnect(&mut self) -> Result<(), DriverError> {
+        self.handshake().await?;
+        if let Some(ev) = &self.events {
+            ev.emit(
+                DriverEventKind::Reconnected,
+                format!(
+                    "{}: reconnected to {}{}",
+                    self.client_id,
+                    self.ep.display,
+                    if self.session_present {
+                        " (session kept)"
+                    } else {
+                        ""
+                    }
+                ),
+            );
+        }
+        Ok(())
+    }
+
+    /// Reconnects, retrying with backoff until it works (the caller cancels to give up).
+    pub async fn reconnect(&mut self) {
+        let mut pause = Duration::from_millis(50);
+        loop {
+            if self.try_reconnect().await.is_ok() {
+                return;
+            }
+            tokio::time::sleep(pause).await;
+            pause = (pause * 2).min(Duration::from_secs(2));
+        }
+    }
+
+    /// Closes politely (DISCONNECT), ignoring errors: the peer may already be gone.
+    pub async fn disconnect(&mut self) {
+        if self.stream.is_some() {
+            codec::put_disconnect(&mut self.wbuf);
+            let _ = tokio::time::timeout(Duration::from_secs(2), self.flush()).await;
+            if let Some(Stream::Tls(s)) = self.stream.as_mut() {
+                let _ = tokio::time::timeout(
+                    Duration::from_secs(1),
+                    tokio::io::AsyncWriteExt::shutdown(s.as_mut()),
+                )
+                .await;
+            }
+        }
+        self.stream = None;
+    }
+}
+
+/// Human meaning of a CONNACK refusal.
+fn connack_meaning(version: Version, code: u8) -> String {
+    let text = match (version, code) {
+        (Version::V311, 1) => "unacceptable protocol version",
+        (Version::V311, 2) => "client identifier rejected",
+        (Version::V311, 3) => "server unavailable",
+        (Version::V311, 4) => "bad user name or password",
+        (Version::V311, 5) => "not authorized",
+        (Version::V5, 0x84) => "unsupported protocol version",
+        (Version::V5, 0x85) => "client identifier not valid",
+        (Version::V5, 0x86) => "bad user name or password",
+        (Version::V5, 0x87) => "not authorized",
+        (Version::V5, 0x88) => "server unavailable",
+        (Version::V5, 0x89) => "server busy",
+        (Version::V5, 0x8a) => "banned",
+        (Version::V5, 0x97) => "quota exceeded",
+        _ => "refused",
+    };
+    format!("{text} (code 0x{code:02x})")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn no_tls() -> Result<Tls, String> {
+        Err("no TLS in this test".into())
+    }
+
+    #[test]
+    fn endpoints() {
+        let e = Endpoint::parse("mqtt://127.0.0.1", no_tls).unwrap();
+        assert_eq!((e.target.host.as_str(), e.target.port), ("127.0.0.1", 1883));
+        let e = Endpoint::parse("mqtt://bob:pw@h:2", no_tls).unwrap();
+        assert_eq!(
+            (
+                e.username.as_deref(),
+                e.password.as_deref(),
+                e.display.as_str()
+            ),
+            (Some("bob"), Some("pw"), "mqtt://bob:***@h:2")
+        );
+        assert!(
+            Endpoint::parse("mqtts://h", no_tls)
+                .unwrap_err()
+                .to_string()
+                .contains("TLS")
+        );
+        assert!(Endpoint::parse("nats://h", no_tls).is_err());
+        assert!(Endpoint::parse("mqtt://", no_tls).is_err());
+        assert!(connack_meaning(Version::V311, 5).contains("not authorized"));
+    }
+}

@@ -1,0 +1,498 @@
+//! # msgbench-driver-mqtt
+//!
+//! MQTT 3.1.1 and 5 over a lean client written for load generation: each producer, consumer
+//! and held session owns one connection (TCP_NODELAY on, optional TLS) and nothing else — no
+//! channel hop or allocation per message, payloads handed to the runner as slices of the read
+//! buffer, idle sessions holding only a few hundred bytes of buffers.
+//!
+//! What the runner measures, per QoS:
+//! - QoS 0: `send` is done when the PUBLISH is in the write buffer; there is no publish latency.
+//! - QoS 1: publish latency is PUBLISH → PUBACK.
+//! - QoS 2: publish latency is PUBLISH → PUBCOMP (PUBREC is answered with PUBREL on the way).
+//!
+//! End-to-end latency is measured at the subscriber as for every driver. Producers respect the
+//! broker's receive maximum (MQTT 5): at that many unacknowledged messages `send` waits.
+//!
+//! Consumers subscribe with the run's QoS, answer PUBACK / PUBREC+PUBCOMP, send PINGREQ on the
+//! keep-alive schedule, and use `$share/<group>/<filter>` for competing consumers.
+//!
+//! Failures: a lost connection is reported as a `disconnected` event and re-established with
+//! backoff (`reconnected`); subscriptions are renewed unless the broker kept the session.
+//! Messages in flight at the cut are lost (QoS 1/2 ones expire in the runner's ack window) and
+//! show up in the integrity counts.
+//!
+//! # Layout
+//! - [`codec`]: wire format of both versions (also used by msgbench's embedded broker).
+//! - [`conn`]: one connection: handshake, buffers, reconnection.
+//! - this file: the `Driver`, `Producer`, `Consumer` and `Session` implementations.
+
+pub mod codec;
+pub mod conn;
+
+use bytes::Bytes;
+use codec::{Packet, Version};
+use conn::{Conn, Endpoint, Settings};
+use msgbench_core::driver::{
+    Ack, Capabilities, Consumer, ConsumerSpec, Delivery, Driver, DriverError, EventSink, Outbound,
+    Producer, ProducerSpec, Session, SessionSpec,
+};
+use msgbench_core::scenario::{ClientPlan, TlsPlan};
+use std::collections::VecDeque;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll, Waker};
+use std::time::Duration;
+use tokio::time::{Instant, Sleep};
+
+/// Bytes buffered before an unpaced producer writes them out.
+pub const WRITE_BATCH: usize = 64 * 1024;
+/// Read buffer growth for producers and consumers.
+const DATA_CHUNK: usize = 64 * 1024;
+/// Read buffer growth for held sessions (they only ever read PINGRESP and small packets).
+const SESSION_CHUNK: usize = 256;
+/// Largest packet accepted from a broker.
+const MAX_PACKET: usize = 256 * 1024 * 1024;
+
+/// The MQTT driver.
+pub struct MqttDriver {
+    ep: Arc<Endpoint>,
+    client: ClientPlan,
+    version: Version,
+    run_id: u32,
+    events: EventSink,
+    connect_timeout: Duration,
+}
+
+impl MqttDriver {
+    /// A driver for `mqtt[s]://[user[:pass]@]host[:port]`.
+    pub fn new(
+        url: &str,
+        client: &ClientPlan,
+        tls: &TlsPlan,
+        run_id: u32,
+        events: EventSink,
+        connect_timeout: Duration,
+    ) -> Result<Self, DriverError> {
+        let version = match client.version.as_deref() {
+            None | Some("3.1.1") | Some("3") | Some("4") => Version::V311,
+            Some("5") | Some("5.0") => Version::V5,
+            Some(other) => {
+                return Err(DriverError::Config(format!(
+                    "MQTT version `{other}` is not supported: use 3.1.1 or 5"
+                )));
+            }
+        };
+        let ep = Endpoint::parse(url, || msgbench_net::Tls::new(tls))?;
+        Ok(Self {
+            ep: Arc::new(ep),
+            client: client.clone(),
+            version,
+            run_id,
+            events,
+            connect_timeout,
+        })
+    }
+
+    fn settings(&self) -> Settings {
+        Settings {
+            version: self.version,
+            keep_alive: self.client.keep_alive,
+            clean: !self.client.persistent_session,
+            timeout: self.connect_timeout,
+            max_packet: MAX_PACKET,
+        }
+    }
+
+    async fn connect(
+        &self,
+        role: &str,
+        i: u64,
+        source: Option<std::net::IpAddr>,
+        events: bool,
+        chunk: usize,
+    ) -> Result<Conn, DriverError> {
+        Conn::connect(
+            self.ep.clone(),
+            self.settings(),
+            self.client.client_id_for(self.run_id, role, i),
+            events.then(|| self.events.clone()),
+            source,
+            chunk,
+        )
+        .await
+    }
+}
+
+impl Driver for MqttDriver {
+    type Producer = MqttProducer;
+    type Consumer = MqttConsumer;
+    type Session = MqttSession;
+
+    fn capabilities(&self) -> Capabilities {
+        Capabilities {
+            acks: self.client.qos > 0,
+            queue_groups: true,
+            request_reply: false,
+        }
+    }
+
+    async fn producer(&self, spec: &ProducerSpec) -> Result<MqttProducer, DriverError> {
+        let conn = self
+            .connect("pub", spec.id as u64, None, true, DATA_CHUNK)
+            .await?;
+        Ok(MqttProducer {
+            conn,
+            topics: spec.topics.iter().map(|t| Bytes::from(t.clone())).collect(),
+            qos: self.client.qos,
+            retain: self.client.retain,
+            tokens: vec![FREE; 65_536],
+            next_pid: 0,
+            in_flight: 0,
+            acks: VecDeque::new(),
+        })
+    }
+
+    async fn consumer(&self, spec: &ConsumerSpec) -> Result<MqttConsumer, DriverError> {
+        let mut conn = self
+            .connect("sub", spec.id as u64, None, true, DATA_CHUNK)
+            .await?;
+        let filter = match &spec.group {
+            Some(g) => format!("$share/{g}/{}", spec.topic),
+            None => spec.topic.clone(),
+        };
+        conn.subscribe(&[(filter, self.client.qos)]).await?;
+        let keep_alive = self.client.keep_alive;
+        Ok(MqttConsumer {
+            conn,
+            keep_alive,
+            ping: Box::pin(tokio::time::sleep(ping_period(keep_alive))),
+        })
+    }
+
+    async fn session(&self, spec: &SessionSpec) -> Result<MqttSession, DriverError> {
+        let conn = self
+            .connect("conn", spec.id, spec.source, false, SESSION_CHUNK)
+            .await?;
+        Ok(MqttSession {
+            conn,
+            topic: Bytes::from(spec.topic.clone()),
+            keep_alive: self.client.keep_alive,
+            next_ping: Instant::now() + ping_period(self.client.keep_alive),
+        })
+    }
+}
+
+/// How often an otherwise silent client pings: a little before the keep-alive runs out.
+fn ping_period(keep_alive: Duration) -> Duration {
+    if keep_alive.is_zero() {
+        Duration::from_secs(3600 * 24 * 365)
+    } else {
+        keep_alive.mul_f64(0.75)
+    }
+}
+
+const FREE: u64 = u64::MAX;
+
+/// The sending side: one connection; QoS 1/2 packet ids map to the runner's tokens.
+pub struct MqttProducer {
+    conn: Conn,
+    topics: Vec<Bytes>,
+    qos: u8,
+    retain: bool,
+    /// Token of the message in flight under each packet id (`FREE` if none).
+    tokens: Vec<u64>,
+    next_pid: u16,
+    in_flight: u32,
+    acks: VecDeque<Ack>,
+}
+
+impl MqttProducer {
+    fn on_packet(&mut self, p: Packet) {
+        match p {
+            Packet::PubAck { pid, code } => self.complete(pid, code < 0x80),
+            Packet::PubRec { pid, code } => {
+                if code >= 0x80 {
+                    self.complete(pid, false);
+                } else {
+                    codec::put_ack(&mut self.conn.wbuf, codec::PUBREL, pid);
+                }
+            }
+            Packet::PubComp { pid } => self.complete(pid, true),
+            _ => {}
+        }
+    }
+
+    fn complete(&mut self, pid: u16, ok: bool) {
+        let slot = &mut self.tokens[pid as usize];
+        if *slot != FREE {
+            self.acks.push_back(Ack::One { token: *slot, ok });
+            *slot = FREE;
+            self.in_flight -= 1;
+        }
+    }
+
+    /// After a reconnect nothing sent before is in flight any more (those messages expire in
+    /// the runner's window and count as lost).
+    fn forget_in_flight(&mut self) {
+        if self.in_flight > 0 {
+            self.tokens.fill(FREE);
+            self.in_flight = 0;
+        }
+    }
+
+    /// Takes what the broker sent without waiting.
+    fn service_reads(&mut self) {
+        let mut cx = Context::from_waker(Waker::noop());
+        while let Poll::Ready(r) = self.conn.poll_packet(&mut cx) {
+            match r {
+                Ok(p) => self.on_packet(p),
+                Err(e) => {
+                    self.conn.lost(&e);
+                    break;
+                }
+            }
+        }
+    }
+
+    async fn write_out(&mut self) -> Result<(), DriverError> {
+        if let Err(e) = self.conn.flush().await {
+            self.conn.lost(&e);
+            return Err(DriverError::Send(e.to_string()));
+        }
+        Ok(())
+    }
+
+    /// A free packet id (none is free only if 65,535 messages are in flight).
+    fn take_pid(&mut self) -> Option<u16> {
+        for _ in 0..u16::MAX {
+            self.next_pid = self.next_pid.wrapping_add(1).max(1);
+            if self.tokens[self.next_pid as usize] == FREE {
+                return Some(self.next_pid);
+            }
+        }
+        None
+    }
+}
+
+impl Producer for MqttProducer {
+    async fn send(&mut self, msg: Outbound<'_>) -> Result<(), DriverError> {
+        if !self.conn.is_connected() {
+            self.conn.try_reconnect().await?;
+            self.forget_in_flight();
+        }
+        let topic = &self.topics[msg.stream as usize];
+        let max = self.conn.server_max_packet as usize;
+        let len = codec::publish_len(
+            self.conn.version(),
+            topic.len(),
+            msg.payload.len(),
+            self.qos,
+        );
+        if (max > 0 && len > max) || len > codec::MAX_REMAINING {
+            return Err(DriverError::Config(format!(
+                "a {}-byte message exceeds the broker's maximum packet size ({} bytes)",
+                msg.payload.len(),
+                if max > 0 { max } else { codec::MAX_REMAINING }
+            )));
+        }
+        let mut pid = 0;
+        if self.qos > 0 {
+            // The broker's receive maximum bounds what may be unacknowledged.
+            while self.in_flight >= self.conn.receive_max as u32 {
+                self.write_out().await?;
+                match self.conn.read_packet().await {
+                    Ok(p) => self.on_packet(p),
+                    Err(e) => {
+                        self.conn.lost(&e);
+                        return Err(DriverError::Send(e.to_string()));
+                    }
+                }
+            }
+            pid = match self.take_pid() {
+                Some(p) => p,
+                None => return Err(DriverError::Send("no free MQTT packet id".into())),
+            };
+            self.tokens[pid as usize] = msg.token;
+            self.in_flight += 1;
+        }
+        let topic = &self.topics[msg.stream as usize];
+        let version = self.conn.version();
+        codec::put_publish(
+            &mut self.conn.wbuf,
+            version,
+            topic,
+            msg.payload,
+            self.qos,
+            self.retain,
+            false,
+            pid,
+        );
+        if self.conn.wbuf.len() >= WRITE_BATCH {
+            self.write_out().await?;
+            self.service_reads();
+        }
+        Ok(())
+    }
+
+    async fn idle(&mut self) -> Result<(), DriverError> {
+        if self.conn.is_connected() && !self.conn.wbuf.is_empty() {
+            self.write_out().await?;
+        }
+        Ok(())
+    }
+
+    async fn flush(&mut self) -> Result<(), DriverError> {
+        if !self.conn.is_connected() {
+            return Err(DriverError::Closed);
+        }
+        self.write_out().await
+    }
+
+    fn poll_ack(&mut self, cx: &mut Context<'_>) -> Poll<Option<Ack>> {
+        loop {
+            if let Some(a) = self.acks.pop_front() {
+                return Poll::Ready(Some(a));
+            }
+            if !self.conn.is_connected() {
+                // The next send reconnects.
+                return Poll::Pending;
+            }
+            match self.conn.poll_packet(cx) {
+                Poll::Ready(Ok(p)) => self.on_packet(p),
+                Poll::Ready(Err(e)) => {
+                    self.conn.lost(&e);
+                    return Poll::Pending;
+                }
+                Poll::Pending => return Poll::Pending,
+            }
+        }
+    }
+
+    async fn close(mut self) -> Result<(), DriverError> {
+        if self.conn.is_connected() {
+            let _ = self.conn.flush().await;
+            self.conn.disconnect().await;
+        }
+        Ok(())
+    }
+}
+
+/// The receiving side: one connection, one subscription.
+pub struct MqttConsumer {
+    conn: Conn,
+    keep_alive: Duration,
+    ping: Pin<Box<Sleep>>,
+}
+
+impl MqttConsumer {
+    fn poll_delivery(&mut self, cx: &mut Context<'_>) -> Poll<std::io::Result<Delivery>> {
+        loop {
+            if self.ping.as_mut().poll(cx).is_ready() {
+                codec::put_pingreq(&mut self.conn.wbuf);
+                let next = Instant::now() + ping_period(self.keep_alive);
+                self.ping.as_mut().reset(next);
+            }
+            match self.conn.poll_packet(cx) {
+                Poll::Ready(Ok(Packet::Publish(p))) => {
+                    match p.qos {
+                        1 => codec::put_ack(&mut self.conn.wbuf, codec::PUBACK, p.pid),
+                        2 => codec::put_ack(&mut self.conn.wbuf, codec::PUBREC, p.pid),
+                        _ => {}
+                    }
+                    return Poll::Ready(Ok(Delivery {
+                        payload: p.payload,
+                        redelivered: p.dup,
+                    }));
+                }
+                Poll::Ready(Ok(Packet::PubRel { pid })) => {
+                    codec::put_ack(&mut self.conn.wbuf, codec::PUBCOMP, pid);
+                }
+                Poll::Ready(Ok(Packet::Disconnect { code })) => {
+                    return Poll::Ready(Err(std::io::Error::other(format!(
+                        "the broker disconnected us (reason code 0x{code:02x})"
+                    ))));
+                }
+                Poll::Ready(Ok(_)) => {}
+                Poll::Ready(Err(e)) => return Poll::Ready(Err(e)),
+                Poll::Pending => return Poll::Pending,
+            }
+        }
+    }
+}
+
+use std::future::Future as _;
+
+impl Consumer for MqttConsumer {
+    async fn recv(&mut self) -> Result<Option<Delivery>, DriverError> {
+        loop {
+            if !self.conn.is_connected() {
+                self.conn.reconnect().await;
+            }
+            match std::future::poll_fn(|cx| self.poll_delivery(cx)).await {
+                Ok(d) => return Ok(Some(d)),
+                Err(e) => self.conn.lost(&e),
+            }
+        }
+    }
+
+    async fn close(mut self) -> Result<(), DriverError> {
+        self.conn.disconnect().await;
+        Ok(())
+    }
+}
+
+/// A held connection of a connection-scale run.
+pub struct MqttSession {
+    conn: Conn,
+    topic: Bytes,
+    keep_alive: Duration,
+    next_ping: Instant,
+}
+
+impl Session for MqttSession {
+    async fn publish(&mut self, payload: &[u8]) -> Result<(), DriverError> {
+        let v = self.conn.version();
+        codec::put_publish(
+            &mut self.conn.wbuf,
+            v,
+            &self.topic,
+            payload,
+            0,
+            false,
+            false,
+            0,
+        );
+        self.conn
+            .flush()
+            .await
+            .map_err(|e| DriverError::Send(e.to_string()))?;
+        self.next_ping = Instant::now() + ping_period(self.keep_alive);
+        Ok(())
+    }
+
+    async fn keep_alive(&mut self) -> DriverError {
+        loop {
+            tokio::select! {
+                p = self.conn.read_packet() => match p {
+                    Ok(Packet::Disconnect { code }) => {
+                        return DriverError::Receive(format!("the broker disconnected us (reason code 0x{code:02x})"));
+                    }
+                    Ok(_) => {}
+                    Err(e) => return DriverError::Receive(e.to_string()),
+                },
+                _ = tokio::time::sleep_until(self.next_ping) => {
+                    codec::put_pingreq(&mut self.conn.wbuf);
+                    self.next_ping = Instant::now() + ping_period(self.keep_alive);
+                    if let Err(e) = self.conn.flush().await {
+                        return DriverError::Send(e.to_string());
+                    }
+                }
+            }
+        }
+    }
+
+    async fn close(mut self) -> Result<(), DriverError> {
+        self.conn.disconnect().await;
+        Ok(())
+    }
+}

@@ -1,0 +1,473 @@
+//! # msgbench-net
+//!
+//! Client networking shared by the drivers, so every protocol connects the same way:
+//! - TCP with `TCP_NODELAY` always on (Nagle plus delayed ACKs adds ~40 ms to small messages,
+//!   which would be measured as the broker's latency);
+//! - an optional local source address per connection, so one generator can open more
+//!   connections to one broker port than one address has ephemeral ports;
+//! - TLS through rustls with certificate verification on by default (system roots, or a CA file),
+//!   client certificates, and an explicit `insecure` switch;
+//! - one [`Stream`] type (plain or TLS) with poll-style reads into a `BytesMut` and writes, which
+//!   drivers use for cancel-safe I/O without per-message allocation;
+//! - connect failures classified ([`ConnectFailure`]) so connection-scale runs can report
+//!   failures by reason and say what limit to raise.
+
+use bytes::BytesMut;
+use msgbench_core::driver::ConnectFailure;
+use msgbench_core::scenario::TlsPlan;
+use rustls::client::danger::{HandshakeSignatureValid, ServerCertVerified, ServerCertVerifier};
+use rustls::pki_types::pem::PemObject;
+use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName, UnixTime};
+use rustls::{DigitallySignedStruct, SignatureScheme};
+use std::io;
+use std::mem::MaybeUninit;
+use std::net::{IpAddr, SocketAddr};
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+use std::time::Duration;
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use tokio::net::{TcpSocket, TcpStream};
+use tokio_rustls::TlsConnector;
+use tokio_rustls::client::TlsStream;
+
+/// Why a connection could not be made, with the classified cause.
+#[derive(Debug, thiserror::Error)]
+#[error("{detail}")]
+pub struct NetError {
+    /// Classified cause, for counting.
+    pub cause: ConnectFailure,
+    /// What happened, for humans.
+    pub detail: String,
+}
+
+impl NetError {
+    fn new(cause: ConnectFailure, detail: impl Into<String>) -> Self {
+        Self {
+            cause,
+            detail: detail.into(),
+        }
+    }
+
+    /// Classifies an I/O error from connecting (or from the first exchange on a connection).
+    pub fn from_io(e: &io::Error) -> NetError {
+        let cause = classify(e);
+        let hint = match cause {
+            ConnectFailure::NoFds => {
+                " (out of file descriptors: raise `ulimit -n` for this process)"
+            }
+            ConnectFailure::NoPorts => {
+                " (out of local ports for this destination: add source addresses with --source-addrs, or widen net.ipv4.ip_local_port_range)"
+            }
+            _ => "",
+        };
+        NetError::new(cause, format!("{e}{hint}"))
+    }
+}
+
+/// Classifies an I/O error.
+pub fn classify(e: &io::Error) -> ConnectFailure {
+    match e.raw_os_error() {
+        Some(libc::EMFILE | libc::ENFILE) => return ConnectFailure::NoFds,
+        Some(libc::EADDRNOTAVAIL) => return ConnectFailure::NoPorts,
+        _ => {}
+    }
+    match e.kind() {
+        io::ErrorKind::ConnectionRefused => ConnectFailure::Refused,
+        io::ErrorKind::TimedOut => ConnectFailure::Timeout,
+        io::ErrorKind::ConnectionReset
+        | io::ErrorKind::ConnectionAborted
+        | io::ErrorKind::BrokenPipe
+        | io::ErrorKind::UnexpectedEof => ConnectFailure::Reset,
+        io::ErrorKind::AddrNotAvailable => ConnectFailure::NoPorts,
+        _ => ConnectFailure::Other,
+    }
+}
+
+/// TLS settings turned into a connector once per run.
+#[derive(Clone)]
+pub struct Tls {
+    connector: TlsConnector,
+}
+
+impl std::fmt::Debug for Tls {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Tls")
+    }
+}
+
+fn read_err(what: &str, path: &std::path::Path, e: impl std::fmt::Display) -> String {
+    format!("cannot read {what} {}: {e}", path.display())
+}
+
+impl Tls {
+    /// Builds the client configuration: roots from `ca_file` (or the system's), an optional
+    /// client certificate, verification unless `insecure`.
+    pub fn new(plan: &TlsPlan) -> Result<Tls, String> {
+        let provider = Arc::new(rustls::crypto::ring::default_provider());
+        let builder = rustls::ClientConfig::builder_with_provider(provider.clone())
+            .with_safe_default_protocol_versions()
+            .map_err(|e| e.to_string())?;
+        let mut roots = rustls::RootCertStore::empty();
+        if let Some(ca) = &plan.ca_file {
+            let certs = CertificateDer::pem_file_iter(ca)
+                .map_err(|e| read_err("CA file", ca, e))?
+                .collect::<Result<Vec<_>, _>>()
+                .map_err(|e| read_err("CA file", ca, e))?;
+            if certs.is_empty() {
+                return Err(format!("CA file {} holds no PEM certificate", ca.display()));
+            }
+            for c in certs {
+                roots
+                    .add(c)
+                    .map_err(|e| format!("CA file {}: {e}", ca.display()))?;
+            }
+        } else if !plan.insecure {
+            let found = rustls_native_certs::load_native_certs();
+            for c in found.certs {
+                let _ = roots.add(c);
+            }
+            if roots.is_empty() {
+                return Err(
+                    "no system CA certificates found: give --ca-file (or --insecure to skip verification)".into(),
+                );
+            }
+        }
+        let builder = builder.with_root_certificates(roots);
+        let mut config = match (&plan.cert_file, &plan.key_file) {
+            (Some(cert), Some(key)) => {
+                let chain = CertificateDer::pem_file_iter(cert)
+                    .map_err(|e| read_err("client certificate", cert, e))?
+                    .collect::<Result<Vec<_>, _>>()
+                    .map_err(|e| read_err("client certificate", cert, e))?;
+                let key = PrivateKeyDer::from_pem_file(key)
+                    .map_err(|e| read_err("client key", key, e))?;
+                builder
+                    .with_client_auth_cert(chain, key)
+                    .map_err(|e| format!("client certificate: {e}"))?
+            }
+            (None, None) => builder.with_no_client_auth(),
+            _ => return Err("a client certificate needs both --cert and --key".into()),
+        };
+        if plan.insecure {
+            config
+                .dangerous()
+                .set_certificate_verifier(Arc::new(NoVerify(provider)));
+        }
+        Ok(Tls {
+            connector: TlsConnector::from(Arc::new(config)),
+        })
+    }
+}
+
+/// `--insecure`: accepts any server certificate (signatures are still checked, so the session
+/// is encrypted, just not authenticated).
+#[derive(Debug)]
+struct NoVerify(Arc<rustls::crypto::CryptoProvider>);
+
+impl ServerCertVerifier for NoVerify {
+    fn verify_server_cert(
+        &self,
+        _: &CertificateDer<'_>,
+        _: &[CertificateDer<'_>],
+        _: &ServerName<'_>,
+        _: &[u8],
+        _: UnixTime,
+    ) -> Result<ServerCertVerified, rustls::Error> {
+        Ok(ServerCertVerified::assertion())
+    }
+    fn verify_tls12_signature(
+        &self,
+        m: &[u8],
+        c: &CertificateDer<'_>,
+        d: &DigitallySignedStruct,
+    ) -> Result<HandshakeSignatureValid, rustls::Error> {
+        rustls::crypto::verify_tls12_signature(m, c, d, &self.0.signature_verification_algorithms)
+    }
+    fn verify_tls13_signature(
+        &self,
+        m: &[u8],
+        c: &CertificateDer<'_>,
+        d: &DigitallySignedStruct,
+    ) -> Result<HandshakeSignatureValid, rustls::Error> {
+        rustls::crypto::verify_tls13_signature(m, c, d, &self.0.signature_verification_algorithms)
+    }
+    fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
+        self.0.signature_verification_algorithms.supported_schemes()
+    }
+}
+
+/// Where to connect.
+#[derive(Debug, Clone)]
+pub struct Target {
+    /// Host name or address (also the TLS server name).
+    pub host: String,
+    /// Port.
+    pub port: u16,
+}
+
+impl Target {
+    /// Splits `host[:port]` / `[v6][:port]`, using `default_port` when none is given.
+    pub fn parse(hostport: &str, default_port: u16) -> Result<Target, String> {
+        let (host, port) = if let Some(rest) = hostport.strip_prefix('[') {
+            let (h, after) = rest
+                .split_once(']')
+                .ok_or_else(|| format!("`{hostport}`: missing `]`"))?;
+            (h, after.strip_prefix(':'))
+        } else {
+            match hostport.rsplit_once(':') {
+                Some((h, p)) => (h, Some(p)),
+                None => (hostport, None),
+            }
+        };
+        if host.is_empty() {
+            return Err(format!("`{hostport}` has no host"));
+        }
+        let port = match port {
+            None | Some("") => default_port,
+            Some(p) => p
+                .parse()
+                .map_err(|_| format!("`{p}` is not a port number"))?,
+        };
+        Ok(Target {
+            host: host.to_string(),
+            port,
+        })
+    }
+}
+
+/// Opens a TCP connection (NODELAY on) from `source` if given, then TLS if `tls` is given, all
+/// within `timeout`.
+pub async fn connect(
+    target: &Target,
+    source: Option<IpAddr>,
+    tls: Option<&Tls>,
+    timeout: Duration,
+) -> Result<Stream, NetError> {
+    let work = async {
+        let addr = resolve(target).await?;
+        let sock = match addr {
+            SocketAddr::V4(_) => TcpSocket::new_v4(),
+            SocketAddr::V6(_) => TcpSocket::new_v6(),
+        }
+        .map_err(|e| NetError::from_io(&e))?;
+        if let Some(src) = source {
+            // Let the kernel pick the port only at connect time, so one source address can
+            // reach many destinations (IP_BIND_ADDRESS_NO_PORT).
+            set_bind_no_port(&sock);
+            sock.bind(SocketAddr::new(src, 0))
+                .map_err(|e| NetError::from_io(&e))?;
+        }
+        let tcp = sock
+            .connect(addr)
+            .await
+            .map_err(|e| NetError::from_io(&e))?;
+        tcp.set_nodelay(true).map_err(|e| NetError::from_io(&e))?;
+        match tls {
+            None => Ok(Stream::Tcp(tcp)),
+            Some(t) => {
+                let name = ServerName::try_from(target.host.clone()).map_err(|e| {
+                    NetError::new(ConnectFailure::Tls, format!("bad TLS server name: {e}"))
+                })?;
+                let s = t.connector.connect(name, tcp).await.map_err(|e| {
+                    let cause = if e.kind() == io::ErrorKind::InvalidData {
+                        ConnectFailure::Tls
+                    } else {
+                        classify(&e)
+                    };
+                    NetError::new(cause, format!("TLS handshake failed: {e}"))
+                })?;
+                Ok(Stream::Tls(Box::new(s)))
+            }
+        }
+    };
+    match tokio::time::timeout(timeout, work).await {
+        Ok(r) => r,
+        Err(_) => Err(NetError::new(
+            ConnectFailure::Timeout,
+            format!("no connection within {timeout:?}"),
+        )),
+    }
+}
+
+async fn resolve(target: &Target) -> Result<SocketAddr, NetError> {
+    if let Ok(ip) = target.host.parse::<IpAddr>() {
+        return Ok(SocketAddr::new(ip, target.port));
+    }
+    let mut addrs = tokio::net::lookup_host((target.host.as_str(), target.port))
+        .await
+        .map_err(|e| {
+            NetError::new(
+                ConnectFailure::Other,
+                format!("cannot resolve {}: {e}", target.host),
+            )
+        })?;
+    addrs.next().ok_or_else(|| {
+        NetError::new(
+            ConnectFailure::Other,
+            format!("{} resolves to no address", target.host),
+        )
+    })
+}
+
+fn set_bind_no_port(sock: &TcpSocket) {
+    use std::os::fd::AsRawFd;
+    let one: libc::c_int = 1;
+    // SAFETY: a valid socket and a pointer to an int we own, per setsockopt(2). Failure only
+    // costs the optimisation.
+    unsafe {
+        libc::setsockopt(
+            sock.as_raw_fd(),
+            libc::IPPROTO_IP,
+            libc::IP_BIND_ADDRESS_NO_PORT,
+            &one as *const libc::c_int as *const libc::c_void,
+            std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+        );
+    }
+}
+
+/// A client connection, plain or TLS.
+pub enum Stream {
+    /// Plain TCP.
+    Tcp(TcpStream),
+    /// TLS over TCP.
+    Tls(Box<TlsStream<TcpStream>>),
+}
+
+impl Stream {
+    /// Reads what is available into the spare capacity of `buf` (reserving `chunk` bytes if it
+    /// has less than `chunk / 4` free). `Ready(Ok(0))` means the peer closed.
+    pub fn poll_read_into(
+        &mut self,
+        cx: &mut Context<'_>,
+        buf: &mut BytesMut,
+        chunk: usize,
+    ) -> Poll<io::Result<usize>> {
+        if buf.capacity() - buf.len() < chunk / 4 {
+            buf.reserve(chunk);
+        }
+        let spare = buf.spare_capacity_mut();
+        // SAFETY: ReadBuf only writes initialised bytes into the spare capacity and reports how
+        // many; we then mark exactly that many as part of the buffer.
+        let spare: &mut [MaybeUninit<u8>] = spare;
+        let mut rb = ReadBuf::uninit(spare);
+        let r = match self {
+            Stream::Tcp(s) => Pin::new(s).poll_read(cx, &mut rb),
+            Stream::Tls(s) => Pin::new(s.as_mut()).poll_read(cx, &mut rb),
+        };
+        match r {
+            Poll::Ready(Ok(())) => {
+                let n = rb.filled().len();
+                unsafe { buf.set_len(buf.len() + n) };
+                Poll::Ready(Ok(n))
+            }
+            Poll::Ready(Err(e)) => Poll::Ready(Err(e)),
+            Poll::Pending => Poll::Pending,
+        }
+    }
+
+    /// Writes some of `data`.
+    pub fn poll_write(&mut self, cx: &mut Context<'_>, data: &[u8]) -> Poll<io::Result<usize>> {
+        match self {
+            Stream::Tcp(s) => Pin::new(s).poll_write(cx, data),
+            Stream::Tls(s) => Pin::new(s.as_mut()).poll_write(cx, data),
+        }
+    }
+
+    /// Pushes out anything the TLS layer still holds (no-op for TCP).
+    pub fn poll_flush(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        match self {
+            Stream::Tcp(_) => Poll::Ready(Ok(())),
+            Stream::Tls(s) => Pin::new(s.as_mut()).poll_flush(cx),
+        }
+    }
+
+    /// Writes all of `buf` (advancing it) and flushes. Cancel-safe: what was written is gone
+    /// from `buf`, what was not stays.
+    pub fn poll_write_all(
+        &mut self,
+        cx: &mut Context<'_>,
+        buf: &mut BytesMut,
+    ) -> Poll<io::Result<()>> {
+        use bytes::Buf;
+        while !buf.is_empty() {
+            match self.poll_write(cx, buf) {
+                Poll::Ready(Ok(0)) => return Poll::Ready(Err(io::ErrorKind::WriteZero.into())),
+                Poll::Ready(Ok(n)) => buf.advance(n),
+                Poll::Ready(Err(e)) => return Poll::Ready(Err(e)),
+                Poll::Pending => return Poll::Pending,
+            }
+        }
+        self.poll_flush(cx)
+    }
+
+    /// The local address (to report which source address a connection used).
+    pub fn local_addr(&self) -> io::Result<SocketAddr> {
+        match self {
+            Stream::Tcp(s) => s.local_addr(),
+            Stream::Tls(s) => s.get_ref().0.local_addr(),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn targets_parse() {
+        let t = Target::parse("localhost", 1883).unwrap();
+        assert_eq!((t.host.as_str(), t.port), ("localhost", 1883));
+        let t = Target::parse("[::1]:99", 1).unwrap();
+        assert_eq!((t.host.as_str(), t.port), ("::1", 99));
+        assert!(Target::parse("h:x", 1).is_err());
+    }
+
+    #[test]
+    fn failures_are_classified() {
+        assert_eq!(
+            classify(&io::Error::from_raw_os_error(24)),
+            ConnectFailure::NoFds
+        );
+        assert_eq!(
+            classify(&io::Error::from_raw_os_error(99)),
+            ConnectFailure::NoPorts
+        );
+        assert_eq!(
+            classify(&io::ErrorKind::ConnectionRefused.into()),
+            ConnectFailure::Refused
+        );
+        assert!(
+            NetError::from_io(&io::Error::from_raw_os_error(24))
+                .detail
+                .contains("ulimit")
+        );
+    }
+
+    #[tokio::test]
+    async fn refused_is_quick_and_classified() {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = l.local_addr().unwrap().port();
+        drop(l);
+        let t = Target::parse(&format!("127.0.0.1:{port}"), 1).unwrap();
+        let e = connect(&t, None, None, Duration::from_secs(2))
+            .await
+            .err()
+            .unwrap();
+        assert_eq!(e.cause, ConnectFailure::Refused);
+    }
+
+    #[tokio::test]
+    async fn source_address_is_used() {
+        let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let port = l.local_addr().unwrap().port();
+        let t = Target::parse(&format!("127.0.0.1:{port}"), 1).unwrap();
+        let src: IpAddr = "127.0.0.7".parse().unwrap();
+        let s = connect(&t, Some(src), None, Duration::from_secs(2))
+            .await
+            .unwrap();
+        assert_eq!(s.local_addr().unwrap().ip(), src);
+        let (_peer, from) = l.accept().await.unwrap();
+        assert_eq!(from.ip(), src);
+    }
+}

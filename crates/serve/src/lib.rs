@@ -1,0 +1,13 @@
+//! msgbench's embedded servers: brokers that run inside the msgbench process so that a benchmark
+//! needs nothing installed besides msgbench itself.
+//!
+//! `msgbench run` with no target starts one in-process on a local port and points the load
+//! generator at it (a newcomer's first benchmark); `msgbench serve mqtt --listen ADDR` runs the
+//! same broker standalone, for a second machine or for other clients. Each server runs on the
+//! caller's tokio runtime and stops when the caller's stop future resolves.
+//!
+//! - [`mqtt`]: an MQTT 3.1.1 / 5 broker (QoS 0/1/2, wildcards, shared subscriptions, retained
+//!   messages, persistent sessions held in memory).
+#![warn(missing_docs)]
+
+pub mod mqtt;

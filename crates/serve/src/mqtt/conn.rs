@@ -1,0 +1,552 @@
+//! One client connection: the CONNECT handshake, then a reader (this task: parses, routes,
+//! answers) and a writer (its own task: drains the connection's queue into batched writes).
+//!
+//! Everything the client receives goes through the one queue, so control packets keep their
+//! order relative to messages, and a client publishing to its own subscription cannot deadlock:
+//! the reader only ever waits for writers, and writers only wait for their sockets.
+
+use super::Shared;
+use super::router::{Route, valid_topic};
+use super::session::{ConnCtl, Msg, Out, PidBits, Session};
+use super::{BrokerStats, router::parse_filter};
+use bytes::{BufMut, Bytes, BytesMut};
+use msgbench_driver_mqtt::codec::{self, Packet, Publish, Version};
+use std::collections::VecDeque;
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::{Arc, OnceLock};
+use std::time::Duration;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
+use tokio::sync::{mpsc, watch};
+use tokio::time::Instant;
+
+/// Time a new connection has to send CONNECT.
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
+/// Read buffer growth step.
+const READ_CHUNK: usize = 64 * 1024;
+/// The writer stops adding packets to a batch past this many bytes.
+const BATCH_BYTES: usize = 256 * 1024;
+/// A write buffer grown past this (by a large message) is not kept.
+const KEEP_BUF: usize = 4 * 1024 * 1024;
+
+/// Decrements the open-connection count when the connection's task ends, however it ends.
+pub(crate) struct OpenConn(pub Arc<BrokerStats>);
+
+impl Drop for OpenConn {
+    fn drop(&mut self) {
+        self.0.connections_current.fetch_sub(1, Relaxed);
+    }
+}
+
+/// Aborts the task if the connection's task is itself aborted (broker dropped or stop timed
+/// out), so no writer outlives its connection.
+struct AbortOnDrop<T>(tokio::task::JoinHandle<T>);
+
+impl<T> Drop for AbortOnDrop<T> {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
+
+/// The protocol level of a CONNECT at the front of `buf`, once enough of it has arrived.
+fn connect_level(buf: &[u8]) -> Option<u8> {
+    if buf.first()? >> 4 != 1 {
+        return None;
+    }
+    let mut i = 1;
+    while buf.get(i)? & 0x80 != 0 {
+        i += 1;
+        if i > 4 {
+            return None;
+        }
+    }
+    let name_len = usize::from(u16::from_be_bytes([*buf.get(i + 1)?, *buf.get(i + 2)?]));
+    buf.get(i + 3 + name_len).copied()
+}
+
+enum Handshake {
+    Connect(codec::Connect),
+    /// CONNECT with a protocol level other than 4 or 5.
+    BadLevel,
+    Fail,
+}
+
+async fn read_connect(rd: &mut OwnedReadHalf, buf: &mut BytesMut, max: usize) -> Handshake {
+    loop {
+        if connect_level(buf).is_some_and(|l| l != 4 && l != 5) {
+            return Handshake::BadLevel;
+        }
+        match codec::parse(buf, Version::V311, max) {
+            Ok(Some(Packet::Connect(c))) => return Handshake::Connect(c),
+            Ok(None) => {}
+            Ok(Some(_)) | Err(_) => return Handshake::Fail,
+        }
+        buf.reserve(1024);
+        match rd.read_buf(buf).await {
+            Ok(n) if n > 0 => {}
+            _ => return Handshake::Fail,
+        }
+    }
+}
+
+fn put_varint(buf: &mut BytesMut, mut n: usize) {
+    loop {
+        let b = (n % 128) as u8;
+        n /= 128;
+        buf.put_u8(if n > 0 { b | 0x80 } else { b });
+        if n == 0 {
+            return;
+        }
+    }
+}
+
+/// MQTT 5 CONNACK (success) with the properties the codec's `put_connack` does not write:
+/// the assigned client identifier and the broker's maximum packet size.
+fn put_connack_v5(
+    buf: &mut BytesMut,
+    present: bool,
+    assigned: Option<&str>,
+    max_packet: Option<u32>,
+) {
+    let mut props = 0;
+    if let Some(id) = assigned {
+        props += 3 + id.len();
+    }
+    if max_packet.is_some() {
+        props += 5;
+    }
+    let props_len = if props < 128 { 1 } else { 2 };
+    buf.put_u8(0x20);
+    put_varint(buf, 2 + props_len + props);
+    buf.put_u8(u8::from(present));
+    buf.put_u8(0);
+    put_varint(buf, props);
+    if let Some(id) = assigned {
+        buf.put_u8(0x12);
+        buf.put_u16(id.len() as u16);
+        buf.put_slice(id.as_bytes());
+    }
+    if let Some(m) = max_packet {
+        buf.put_u8(0x27);
+        buf.put_u32(m);
+    }
+}
+
+/// Serves one accepted connection to the end.
+pub(crate) async fn serve(
+    sock: TcpStream,
+    shared: Arc<Shared>,
+    mut shutdown: watch::Receiver<bool>,
+    _open: OpenConn,
+) {
+    let (mut rd, mut wr) = sock.into_split();
+    let mut buf = BytesMut::with_capacity(4096);
+    let max = shared.config.max_packet;
+    let hs = tokio::select! {
+        r = tokio::time::timeout(CONNECT_TIMEOUT, read_connect(&mut rd, &mut buf, max)) => r,
+        _ = shutdown.wait_for(|s| *s) => return,
+    };
+    let connect = match hs {
+        Ok(Handshake::Connect(c)) => c,
+        Ok(Handshake::BadLevel) => {
+            // 3.1.1-style CONNACK, return code 1: unacceptable protocol version.
+            let _ = wr.write_all(&[0x20, 2, 0, 1]).await;
+            return;
+        }
+        _ => return,
+    };
+    let version = connect.version;
+    let conn_id = shared.next_conn.fetch_add(1, Relaxed);
+    let assigned = connect.client_id.is_empty();
+    if assigned && !connect.clean && version == Version::V311 {
+        // 3.1.1 requires a client id for a persistent session: return code 2.
+        let _ = wr.write_all(&[0x20, 2, 0, 2]).await;
+        return;
+    }
+    let client_id = if assigned {
+        format!("msgbench-auto-{conn_id}")
+    } else {
+        connect.client_id.clone()
+    };
+    let (tx, rx) = mpsc::channel(shared.config.queue_depth);
+    let ctl = Arc::new(ConnCtl::new());
+    let att = shared
+        .sessions
+        .attach(
+            &shared.router,
+            &client_id,
+            connect.clean,
+            conn_id,
+            ctl.clone(),
+            tx.clone(),
+        )
+        .await;
+
+    let mut connack = BytesMut::with_capacity(64);
+    let limit = (max < codec::MAX_REMAINING).then(|| u32::try_from(max).unwrap_or(u32::MAX));
+    if version == Version::V5 && (assigned || limit.is_some()) {
+        put_connack_v5(
+            &mut connack,
+            att.present,
+            assigned.then_some(&*client_id),
+            limit,
+        );
+    } else {
+        codec::put_connack(&mut connack, version, att.present, 0);
+    }
+    let inflight = Arc::new(Inflight::default());
+    let mut writer = AbortOnDrop(tokio::spawn(writer(
+        wr,
+        rx,
+        Batch {
+            buf: connack,
+            backlog: att.backlog,
+            version,
+            next_pid: 1,
+            inflight: inflight.clone(),
+            sent: 0,
+        },
+        ctl.clone(),
+        shared.stats.clone(),
+    )));
+
+    let mut reader = Reader {
+        shared: shared.clone(),
+        session: att.session.clone(),
+        tx,
+        version,
+        qos2: att.qos2,
+        inflight,
+        keep_alive: Duration::from_millis(u64::from(connect.keep_alive) * 1500),
+        last_topic: Vec::new(),
+        last_route: None,
+    };
+    let mut close = ctl.close.subscribe();
+    tokio::select! {
+        _ = reader.run(&mut rd, &mut buf) => {}
+        _ = close.wait_for(|c| *c) => {}
+        _ = shutdown.wait_for(|s| *s) => {}
+    }
+    ctl.close.send_replace(true);
+    let rx = (&mut writer.0).await.ok().map(|(rx, _wr)| rx);
+    let Reader { qos2, .. } = reader;
+    shared
+        .sessions
+        .detach(&shared.router, &client_id, conn_id, &att.session, rx, qos2);
+    ctl.done.send_replace(true);
+}
+
+/// Packet ids of QoS 1/2 messages sent to this client and not yet acknowledged: the writer
+/// claims ids, the reader releases them on PUBACK / PUBCOMP. One bit per id, allocated on the
+/// first QoS ≥ 1 delivery.
+#[derive(Default)]
+struct Inflight(OnceLock<Box<[AtomicU64]>>);
+
+impl Inflight {
+    fn words(&self) -> &[AtomicU64] {
+        // Bit 0 (packet id 0) is never free.
+        self.0.get_or_init(|| {
+            (0..1024)
+                .map(|i| AtomicU64::new(u64::from(i == 0)))
+                .collect()
+        })
+    }
+
+    /// The first free id from `start` on (wrapping); `start` itself if every id is taken, which
+    /// only a client that acknowledges nothing causes.
+    fn claim(&self, start: u16) -> u16 {
+        let words = self.words();
+        let mut p = usize::from(start);
+        for _ in 0..=words.len() {
+            let i = p / 64;
+            let free = !words[i].load(Relaxed) & (!0u64 << (p % 64));
+            if free != 0 {
+                let bit = free.trailing_zeros();
+                words[i].fetch_or(1 << bit, Relaxed);
+                return (i * 64 + bit as usize) as u16;
+            }
+            p = (i + 1) % words.len() * 64;
+        }
+        start
+    }
+
+    fn release(&self, pid: u16) {
+        if let Some(words) = self.0.get()
+            && pid != 0
+        {
+            words[usize::from(pid / 64)].fetch_and(!(1 << (pid % 64)), Relaxed);
+        }
+    }
+}
+
+/// The writer's encoding state.
+struct Batch {
+    buf: BytesMut,
+    /// Messages queued while the session was offline; they go first.
+    backlog: VecDeque<Msg>,
+    version: Version,
+    next_pid: u16,
+    inflight: Arc<Inflight>,
+    /// PUBLISH packets in `buf`.
+    sent: u64,
+}
+
+impl Batch {
+    fn put(&mut self, out: Out) {
+        match out {
+            Out::Pub(m) => self.publish(&m),
+            Out::Ack(header, pid) => codec::put_ack(&mut self.buf, header, pid),
+            Out::Raw(b) => self.buf.extend_from_slice(&b),
+        }
+    }
+
+    fn publish(&mut self, m: &Msg) {
+        let pid = if m.qos > 0 {
+            let pid = self.inflight.claim(self.next_pid);
+            self.next_pid = pid.checked_add(1).unwrap_or(1);
+            pid
+        } else {
+            0
+        };
+        codec::put_publish(
+            &mut self.buf,
+            self.version,
+            &m.topic,
+            &m.payload,
+            m.qos,
+            m.retain,
+            false,
+            pid,
+        );
+        self.sent += 1;
+    }
+}
+
+/// Runs the writer until the socket fails or the connection is closed; hands back the queue so
+/// a persistent session can keep what is still in it.
+async fn writer(
+    mut wr: OwnedWriteHalf,
+    mut rx: mpsc::Receiver<Out>,
+    mut batch: Batch,
+    ctl: Arc<ConnCtl>,
+    stats: Arc<BrokerStats>,
+) -> (mpsc::Receiver<Out>, OwnedWriteHalf) {
+    let mut close = ctl.close.subscribe();
+    tokio::select! {
+        () = write_loop(&mut wr, &mut rx, &mut batch, &stats) => {
+            ctl.close.send_replace(true);
+        }
+        _ = close.wait_for(|c| *c) => {}
+    }
+    (rx, wr)
+}
+
+async fn write_loop(
+    wr: &mut OwnedWriteHalf,
+    rx: &mut mpsc::Receiver<Out>,
+    b: &mut Batch,
+    stats: &BrokerStats,
+) {
+    loop {
+        while b.buf.len() < BATCH_BYTES
+            && let Some(m) = b.backlog.pop_front()
+        {
+            b.publish(&m);
+        }
+        if b.backlog.is_empty() {
+            if b.buf.is_empty() {
+                match rx.recv().await {
+                    Some(out) => b.put(out),
+                    None => return,
+                }
+            }
+            while b.buf.len() < BATCH_BYTES
+                && let Ok(out) = rx.try_recv()
+            {
+                b.put(out);
+            }
+        }
+        if wr.write_all(&b.buf).await.is_err() {
+            return;
+        }
+        stats
+            .messages_out
+            .fetch_add(std::mem::take(&mut b.sent), Relaxed);
+        if b.buf.capacity() > KEEP_BUF {
+            b.buf = BytesMut::with_capacity(BATCH_BYTES);
+        } else {
+            b.buf.clear();
+        }
+    }
+}
+
+/// Why the reader stopped.
+enum Stop {
+    /// DISCONNECT.
+    Disconnect,
+    /// End of stream, I/O error, protocol error, keep-alive expiry or a closed queue.
+    Abort,
+}
+
+struct Reader {
+    shared: Arc<Shared>,
+    session: Arc<Session>,
+    /// This connection's own queue (for answers).
+    tx: mpsc::Sender<Out>,
+    version: Version,
+    /// Received QoS 2 ids waiting for PUBREL.
+    qos2: Option<PidBits>,
+    inflight: Arc<Inflight>,
+    /// 1.5 × the client's keep-alive; zero = none.
+    keep_alive: Duration,
+    /// A one-entry route cache: publishers mostly repeat one topic.
+    last_topic: Vec<u8>,
+    last_route: Option<Arc<Route>>,
+}
+
+impl Reader {
+    async fn run(&mut self, rd: &mut OwnedReadHalf, buf: &mut BytesMut) -> Stop {
+        let max = self.shared.config.max_packet;
+        let ka = self.keep_alive;
+        let mut expiry = std::pin::pin!(tokio::time::sleep(ka));
+        loop {
+            let mut published = 0;
+            loop {
+                let p = match codec::parse(buf, self.version, max) {
+                    Ok(Some(p)) => p,
+                    Ok(None) => break,
+                    Err(_) => return Stop::Abort,
+                };
+                if matches!(p, Packet::Publish(_)) {
+                    published += 1;
+                }
+                if let Err(stop) = self.handle(p).await {
+                    self.shared.stats.messages_in.fetch_add(published, Relaxed);
+                    return stop;
+                }
+            }
+            if published > 0 {
+                self.shared.stats.messages_in.fetch_add(published, Relaxed);
+            }
+            if buf.capacity() - buf.len() < 4096 {
+                buf.reserve(READ_CHUNK);
+            }
+            // Silence is counted from when the broker is ready to read again: time spent waiting
+            // for subscribers' queues is not the client's.
+            let waiting_since = Instant::now();
+            loop {
+                tokio::select! {
+                    biased;
+                    r = rd.read_buf(buf) => match r {
+                        Ok(n) if n > 0 => break,
+                        _ => return Stop::Abort,
+                    },
+                    () = &mut expiry, if !ka.is_zero() => {
+                        let due = waiting_since + ka;
+                        if Instant::now() >= due {
+                            return Stop::Abort;
+                        }
+                        expiry.as_mut().reset(due);
+                    }
+                }
+            }
+        }
+    }
+
+    async fn send(&self, out: Out) -> Result<(), Stop> {
+        self.tx.send(out).await.map_err(|_| Stop::Abort)
+    }
+
+    async fn handle(&mut self, p: Packet) -> Result<(), Stop> {
+        match p {
+            Packet::Publish(p) => self.publish(p).await?,
+            Packet::PubAck { pid, .. } | Packet::PubComp { pid } => self.inflight.release(pid),
+            Packet::PubRec { pid, code } => {
+                if code >= 0x80 {
+                    self.inflight.release(pid);
+                } else {
+                    self.send(Out::Ack(codec::PUBREL, pid)).await?;
+                }
+            }
+            Packet::PubRel { pid } => {
+                if let Some(q) = &mut self.qos2 {
+                    q.remove(pid);
+                }
+                self.send(Out::Ack(codec::PUBCOMP, pid)).await?;
+            }
+            Packet::Subscribe { pid, filters } => self.subscribe(pid, filters).await?,
+            Packet::Unsubscribe { pid, filters } => {
+                for f in &filters {
+                    self.shared.router.unsubscribe(&self.session, f);
+                }
+                let mut b = BytesMut::with_capacity(8 + filters.len());
+                codec::put_unsuback(&mut b, self.version, pid, filters.len());
+                self.send(Out::Raw(b.freeze())).await?;
+            }
+            Packet::PingReq => self.send(Out::Raw(Bytes::from_static(&[0xd0, 0]))).await?,
+            Packet::Disconnect { .. } => return Err(Stop::Disconnect),
+            // A second CONNECT, or packets only a server sends.
+            _ => return Err(Stop::Abort),
+        }
+        Ok(())
+    }
+
+    async fn publish(&mut self, p: Publish) -> Result<(), Stop> {
+        if !valid_topic(&p.topic) || (p.qos > 0 && p.pid == 0) {
+            return Err(Stop::Abort);
+        }
+        if p.qos == 2 {
+            let pending = self.qos2.get_or_insert_with(PidBits::new);
+            if pending.contains(p.pid) {
+                // Re-sent before PUBREL: already routed once.
+                return self.send(Out::Ack(codec::PUBREC, p.pid)).await;
+            }
+            pending.insert(p.pid);
+        }
+        let router = &self.shared.router;
+        if p.retain {
+            router.retain(&p.topic, &p.payload, p.qos);
+        }
+        let route = match &self.last_route {
+            Some(r) if self.last_topic == p.topic && r.is_current(router) => r.clone(),
+            _ => {
+                let r = router.route(&p.topic);
+                self.last_topic.clear();
+                self.last_topic.extend_from_slice(&p.topic);
+                self.last_route = Some(r.clone());
+                r
+            }
+        };
+        route.deliver(&p.topic, &p.payload, p.qos).await;
+        match p.qos {
+            1 => self.send(Out::Ack(codec::PUBACK, p.pid)).await,
+            2 => self.send(Out::Ack(codec::PUBREC, p.pid)).await,
+            _ => Ok(()),
+        }
+    }
+
+    async fn subscribe(&mut self, pid: u16, filters: Vec<(String, u8)>) -> Result<(), Stop> {
+        let fail = if self.version == Version::V5 {
+            0x8f
+        } else {
+            0x80
+        };
+        let mut codes = Vec::with_capacity(filters.len());
+        for (f, qos) in &filters {
+            let ok = *qos <= 2 && self.shared.router.subscribe(&self.session, f, *qos);
+            codes.push(if ok { *qos } else { fail });
+        }
+        let mut b = BytesMut::with_capacity(8 + codes.len());
+        codec::put_suback(&mut b, self.version, pid, &codes);
+        self.send(Out::Raw(b.freeze())).await?;
+        for ((f, qos), code) in filters.iter().zip(&codes) {
+            if *code == *qos && matches!(parse_filter(f), Some((None, _))) {
+                for m in self.shared.router.retained_for(f, *qos) {
+                    self.send(Out::Pub(m)).await?;
+                }
+            }
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,245 @@
+//! An MQTT 3.1.1 and 5 broker for benchmarking: the server `msgbench run` starts in-process when
+//! no target is given, and that `msgbench serve mqtt --listen ADDR` runs standalone.
+//!
+//! It is a real broker, built to be measured against: every message is parsed, routed through
+//! the subscription table and re-encoded for each subscriber's protocol version, and
+//! acknowledged as the protocol says — nothing is short-circuited for msgbench's own client.
+//!
+//! # Supported
+//!
+//! - MQTT 3.1.1 (protocol level 4) and 5 (level 5) clients, interoperating on the same topics.
+//!   Other levels are refused with CONNACK return code 1.
+//! - PUBLISH at QoS 0, 1 and 2 in both directions; delivery QoS is the lower of the publish QoS
+//!   and the subscription's. Incoming QoS 2 is routed once: a re-sent PUBLISH with a packet id
+//!   still waiting for its PUBREL is acknowledged but not routed again.
+//! - Topic filters with `+` and `#`; overlapping subscriptions of one client get one copy at the
+//!   highest granted QoS.
+//! - Shared subscriptions `$share/{group}/{filter}` (MQTT 5, and — like Mosquitto — 3.1.1): each
+//!   message goes to one member of each matching group, round robin, preferring connected
+//!   members.
+//! - Retained messages (an empty retained payload deletes), sent with the retain flag to new
+//!   non-shared subscriptions; live deliveries carry retain = 0.
+//! - Persistent sessions (3.1.1 clean session = 0, MQTT 5 clean start = 0): subscriptions survive
+//!   disconnects and are restored with CONNACK session-present = 1; up to
+//!   [`BrokerConfig::queue_depth`] QoS ≥ 1 messages are kept while the client is away and sent on
+//!   reconnect (QoS 0 is dropped while offline, as the protocol allows). Sessions live in memory
+//!   until the broker stops.
+//! - Session takeover: a second connection with a client id in use closes the first.
+//! - Keep-alive: a client silent for 1.5 × its keep-alive is disconnected.
+//!
+//! # Not supported, and why
+//!
+//! A benchmark broker needs to move messages correctly and fast; these would add state and
+//! latency for features benchmarks do not exercise:
+//!
+//! - No authentication or authorisation: any user name and password is accepted. Do not expose
+//!   the listener to an untrusted network.
+//! - No will messages (accepted in CONNECT and ignored), no MQTT 5 topic aliases (the broker
+//!   advertises none, so clients must not use them), no subscription options beyond QoS
+//!   (no-local, retain-as-published and retain-handling are ignored), and MQTT 5 PUBLISH
+//!   properties are not forwarded.
+//! - MQTT 5 session expiry is not read: clean start = 0 means "keep the session until the broker
+//!   stops", clean start = 1 means "end it with the connection".
+//! - No persistence to disk and no retransmission: messages in flight when a connection drops
+//!   are not re-sent (messages still queued for a persistent session are kept).
+//!
+//! # Flow control
+//!
+//! Each connection has a reader (parses and routes) and a writer (drains a bounded queue of
+//! [`BrokerConfig::queue_depth`] packets, encoding them in batches). When a subscriber's queue is
+//! full, the publishing connection's reader waits, which slows publishers down over TCP rather
+//! than dropping messages or growing memory; a closed connection's queue rejects at once, so a
+//! vanished subscriber never holds anyone up.
+
+mod conn;
+mod router;
+mod session;
+#[cfg(test)]
+mod tests;
+
+use std::future::Future;
+use std::io;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::time::Duration;
+use tokio::net::TcpListener;
+use tokio::sync::watch;
+use tokio::task::JoinSet;
+use tokio::time::Instant;
+
+/// Broker limits.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BrokerConfig {
+    /// Largest packet (remaining length, in bytes) accepted from a client; a larger one closes
+    /// the connection. Default 256 MiB, the protocol's own limit.
+    pub max_packet: usize,
+    /// Packets each connection's outbound queue holds before publishers to it wait; also the
+    /// number of QoS ≥ 1 messages kept for a persistent session while it is offline.
+    /// Default 4096.
+    pub queue_depth: usize,
+}
+
+impl Default for BrokerConfig {
+    fn default() -> Self {
+        BrokerConfig {
+            max_packet: 256 * 1024 * 1024,
+            queue_depth: 4096,
+        }
+    }
+}
+
+/// Live broker counters, updated with relaxed atomics; read them with [`BrokerStats::snapshot`].
+#[derive(Debug, Default)]
+pub struct BrokerStats {
+    /// Connections open now (accepted and not yet closed).
+    pub connections_current: AtomicU64,
+    /// Connections accepted since the broker started.
+    pub connections_total: AtomicU64,
+    /// PUBLISH packets received from clients.
+    pub messages_in: AtomicU64,
+    /// PUBLISH packets written to clients.
+    pub messages_out: AtomicU64,
+}
+
+/// The counters of [`BrokerStats`] at one moment.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct StatsSnapshot {
+    /// Connections open now.
+    pub connections_current: u64,
+    /// Connections accepted since start.
+    pub connections_total: u64,
+    /// PUBLISH packets received.
+    pub messages_in: u64,
+    /// PUBLISH packets sent.
+    pub messages_out: u64,
+}
+
+impl BrokerStats {
+    /// Reads every counter (each individually; the set is not one atomic snapshot).
+    pub fn snapshot(&self) -> StatsSnapshot {
+        StatsSnapshot {
+            connections_current: self.connections_current.load(Relaxed),
+            connections_total: self.connections_total.load(Relaxed),
+            messages_in: self.messages_in.load(Relaxed),
+            messages_out: self.messages_out.load(Relaxed),
+        }
+    }
+}
+
+/// State every connection of one broker shares.
+pub(crate) struct Shared {
+    pub config: BrokerConfig,
+    pub stats: Arc<BrokerStats>,
+    pub router: router::Router,
+    pub sessions: session::Sessions,
+    pub next_conn: AtomicU64,
+}
+
+/// An MQTT broker bound to a listening socket; [`Broker::run`] serves it.
+pub struct Broker {
+    listener: TcpListener,
+    addr: SocketAddr,
+    shared: Arc<Shared>,
+}
+
+impl std::fmt::Debug for Broker {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Broker")
+            .field("addr", &self.addr)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Broker {
+    /// Binds the listener on `addr` (e.g. `"127.0.0.1:0"` for a free port, `"0.0.0.0:1883"`).
+    /// Errors keep their kind and name the address.
+    pub async fn bind(addr: &str, config: BrokerConfig) -> io::Result<Broker> {
+        let listener = TcpListener::bind(addr)
+            .await
+            .map_err(|e| io::Error::new(e.kind(), format!("cannot listen on {addr}: {e}")))?;
+        let local = listener
+            .local_addr()
+            .map_err(|e| io::Error::new(e.kind(), format!("listener on {addr}: {e}")))?;
+        let config = BrokerConfig {
+            max_packet: config
+                .max_packet
+                .clamp(1, msgbench_driver_mqtt::codec::MAX_REMAINING),
+            queue_depth: config.queue_depth.max(1),
+        };
+        let shared = Arc::new(Shared {
+            router: router::Router::default(),
+            sessions: session::Sessions::new(config.queue_depth),
+            config,
+            stats: Arc::new(BrokerStats::default()),
+            next_conn: AtomicU64::new(1),
+        });
+        Ok(Broker {
+            listener,
+            addr: local,
+            shared,
+        })
+    }
+
+    /// The address the listener is bound to (with the real port when bound to port 0).
+    pub fn local_addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// The broker's live counters; the `Arc` stays valid after the broker stops.
+    pub fn stats(&self) -> Arc<BrokerStats> {
+        self.shared.stats.clone()
+    }
+
+    /// Accepts and serves connections on the caller's runtime until `stop` resolves, then closes
+    /// the listener and every connection and returns once they are closed (connections that do
+    /// not finish within 5 s are aborted). Accept errors (e.g. out of file descriptors) do not
+    /// end the loop: they are reported on stderr at most once a second and retried after 10 ms.
+    pub async fn run(self, stop: impl Future<Output = ()> + Send) -> io::Result<()> {
+        let Broker {
+            listener, shared, ..
+        } = self;
+        let (shutdown_tx, shutdown_rx) = watch::channel(false);
+        let mut conns = JoinSet::new();
+        let mut stop = std::pin::pin!(stop);
+        let mut last_report: Option<Instant> = None;
+        loop {
+            tokio::select! {
+                biased;
+                () = &mut stop => break,
+                Some(_) = conns.join_next(), if !conns.is_empty() => {}
+                accepted = listener.accept() => match accepted {
+                    Ok((sock, _peer)) => {
+                        // Without this, Nagle's algorithm meets the client's delayed ACK and
+                        // small messages wait up to 40 ms.
+                        let _ = sock.set_nodelay(true);
+                        shared.stats.connections_total.fetch_add(1, Relaxed);
+                        shared.stats.connections_current.fetch_add(1, Relaxed);
+                        let open = conn::OpenConn(shared.stats.clone());
+                        conns.spawn(conn::serve(sock, shared.clone(), shutdown_rx.clone(), open));
+                    }
+                    Err(e) => {
+                        if last_report.is_none_or(|t| t.elapsed() >= Duration::from_secs(1)) {
+                            eprintln!("msgbench mqtt broker: accepting a connection failed: {e}");
+                            last_report = Some(Instant::now());
+                        }
+                        tokio::select! {
+                            () = &mut stop => break,
+                            () = tokio::time::sleep(Duration::from_millis(10)) => {}
+                        }
+                    }
+                },
+            }
+        }
+        drop(listener);
+        let _ = shutdown_tx.send(true);
+        let drained = tokio::time::timeout(Duration::from_secs(5), async {
+            while conns.join_next().await.is_some() {}
+        })
+        .await;
+        if drained.is_err() {
+            conns.shutdown().await;
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,286 @@
+//! Sessions: what outlives a connection (subscriptions, messages queued while offline, pending
+//! incoming QoS 2 ids) and the client-id registry that performs session takeover.
+//!
+//! Lock order, everywhere: registry → subscription table → a session's `filters` → a session's
+//! `sink`. Route building takes table → sink; nothing takes sink → table.
+
+use super::router::Router;
+use bytes::Bytes;
+use std::collections::{HashMap, VecDeque};
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::time::Duration;
+use tokio::sync::{mpsc, watch};
+
+/// Locks, ignoring poisoning (every critical section leaves its data consistent).
+pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+/// An application message on its way to one subscriber.
+#[derive(Debug, Clone)]
+pub(crate) struct Msg {
+    pub topic: Bytes,
+    pub payload: Bytes,
+    /// Delivery QoS (already lowered to the subscription's).
+    pub qos: u8,
+    pub retain: bool,
+}
+
+impl Msg {
+    /// A copy that does not share (and so does not keep alive) the read buffer the message was
+    /// parsed from: for messages kept while a session is offline, which can stay for long and
+    /// be a sparse selection of what the publisher sent.
+    fn unpinned(self) -> Msg {
+        Msg {
+            topic: Bytes::copy_from_slice(&self.topic),
+            payload: Bytes::copy_from_slice(&self.payload),
+            ..self
+        }
+    }
+}
+
+/// What a connection's writer sends, in queue order.
+#[derive(Debug)]
+pub(crate) enum Out {
+    /// A PUBLISH; the writer assigns the packet id.
+    Pub(Msg),
+    /// PUBACK / PUBREC / PUBREL / PUBCOMP (header byte, packet id).
+    Ack(u8, u16),
+    /// A pre-encoded control packet (SUBACK, UNSUBACK, PINGRESP).
+    Raw(Bytes),
+}
+
+/// Where a session's messages go now.
+pub(crate) enum Sink {
+    /// Connected: the connection's outbound queue.
+    Live(mpsc::Sender<Out>),
+    /// A persistent session without a connection: QoS ≥ 1 messages wait here.
+    Offline(VecDeque<Msg>),
+    /// Ended: messages are dropped.
+    Gone,
+}
+
+/// Received QoS 2 packet ids waiting for their PUBREL (one bit per id).
+pub(crate) struct PidBits(Box<[u64; 1024]>);
+
+impl PidBits {
+    pub fn new() -> PidBits {
+        PidBits(Box::new([0; 1024]))
+    }
+    pub fn contains(&self, pid: u16) -> bool {
+        self.0[usize::from(pid / 64)] & (1 << (pid % 64)) != 0
+    }
+    pub fn insert(&mut self, pid: u16) {
+        self.0[usize::from(pid / 64)] |= 1 << (pid % 64);
+    }
+    pub fn remove(&mut self, pid: u16) {
+        self.0[usize::from(pid / 64)] &= !(1 << (pid % 64));
+    }
+}
+
+/// One client session.
+pub(crate) struct Session {
+    /// Unique per session (never reused), the key for de-duplicating deliveries.
+    pub id: u64,
+    /// Survives disconnects.
+    pub persistent: bool,
+    /// Messages kept while offline, at most.
+    depth: usize,
+    pub sink: Mutex<Sink>,
+    /// The session's subscriptions as subscribed (`$share/...` included) → granted QoS.
+    pub filters: Mutex<HashMap<String, u8>>,
+    /// Incoming QoS 2 ids awaiting PUBREL, while no connection holds them.
+    qos2: Mutex<Option<PidBits>>,
+}
+
+impl Session {
+    /// The live queue, if connected.
+    pub fn live_tx(&self) -> Option<mpsc::Sender<Out>> {
+        match &*lock(&self.sink) {
+            Sink::Live(tx) if !tx.is_closed() => Some(tx.clone()),
+            _ => None,
+        }
+    }
+
+    /// Delivers through the session's current sink: the path for offline sessions and for
+    /// messages whose cached queue turned out to be closed.
+    pub async fn deliver_slow(&self, mut msg: Msg) {
+        loop {
+            let tx = match &mut *lock(&self.sink) {
+                Sink::Live(tx) if !tx.is_closed() => tx.clone(),
+                // A connection on its way out; its cleanup switches the sink under this lock.
+                Sink::Live(_) | Sink::Gone => return,
+                Sink::Offline(q) => {
+                    if msg.qos > 0 && q.len() < self.depth {
+                        q.push_back(msg.unpinned());
+                    }
+                    return;
+                }
+            };
+            match tx.send(Out::Pub(msg)).await {
+                Ok(()) => return,
+                // Closed meanwhile: the sink has changed (or the message is dropped next round).
+                Err(mpsc::error::SendError(Out::Pub(m))) => msg = m,
+                Err(_) => return,
+            }
+        }
+    }
+}
+
+/// Per-connection control: `close` asks the connection to end, `done` says it has detached.
+pub(crate) struct ConnCtl {
+    pub close: watch::Sender<bool>,
+    pub done: watch::Sender<bool>,
+}
+
+impl ConnCtl {
+    pub fn new() -> ConnCtl {
+        ConnCtl {
+            close: watch::Sender::new(false),
+            done: watch::Sender::new(false),
+        }
+    }
+}
+
+struct Entry {
+    session: Arc<Session>,
+    live: Option<(u64, Arc<ConnCtl>)>,
+}
+
+/// Client id → session.
+pub(crate) struct Sessions {
+    map: Mutex<HashMap<String, Entry>>,
+    next_id: AtomicU64,
+    depth: usize,
+}
+
+/// A connection's share of its session after CONNECT.
+pub(crate) struct Attached {
+    pub session: Arc<Session>,
+    pub present: bool,
+    /// Messages queued while offline, to send before anything else.
+    pub backlog: VecDeque<Msg>,
+    pub qos2: Option<PidBits>,
+}
+
+impl Sessions {
+    pub fn new(depth: usize) -> Sessions {
+        Sessions {
+            map: Mutex::new(HashMap::new()),
+            next_id: AtomicU64::new(1),
+            depth,
+        }
+    }
+
+    /// Binds connection `conn` (queue `tx`) to the session of `client_id`, closing any connection
+    /// holding it first and waiting (up to 5 s) for that one to detach, so its queued messages
+    /// are kept in order. `clean` discards an existing session.
+    pub async fn attach(
+        &self,
+        router: &Router,
+        client_id: &str,
+        clean: bool,
+        conn: u64,
+        ctl: Arc<ConnCtl>,
+        tx: mpsc::Sender<Out>,
+    ) -> Attached {
+        for _ in 0..3 {
+            let holder = lock(&self.map)
+                .get(client_id)
+                .and_then(|e| e.live.as_ref().map(|(_, c)| c.clone()));
+            let Some(holder) = holder else { break };
+            holder.close.send_replace(true);
+            let mut done = holder.done.subscribe();
+            let _ = tokio::time::timeout(Duration::from_secs(5), done.wait_for(|d| *d)).await;
+        }
+        let mut map = lock(&self.map);
+        if let Some((_, old)) = map.get_mut(client_id).and_then(|e| e.live.take()) {
+            // Did not detach in time: it will find itself replaced and leave the session alone.
+            old.close.send_replace(true);
+        }
+        let (session, present) = match map.remove(client_id) {
+            Some(e) if !clean && e.session.persistent => (e.session, true),
+            old => {
+                if let Some(e) = old {
+                    router.drop_session(&e.session);
+                }
+                let s = Arc::new(Session {
+                    id: self.next_id.fetch_add(1, Relaxed),
+                    persistent: !clean,
+                    depth: self.depth,
+                    sink: Mutex::new(Sink::Gone),
+                    filters: Mutex::new(HashMap::new()),
+                    qos2: Mutex::new(None),
+                });
+                (s, false)
+            }
+        };
+        let backlog = match std::mem::replace(&mut *lock(&session.sink), Sink::Live(tx)) {
+            Sink::Offline(q) => q,
+            _ => VecDeque::new(),
+        };
+        let qos2 = lock(&session.qos2).take();
+        map.insert(
+            client_id.to_string(),
+            Entry {
+                session: session.clone(),
+                live: Some((conn, ctl)),
+            },
+        );
+        drop(map);
+        router.invalidate();
+        Attached {
+            session,
+            present,
+            backlog,
+            qos2,
+        }
+    }
+
+    /// Unbinds connection `conn` after its reader and writer stopped. A persistent session goes
+    /// offline keeping the QoS ≥ 1 messages still in `rx`; a clean one ends. Does nothing to a
+    /// session another connection has taken over.
+    pub fn detach(
+        &self,
+        router: &Router,
+        client_id: &str,
+        conn: u64,
+        session: &Arc<Session>,
+        rx: Option<mpsc::Receiver<Out>>,
+        qos2: Option<PidBits>,
+    ) {
+        let mut map = lock(&self.map);
+        let Some(entry) = map.get_mut(client_id) else {
+            return;
+        };
+        if entry.live.as_ref().is_none_or(|(c, _)| *c != conn) {
+            return;
+        }
+        entry.live = None;
+        if session.persistent {
+            *lock(&session.qos2) = qos2;
+            let mut sink = lock(&session.sink);
+            let mut q = VecDeque::new();
+            if let Some(mut rx) = rx {
+                // Under the sink lock: publishers that find the queue closed retry through the
+                // sink and queue behind these.
+                rx.close();
+                while let Ok(out) = rx.try_recv() {
+                    if let Out::Pub(m) = out
+                        && m.qos > 0
+                        && q.len() < self.depth
+                    {
+                        q.push_back(m.unpinned());
+                    }
+                }
+            }
+            *sink = Sink::Offline(q);
+        } else {
+            map.remove(client_id);
+            router.drop_session(session);
+        }
+        drop(map);
+        router.invalidate();
+    }
+}

@@ -1,0 +1,435 @@
+//! MQTT-specific behaviour against a real Mosquitto (started by `scripts/brokers.sh`) and
+//! msgbench's own broker: QoS stages, MQTT 5 shared subscriptions, wildcards, authentication,
+//! TLS, the embedded demo, connection workloads, bad input and a broker restart.
+
+mod util;
+
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+use util::*;
+
+fn run_args<'a>(url: &'a str, extra: &[&'a str]) -> Vec<&'a str> {
+    let mut v = vec!["run", url, "--warmup", "0s", "--no-output"];
+    v.extend_from_slice(extra);
+    v
+}
+
+/// QoS 1 and 2: every message is acknowledged (PUBACK / PUBCOMP), publish latency is recorded
+/// for each, and every message arrives once.
+#[test]
+fn qos_1_and_2_ack_every_message() {
+    let d = TempDir::new("mqtt-qos");
+    let url = mqtt_url();
+    for qos in ["1", "2"] {
+        let topic = format!("it/qos{qos}");
+        let r = run_json(
+            &d.0,
+            &run_args(
+                &url,
+                &["--qos", qos, "--topic", &topic, "-p", "2", "-n", "20000"],
+            ),
+        );
+        let m = measure(&r);
+        assert_eq!(u(&m["counters"]["sent"]), 20_000, "qos {qos}");
+        assert_eq!(u(&m["counters"]["acked"]), 20_000, "qos {qos}");
+        assert_eq!(u(&m["publish"]["count"]), 20_000, "qos {qos}");
+        assert!(u(&m["publish"]["p50"]) > 0, "qos {qos}");
+        let i = &r["integrity"];
+        assert_eq!(
+            (u(&i["delivered"]), u(&i["lost"])),
+            (20_000, 0),
+            "qos {qos}: {i}"
+        );
+        assert_eq!(u(&i["duplicated"]), 0, "qos {qos}");
+    }
+}
+
+/// MQTT 5 with a shared subscription: each message reaches exactly one group member.
+#[test]
+fn mqtt5_shared_subscription() {
+    let d = TempDir::new("mqtt-share");
+    let url = mqtt_url();
+    let r = run_json(
+        &d.0,
+        &run_args(
+            &url,
+            &[
+                "--mqtt-version",
+                "5",
+                "--qos",
+                "1",
+                "--topic",
+                "it/share",
+                "-c",
+                "3",
+                "--queue-group",
+                "g1",
+                "-n",
+                "9000",
+            ],
+        ),
+    );
+    let i = &r["integrity"];
+    assert_eq!(u(&i["expected"]), 9000, "{i}");
+    assert_eq!(u(&i["delivered"]), 9000, "{i}");
+    assert_eq!(u(&i["duplicated"]), 0, "{i}");
+}
+
+/// A wildcard subscription receives the messages of every topic.
+#[test]
+fn wildcard_subscription_covers_all_topics() {
+    let d = TempDir::new("mqtt-wild");
+    for url in [mqtt_url(), Server::mqtt().url.clone()] {
+        let r = run_json(
+            &d.0,
+            &run_args(
+                &url,
+                &[
+                    "--topics",
+                    "3",
+                    "--topic",
+                    "it/wild/{i}",
+                    "--subscribe",
+                    "it/wild/+",
+                    "-n",
+                    "3000",
+                    "--rate",
+                    "6000",
+                ],
+            ),
+        );
+        let i = &r["integrity"];
+        // 3 consumers (one per topic), each subscribed to all 3 topics.
+        assert_eq!(u(&i["expected"]), 9000, "{url}: {i}");
+        assert_eq!(u(&i["delivered"]), 9000, "{url}: {i}");
+    }
+}
+
+/// Credentials in the URL are used; wrong ones give a clear, quick error.
+#[test]
+fn authentication() {
+    let d = TempDir::new("mqtt-auth");
+    let good = env_or_hint("MSGBENCH_IT_MQTT_AUTH_URL");
+    let r = run_json(
+        &d.0,
+        &run_args(&good, &["-n", "1000", "--topic", "it/auth"]),
+    );
+    assert_eq!(u(&r["integrity"]["delivered"]), 1000);
+    let bad = good.replace("msgbench-secret", "wrong");
+    let o = msgbench(&d.0, &run_args(&bad, &["-n", "10"]));
+    assert_eq!(o.status.code(), Some(1));
+    let e = stderr(&o);
+    assert!(e.contains("refused the connection"), "{e}");
+    assert!(!e.contains("wrong"), "the password is not printed: {e}");
+}
+
+/// TLS: verified against the given CA (and with a client certificate); verification is on by
+/// default, so an unknown CA fails unless --insecure.
+#[test]
+fn tls_verifies_by_default() {
+    let d = TempDir::new("mqtt-tls");
+    let url = env_or_hint("MSGBENCH_IT_MQTTS_URL");
+    let ca = env_or_hint("MSGBENCH_IT_MQTT_CA");
+    let cert = env_or_hint("MSGBENCH_IT_MQTT_CLIENT_CERT");
+    let key = env_or_hint("MSGBENCH_IT_MQTT_CLIENT_KEY");
+    let r = run_json(
+        &d.0,
+        &run_args(&url, &["--ca-file", &ca, "-n", "2000", "--topic", "it/tls"]),
+    );
+    assert_eq!(u(&r["integrity"]["delivered"]), 2000);
+    let r = run_json(
+        &d.0,
+        &run_args(
+            &url,
+            &[
+                "--ca-file",
+                &ca,
+                "--cert",
+                &cert,
+                "--key",
+                &key,
+                "-n",
+                "500",
+                "--qos",
+                "1",
+            ],
+        ),
+    );
+    assert_eq!(u(&measure(&r)["counters"]["acked"]), 500);
+    let o = msgbench(&d.0, &run_args(&url, &["-n", "10"]));
+    assert_eq!(o.status.code(), Some(1), "unknown CA must fail");
+    assert!(stderr(&o).contains("TLS"), "{}", stderr(&o));
+    let r = run_json(&d.0, &run_args(&url, &["--insecure", "-n", "500"]));
+    assert_eq!(u(&r["integrity"]["delivered"]), 500);
+}
+
+/// `msgbench run` with no target starts the embedded broker, says so, and reports a real
+/// benchmark through it. With TCP_NODELAY on both sides the median is far below Nagle's 40 ms.
+#[test]
+fn demo_runs_against_the_embedded_broker() {
+    let d = TempDir::new("mqtt-demo");
+    let o = msgbench(
+        &d.0,
+        &[
+            "run",
+            "--duration",
+            "2s",
+            "--rate",
+            "1000",
+            "--format",
+            "json",
+            "--quiet",
+        ],
+    );
+    assert!(o.status.success(), "{}", stderr(&o));
+    let e = stderr(&o);
+    assert!(
+        e.contains("embedded MQTT broker on mqtt://127.0.0.1:"),
+        "{e}"
+    );
+    let r: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert!(
+        r["target"]
+            .as_str()
+            .unwrap()
+            .starts_with("mqtt://127.0.0.1:")
+    );
+    let m = measure(&r);
+    assert!(u(&m["counters"]["received"]) >= 1900, "{m}");
+    assert_eq!(u(&r["integrity"]["lost"]), 0);
+    assert!(
+        u(&m["e2e"]["p50"]) < 10_000_000,
+        "e2e p50 {} ns",
+        m["e2e"]["p50"]
+    );
+}
+
+/// Hold mode: N connections open, are held and closed; connect latency, peak and memory per
+/// connection are reported, for MQTT and NATS alike.
+#[test]
+fn hold_connections() {
+    let d = TempDir::new("mqtt-hold");
+    for url in [mqtt_url(), nats_url()] {
+        let r = run_json(
+            &d.0,
+            &[
+                "run",
+                &url,
+                "--connections",
+                "400",
+                "--hold",
+                "1s",
+                "--publish-interval",
+                "200ms",
+                "--source-addrs",
+                "127.0.0.1-127.0.0.4",
+                "--no-output",
+            ],
+        );
+        let c = &r["connections"];
+        assert_eq!(c["mode"], "hold", "{r}");
+        assert_eq!(u(&c["peak_held"]), 400, "{url}: {c}");
+        assert!(c["rss_per_connection_bytes"].as_f64().unwrap() > 0.0, "{c}");
+        let m = measure(&r);
+        assert_eq!(u(&m["counters"]["connects"]), 400, "{url}");
+        assert_eq!(u(&m["connect"]["count"]), 400, "{url}");
+        assert!(
+            u(&m["counters"]["sent"]) >= 400,
+            "{url}: held connections published"
+        );
+        let closes: u64 = r["phases"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|p| p["counters"]["closes"].as_u64().unwrap_or(0))
+            .sum();
+        assert_eq!(closes, 400, "{url}");
+    }
+}
+
+/// Storm mode against every kind of server: connections/s and handshake latency.
+#[test]
+fn connect_storm() {
+    let d = TempDir::new("mqtt-storm");
+    let serve = Server::mqtt();
+    for url in [serve.url.clone(), mqtt_url(), nats_url()] {
+        let r = run_json(
+            &d.0,
+            &[
+                "run",
+                &url,
+                "--storm",
+                "--concurrency",
+                "16",
+                "--duration",
+                "1s",
+                "--messages-per-connection",
+                "2",
+                "--no-output",
+            ],
+        );
+        let m = measure(&r);
+        let opened = u(&m["counters"]["connects"]);
+        assert!(opened > 50, "{url}: {opened} cycles in 1 s");
+        assert_eq!(u(&m["connect"]["count"]), opened, "{url}");
+        assert!(r["connections"]["connections_per_s"].as_f64().unwrap() > 50.0);
+        assert_eq!(r["connections"]["mode"], "storm");
+    }
+}
+
+/// Connection failures are counted by cause, and the run still reports.
+#[test]
+fn storm_against_a_closed_port_counts_refusals() {
+    let d = TempDir::new("mqtt-refused");
+    let url = format!("mqtt://127.0.0.1:{}", free_port());
+    let r = run_json(
+        &d.0,
+        &[
+            "run",
+            &url,
+            "--storm",
+            "--concurrency",
+            "4",
+            "--duration",
+            "500ms",
+            "--no-output",
+        ],
+    );
+    let c = &measure(&r)["counters"];
+    assert!(u(&c["connect_failures"]["refused"]) > 0, "{c}");
+    assert_eq!(c["connects"].as_u64().unwrap_or(0), 0);
+}
+
+/// Limits the process cannot meet are refused before anything connects, saying what to raise.
+#[test]
+fn connection_preflight_names_the_limit() {
+    let d = TempDir::new("mqtt-preflight");
+    let o = msgbench(
+        &d.0,
+        &[
+            "run",
+            &mqtt_url(),
+            "--connections",
+            "100000000",
+            "--no-output",
+        ],
+    );
+    assert_eq!(o.status.code(), Some(1));
+    let e = stderr(&o);
+    assert!(e.contains("file descriptors") && e.contains("limit"), "{e}");
+}
+
+/// An unreachable broker is a clear error within the connect timeout.
+#[test]
+fn unreachable_broker_fails_fast() {
+    let d = TempDir::new("mqtt-unreach");
+    let started = Instant::now();
+    let url = format!("mqtt://127.0.0.1:{}", free_port());
+    let o = msgbench(
+        &d.0,
+        &run_args(&url, &["--connect-timeout", "2s", "-n", "10"]),
+    );
+    assert!(started.elapsed() < Duration::from_secs(10));
+    assert_eq!(o.status.code(), Some(1));
+    assert!(stderr(&o).contains("cannot connect"), "{}", stderr(&o));
+    let o = msgbench(&d.0, &["run", "mqtt://", "--no-output"]);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(stderr(&o).contains("no host"), "{}", stderr(&o));
+}
+
+fn start_mosquitto(port: u16, dir: &std::path::Path) -> Child {
+    let conf = dir.join("m.conf");
+    std::fs::write(
+        &conf,
+        format!("listener {port} 127.0.0.1\nallow_anonymous true\npersistence false\nset_tcp_nodelay true\n"),
+    )
+    .unwrap();
+    let bin = ["/usr/sbin/mosquitto", "mosquitto"]
+        .into_iter()
+        .find(|b| {
+            Command::new(b)
+                .arg("-h")
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .status()
+                .is_ok()
+        })
+        .expect("mosquitto installed (scripts/brokers.sh up installs it)");
+    let mut child = Command::new(bin)
+        .args(["-c", conf.to_str().unwrap()])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    for _ in 0..100 {
+        if std::net::TcpStream::connect(("127.0.0.1", port)).is_ok() {
+            return child;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let _ = child.kill();
+    panic!("mosquitto did not start on {port}");
+}
+
+/// The broker is killed and restarted mid-run: clients reconnect, the interruption and the loss
+/// are counted, and the results file is complete.
+#[test]
+fn broker_restart_mid_run() {
+    let _ = mqtt_url();
+    let d = TempDir::new("mqtt-restart");
+    let port = free_port();
+    let mut server = start_mosquitto(port, &d.0);
+    let url = format!("mqtt://127.0.0.1:{port}");
+    let run = Command::new(bin())
+        .args([
+            "run",
+            &url,
+            "--qos",
+            "1",
+            "--rate",
+            "3000",
+            "--duration",
+            "6s",
+            "--warmup",
+            "0s",
+            "--drain",
+            "2s",
+            "--ack-timeout",
+            "2s",
+            "-o",
+            "r.jsonl",
+            "--format",
+            "json",
+            "--quiet",
+        ])
+        .current_dir(&d.0)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_secs(2));
+    server.kill().unwrap();
+    server.wait().unwrap();
+    std::thread::sleep(Duration::from_secs(1));
+    let mut server = start_mosquitto(port, &d.0);
+    let o = run.wait_with_output().unwrap();
+    server.kill().unwrap();
+    let _ = server.wait();
+    assert!(o.status.success(), "{}", stderr(&o));
+    let r: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    let sent = u(&measure(&r)["counters"]["sent"]);
+    assert!(sent > 9_000, "kept sending after the restart: {sent}");
+    let i = &r["integrity"];
+    assert!(u(&i["lost"]) > 0, "{i}");
+    assert_eq!(u(&i["expected"]), u(&i["delivered"]) + u(&i["lost"]));
+    let kinds: Vec<&str> = r["events"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e["kind"].as_str().unwrap())
+        .collect();
+    assert!(kinds.contains(&"disconnected"), "{kinds:?}");
+    assert!(kinds.contains(&"reconnected"), "{kinds:?}");
+    let file = std::fs::read_to_string(d.path("r.jsonl")).unwrap();
+    assert!(file.lines().last().unwrap().contains("\"type\":\"end\""));
+}
