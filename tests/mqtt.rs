@@ -368,6 +368,7 @@ fn start_mosquitto(port: u16, dir: &std::path::Path) -> Child {
         std::thread::sleep(Duration::from_millis(50));
     }
     let _ = child.kill();
+    let _ = child.wait();
     panic!("mosquitto did not start on {port}");
 }
 

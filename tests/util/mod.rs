@@ -150,6 +150,7 @@ impl Server {
             std::thread::sleep(std::time::Duration::from_millis(25));
         }
         let _ = s.child.kill();
+        let _ = s.child.wait();
         panic!("msgbench serve mqtt did not listen on {port}");
     }
 }
