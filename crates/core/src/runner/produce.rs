@@ -197,9 +197,30 @@ impl ProducerTask {
                 }
             }
 
-            // Window: never more than `window` unacknowledged messages.
+            // Window: never more than `window` unacknowledged messages. Once it is full, sending
+            // resumes only when a sixteenth of it is free again: a broker that acks one message
+            // at a time would otherwise get one write (and one syscall) per message, which
+            // costs the generator more than the messages themselves.
             if this.acks {
                 Self::drain_ready_acks(&mut p, &mut rec, &mut window);
+                if window.len() >= this.window {
+                    let resume_at = this.window - (this.window / 16).max(1);
+                    while window.len() > resume_at {
+                        if this.state.producers_stopped() {
+                            break 'send;
+                        }
+                        if let Err(e) = p.idle().await {
+                            rec.record_error(e.kind());
+                        }
+                        if let Flow::Stop = this
+                            .wait_ack(&mut p, &mut rec, &mut window, &mut ticker, phase)
+                            .await
+                        {
+                            break 'send;
+                        }
+                        Self::drain_ready_acks(&mut p, &mut rec, &mut window);
+                    }
+                }
                 while window.len() >= this.window || !window.slot_free(token) {
                     if this.state.producers_stopped() {
                         break 'send;

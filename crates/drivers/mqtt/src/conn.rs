@@ -296,8 +296,10 @@ impl Conn {
         poll_fn(|cx| self.poll_flush(cx)).await
     }
 
-    /// The next packet: writes pending bytes, then parses or reads. Cancel-safe.
-    pub fn poll_packet(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<Packet>> {
+    /// The next packet: writes pending bytes (when `flush`), then parses or reads.
+    /// Cancel-safe. Producers pass `flush = false` so that looking for acks between sends does
+    /// not write their batch one message at a time.
+    pub fn poll_packet(&mut self, cx: &mut Context<'_>, flush: bool) -> Poll<io::Result<Packet>> {
         loop {
             if let Some(p) = codec::parse(
                 &mut self.rbuf,
@@ -308,7 +310,7 @@ impl Conn {
             {
                 return Poll::Ready(Ok(p));
             }
-            if !self.wbuf.is_empty() {
+            if flush && !self.wbuf.is_empty() {
                 match self.poll_flush(cx) {
                     Poll::Ready(Err(e)) => return Poll::Ready(Err(e)),
                     Poll::Ready(Ok(())) | Poll::Pending => {}
@@ -328,7 +330,7 @@ impl Conn {
 
     /// The next packet (see [`Conn::poll_packet`]).
     pub async fn read_packet(&mut self) -> io::Result<Packet> {
-        poll_fn(|cx| self.poll_packet(cx)).await
+        poll_fn(|cx| self.poll_packet(cx, true)).await
     }
 
     /// Marks the connection lost (once) and reports it.

@@ -149,6 +149,7 @@ impl Driver for MqttDriver {
             next_pid: 0,
             in_flight: 0,
             acks: VecDeque::new(),
+            release_pending: false,
         })
     }
 
@@ -204,6 +205,9 @@ pub struct MqttProducer {
     next_pid: u16,
     in_flight: u32,
     acks: VecDeque<Ack>,
+    /// A PUBREL waits in the write buffer: the next ack poll must write it, or its PUBCOMP
+    /// never comes.
+    release_pending: bool,
 }
 
 impl MqttProducer {
@@ -215,6 +219,7 @@ impl MqttProducer {
                     self.complete(pid, false);
                 } else {
                     codec::put_ack(&mut self.conn.wbuf, codec::PUBREL, pid);
+                    self.release_pending = true;
                 }
             }
             Packet::PubComp { pid } => self.complete(pid, true),
@@ -243,7 +248,7 @@ impl MqttProducer {
     /// Takes what the broker sent without waiting.
     fn service_reads(&mut self) {
         let mut cx = Context::from_waker(Waker::noop());
-        while let Poll::Ready(r) = self.conn.poll_packet(&mut cx) {
+        while let Poll::Ready(r) = self.conn.poll_packet(&mut cx, false) {
             match r {
                 Ok(p) => self.on_packet(p),
                 Err(e) => {
@@ -259,6 +264,7 @@ impl MqttProducer {
             self.conn.lost(&e);
             return Err(DriverError::Send(e.to_string()));
         }
+        self.release_pending = false;
         Ok(())
     }
 
@@ -357,7 +363,17 @@ impl Producer for MqttProducer {
                 // The next send reconnects.
                 return Poll::Pending;
             }
-            match self.conn.poll_packet(cx) {
+            if self.release_pending {
+                match self.conn.poll_flush(cx) {
+                    Poll::Ready(Ok(())) => self.release_pending = false,
+                    Poll::Ready(Err(e)) => {
+                        self.conn.lost(&e);
+                        return Poll::Pending;
+                    }
+                    Poll::Pending => {}
+                }
+            }
+            match self.conn.poll_packet(cx, false) {
                 Poll::Ready(Ok(p)) => self.on_packet(p),
                 Poll::Ready(Err(e)) => {
                     self.conn.lost(&e);
@@ -392,7 +408,7 @@ impl MqttConsumer {
                 let next = Instant::now() + ping_period(self.keep_alive);
                 self.ping.as_mut().reset(next);
             }
-            match self.conn.poll_packet(cx) {
+            match self.conn.poll_packet(cx, true) {
                 Poll::Ready(Ok(Packet::Publish(p))) => {
                     match p.qos {
                         1 => codec::put_ack(&mut self.conn.wbuf, codec::PUBACK, p.pid),
