@@ -7,7 +7,7 @@ use anyhow::{Context, Result};
 use msgbench_core::clock::{now_ns, unix_ms};
 use msgbench_core::pacer::RateShape;
 use msgbench_core::payload::SizeSpec;
-use msgbench_core::scenario::{Measure, RunPlan, SubscriptionMode};
+use msgbench_core::scenario::{ConnectionMode, Measure, RunPlan, SubscriptionMode};
 use msgbench_core::shutdown::Shutdown;
 use msgbench_core::units::format_duration;
 use msgbench_report::records::{ClockInfo, FORMAT_VERSION, Host};
@@ -44,6 +44,35 @@ fn utc_stamp(unix_s: u64) -> String {
 }
 
 fn describe(plan: &RunPlan) -> String {
+    if let Some(c) = &plan.connections {
+        let rate = c
+            .rate
+            .map_or("as fast as possible".to_string(), |r| format!("{r}/s"));
+        let sources = match c.source_addrs.len() {
+            0 => String::new(),
+            n => format!(", from {n} source addresses"),
+        };
+        return match c.mode {
+            ConnectionMode::Hold => format!(
+                "{} | hold {} connections (attempts {rate}, {} at a time{sources}) for {}, then close",
+                plan.redacted().target,
+                c.count.unwrap_or(0),
+                c.concurrency,
+                format_duration(c.hold)
+            ),
+            ConnectionMode::Storm => format!(
+                "{} | connect storm: connect, handshake, {} message(s), close; {} at a time, attempts {rate}{sources}, {}",
+                plan.redacted().target,
+                c.messages,
+                c.concurrency,
+                match (c.count, plan.measure) {
+                    (Some(n), _) => format!("{n} cycles"),
+                    (None, Measure::Duration(d)) => format_duration(d),
+                    (None, Measure::Messages(n)) => format!("{n} cycles"),
+                }
+            ),
+        };
+    }
     let rate = match &plan.rate {
         RateShape::Unlimited => "unlimited".to_string(),
         RateShape::Constant { rate } => format!("{rate} msgs/s"),

@@ -18,15 +18,28 @@ pub fn run(args: ValidateArgs) -> Result<ExitCode> {
                 Ok(plan)
             });
         match checked {
-            Ok(p) => println!(
-                "ok: {}: {} -> {} ({} producers, {} consumers, {} topics)",
-                f.display(),
-                p.name,
-                p.redacted().target,
-                p.producers(),
-                p.consumers(),
-                p.topics.len()
-            ),
+            Ok(p) => {
+                let what = match &p.connections {
+                    Some(c) => format!(
+                        "{:?} connections{}",
+                        c.mode,
+                        c.count.map(|n| format!(", {n}")).unwrap_or_default()
+                    )
+                    .to_lowercase(),
+                    None => format!(
+                        "{} producers, {} consumers, {} topics",
+                        p.producers(),
+                        p.consumers(),
+                        p.topics.len()
+                    ),
+                };
+                println!(
+                    "ok: {}: {} -> {} ({what})",
+                    f.display(),
+                    p.name,
+                    p.redacted().target
+                )
+            }
             Err(e) => {
                 eprintln!("error: {e}");
                 bad += 1;

@@ -185,7 +185,12 @@ pub async fn run_connections<D: Driver>(
         }
         _ => None,
     };
-    let limit = cp.count.unwrap_or(u64::MAX);
+    // Storm: `count` cycles, or `--messages N` cycles, or the measure duration.
+    let limit = match (cp.count, plan.measure) {
+        (Some(n), _) => n,
+        (None, crate::scenario::Measure::Messages(n)) => n,
+        (None, _) => u64::MAX,
+    };
     let (mut launched, mut answered, mut opened) = (0u64, 0u64, 0u64);
     let mut ramp_end: Option<u64> = None;
     let mut hold_end: Option<u64> = None;
@@ -443,7 +448,7 @@ pub async fn run_connections<D: Driver>(
     }
     let summary = ConnectionSummary {
         mode: if hold_mode { "hold" } else { "storm" }.into(),
-        requested: cp.count,
+        requested: (limit != u64::MAX).then_some(limit),
         peak_held,
         ramp_s,
         connections_per_s: all.connects as f64 / ramp_s,
