@@ -489,3 +489,53 @@ fn persistent_sessions() {
         }
     }
 }
+
+/// The server dies while connections are held: the drops are counted by the run, which still
+/// ends with a report.
+#[test]
+fn held_connections_dropped_by_a_dying_server() {
+    let d = TempDir::new("mqtt-hold-drop");
+    let mut server = Server::mqtt();
+    let url = server.url.clone();
+    let run = Command::new(bin())
+        .args([
+            "run",
+            &url,
+            "--connections",
+            "300",
+            "--hold",
+            "4s",
+            "--format",
+            "json",
+            "--quiet",
+            "--no-output",
+        ])
+        .current_dir(&d.0)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(1500));
+    server.kill();
+    let o = run.wait_with_output().unwrap();
+    assert!(o.status.success(), "{}", stderr(&o));
+    let r: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(
+        u(&r["connections"]["peak_held"]),
+        300,
+        "{}",
+        r["connections"]
+    );
+    let dropped: u64 = r["phases"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| p["counters"]["dropped"].as_u64().unwrap_or(0))
+        .sum();
+    assert_eq!(dropped, 300);
+    assert!(
+        r["warnings"].to_string().contains("dropped"),
+        "{}",
+        r["warnings"]
+    );
+}

@@ -245,7 +245,7 @@ pub struct RunArgs {
     /// How long to hold the connections once open (default 10s).
     #[arg(long, help_heading = "Connection workloads")]
     pub hold: Option<String>,
-    /// Connection attempts in progress at once (hold: 1000, storm: 64).
+    /// Connection attempts (storm: cycles) in progress at once (default 64).
     #[arg(long, help_heading = "Connection workloads")]
     pub concurrency: Option<u32>,
     /// Messages sent on each connection after it opens (storm: per cycle).

@@ -260,6 +260,12 @@ pub async fn run_connections<D: Driver>(
             {
                 ramp_end = Some(now);
                 let held = levels.held.load(Relaxed);
+                // Everything is open now: the natural moment for the memory-per-connection figure.
+                let rss = rss_bytes();
+                if held > peak_held || (held == peak_held && rss > rss_peak) {
+                    peak_held = held;
+                    rss_peak = rss;
+                }
                 observer.event(&ev(
                     "connected",
                     format!(
