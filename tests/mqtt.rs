@@ -223,9 +223,11 @@ fn hold_connections() {
                 "200ms",
                 "--source-addrs",
                 "127.0.0.1-127.0.0.4",
-                "--no-output",
+                "-o",
+                "hold.jsonl",
             ],
         );
+        assert_valid_and_pure(&d.0, "hold.jsonl", &r);
         let c = &r["connections"];
         assert_eq!(c["mode"], "hold", "{r}");
         assert_eq!(u(&c["peak_held"]), 400, "{url}: {c}");

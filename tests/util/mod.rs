@@ -168,3 +168,27 @@ impl Drop for Server {
         self.kill();
     }
 }
+
+/// Every line of the results file `file` in `dir` satisfies the schema, and `msgbench report`
+/// re-renders exactly `report` from it (reports are a pure function of the file).
+pub fn assert_valid_and_pure(dir: &Path, file: &str, report: &serde_json::Value) {
+    let text = std::fs::read_to_string(dir.join(file)).unwrap();
+    let schema: serde_json::Value = serde_json::from_str(include_str!(
+        "../../crates/report/schema/results.schema.json"
+    ))
+    .unwrap();
+    let validator = jsonschema::validator_for(&schema).unwrap();
+    for (i, line) in text.lines().enumerate() {
+        let v: serde_json::Value = serde_json::from_str(line).unwrap();
+        let errors: Vec<String> = validator.iter_errors(&v).map(|e| e.to_string()).collect();
+        assert!(
+            errors.is_empty(),
+            "line {} violates the schema: {errors:?}\n{line}",
+            i + 1
+        );
+    }
+    let again = msgbench(dir, &["report", file, "--format", "json"]);
+    assert!(again.status.success(), "{}", stderr(&again));
+    let again: serde_json::Value = serde_json::from_slice(&again.stdout).unwrap();
+    assert_eq!(&again, report, "the report re-rendered from {file} differs");
+}
