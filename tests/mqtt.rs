@@ -548,3 +548,35 @@ fn held_connections_dropped_by_a_dying_server() {
         r["warnings"]
     );
 }
+
+/// Clients slower than their keep-alive ping, so the broker never drops them (Mosquitto closes a
+/// connection silent for 1.5 × keep-alive).
+#[test]
+fn keep_alive_holds_slow_clients() {
+    let d = TempDir::new("mqtt-keepalive");
+    let r = run_json(
+        &d.0,
+        &run_args(
+            &mqtt_url(),
+            &[
+                "--rate",
+                "0.25",
+                "--keep-alive",
+                "1s",
+                "--duration",
+                "5s",
+                "--topic",
+                "it/ka",
+            ],
+        ),
+    );
+    let kinds: Vec<&str> = r["events"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e["kind"].as_str().unwrap())
+        .collect();
+    assert!(!kinds.contains(&"disconnected"), "{kinds:?}");
+    assert_eq!(u(&r["integrity"]["lost"]), 0);
+    assert!(u(&r["integrity"]["delivered"]) >= 1);
+}

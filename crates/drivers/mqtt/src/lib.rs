@@ -150,6 +150,8 @@ impl Driver for MqttDriver {
             in_flight: 0,
             acks: VecDeque::new(),
             release_pending: false,
+            keep_alive: self.client.keep_alive,
+            last_write: Instant::now(),
         })
     }
 
@@ -208,6 +210,9 @@ pub struct MqttProducer {
     /// A PUBREL waits in the write buffer: the next ack poll must write it, or its PUBCOMP
     /// never comes.
     release_pending: bool,
+    keep_alive: Duration,
+    /// When the connection last carried anything from us (the keep-alive clock).
+    last_write: Instant,
 }
 
 impl MqttProducer {
@@ -265,6 +270,7 @@ impl MqttProducer {
             return Err(DriverError::Send(e.to_string()));
         }
         self.release_pending = false;
+        self.last_write = Instant::now();
         Ok(())
     }
 
@@ -340,8 +346,16 @@ impl Producer for MqttProducer {
         Ok(())
     }
 
+    /// Writes what is buffered; a producer slower than its keep-alive also pings here (the
+    /// runner calls `idle` at least once per tick while it waits).
     async fn idle(&mut self) -> Result<(), DriverError> {
-        if self.conn.is_connected() && !self.conn.wbuf.is_empty() {
+        if !self.conn.is_connected() {
+            return Ok(());
+        }
+        if self.conn.wbuf.is_empty() && self.last_write.elapsed() >= ping_period(self.keep_alive) {
+            codec::put_pingreq(&mut self.conn.wbuf);
+        }
+        if !self.conn.wbuf.is_empty() {
             self.write_out().await?;
         }
         Ok(())
