@@ -49,6 +49,7 @@ pub fn drivers() -> Vec<DriverInfo> {
         DriverInfo {
             name: "mqtt",
             schemes: &["mqtt", "mqtts"],
+            // acks: at QoS 1 and 2 only (the plan decides).
             about: "MQTT 3.1.1 and 5: QoS 0/1/2 (acks at QoS 1/2), wildcards, $share groups, retained, persistent sessions, TLS, connection workloads (own lean client)",
             caps: Capabilities {
                 acks: true,

@@ -6,13 +6,13 @@ use std::process::ExitCode;
 /// Prints one line per driver.
 pub fn run() -> ExitCode {
     println!(
-        "{:<6} {:<14} {:<5} {:<7} {:<14} about",
+        "{:<6} {:<18} {:<5} {:<7} {:<14} about",
         "driver", "schemes", "acks", "queues", "request/reply"
     );
     for d in registry::drivers() {
         let yn = |b: bool| if b { "yes" } else { "no" };
         println!(
-            "{:<6} {:<14} {:<5} {:<7} {:<14} {}",
+            "{:<6} {:<18} {:<5} {:<7} {:<14} {}",
             d.name,
             d.schemes
                 .iter()
