@@ -10,6 +10,9 @@
 #                               (targets: <= 4.5 / <= 9 CPU-s per million, QoS 1 >= 45k msgs/s)
 #   scripts/bench.sh demo       embedded broker at 1,000 msgs/s (target: e2e p99 < 2 ms)
 #   scripts/bench.sh storm      connect storm against `msgbench serve mqtt` (aim >= 10,000/s)
+#   scripts/bench.sh amqp       RabbitMQ 1 -> 1, 1 KB, confirms (window 100), 10 s, interleaved
+#                               with RabbitMQ PerfTest (scripts/perftest.sh): msgs/s and CPU-s
+#                               per million (target: >= PerfTest's rate at <= 0.3x its CPU)
 #   scripts/bench.sh conns      hold CONNS connections to Mosquitto (default: 100,000, capped by
 #                               the open-file hard limit); RSS per connection (target <= 10 KiB)
 #
@@ -196,6 +199,44 @@ PY
   rm -f "$out"
 }
 
+bench_amqp() {
+  scripts/brokers.sh up >/dev/null
+  eval "$(scripts/brokers.sh env)"
+  echo "== AMQP 0-9-1 via RabbitMQ: 1 producer, 1 consumer, 1 KB, confirms (window 100), 10 s; msgbench and PerfTest interleaved ($RUNS runs each)"
+  local ours=() theirs=() rates=() prates=()
+  for _ in $(seq "$RUNS"); do
+    local out tm; out=$(mktemp); tm=$(mktemp)
+    /usr/bin/time -f "%U %S" -o "$tm" "$B" run "$MSGBENCH_IT_AMQP_URL" --confirm --max-in-flight 100 \
+      --prefetch 0 --size 1000 --warmup 0s --duration 10s --topic bench.amqp --no-output --quiet --format json >"$out"
+    read -r rate cpu < <(python3 - "$out" "$tm" <<'PY'
+import json, sys
+r = json.load(open(sys.argv[1])); u, s = open(sys.argv[2]).read().split()[-2:]
+sent = sum(p["counters"]["sent"] for p in r["phases"])
+print(f'{r["result"]["sent_per_s"]:.0f} {(float(u) + float(s)) / max(sent, 1) * 1e6:.2f}')
+PY
+)
+    echo "  msgbench: $rate msgs/s, $cpu CPU-s per million"
+    ours+=("$cpu"); rates+=("$rate")
+    local log; log=$(mktemp)
+    scripts/perftest.sh --uri "$MSGBENCH_IT_AMQP_URL" -x 1 -y 1 -s 1000 --confirm 100 -z 10 >"$log" 2>&1 || true
+    read -r prate pcpu < <(python3 - "$log" <<'PY'
+import re, sys
+t = open(sys.argv[1]).read()
+rate = float(re.search(r"sending rate avg: (\d+)", t).group(1))
+m = re.search(r"CPU ([\d.]+) s user \+ ([\d.]+) s system, ([\d.]+) s elapsed", t)
+cpu = float(m.group(1)) + float(m.group(2))
+print(f"{rate:.0f} {cpu / (rate * 10) * 1e6:.2f}")
+PY
+)
+    echo "  PerfTest: $prate msgs/s, $pcpu CPU-s per million (JVM start included)"
+    theirs+=("$pcpu"); prates+=("$prate")
+    rm -f "$out" "$tm" "$log"
+  done
+  local a b
+  a=$(printf '%s\n' "${ours[@]}" | median); b=$(printf '%s\n' "${theirs[@]}" | median)
+  echo "  median: msgbench $(printf '%s\n' "${rates[@]}" | median) msgs/s at $a CPU-s/M; PerfTest $(printf '%s\n' "${prates[@]}" | median) msgs/s at $b CPU-s/M; ratio $(python3 -c "print(f'{$a/$b:.2f}')") (target <= 0.3)"
+}
+
 case "${1:-all}" in
   mem) bench_mem ;;
   nats) bench_nats ;;
@@ -204,6 +245,7 @@ case "${1:-all}" in
   demo) bench_demo ;;
   storm) bench_storm ;;
   conns) bench_conns ;;
-  all) bench_mem; bench_nats; bench_memory; bench_mqtt; bench_demo; bench_storm; bench_conns ;;
-  *) echo "usage: $0 [mem|nats|memory|mqtt|demo|storm|conns|all]" >&2; exit 2 ;;
+  amqp) bench_amqp ;;
+  all) bench_mem; bench_nats; bench_memory; bench_mqtt; bench_demo; bench_storm; bench_conns; bench_amqp ;;
+  *) echo "usage: $0 [mem|nats|memory|mqtt|demo|storm|conns|amqp|all]" >&2; exit 2 ;;
 esac

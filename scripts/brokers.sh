@@ -15,6 +15,15 @@
 #                                        client certificate optional
 #   Test CA, server and client certificates are generated once with openssl into $STATE/tls/.
 #   A system mosquitto service (port 1883), if the package started one, is left alone.
+#   rabbitmq-server (AMQP 0-9-1, package 'rabbitmq-server'): our own node msgbench@localhost,
+#     AMQP on 127.0.0.1:${MSGBENCH_AMQP_PORT:-35672}, user guest / password guest (loopback only),
+#     no plugins (no management UI). Its Erlang distribution listens on
+#     127.0.0.1:${MSGBENCH_AMQP_DIST_PORT:-35673}, our rabbitmqctl calls on the 11 ports after it,
+#     and it registers with an epmd of ours on 127.0.0.1:${MSGBENCH_EPMD_PORT:-34369}. A system
+#     RabbitMQ (5672, 25672, 15672) or epmd (4369), if the package started one, is left alone.
+#     The node runs as whoever runs this script (the /usr/sbin wrappers, which switch to the user
+#     'rabbitmq', are bypassed), from $STATE/rabbitmq/ (config, Erlang cookie, data, logs); its
+#     data is wiped on every `up`. Starting it takes several seconds.
 # State (PID files, configs, logs, certificates) lives in
 # ${MSGBENCH_BROKERS_DIR:-$HOME/.cache/msgbench-brokers}.
 # Set MSGBENCH_NO_INSTALL=1 to forbid installing packages.
@@ -25,6 +34,12 @@ NATS_PORT=${MSGBENCH_NATS_PORT:-14222}
 MQTT_PORT=${MSGBENCH_MQTT_PORT:-11883}
 MQTT_AUTH_PORT=${MSGBENCH_MQTT_AUTH_PORT:-11884}
 MQTTS_PORT=${MSGBENCH_MQTTS_PORT:-18883}
+AMQP_PORT=${MSGBENCH_AMQP_PORT:-35672}
+AMQP_DIST_PORT=${MSGBENCH_AMQP_DIST_PORT:-35673}
+EPMD_PORT=${MSGBENCH_EPMD_PORT:-34369}
+RMQ_NODE=msgbench@localhost
+RMQ=$STATE/rabbitmq
+RMQ_BIN=/usr/lib/rabbitmq/bin # the package's scripts proper, without the su wrappers of /usr/sbin
 MQTT_USER=msgbench
 MQTT_PASS=msgbench-secret
 TLS=$STATE/tls
@@ -216,6 +231,106 @@ mosquitto_up() {
   fi
 }
 
+# rmq_env: the environment our node and our rabbitmqctl calls share. HOME holds the Erlang
+# cookie; RABBITMQ_CONF_ENV_FILE points away from /etc/rabbitmq/rabbitmq-env.conf; the CLI
+# tools' own distribution ports follow the node's, as their default range starts at 35672.
+rmq_env() {
+  printf '%s\n' "HOME=$RMQ" "ERL_EPMD_PORT=$EPMD_PORT" ERL_EPMD_ADDRESS=127.0.0.1 \
+    "RABBITMQ_NODENAME=$RMQ_NODE" "RABBITMQ_CONF_ENV_FILE=$RMQ/rabbitmq-env.conf" \
+    "RABBITMQ_CONFIG_FILE=$RMQ/rabbitmq.conf" "RABBITMQ_ADVANCED_CONFIG_FILE=$RMQ/advanced.config" \
+    "RABBITMQ_ENABLED_PLUGINS_FILE=$RMQ/enabled_plugins" "RABBITMQ_MNESIA_BASE=$RMQ/mnesia" \
+    "RABBITMQ_LOG_BASE=$RMQ/log" "RABBITMQ_PID_FILE=$RMQ/beam.pid" \
+    "RABBITMQ_DIST_PORT=$AMQP_DIST_PORT" \
+    "RABBITMQ_CTL_DIST_PORT_MIN=$((AMQP_DIST_PORT + 1))" \
+    "RABBITMQ_CTL_DIST_PORT_MAX=$((AMQP_DIST_PORT + 11))"
+}
+
+rmqctl() { # rmqctl ARGS...: rabbitmqctl against our node
+  local envs; mapfile -t envs < <(rmq_env)
+  env "${envs[@]}" "$RMQ_BIN/rabbitmqctl" -n "$RMQ_NODE" "$@"
+}
+
+# Keys checked against the rabbit schema of rabbitmq-server 3.10.8.
+rabbitmq_conf() {
+  cat <<CONF
+# Written by scripts/brokers.sh; rewritten on every \`up\`.
+listeners.tcp.1 = 127.0.0.1:$AMQP_PORT
+distribution.listener.interface = 127.0.0.1
+distribution.listener.port_range.min = $AMQP_DIST_PORT
+distribution.listener.port_range.max = $AMQP_DIST_PORT
+# guest may log in from loopback only (the default, stated here).
+loopback_users.guest = true
+log.console = false
+log.file.level = info
+CONF
+}
+
+epmd_up() { # our own epmd, on loopback and a port of its own
+  running epmd && return 0
+  local bin; bin=$(find_bin epmd) || { log "epmd not found (package 'erlang-base')"; return 1; }
+  if port_open "$EPMD_PORT"; then log "epmd: 127.0.0.1:$EPMD_PORT is already taken by another process"; return 1; fi
+  "$bin" -port "$EPMD_PORT" -address 127.0.0.1 >>"$STATE/epmd.log" 2>&1 &
+  echo $! >"$STATE/epmd.pid"
+  wait_port "$EPMD_PORT" 10 "$!" || { log "epmd did not open 127.0.0.1:$EPMD_PORT (see $STATE/epmd.log)"; stop epmd; return 1; }
+}
+
+rabbitmq_beam_pid() { # rabbitmq.pid: the Erlang VM's PID instead of its start script's, once known
+  if [ -s "$RMQ/beam.pid" ] && kill -0 "$(cat "$RMQ/beam.pid")" 2>/dev/null; then
+    cat "$RMQ/beam.pid" >"$STATE/rabbitmq.pid"
+  fi
+}
+
+rabbitmq_up() {
+  if running rabbitmq; then log "rabbitmq already running (pid $(cat "$STATE/rabbitmq.pid"))"; return 0; fi
+  need_pkg rabbitmq-server rabbitmq-server || return 1
+  [ -x "$RMQ_BIN/rabbitmq-server" ] || { log "$RMQ_BIN/rabbitmq-server is missing (package 'rabbitmq-server')"; return 1; }
+  local port nofile pid envs t0=$SECONDS
+  for port in "$AMQP_PORT" "$AMQP_DIST_PORT"; do
+    if port_open "$port"; then log "rabbitmq: 127.0.0.1:$port is already taken by another process"; return 1; fi
+  done
+  # A fresh node every time: no queues or messages left over from an earlier run.
+  rm -rf "$RMQ/mnesia" "$RMQ/log" "$RMQ/beam.pid"
+  mkdir -p "$RMQ/mnesia" "$RMQ/log" && chmod 700 "$RMQ" || return 1
+  if [ ! -s "$RMQ/.erlang.cookie" ]; then
+    (umask 077 && openssl rand -hex 20 >"$RMQ/.erlang.cookie") || { log "could not write the Erlang cookie"; return 1; }
+  fi
+  chmod 400 "$RMQ/.erlang.cookie" || return 1
+  rabbitmq_conf >"$RMQ/rabbitmq.conf" || return 1
+  echo '[].' >"$RMQ/enabled_plugins" || return 1 # no plugins, management included
+  : >"$RMQ/rabbitmq-env.conf" || return 1
+  epmd_up || return 1
+  nofile=$(nofile_limit)
+  mapfile -t envs < <(rmq_env)
+  # Foreground mode: the script stays as parent of the Erlang VM and passes SIGTERM on. The VM
+  # writes its own PID to $RMQ/beam.pid, which replaces the script's in rabbitmq.pid below.
+  (ulimit -n "$nofile" && cd "$RMQ" && exec env "${envs[@]}" ERL_MAX_PORTS="$nofile" \
+    "$RMQ_BIN/rabbitmq-server") >>"$STATE/rabbitmq.log" 2>&1 &
+  pid=$!
+  echo "$pid" >"$STATE/rabbitmq.pid"
+  if ! wait_port "$AMQP_PORT" 60 "$pid" || ! rmqctl await_startup --timeout 30 >>"$STATE/rabbitmq.log" 2>&1; then
+    log "rabbitmq did not open 127.0.0.1:$AMQP_PORT (see $STATE/rabbitmq.log and $RMQ/log/)"
+    rabbitmq_beam_pid; stop rabbitmq; stop epmd; return 1
+  fi
+  rabbitmq_beam_pid
+  pid=$(cat "$STATE/rabbitmq.pid")
+  nofile=$(awk '/^Max open files/ {print $4}' "/proc/$pid/limits" 2>/dev/null || true)
+  log "rabbitmq up on amqp://127.0.0.1:$AMQP_PORT (node $RMQ_NODE, pid $pid," \
+    "open files limit ${nofile:-$(nofile_limit)}, $((SECONDS - t0)) s)"
+}
+
+rabbitmq_down() {
+  if running rabbitmq; then
+    # A clean stop first (it waits for the VM to exit); `stop` then kills what is left by PID.
+    if rmqctl stop "$STATE/rabbitmq.pid" >>"$STATE/rabbitmq.log" 2>&1; then
+      log "rabbitmq stopped"
+    else
+      log "rabbitmqctl stop failed (see $STATE/rabbitmq.log): killing the node by PID"
+    fi
+  fi
+  stop rabbitmq
+  stop epmd
+}
+
 status_line() { # status_line NAME WHERE
   if running "$1"; then echo "$1: running, $2 (pid $(cat "$STATE/$1.pid"))"; else echo "$1: stopped"; fi
 }
@@ -237,11 +352,13 @@ case "${1:-}" in
     failed=()
     nats_up || failed+=(nats-server)
     mosquitto_up || failed+=(mosquitto)
+    rabbitmq_up || failed+=(rabbitmq)
     if [ "${#failed[@]}" -gt 0 ]; then log "FAILED to start: ${failed[*]}"; exit 1; fi ;;
-  down) stop nats; stop mosquitto ;;
+  down) stop nats; stop mosquitto; rabbitmq_down ;;
   status)
     status_line nats "nats://127.0.0.1:$NATS_PORT"
-    status_line mosquitto "mqtt://127.0.0.1:$MQTT_PORT, mqtt://127.0.0.1:$MQTT_AUTH_PORT (auth), mqtts://localhost:$MQTTS_PORT" ;;
+    status_line mosquitto "mqtt://127.0.0.1:$MQTT_PORT, mqtt://127.0.0.1:$MQTT_AUTH_PORT (auth), mqtts://localhost:$MQTTS_PORT"
+    status_line rabbitmq "amqp://127.0.0.1:$AMQP_PORT, node $RMQ_NODE" ;;
   env)
     echo "export MSGBENCH_IT_NATS_URL=nats://127.0.0.1:$NATS_PORT"
     echo "export MSGBENCH_IT_MQTT_URL=mqtt://127.0.0.1:$MQTT_PORT"
@@ -249,6 +366,7 @@ case "${1:-}" in
     echo "export MSGBENCH_IT_MQTTS_URL=mqtts://localhost:$MQTTS_PORT"
     echo "export MSGBENCH_IT_MQTT_CA=$(printf %q "$TLS/ca.pem")"
     echo "export MSGBENCH_IT_MQTT_CLIENT_CERT=$(printf %q "$TLS/client.pem")"
-    echo "export MSGBENCH_IT_MQTT_CLIENT_KEY=$(printf %q "$TLS/client.key")" ;;
+    echo "export MSGBENCH_IT_MQTT_CLIENT_KEY=$(printf %q "$TLS/client.key")"
+    echo "export MSGBENCH_IT_AMQP_URL=amqp://guest:guest@127.0.0.1:$AMQP_PORT/%2f" ;;
   *) echo "usage: $0 up|down|status|env" >&2; exit 2 ;;
 esac

@@ -6,6 +6,7 @@ use msgbench_core::driver::{Capabilities, Driver, EventSink};
 use msgbench_core::runner::{self, Observer, RunOutcome};
 use msgbench_core::scenario::RunPlan;
 use msgbench_core::shutdown::Shutdown;
+use msgbench_driver_amqp::AmqpDriver;
 use msgbench_driver_mem::MemDriver;
 use msgbench_driver_mqtt::MqttDriver;
 use msgbench_driver_nats::NatsDriver;
@@ -44,6 +45,17 @@ pub fn drivers() -> Vec<DriverInfo> {
                 acks: false,
                 queue_groups: true,
                 request_reply: true,
+            },
+        },
+        DriverInfo {
+            name: "amqp",
+            schemes: &["amqp", "amqps"],
+            // acks: with --confirm only (the plan decides).
+            about: "AMQP 0-9-1 (RabbitMQ): exchanges, fan-out and shared queues, confirms, prefetch, manual/auto acks, TLS, connection workloads (own lean client on amq-protocol)",
+            caps: Capabilities {
+                acks: true,
+                queue_groups: true,
+                request_reply: false,
             },
         },
         DriverInfo {
@@ -114,6 +126,18 @@ pub async fn run_plan(
                 shutdown,
             )
             .await
+        }
+        "amqp" | "amqps" => {
+            let d = AmqpDriver::new(
+                &plan.target,
+                &plan.amqp,
+                &plan.client,
+                &plan.tls,
+                plan.run_id,
+                sink,
+                plan.connect_timeout,
+            )?;
+            go(d, plan, events, observer, shutdown).await
         }
         "mqtt" | "mqtts" => {
             let d = MqttDriver::new(

@@ -1,6 +1,6 @@
 //! The driver conformance suite: the same observable behaviour, checked for every driver against
-//! a real target (the in-process broker for `mem://`, nats-server and Mosquitto started by
-//! `scripts/brokers.sh`, and msgbench's own MQTT broker run as `msgbench serve mqtt`). A new
+//! a real target (the in-process broker for `mem://`, nats-server, Mosquitto and RabbitMQ started
+//! by `scripts/brokers.sh`, and msgbench's own MQTT broker run as `msgbench serve mqtt`). A new
 //! driver adds one line to `targets()`.
 
 mod util;
@@ -15,6 +15,7 @@ fn targets() -> (Vec<(&'static str, String, bool)>, Server) {
         ("mem", "mem://conformance".to_string(), true),
         ("nats", nats_url(), true),
         ("mosquitto", mqtt_url(), false),
+        ("rabbitmq", amqp_url(), false),
         ("mqtt-serve", serve.url.clone(), false),
     ];
     (list, serve)

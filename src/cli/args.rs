@@ -42,7 +42,12 @@ Examples:
       An MQTT 3.1.1/5 broker on 127.0.0.1:1883 (QoS 0-2, wildcards, $share, retained,
       persistent sessions; no authentication, no persistence to disk).
   msgbench serve mqtt --listen 0.0.0.0:11883
-  msgbench run mqtt://127.0.0.1:1883 --qos 1 --producers 4 --consumers 4";
+  msgbench run mqtt://127.0.0.1:1883 --qos 1 --producers 4 --consumers 4
+  msgbench serve amqp-sink --listen 127.0.0.1:5672
+      An AMQP 0-9-1 sink: handshake, channels, declares, confirms (acked), heartbeats; it
+      swallows and counts publishes (for measuring proxies and clients without a broker).
+  msgbench serve amqp-sink --listen 127.0.0.1:5671 --tls-cert server.pem --tls-key server.key
+  msgbench run amqp://127.0.0.1:5672 --storm --concurrency 64 --duration 10s";
 
 /// `msgbench serve`.
 #[derive(Debug, Args)]
@@ -50,9 +55,15 @@ pub struct ServeArgs {
     /// Which server.
     #[arg(value_enum)]
     pub server: ServerArg,
-    /// Address to listen on.
-    #[arg(long, short = 'l', default_value = "127.0.0.1:1883")]
-    pub listen: String,
+    /// Address to listen on (default: 127.0.0.1 on the protocol's port).
+    #[arg(long, short = 'l')]
+    pub listen: Option<String>,
+    /// TLS certificate chain (PEM) for the listener (amqp-sink).
+    #[arg(long, requires = "tls_key")]
+    pub tls_cert: Option<std::path::PathBuf>,
+    /// TLS private key (PEM) for the listener (amqp-sink).
+    #[arg(long, requires = "tls_cert")]
+    pub tls_key: Option<std::path::PathBuf>,
     /// No periodic status line.
     #[arg(long, short = 'q')]
     pub quiet: bool,
@@ -63,6 +74,8 @@ pub struct ServeArgs {
 pub enum ServerArg {
     /// MQTT 3.1.1 and 5 broker.
     Mqtt,
+    /// AMQP 0-9-1 sink: accepts and counts publishes, acks confirms.
+    AmqpSink,
 }
 
 const RUN_EXAMPLES: &str = "\
@@ -257,6 +270,43 @@ pub struct RunArgs {
     /// Local addresses to spread connections over: 127.0.0.1-127.0.0.50 or a list.
     #[arg(long, help_heading = "Connection workloads")]
     pub source_addrs: Option<String>,
+
+    /// Exchange producers publish to (default msgbench; "" = the default exchange).
+    #[arg(long, help_heading = "AMQP 0-9-1")]
+    pub exchange: Option<String>,
+    /// Exchange type: direct (default), fanout, topic, headers.
+    #[arg(long, help_heading = "AMQP 0-9-1")]
+    pub exchange_type: Option<String>,
+    /// Publisher confirms: publish latency is publish -> confirm (window: --max-in-flight).
+    #[arg(long, help_heading = "AMQP 0-9-1")]
+    pub confirm: bool,
+    /// Persistent messages (delivery mode 2).
+    #[arg(long, help_heading = "AMQP 0-9-1")]
+    pub persistent: bool,
+    /// Set the mandatory flag on publishes.
+    #[arg(long, help_heading = "AMQP 0-9-1")]
+    pub mandatory: bool,
+    /// Consumer prefetch (basic.qos; default 1000, 0 = unlimited).
+    #[arg(long, help_heading = "AMQP 0-9-1")]
+    pub prefetch: Option<u16>,
+    /// Consumers do not ack (no_ack).
+    #[arg(long, help_heading = "AMQP 0-9-1")]
+    pub auto_ack: bool,
+    /// Manual acks: one multiple-ack every N deliveries (default 1).
+    #[arg(long, value_name = "N", help_heading = "AMQP 0-9-1")]
+    pub ack_every: Option<u32>,
+    /// Durable exchange and queues.
+    #[arg(long, help_heading = "AMQP 0-9-1")]
+    pub durable: bool,
+    /// Queue type of shared queues: classic (default) or quorum.
+    #[arg(long, help_heading = "AMQP 0-9-1")]
+    pub queue_type: Option<String>,
+    /// x-max-length of shared queues.
+    #[arg(long, help_heading = "AMQP 0-9-1")]
+    pub max_length: Option<u64>,
+    /// Purge shared queues before the run.
+    #[arg(long, help_heading = "AMQP 0-9-1")]
+    pub purge: bool,
 }
 
 /// `msgbench validate`.

@@ -141,6 +141,18 @@ fn flags_to_scenario(a: &RunArgs) -> Result<Scenario> {
     s.connections.messages = a.messages_per_connection;
     s.connections.publish_interval = a.publish_interval.clone();
     s.connections.source_addrs = a.source_addrs.clone();
+    s.amqp.exchange = a.exchange.clone();
+    s.amqp.exchange_type = a.exchange_type.clone();
+    s.amqp.confirm = a.confirm.then_some(true);
+    s.amqp.persistent = a.persistent.then_some(true);
+    s.amqp.mandatory = a.mandatory.then_some(true);
+    s.amqp.prefetch = a.prefetch;
+    s.amqp.auto_ack = a.auto_ack.then_some(true);
+    s.amqp.ack_every = a.ack_every;
+    s.amqp.durable = a.durable.then_some(true);
+    s.amqp.queue_type = a.queue_type.clone();
+    s.amqp.max_length = a.max_length;
+    s.amqp.purge = a.purge.then_some(true);
     Ok(s)
 }
 

@@ -97,6 +97,11 @@ pub fn mqtt_url() -> String {
     env_or_hint("MSGBENCH_IT_MQTT_URL")
 }
 
+/// The RabbitMQ broker the tests use, started by `scripts/brokers.sh up`.
+pub fn amqp_url() -> String {
+    env_or_hint("MSGBENCH_IT_AMQP_URL")
+}
+
 /// A variable `scripts/brokers.sh env` sets.
 pub fn env_or_hint(name: &str) -> String {
     std::env::var(name).unwrap_or_else(|_| {

@@ -8,6 +8,10 @@
 //!
 //! - [`mqtt`]: an MQTT 3.1.1 / 5 broker (QoS 0/1/2, wildcards, shared subscriptions, retained
 //!   messages, persistent sessions held in memory).
+//! - [`amqp`]: an AMQP 0-9-1 sink (`msgbench serve amqp-sink`): completes the handshake,
+//!   answers topology methods and publisher confirms, and counts and discards every message;
+//!   for measuring proxies and AMQP clients without a broker.
 #![warn(missing_docs)]
 
+pub mod amqp;
 pub mod mqtt;

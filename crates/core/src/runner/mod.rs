@@ -97,14 +97,14 @@ pub enum RunError {
     #[error("{0}")]
     Unsupported(String),
     /// A client could not connect or subscribe.
-    #[error("{role} {id}: {source}")]
+    #[error("{role} {id}: {error}")]
     Connect {
         /// `producer` or `consumer`.
         role: &'static str,
         /// Its index.
         id: u32,
         /// The driver's error.
-        source: DriverError,
+        error: DriverError,
     },
     /// Stopped by Ctrl-C while connecting.
     #[error("interrupted while connecting")]
@@ -172,18 +172,18 @@ where
         let id32 = id as u32;
         match r {
             Ok(Ok(v)) => out.push((id, v)),
-            Ok(Err(source)) => {
+            Ok(Err(error)) => {
                 return Err(RunError::Connect {
                     role,
                     id: id32,
-                    source,
+                    error,
                 });
             }
             Err(_) => {
                 return Err(RunError::Connect {
                     role,
                     id: id32,
-                    source: DriverError::Timeout(format!("no connection within {timeout:?}")),
+                    error: DriverError::Timeout(format!("no connection within {timeout:?}")),
                 });
             }
         }

@@ -48,7 +48,9 @@
 
 pub mod plan;
 
-pub use plan::{ClientPlan, ConnectionPlan, Measure, RunPlan, SubscriptionMode, TlsPlan, resolve};
+pub use plan::{
+    AmqpPlan, ClientPlan, ConnectionPlan, Measure, RunPlan, SubscriptionMode, TlsPlan, resolve,
+};
 
 use crate::pacer::RateShape;
 use serde::{Deserialize, Serialize};
@@ -87,6 +89,40 @@ pub struct Scenario {
     /// A connection-scale workload instead of pub/sub.
     #[serde(default)]
     pub connections: ConnectionsSection,
+    /// AMQP 0-9-1 topology and delivery settings.
+    #[serde(default)]
+    pub amqp: AmqpSection,
+}
+
+/// `[amqp]`: how AMQP 0-9-1 runs are laid out on the broker.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AmqpSection {
+    /// Exchange producers publish to (topics are routing keys); `""` is the default exchange
+    /// (topics are then queue names).
+    pub exchange: Option<String>,
+    /// `direct`, `fanout`, `topic` or `headers`.
+    pub exchange_type: Option<String>,
+    /// Publisher confirms (publish latency = publish → confirm).
+    pub confirm: Option<bool>,
+    /// Persistent messages (delivery mode 2).
+    pub persistent: Option<bool>,
+    /// Mandatory flag on publishes.
+    pub mandatory: Option<bool>,
+    /// Consumer prefetch (basic.qos); 0 = unlimited.
+    pub prefetch: Option<u16>,
+    /// Consumers ack automatically (no_ack) instead of explicitly.
+    pub auto_ack: Option<bool>,
+    /// Manual acks: one `multiple` ack every this many deliveries.
+    pub ack_every: Option<u32>,
+    /// Durable exchange and queues.
+    pub durable: Option<bool>,
+    /// `classic` or `quorum`.
+    pub queue_type: Option<String>,
+    /// `x-max-length` of the queues.
+    pub max_length: Option<u64>,
+    /// Purge the queues before the run.
+    pub purge: Option<bool>,
 }
 
 /// `[client]`: settings of each protocol client.
@@ -368,6 +404,21 @@ impl Scenario {
                     publish_interval,
                     source_addrs,
                 },
+            amqp:
+                AmqpSection {
+                    exchange,
+                    exchange_type,
+                    confirm,
+                    persistent,
+                    mandatory,
+                    prefetch,
+                    auto_ack,
+                    ack_every,
+                    durable,
+                    queue_type,
+                    max_length,
+                    purge,
+                },
         } = over;
         pick(&mut self.name, name);
         pick(&mut self.target, target);
@@ -417,6 +468,18 @@ impl Scenario {
         pick(&mut self.connections.messages, conn_messages);
         pick(&mut self.connections.publish_interval, publish_interval);
         pick(&mut self.connections.source_addrs, source_addrs);
+        pick(&mut self.amqp.exchange, exchange);
+        pick(&mut self.amqp.exchange_type, exchange_type);
+        pick(&mut self.amqp.confirm, confirm);
+        pick(&mut self.amqp.persistent, persistent);
+        pick(&mut self.amqp.mandatory, mandatory);
+        pick(&mut self.amqp.prefetch, prefetch);
+        pick(&mut self.amqp.auto_ack, auto_ack);
+        pick(&mut self.amqp.ack_every, ack_every);
+        pick(&mut self.amqp.durable, durable);
+        pick(&mut self.amqp.queue_type, queue_type);
+        pick(&mut self.amqp.max_length, max_length);
+        pick(&mut self.amqp.purge, purge);
         self
     }
 }

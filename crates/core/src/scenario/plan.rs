@@ -77,6 +77,36 @@ impl ClientPlan {
     }
 }
 
+/// AMQP 0-9-1 topology and delivery settings (used by the `amqp://` driver only).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AmqpPlan {
+    /// Exchange producers publish to; `""` = the default exchange.
+    pub exchange: String,
+    /// Exchange type.
+    pub exchange_type: String,
+    /// Publisher confirms.
+    pub confirm: bool,
+    /// Delivery mode 2.
+    pub persistent: bool,
+    /// Mandatory publishes.
+    pub mandatory: bool,
+    /// Consumer prefetch; 0 = unlimited.
+    pub prefetch: u16,
+    /// Consumers use no_ack.
+    pub auto_ack: bool,
+    /// Manual acks: one multiple-ack every this many deliveries.
+    pub ack_every: u32,
+    /// Durable exchange and queues.
+    pub durable: bool,
+    /// `classic` or `quorum`.
+    pub queue_type: String,
+    /// `x-max-length`.
+    pub max_length: Option<u64>,
+    /// Purge queues before the run.
+    pub purge: bool,
+}
+
 /// TLS settings for TLS targets.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -174,6 +204,8 @@ pub struct RunPlan {
     pub tls: TlsPlan,
     /// A connection workload replaces pub/sub when set.
     pub connections: Option<ConnectionPlan>,
+    /// AMQP 0-9-1 settings.
+    pub amqp: AmqpPlan,
 }
 
 /// Why a scenario cannot run, naming the setting at fault.
@@ -355,6 +387,7 @@ pub fn resolve(s: &Scenario, run_id: u32) -> Result<RunPlan, PlanError> {
         ));
     }
     let connections = resolve_connections(s)?;
+    let amqp = resolve_amqp(s)?;
     let subscribe = s.consumers.subscribe.clone();
     if subscribe.as_deref() == Some("") {
         return Err(err(
@@ -388,6 +421,58 @@ pub fn resolve(s: &Scenario, run_id: u32) -> Result<RunPlan, PlanError> {
         client,
         tls,
         connections,
+        amqp,
+    })
+}
+
+fn resolve_amqp(s: &Scenario) -> Result<AmqpPlan, PlanError> {
+    let a = &s.amqp;
+    let exchange_type = a.exchange_type.clone().unwrap_or_else(|| "direct".into());
+    if !["direct", "fanout", "topic", "headers"].contains(&exchange_type.as_str()) {
+        return Err(err(
+            "amqp.exchange_type",
+            format!("`{exchange_type}`: use direct, fanout, topic or headers"),
+        ));
+    }
+    let queue_type = a.queue_type.clone().unwrap_or_else(|| "classic".into());
+    if !["classic", "quorum"].contains(&queue_type.as_str()) {
+        return Err(err(
+            "amqp.queue_type",
+            format!("`{queue_type}`: use classic or quorum"),
+        ));
+    }
+    let durable = a.durable.unwrap_or(queue_type == "quorum");
+    // Redeclaring an exchange with other flags fails (406), so durable runs get their own.
+    let exchange = a.exchange.clone().unwrap_or_else(|| {
+        if durable {
+            "msgbench.durable".into()
+        } else {
+            "msgbench".into()
+        }
+    });
+    if exchange.is_empty() && exchange_type != "direct" {
+        return Err(err(
+            "amqp.exchange",
+            "the default exchange (\"\") is a direct exchange; name an exchange for other types",
+        ));
+    }
+    let ack_every = a.ack_every.unwrap_or(1);
+    if ack_every == 0 {
+        return Err(err("amqp.ack_every", "must be at least 1"));
+    }
+    Ok(AmqpPlan {
+        exchange,
+        exchange_type,
+        confirm: a.confirm.unwrap_or(false),
+        persistent: a.persistent.unwrap_or(false),
+        mandatory: a.mandatory.unwrap_or(false),
+        prefetch: a.prefetch.unwrap_or(1000),
+        auto_ack: a.auto_ack.unwrap_or(false),
+        ack_every,
+        durable,
+        queue_type,
+        max_length: a.max_length,
+        purge: a.purge.unwrap_or(false),
     })
 }
 

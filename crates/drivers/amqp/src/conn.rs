@@ -1,0 +1,600 @@
+//! One AMQP 0-9-1 connection with one channel: URL parsing, the handshake (start, tune, open),
+//! synchronous methods for provisioning, buffered writes, frame reads, heartbeats and close.
+//! All state lives in the struct, so the async methods are cancel-safe.
+
+use crate::codec::{self, Frame, ProtoError};
+use amq_protocol::protocol::{AMQPClass, basic, channel, confirm, connection};
+use amq_protocol::types::{AMQPValue, FieldTable, LongString, ShortString};
+use bytes::BytesMut;
+use msgbench_core::driver::{ConnectFailure, DriverError, DriverEventKind, EventSink};
+use msgbench_net::{NetError, Stream, Target, Tls};
+use std::future::poll_fn;
+use std::io;
+use std::net::IpAddr;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+/// The channel every msgbench connection uses.
+pub const CHANNEL: u16 = 1;
+/// Largest frame msgbench asks for.
+const FRAME_MAX: u32 = 131_072;
+
+/// Where and how to connect: `amqp[s]://[user[:pass]@]host[:port][/vhost]`.
+#[derive(Debug)]
+pub struct Endpoint {
+    /// Host and port.
+    pub target: Target,
+    /// TLS for `amqps://`.
+    pub tls: Option<Tls>,
+    user: String,
+    pass: String,
+    vhost: String,
+    /// The URL without its password.
+    pub display: String,
+}
+
+fn unescape(s: &str) -> String {
+    let b = s.as_bytes();
+    let mut out = Vec::with_capacity(b.len());
+    let mut i = 0;
+    while i < b.len() {
+        if b[i] == b'%'
+            && i + 2 < b.len()
+            && let Ok(v) = u8::from_str_radix(&s[i + 1..i + 3], 16)
+        {
+            out.push(v);
+            i += 3;
+            continue;
+        }
+        out.push(b[i]);
+        i += 1;
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+impl Endpoint {
+    /// Parses the URL (`/` is the default vhost; `%2f` in the path also means `/`).
+    pub fn parse(
+        url: &str,
+        tls: impl FnOnce() -> Result<Tls, String>,
+    ) -> Result<Endpoint, DriverError> {
+        let display = msgbench_core::scenario::plan::redact_url(url);
+        let (secure, rest) = if let Some(r) = url.strip_prefix("amqp://") {
+            (false, r)
+        } else if let Some(r) = url.strip_prefix("amqps://") {
+            (true, r)
+        } else {
+            return Err(DriverError::Config(format!(
+                "`{display}` is not an amqp:// or amqps:// URL"
+            )));
+        };
+        let rest = rest.split('?').next().unwrap_or("");
+        let (authority, path) = match rest.find('/') {
+            Some(i) => (&rest[..i], Some(&rest[i + 1..])),
+            None => (rest, None),
+        };
+        let (creds, hostport) = match authority.rsplit_once('@') {
+            Some((c, h)) => (Some(c), h),
+            None => (None, authority),
+        };
+        let (user, pass) = match creds {
+            Some(c) => match c.split_once(':') {
+                Some((u, p)) => (unescape(u), unescape(p)),
+                None => (unescape(c), String::new()),
+            },
+            None => ("guest".into(), "guest".into()),
+        };
+        let vhost = match path {
+            None | Some("") => "/".to_string(),
+            Some(p) => unescape(p),
+        };
+        if vhost.len() > 255 {
+            return Err(DriverError::Config(format!(
+                "{display}: the vhost name is longer than 255 bytes"
+            )));
+        }
+        let target = Target::parse(hostport, if secure { 5671 } else { 5672 })
+            .map_err(|m| DriverError::Config(format!("{display}: {m}")))?;
+        let tls = if secure {
+            Some(tls().map_err(|m| DriverError::Config(format!("TLS: {m}")))?)
+        } else {
+            None
+        };
+        Ok(Endpoint {
+            target,
+            tls,
+            user,
+            pass,
+            vhost,
+            display,
+        })
+    }
+}
+
+/// A live connection with channel 1 open.
+pub struct Conn {
+    ep: Arc<Endpoint>,
+    name: String,
+    events: Option<EventSink>,
+    source: Option<IpAddr>,
+    timeout: Duration,
+    heartbeat: Duration,
+    stream: Option<Stream>,
+    /// Bytes read, not yet parsed.
+    pub rbuf: BytesMut,
+    /// Bytes to write.
+    pub wbuf: BytesMut,
+    chunk: usize,
+    /// Negotiated frame-max.
+    pub frame_max: usize,
+    /// Negotiated heartbeat interval (zero = none).
+    pub heartbeat_every: Duration,
+    /// Something was published on the channel: close it before the connection.
+    pub published: bool,
+}
+
+fn io_err(m: impl Into<String>) -> io::Error {
+    io::Error::other(m.into())
+}
+
+fn proto_io(e: ProtoError) -> io::Error {
+    io::Error::new(io::ErrorKind::InvalidData, e.0)
+}
+
+impl Conn {
+    /// Connects, completes the handshake and opens channel 1.
+    pub async fn connect(
+        ep: Arc<Endpoint>,
+        name: String,
+        events: Option<EventSink>,
+        source: Option<IpAddr>,
+        timeout: Duration,
+        heartbeat: Duration,
+        chunk: usize,
+    ) -> Result<Conn, DriverError> {
+        let mut c = Conn {
+            ep,
+            name,
+            events,
+            source,
+            timeout,
+            heartbeat,
+            stream: None,
+            rbuf: BytesMut::new(),
+            wbuf: BytesMut::new(),
+            chunk,
+            frame_max: FRAME_MAX as usize,
+            heartbeat_every: Duration::ZERO,
+            published: false,
+        };
+        c.handshake().await?;
+        Ok(c)
+    }
+
+    fn fail(&self, cause: ConnectFailure, detail: String) -> DriverError {
+        DriverError::Connect {
+            target: self.ep.display.clone(),
+            reason: detail,
+            cause,
+        }
+    }
+
+    async fn handshake(&mut self) -> Result<(), DriverError> {
+        self.stream = None;
+        let stream = msgbench_net::connect(
+            &self.ep.target,
+            self.source,
+            self.ep.tls.as_ref(),
+            self.timeout,
+        )
+        .await
+        .map_err(|e: NetError| self.fail(e.cause, e.detail))?;
+        self.stream = Some(stream);
+        self.rbuf.clear();
+        self.wbuf.clear();
+        self.frame_max = FRAME_MAX as usize;
+        let limit = self.timeout;
+        let r = tokio::time::timeout(limit, self.open_sequence()).await;
+        let r = match r {
+            Ok(r) => r,
+            Err(_) => Err((
+                ConnectFailure::Timeout,
+                format!("no answer to the AMQP handshake within {limit:?}"),
+            )),
+        };
+        if let Err((cause, detail)) = r {
+            self.stream = None;
+            return Err(self.fail(cause, detail));
+        }
+        Ok(())
+    }
+
+    async fn open_sequence(&mut self) -> Result<(), (ConnectFailure, String)> {
+        let io = |e: io::Error| (msgbench_net::classify(&e), e.to_string());
+        self.wbuf.extend_from_slice(b"AMQP\x00\x00\x09\x01");
+        self.flush().await.map_err(io)?;
+        match self.method(0).await.map_err(io)? {
+            AMQPClass::Connection(connection::AMQPMethod::Start(s)) => {
+                if !s.mechanisms.to_string().split(' ').any(|m| m == "PLAIN") {
+                    return Err((
+                        ConnectFailure::Rejected,
+                        format!("the server offers no PLAIN login ({})", s.mechanisms),
+                    ));
+                }
+            }
+            other => {
+                return Err((
+                    ConnectFailure::Other,
+                    format!("expected connection.start, got {other:?}"),
+                ));
+            }
+        }
+        let mut props = FieldTable::default();
+        props.insert("product".into(), AMQPValue::LongString("msgbench".into()));
+        props.insert(
+            "connection_name".into(),
+            AMQPValue::LongString(self.name.as_str().into()),
+        );
+        let mut caps = FieldTable::default();
+        for c in ["publisher_confirms", "basic.nack", "consumer_cancel_notify"] {
+            caps.insert(c.into(), AMQPValue::Boolean(true));
+        }
+        props.insert("capabilities".into(), AMQPValue::FieldTable(caps));
+        let response = format!("\0{}\0{}", self.ep.user, self.ep.pass);
+        codec::put_method(
+            &mut self.wbuf,
+            0,
+            AMQPClass::Connection(connection::AMQPMethod::StartOk(connection::StartOk {
+                client_properties: props,
+                mechanism: ShortString::from("PLAIN"),
+                response: LongString::from(response.as_str()),
+                locale: ShortString::from("en_US"),
+            })),
+        );
+        self.flush().await.map_err(io)?;
+        let tune = match self.method(0).await {
+            Ok(AMQPClass::Connection(connection::AMQPMethod::Tune(t))) => t,
+            Ok(other) => {
+                return Err((
+                    ConnectFailure::Other,
+                    format!("expected connection.tune, got {other:?}"),
+                ));
+            }
+            // RabbitMQ closes the socket on bad credentials (or sends connection.close).
+            Err(e) => {
+                return Err((
+                    ConnectFailure::Rejected,
+                    format!("the server refused the login: {e}"),
+                ));
+            }
+        };
+        let frame_max = match tune.frame_max {
+            0 => FRAME_MAX,
+            f => f.min(FRAME_MAX),
+        };
+        let want_hb = self.heartbeat.as_secs().min(u16::MAX as u64) as u16;
+        let heartbeat = match (tune.heartbeat, want_hb) {
+            (0, h) | (h, 0) => h,
+            (a, b) => a.min(b),
+        };
+        self.frame_max = frame_max as usize;
+        self.heartbeat_every = Duration::from_secs(heartbeat as u64);
+        codec::put_method(
+            &mut self.wbuf,
+            0,
+            AMQPClass::Connection(connection::AMQPMethod::TuneOk(connection::TuneOk {
+                channel_max: tune.channel_max.clamp(1, 2047),
+                frame_max,
+                heartbeat,
+            })),
+        );
+        codec::put_method(
+            &mut self.wbuf,
+            0,
+            AMQPClass::Connection(connection::AMQPMethod::Open(connection::Open {
+                virtual_host: ShortString::from(self.ep.vhost.as_str()),
+            })),
+        );
+        self.flush().await.map_err(io)?;
+        match self
+            .method(0)
+            .await
+            .map_err(|e| (ConnectFailure::Rejected, e.to_string()))?
+        {
+            AMQPClass::Connection(connection::AMQPMethod::OpenOk(_)) => {}
+            other => {
+                return Err((
+                    ConnectFailure::Other,
+                    format!("expected connection.open-ok, got {other:?}"),
+                ));
+            }
+        }
+        codec::put_method(
+            &mut self.wbuf,
+            CHANNEL,
+            AMQPClass::Channel(channel::AMQPMethod::Open(channel::Open {})),
+        );
+        self.flush().await.map_err(io)?;
+        match self.method(CHANNEL).await.map_err(io)? {
+            AMQPClass::Channel(channel::AMQPMethod::OpenOk(_)) => {}
+            other => {
+                return Err((
+                    ConnectFailure::Other,
+                    format!("expected channel.open-ok, got {other:?}"),
+                ));
+            }
+        }
+        if self.rbuf.is_empty() && self.rbuf.capacity() > self.chunk {
+            self.rbuf = BytesMut::new();
+        }
+        if self.wbuf.is_empty() && self.wbuf.capacity() > self.chunk {
+            self.wbuf = BytesMut::new();
+        }
+        Ok(())
+    }
+
+    /// Sends one synchronous method on channel 1 and waits for its answer. A channel or
+    /// connection close from the server becomes an error carrying the server's reply text.
+    pub async fn call(&mut self, method: AMQPClass) -> io::Result<AMQPClass> {
+        codec::put_method(&mut self.wbuf, CHANNEL, method);
+        self.flush().await?;
+        tokio::time::timeout(self.timeout, self.method(CHANNEL))
+            .await
+            .map_err(|_| io::Error::new(io::ErrorKind::TimedOut, "no answer from the server"))?
+    }
+
+    /// Enables publisher confirms on channel 1.
+    pub async fn confirm_select(&mut self) -> io::Result<()> {
+        match self
+            .call(AMQPClass::Confirm(confirm::AMQPMethod::Select(
+                confirm::Select { nowait: false },
+            )))
+            .await?
+        {
+            AMQPClass::Confirm(confirm::AMQPMethod::SelectOk(_)) => Ok(()),
+            other => Err(io_err(format!("expected confirm.select-ok, got {other:?}"))),
+        }
+    }
+
+    /// The next method for `channel`, skipping heartbeats; server closes become errors.
+    async fn method(&mut self, ch: u16) -> io::Result<AMQPClass> {
+        loop {
+            match self.read_frame().await? {
+                Frame::Method(c, m) => {
+                    self.check_close(c, &m)?;
+                    if c == ch {
+                        return Ok(*m);
+                    }
+                }
+                Frame::Heartbeat | Frame::Header(..) | Frame::Body(..) => {}
+            }
+        }
+    }
+
+    /// Turns a server-side channel or connection close into an error (answering it).
+    pub fn check_close(&mut self, ch: u16, m: &AMQPClass) -> io::Result<()> {
+        let (code, text, what) = match m {
+            AMQPClass::Connection(connection::AMQPMethod::Close(c)) => {
+                codec::put_method(
+                    &mut self.wbuf,
+                    0,
+                    AMQPClass::Connection(connection::AMQPMethod::CloseOk(connection::CloseOk {})),
+                );
+                (c.reply_code, c.reply_text.to_string(), "connection")
+            }
+            AMQPClass::Channel(channel::AMQPMethod::Close(c)) => {
+                codec::put_method(
+                    &mut self.wbuf,
+                    ch,
+                    AMQPClass::Channel(channel::AMQPMethod::CloseOk(channel::CloseOk {})),
+                );
+                (c.reply_code, c.reply_text.to_string(), "channel")
+            }
+            _ => return Ok(()),
+        };
+        Err(io::Error::new(
+            io::ErrorKind::ConnectionAborted,
+            format!("the server closed the {what}: {code} {text}"),
+        ))
+    }
+
+    /// Whether the connection is up.
+    pub fn is_connected(&self) -> bool {
+        self.stream.is_some()
+    }
+
+    /// Writes what the socket takes now; `Ready(Ok)` when all is written.
+    pub fn poll_flush(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        match self.stream.as_mut() {
+            None => Poll::Ready(Err(io::ErrorKind::NotConnected.into())),
+            Some(s) => s.poll_write_all(cx, &mut self.wbuf),
+        }
+    }
+
+    /// Writes everything buffered.
+    pub async fn flush(&mut self) -> io::Result<()> {
+        poll_fn(|cx| self.poll_flush(cx)).await
+    }
+
+    /// The next frame; flushes pending writes first when `flush`. Cancel-safe.
+    pub fn poll_frame(&mut self, cx: &mut Context<'_>, flush: bool) -> Poll<io::Result<Frame>> {
+        loop {
+            if let Some(f) = codec::parse(&mut self.rbuf, self.frame_max).map_err(proto_io)? {
+                return Poll::Ready(Ok(f));
+            }
+            if flush
+                && !self.wbuf.is_empty()
+                && let Poll::Ready(Err(e)) = self.poll_flush(cx)
+            {
+                return Poll::Ready(Err(e));
+            }
+            let Some(s) = self.stream.as_mut() else {
+                return Poll::Ready(Err(io::ErrorKind::NotConnected.into()));
+            };
+            match s.poll_read_into(cx, &mut self.rbuf, self.chunk) {
+                Poll::Ready(Ok(0)) => return Poll::Ready(Err(io::ErrorKind::UnexpectedEof.into())),
+                Poll::Ready(Ok(_)) => {}
+                Poll::Ready(Err(e)) => return Poll::Ready(Err(e)),
+                Poll::Pending => return Poll::Pending,
+            }
+        }
+    }
+
+    /// The next frame (see [`Conn::poll_frame`]).
+    pub async fn read_frame(&mut self) -> io::Result<Frame> {
+        poll_fn(|cx| self.poll_frame(cx, true)).await
+    }
+
+    /// Marks the connection lost (once) and reports it.
+    pub fn lost(&mut self, why: &io::Error) {
+        if self.stream.take().is_some()
+            && let Some(ev) = &self.events
+        {
+            ev.emit(
+                DriverEventKind::Disconnected,
+                format!("{}: connection lost: {why}", self.name),
+            );
+        }
+    }
+
+    /// One reconnection attempt (handshake and channel, not the caller's setup).
+    pub async fn try_reconnect(&mut self) -> Result<(), DriverError> {
+        self.handshake().await?;
+        if let Some(ev) = &self.events {
+            ev.emit(
+                DriverEventKind::Reconnected,
+                format!("{}: reconnected to {}", self.name, self.ep.display),
+            );
+        }
+        Ok(())
+    }
+
+    /// Closes politely: channel.close first (RabbitMQ answers it only after every earlier
+    /// method on the channel, publishes included, was handled; closing the connection
+    /// straight away loses the last unconfirmed publishes), then connection.close.
+    pub async fn close(&mut self) {
+        if self.stream.is_none() {
+            return;
+        }
+        if self.published {
+            self.close_channel().await;
+        }
+        self.close_connection().await;
+    }
+
+    async fn close_channel(&mut self) {
+        codec::put_method(
+            &mut self.wbuf,
+            CHANNEL,
+            AMQPClass::Channel(channel::AMQPMethod::Close(channel::Close {
+                reply_code: 200,
+                reply_text: ShortString::from("bye"),
+                class_id: 0,
+                method_id: 0,
+            })),
+        );
+        let _ = tokio::time::timeout(Duration::from_secs(5), async {
+            self.flush().await?;
+            loop {
+                if let Frame::Method(CHANNEL, m) = self.read_frame().await?
+                    && matches!(*m, AMQPClass::Channel(channel::AMQPMethod::CloseOk(_)))
+                {
+                    return Ok::<(), io::Error>(());
+                }
+            }
+        })
+        .await;
+    }
+
+    async fn close_connection(&mut self) {
+        codec::put_method(
+            &mut self.wbuf,
+            0,
+            AMQPClass::Connection(connection::AMQPMethod::Close(connection::Close {
+                reply_code: 200,
+                reply_text: ShortString::from("bye"),
+                class_id: 0,
+                method_id: 0,
+            })),
+        );
+        let _ = tokio::time::timeout(Duration::from_secs(2), async {
+            self.flush().await?;
+            loop {
+                if let Frame::Method(0, m) = self.read_frame().await?
+                    && matches!(
+                        *m,
+                        AMQPClass::Connection(connection::AMQPMethod::CloseOk(_))
+                    )
+                {
+                    return Ok::<(), io::Error>(());
+                }
+            }
+        })
+        .await;
+        self.stream = None;
+    }
+}
+
+/// basic.qos + basic.consume on channel 1; returns when the server confirmed the consumer.
+pub async fn start_consuming(
+    conn: &mut Conn,
+    queue: &str,
+    prefetch: u16,
+    no_ack: bool,
+) -> io::Result<()> {
+    if prefetch > 0 {
+        match conn
+            .call(AMQPClass::Basic(basic::AMQPMethod::Qos(basic::Qos {
+                prefetch_count: prefetch,
+                global: false,
+            })))
+            .await?
+        {
+            AMQPClass::Basic(basic::AMQPMethod::QosOk(_)) => {}
+            other => return Err(io_err(format!("expected basic.qos-ok, got {other:?}"))),
+        }
+    }
+    match conn
+        .call(AMQPClass::Basic(basic::AMQPMethod::Consume(
+            basic::Consume {
+                queue: ShortString::from(queue),
+                consumer_tag: ShortString::from(""),
+                no_local: false,
+                no_ack,
+                exclusive: false,
+                nowait: false,
+                arguments: FieldTable::default(),
+            },
+        )))
+        .await?
+    {
+        AMQPClass::Basic(basic::AMQPMethod::ConsumeOk(_)) => Ok(()),
+        other => Err(io_err(format!("expected basic.consume-ok, got {other:?}"))),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn no_tls() -> Result<Tls, String> {
+        Err("no TLS here".into())
+    }
+
+    #[test]
+    fn endpoints() {
+        let e = Endpoint::parse("amqp://127.0.0.1", no_tls).unwrap();
+        assert_eq!(
+            (e.target.port, e.user.as_str(), e.vhost.as_str()),
+            (5672, "guest", "/")
+        );
+        let e = Endpoint::parse("amqp://bob:s%40cret@h:1/%2f", no_tls).unwrap();
+        assert_eq!((e.pass.as_str(), e.vhost.as_str()), ("s@cret", "/"));
+        assert_eq!(e.display, "amqp://bob:***@h:1/%2f");
+        let e = Endpoint::parse("amqp://h/prod", no_tls).unwrap();
+        assert_eq!(e.vhost, "prod");
+        assert!(Endpoint::parse("amqps://h", no_tls).is_err());
+        assert!(Endpoint::parse("mqtt://h", no_tls).is_err());
+    }
+}

@@ -1,0 +1,240 @@
+//! AMQP 0-9-1 behaviour against a real RabbitMQ (started by `scripts/brokers.sh`): confirms,
+//! exchange types, queue types, manual and automatic acks, large messages split into frames,
+//! authentication, and the connection workloads.
+
+mod util;
+
+use util::*;
+
+fn run_args<'a>(url: &'a str, extra: &[&'a str]) -> Vec<&'a str> {
+    let mut v = vec!["run", url, "--warmup", "0s", "--no-output"];
+    v.extend_from_slice(extra);
+    v
+}
+
+/// With confirms every message is acknowledged by the broker and its publish latency recorded.
+#[test]
+fn confirms_ack_every_message() {
+    let d = TempDir::new("amqp-confirm");
+    let url = amqp_url();
+    let r = run_json(
+        &d.0,
+        &run_args(
+            &url,
+            &[
+                "--confirm",
+                "-p",
+                "2",
+                "-n",
+                "20000",
+                "-s",
+                "1KiB",
+                "--topic",
+                "it.confirm",
+            ],
+        ),
+    );
+    let m = measure(&r);
+    assert_eq!(u(&m["counters"]["acked"]), 20_000);
+    assert_eq!(u(&m["publish"]["count"]), 20_000);
+    assert!(u(&m["publish"]["p50"]) > 0);
+    let i = &r["integrity"];
+    assert_eq!((u(&i["delivered"]), u(&i["lost"])), (20_000, 0), "{i}");
+}
+
+/// Fanout and topic exchanges route as their type says; a quorum queue shared by a group
+/// delivers each persistent message once.
+#[test]
+fn exchange_and_queue_types() {
+    let d = TempDir::new("amqp-types");
+    let url = amqp_url();
+    let r = run_json(
+        &d.0,
+        &run_args(
+            &url,
+            &[
+                "--exchange",
+                "it.fan",
+                "--exchange-type",
+                "fanout",
+                "-c",
+                "3",
+                "-n",
+                "5000",
+            ],
+        ),
+    );
+    assert_eq!(
+        u(&r["integrity"]["delivered"]),
+        15_000,
+        "{}",
+        r["integrity"]
+    );
+    let r = run_json(
+        &d.0,
+        &run_args(
+            &url,
+            &[
+                "--exchange",
+                "it.topic",
+                "--exchange-type",
+                "topic",
+                "--topics",
+                "3",
+                "--topic",
+                "it.t.{i}",
+                "-n",
+                "6000",
+            ],
+        ),
+    );
+    assert_eq!(u(&r["integrity"]["delivered"]), 6000, "{}", r["integrity"]);
+    let r = run_json(
+        &d.0,
+        &run_args(
+            &url,
+            &[
+                "--queue-type",
+                "quorum",
+                "--persistent",
+                "--confirm",
+                "--queue-group",
+                "itq",
+                "-c",
+                "2",
+                "-n",
+                "3000",
+                "--topic",
+                "it.quorum",
+                "--purge",
+            ],
+        ),
+    );
+    let i = &r["integrity"];
+    assert_eq!((u(&i["delivered"]), u(&i["duplicated"])), (3000, 0), "{i}");
+    assert_eq!(u(&measure(&r)["counters"]["acked"]), 3000);
+}
+
+/// The default exchange routes by queue name; acks can be automatic or batched.
+#[test]
+fn default_exchange_and_ack_modes() {
+    let d = TempDir::new("amqp-acks");
+    let url = amqp_url();
+    for extra in [
+        vec!["--exchange", "", "--topic", "it.plain-queue"],
+        vec!["--auto-ack", "--topic", "it.autoack"],
+        vec![
+            "--ack-every",
+            "50",
+            "--prefetch",
+            "200",
+            "--topic",
+            "it.ackevery",
+        ],
+    ] {
+        let mut a = extra.clone();
+        a.extend(["-n", "10000"]);
+        let r = run_json(&d.0, &run_args(&url, &a));
+        assert_eq!(
+            u(&r["integrity"]["delivered"]),
+            10_000,
+            "{extra:?}: {}",
+            r["integrity"]
+        );
+    }
+}
+
+/// Messages larger than the negotiated frame-max are split into body frames and arrive whole.
+#[test]
+fn large_messages_are_split_into_frames() {
+    let d = TempDir::new("amqp-large");
+    let r = run_json(
+        &d.0,
+        &run_args(
+            &amqp_url(),
+            &[
+                "-s",
+                "3MiB",
+                "-n",
+                "30",
+                "--confirm",
+                "--max-in-flight",
+                "4",
+                "--topic",
+                "it.large",
+            ],
+        ),
+    );
+    let m = measure(&r);
+    assert_eq!(u(&r["integrity"]["delivered"]), 30);
+    assert_eq!(u(&m["counters"]["received_bytes"]), 30 * 3 * 1024 * 1024);
+}
+
+/// Wrong credentials and closed ports are clear errors.
+#[test]
+fn bad_credentials_and_unreachable() {
+    let d = TempDir::new("amqp-bad");
+    let bad = amqp_url().replace("guest:guest", "guest:wrong");
+    let o = msgbench(&d.0, &run_args(&bad, &["-n", "10"]));
+    assert_eq!(o.status.code(), Some(1));
+    let e = stderr(&o);
+    assert!(e.contains("refused the login"), "{e}");
+    assert!(!e.contains("wrong"), "the password is not printed: {e}");
+    let url = format!("amqp://127.0.0.1:{}", free_port());
+    let o = msgbench(&d.0, &run_args(&url, &["-n", "10"]));
+    assert_eq!(o.status.code(), Some(1));
+    assert!(stderr(&o).contains("cannot connect"), "{}", stderr(&o));
+    let o = msgbench(
+        &d.0,
+        &run_args(&amqp_url(), &["--exchange-type", "weird", "-n", "10"]),
+    );
+    assert!(stderr(&o).contains("amqp.exchange_type"), "{}", stderr(&o));
+}
+
+/// The connection workloads work over AMQP too (handshake = start/tune/open + channel open).
+#[test]
+fn connection_workloads() {
+    let d = TempDir::new("amqp-conns");
+    let url = amqp_url();
+    let r = run_json(
+        &d.0,
+        &[
+            "run",
+            &url,
+            "--connections",
+            "200",
+            "--hold",
+            "1s",
+            "--no-output",
+        ],
+    );
+    assert_eq!(
+        u(&r["connections"]["peak_held"]),
+        200,
+        "{}",
+        r["connections"]
+    );
+    let r = run_json(
+        &d.0,
+        &[
+            "run",
+            &url,
+            "--storm",
+            "--concurrency",
+            "8",
+            "--duration",
+            "1s",
+            "--messages-per-connection",
+            "1",
+            "--no-output",
+        ],
+    );
+    let m = measure(&r);
+    assert!(u(&m["counters"]["connects"]) > 10, "{m}");
+    assert_eq!(
+        m["counters"]["connect_failures"]
+            .as_object()
+            .map_or(0, |f| f.values().map(u).sum()),
+        0
+    );
+}
