@@ -131,22 +131,32 @@ pub struct Server {
 impl Server {
     /// msgbench's MQTT broker on a free port.
     pub fn mqtt() -> Server {
+        Server::start("mqtt", "mqtt", &[])
+    }
+
+    /// msgbench's AMQP 0-9-1 sink on a free port (`extra`: e.g. TLS files).
+    pub fn amqp_sink(scheme: &str, extra: &[&str]) -> Server {
+        Server::start("amqp-sink", scheme, extra)
+    }
+
+    fn start(server: &str, scheme: &str, extra: &[&str]) -> Server {
         let port = free_port();
         let child = Command::new(bin())
             .args([
                 "serve",
-                "mqtt",
+                server,
                 "--quiet",
                 "--listen",
                 &format!("127.0.0.1:{port}"),
             ])
+            .args(extra)
             .stdout(std::process::Stdio::null())
             .stderr(std::process::Stdio::null())
             .spawn()
-            .expect("starting msgbench serve mqtt");
+            .expect("starting msgbench serve");
         let mut s = Server {
             child,
-            url: format!("mqtt://127.0.0.1:{port}"),
+            url: format!("{scheme}://127.0.0.1:{port}"),
         };
         for _ in 0..200 {
             if std::net::TcpStream::connect(("127.0.0.1", port)).is_ok() {
@@ -156,7 +166,7 @@ impl Server {
         }
         let _ = s.child.kill();
         let _ = s.child.wait();
-        panic!("msgbench serve mqtt did not listen on {port}");
+        panic!("msgbench serve {server} did not listen on {port}");
     }
 }
 
