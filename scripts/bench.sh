@@ -13,6 +13,9 @@
 #   scripts/bench.sh amqp       RabbitMQ 1 -> 1, 1 KB, confirms (window 100), 10 s, interleaved
 #                               with RabbitMQ PerfTest (scripts/perftest.sh): msgs/s and CPU-s
 #                               per million (target: >= PerfTest's rate at <= 0.3x its CPU)
+#   scripts/bench.sh sink       against `msgbench serve amqp-sink`: AMQP connections/s (handshake
+#                               + close, target >= 20,000) and MB/s with 10 clients x 10 MB
+#                               messages with confirms (target >= 1 GB/s)
 #   scripts/bench.sh conns      hold CONNS connections to Mosquitto (default: 100,000, capped by
 #                               the open-file hard limit); RSS per connection (target <= 10 KiB)
 #
@@ -237,6 +240,26 @@ PY
   echo "  median: msgbench $(printf '%s\n' "${rates[@]}" | median) msgs/s at $a CPU-s/M; PerfTest $(printf '%s\n' "${prates[@]}" | median) msgs/s at $b CPU-s/M; ratio $(python3 -c "print(f'{$a/$b:.2f}')") (target <= 0.3)"
 }
 
+bench_sink() {
+  local port; port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
+  "$B" serve amqp-sink --quiet --listen "127.0.0.1:$port" & local pid=$!
+  sleep 0.5
+  echo "== AMQP against msgbench serve amqp-sink ($RUNS runs each)"
+  local cps=() mbs=()
+  for _ in $(seq "$RUNS"); do
+    local out; out=$(mktemp)
+    "$B" run "amqp://127.0.0.1:$port" --storm --concurrency 64 --duration 5s --no-output --quiet --format json >"$out"
+    cps+=("$(python3 -c "import json; print(round(json.load(open('$out'))['connections']['connections_per_s']))")")
+    "$B" run "amqp://127.0.0.1:$port" -p 10 -c 0 --size 10MB --confirm --max-in-flight 4 --warmup 1s --duration 5s \
+      --no-output --quiet --format json >"$out"
+    mbs+=("$(python3 -c "import json; print(round(json.load(open('$out'))['result']['sent_mb_per_s']))")")
+    echo "  run: ${cps[-1]} connections/s (connect, start/tune/open, channel, close); ${mbs[-1]} MB/s (10 x 10 MB, confirmed)"
+    rm -f "$out"
+  done
+  kill "$pid"; wait "$pid" 2>/dev/null || true
+  echo "  median: $(printf '%s\n' "${cps[@]}" | median) connections/s (target >= 20,000), $(printf '%s\n' "${mbs[@]}" | median) MB/s (target >= 1,000)"
+}
+
 case "${1:-all}" in
   mem) bench_mem ;;
   nats) bench_nats ;;
@@ -246,6 +269,7 @@ case "${1:-all}" in
   storm) bench_storm ;;
   conns) bench_conns ;;
   amqp) bench_amqp ;;
-  all) bench_mem; bench_nats; bench_memory; bench_mqtt; bench_demo; bench_storm; bench_conns; bench_amqp ;;
-  *) echo "usage: $0 [mem|nats|memory|mqtt|demo|storm|conns|amqp|all]" >&2; exit 2 ;;
+  sink) bench_sink ;;
+  all) bench_mem; bench_nats; bench_memory; bench_mqtt; bench_demo; bench_storm; bench_conns; bench_amqp; bench_sink ;;
+  *) echo "usage: $0 [mem|nats|memory|mqtt|demo|storm|conns|amqp|sink|all]" >&2; exit 2 ;;
 esac

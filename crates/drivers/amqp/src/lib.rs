@@ -315,7 +315,7 @@ impl Driver for AmqpDriver {
             tag_offset: None,
             acks: std::collections::VecDeque::new(),
             last_write: Instant::now(),
-            setup: d.amqp.clone(),
+            driver: self.0.clone(),
         })
     }
 
@@ -392,7 +392,7 @@ pub struct AmqpProducer {
     tag_offset: Option<u64>,
     acks: std::collections::VecDeque<Ack>,
     last_write: Instant,
-    setup: AmqpPlan,
+    driver: Arc<Inner>,
 }
 
 impl AmqpProducer {
@@ -452,13 +452,14 @@ impl AmqpProducer {
         Ok(())
     }
 
+    /// Reconnects and sets the channel up again: the exchange may be gone with a restarted
+    /// broker, and confirms are per channel.
     async fn reconnect(&mut self) -> Result<(), DriverError> {
         self.conn.try_reconnect().await?;
-        if self.setup.confirm {
-            self.conn
-                .confirm_select()
-                .await
-                .map_err(|e| DriverError::Send(format!("confirm.select: {e}")))?;
+        let driver = self.driver.clone();
+        if let Err(e) = driver.setup_producer(&mut self.conn).await {
+            self.conn.lost(&std::io::Error::other(e.to_string()));
+            return Err(e);
         }
         self.next_tag = 1;
         self.tag_offset = None;
