@@ -39,6 +39,57 @@ pub enum Frame {
     Heartbeat,
 }
 
+/// Deepest nesting of field tables and arrays handed to the `amq-protocol` parser, whose
+/// recursion has no limit of its own (about 1,500 levels, 9 KB, abort the process); see
+/// [`nesting_ok`].
+pub const MAX_NESTING: usize = 32;
+
+/// Whether the field tables and arrays a method or content-header payload may hold nest at
+/// most [`MAX_NESTING`] deep, so that the codec's recursive parser cannot exhaust the stack.
+///
+/// Conservative and schema-free: every `F` or `A` octet followed by a length that fits in the
+/// payload is a candidate table or array spanning that length, and a real value nested `d`
+/// deep lies inside the spans of its `d` ancestors. So the largest number of candidate spans
+/// covering one position bounds the depth. Ordinary payloads have a handful of candidates;
+/// exceeding the bound needs dozens of overlapping ones, i.e. a crafted payload.
+pub fn nesting_ok(payload: &[u8]) -> bool {
+    // Ends of the candidate spans covering the current position (unordered; few).
+    let mut open = [0usize; MAX_NESTING + 1];
+    let mut n = 0;
+    let mut i = 0;
+    while i + 5 <= payload.len() {
+        let b = payload[i];
+        if b == b'F' || b == b'A' {
+            let len = u32::from_be_bytes([
+                payload[i + 1],
+                payload[i + 2],
+                payload[i + 3],
+                payload[i + 4],
+            ]) as usize;
+            let start = i + 5;
+            if len <= payload.len() - start {
+                // Drop the spans this tag lies outside of.
+                let mut k = 0;
+                while k < n {
+                    if open[k] <= i {
+                        n -= 1;
+                        open[k] = open[n];
+                    } else {
+                        k += 1;
+                    }
+                }
+                if n == MAX_NESTING {
+                    return false;
+                }
+                open[n] = start + len;
+                n += 1;
+            }
+        }
+        i += 1;
+    }
+    true
+}
+
 /// Appends one frame encoded by `amq-protocol`.
 pub fn put_frame(buf: &mut BytesMut, frame: &AMQPFrame) {
     let v = cookie_factory::gen_simple(gen_frame(frame), Vec::with_capacity(64))
@@ -81,6 +132,11 @@ pub fn parse(buf: &mut BytesMut, frame_max: usize) -> Result<Option<Frame>, Prot
     buf.advance(1);
     Ok(Some(match kind {
         FRAME_METHOD => {
+            if !nesting_ok(&payload) {
+                return Err(ProtoError(format!(
+                    "field tables nested deeper than {MAX_NESTING} levels"
+                )));
+            }
             let (_, class) = amq_protocol::protocol::parse_class(&payload[..])
                 .map_err(|e| ProtoError(format!("bad method frame: {e}")))?;
             Frame::Method(channel, Box::new(class))
@@ -215,6 +271,27 @@ mod tests {
         }
         assert_eq!(got, body);
         assert!(b.is_empty());
+    }
+
+    #[test]
+    fn deep_tables_are_refused_before_parsing() {
+        let mut deep = vec![0u8, 0, 0, 0];
+        for _ in 0..2000 {
+            let mut t = ((2 + deep.len()) as u32).to_be_bytes().to_vec();
+            t.extend_from_slice(&[0, b'F']);
+            t.extend_from_slice(&deep);
+            deep = t;
+        }
+        let mut b = BytesMut::new();
+        b.put_u8(FRAME_METHOD);
+        b.put_u16(0);
+        b.put_u32(deep.len() as u32 + 4);
+        b.put_slice(&[0, 10, 0, 10]); // connection.start
+        b.put_slice(&deep);
+        b.put_u8(FRAME_END);
+        let e = parse(&mut b, 1 << 20).unwrap_err();
+        assert!(e.0.contains("nested"), "{e}");
+        assert!(nesting_ok(b"FFFFAAAA plain text, not tables"));
     }
 
     #[test]

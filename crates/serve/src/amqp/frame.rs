@@ -13,8 +13,7 @@ use amq_protocol::types::{AMQPValue, FieldTable, LongString};
 pub(crate) const HEADER_LEN: usize = 7;
 /// Header plus the frame-end octet.
 pub(crate) const OVERHEAD: usize = HEADER_LEN + 1;
-/// Deepest nesting of field tables and arrays decoded; see [`nesting_ok`].
-pub(crate) const MAX_NESTING: usize = 32;
+pub(crate) use msgbench_driver_amqp::codec::nesting_ok;
 
 /// One complete frame, borrowed from the read buffer.
 #[derive(Debug)]
@@ -155,52 +154,6 @@ pub(crate) fn tune_frame(channel_max: u16, frame_max: u32, heartbeat: u16) -> Ve
     ))
 }
 
-/// Whether the field tables and arrays a method or content-header payload may hold nest at
-/// most [`MAX_NESTING`] deep, so that the codec's recursive parser cannot exhaust the stack.
-///
-/// Conservative and schema-free: every `F` or `A` octet followed by a length that fits in the
-/// payload is a candidate table or array spanning that length, and a real value nested `d`
-/// deep lies inside the spans of its `d` ancestors. So the largest number of candidate spans
-/// covering one position bounds the depth. Ordinary payloads have a handful of candidates;
-/// exceeding the bound needs dozens of overlapping ones, i.e. a crafted payload.
-pub(crate) fn nesting_ok(payload: &[u8]) -> bool {
-    // Ends of the candidate spans covering the current position (unordered; few).
-    let mut open = [0usize; MAX_NESTING + 1];
-    let mut n = 0;
-    let mut i = 0;
-    while i + 5 <= payload.len() {
-        let b = payload[i];
-        if b == b'F' || b == b'A' {
-            let len = u32::from_be_bytes([
-                payload[i + 1],
-                payload[i + 2],
-                payload[i + 3],
-                payload[i + 4],
-            ]) as usize;
-            let start = i + 5;
-            if len <= payload.len() - start {
-                // Drop the spans this tag lies outside of.
-                let mut k = 0;
-                while k < n {
-                    if open[k] <= i {
-                        n -= 1;
-                        open[k] = open[n];
-                    } else {
-                        k += 1;
-                    }
-                }
-                if n == MAX_NESTING {
-                    return false;
-                }
-                open[n] = start + len;
-                n += 1;
-            }
-        }
-        i += 1;
-    }
-    true
-}
-
 /// A field table nested `depth` deep, as it appears on the wire: each level is one entry
 /// with an empty key.
 #[cfg(test)]
@@ -218,6 +171,7 @@ pub(crate) fn nested_table(depth: usize) -> Vec<u8> {
 #[cfg(test)]
 mod unit {
     use super::*;
+    use msgbench_driver_amqp::codec::MAX_NESTING;
 
     #[test]
     fn nesting_guard_bounds_depth() {
