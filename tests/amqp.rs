@@ -333,4 +333,20 @@ fn tls_against_the_sink() {
     );
     assert_eq!(o.status.code(), Some(1));
     assert!(stderr(&o).contains("TLS"), "{}", stderr(&o));
+    let r = run_json(
+        &d.0,
+        &[
+            "run",
+            &sink.url,
+            "-c",
+            "0",
+            "-n",
+            "100",
+            "--insecure",
+            "--warmup",
+            "0s",
+            "--no-output",
+        ],
+    );
+    assert_eq!(u(&measure(&r)["counters"]["sent"]), 100);
 }
