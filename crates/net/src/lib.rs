@@ -326,6 +326,116 @@ fn set_bind_no_port(sock: &TcpSocket) {
     }
 }
 
+/// A connection's socket and buffers, shared by the drivers of framed binary protocols (MQTT,
+/// AMQP): buffered writes, reads into one growing buffer, and a poll loop that hands out one
+/// parsed unit at a time. All state lives here, so the async methods are cancel-safe.
+pub struct Wire {
+    stream: Option<Stream>,
+    /// Bytes read and not yet parsed.
+    pub rbuf: BytesMut,
+    /// Bytes to write.
+    pub wbuf: BytesMut,
+    chunk: usize,
+}
+
+impl Wire {
+    /// A disconnected wire whose read buffer grows by `chunk` bytes: large for data clients,
+    /// small for the thousands of idle sessions.
+    pub fn new(chunk: usize) -> Wire {
+        Wire {
+            stream: None,
+            rbuf: BytesMut::new(),
+            wbuf: BytesMut::new(),
+            chunk,
+        }
+    }
+
+    /// Starts using `stream`, dropping whatever was buffered for the previous one (never sent,
+    /// so never replayed: it could duplicate what did go out before a cut).
+    pub fn attach(&mut self, stream: Stream) {
+        self.stream = Some(stream);
+        self.rbuf.clear();
+        self.wbuf.clear();
+    }
+
+    /// Drops the socket; true if there was one.
+    pub fn detach(&mut self) -> bool {
+        self.stream.take().is_some()
+    }
+
+    /// Whether a socket is attached.
+    pub fn is_connected(&self) -> bool {
+        self.stream.is_some()
+    }
+
+    /// The socket, if attached.
+    pub fn stream_mut(&mut self) -> Option<&mut Stream> {
+        self.stream.as_mut()
+    }
+
+    /// Frees buffers a handshake grew beyond one chunk (idle sessions stay small).
+    pub fn shrink(&mut self) {
+        if self.rbuf.is_empty() && self.rbuf.capacity() > self.chunk {
+            self.rbuf = BytesMut::new();
+        }
+        if self.wbuf.is_empty() && self.wbuf.capacity() > self.chunk {
+            self.wbuf = BytesMut::new();
+        }
+    }
+
+    /// Writes what the socket takes now; `Ready(Ok)` when everything is written.
+    pub fn poll_flush(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        match self.stream.as_mut() {
+            None => Poll::Ready(Err(io::ErrorKind::NotConnected.into())),
+            Some(s) => s.poll_write_all(cx, &mut self.wbuf),
+        }
+    }
+
+    /// Writes everything buffered.
+    pub async fn flush(&mut self) -> io::Result<()> {
+        std::future::poll_fn(|cx| self.poll_flush(cx)).await
+    }
+
+    /// The next unit `parse` splits off the read buffer, reading as needed. With `flush`,
+    /// pending writes go out before waiting (producers pass false, so that looking for acks
+    /// between sends does not write their batch one message at a time). Parse errors come back
+    /// as `InvalidData`.
+    pub fn poll_next<T, E: std::fmt::Display>(
+        &mut self,
+        cx: &mut Context<'_>,
+        flush: bool,
+        mut parse: impl FnMut(&mut BytesMut) -> Result<Option<T>, E>,
+    ) -> Poll<io::Result<T>> {
+        loop {
+            match parse(&mut self.rbuf) {
+                Ok(Some(t)) => return Poll::Ready(Ok(t)),
+                Ok(None) => {}
+                Err(e) => {
+                    return Poll::Ready(Err(io::Error::new(
+                        io::ErrorKind::InvalidData,
+                        e.to_string(),
+                    )));
+                }
+            }
+            if flush
+                && !self.wbuf.is_empty()
+                && let Poll::Ready(Err(e)) = self.poll_flush(cx)
+            {
+                return Poll::Ready(Err(e));
+            }
+            let Some(s) = self.stream.as_mut() else {
+                return Poll::Ready(Err(io::ErrorKind::NotConnected.into()));
+            };
+            match s.poll_read_into(cx, &mut self.rbuf, self.chunk) {
+                Poll::Ready(Ok(0)) => return Poll::Ready(Err(io::ErrorKind::UnexpectedEof.into())),
+                Poll::Ready(Ok(_)) => {}
+                Poll::Ready(Err(e)) => return Poll::Ready(Err(e)),
+                Poll::Pending => return Poll::Pending,
+            }
+        }
+    }
+}
+
 /// A client connection, plain or TLS.
 pub enum Stream {
     /// Plain TCP.

@@ -2,12 +2,11 @@
 //! synchronous methods for provisioning, buffered writes, frame reads, heartbeats and close.
 //! All state lives in the struct, so the async methods are cancel-safe.
 
-use crate::codec::{self, Frame, ProtoError};
+use crate::codec::{self, Frame};
 use amq_protocol::protocol::{AMQPClass, basic, channel, confirm, connection};
 use amq_protocol::types::{AMQPValue, FieldTable, LongString, ShortString};
-use bytes::BytesMut;
 use msgbench_core::driver::{ConnectFailure, DriverError, DriverEventKind, EventSink};
-use msgbench_net::{NetError, Stream, Target, Tls};
+use msgbench_net::{NetError, Target, Tls, Wire};
 use std::future::poll_fn;
 use std::io;
 use std::net::IpAddr;
@@ -120,12 +119,8 @@ pub struct Conn {
     source: Option<IpAddr>,
     timeout: Duration,
     heartbeat: Duration,
-    stream: Option<Stream>,
-    /// Bytes read, not yet parsed.
-    pub rbuf: BytesMut,
-    /// Bytes to write.
-    pub wbuf: BytesMut,
-    chunk: usize,
+    /// Socket and buffers.
+    pub wire: Wire,
     /// Negotiated frame-max.
     pub frame_max: usize,
     /// Negotiated heartbeat interval (zero = none).
@@ -136,10 +131,6 @@ pub struct Conn {
 
 fn io_err(m: impl Into<String>) -> io::Error {
     io::Error::other(m.into())
-}
-
-fn proto_io(e: ProtoError) -> io::Error {
-    io::Error::new(io::ErrorKind::InvalidData, e.0)
 }
 
 impl Conn {
@@ -160,10 +151,7 @@ impl Conn {
             source,
             timeout,
             heartbeat,
-            stream: None,
-            rbuf: BytesMut::new(),
-            wbuf: BytesMut::new(),
-            chunk,
+            wire: Wire::new(chunk),
             frame_max: FRAME_MAX as usize,
             heartbeat_every: Duration::ZERO,
             published: false,
@@ -181,7 +169,7 @@ impl Conn {
     }
 
     async fn handshake(&mut self) -> Result<(), DriverError> {
-        self.stream = None;
+        self.wire.detach();
         let stream = msgbench_net::connect(
             &self.ep.target,
             self.source,
@@ -190,9 +178,7 @@ impl Conn {
         )
         .await
         .map_err(|e: NetError| self.fail(e.cause, e.detail))?;
-        self.stream = Some(stream);
-        self.rbuf.clear();
-        self.wbuf.clear();
+        self.wire.attach(stream);
         self.frame_max = FRAME_MAX as usize;
         let limit = self.timeout;
         let r = tokio::time::timeout(limit, self.open_sequence()).await;
@@ -204,7 +190,7 @@ impl Conn {
             )),
         };
         if let Err((cause, detail)) = r {
-            self.stream = None;
+            self.wire.detach();
             return Err(self.fail(cause, detail));
         }
         Ok(())
@@ -212,7 +198,7 @@ impl Conn {
 
     async fn open_sequence(&mut self) -> Result<(), (ConnectFailure, String)> {
         let io = |e: io::Error| (msgbench_net::classify(&e), e.to_string());
-        self.wbuf.extend_from_slice(b"AMQP\x00\x00\x09\x01");
+        self.wire.wbuf.extend_from_slice(b"AMQP\x00\x00\x09\x01");
         self.flush().await.map_err(io)?;
         match self.method(0).await.map_err(io)? {
             AMQPClass::Connection(connection::AMQPMethod::Start(s)) => {
@@ -243,7 +229,7 @@ impl Conn {
         props.insert("capabilities".into(), AMQPValue::FieldTable(caps));
         let response = format!("\0{}\0{}", self.ep.user, self.ep.pass);
         codec::put_method(
-            &mut self.wbuf,
+            &mut self.wire.wbuf,
             0,
             AMQPClass::Connection(connection::AMQPMethod::StartOk(connection::StartOk {
                 client_properties: props,
@@ -281,7 +267,7 @@ impl Conn {
         self.frame_max = frame_max as usize;
         self.heartbeat_every = Duration::from_secs(heartbeat as u64);
         codec::put_method(
-            &mut self.wbuf,
+            &mut self.wire.wbuf,
             0,
             AMQPClass::Connection(connection::AMQPMethod::TuneOk(connection::TuneOk {
                 channel_max: tune.channel_max.clamp(1, 2047),
@@ -290,7 +276,7 @@ impl Conn {
             })),
         );
         codec::put_method(
-            &mut self.wbuf,
+            &mut self.wire.wbuf,
             0,
             AMQPClass::Connection(connection::AMQPMethod::Open(connection::Open {
                 virtual_host: ShortString::from(self.ep.vhost.as_str()),
@@ -311,7 +297,7 @@ impl Conn {
             }
         }
         codec::put_method(
-            &mut self.wbuf,
+            &mut self.wire.wbuf,
             CHANNEL,
             AMQPClass::Channel(channel::AMQPMethod::Open(channel::Open {})),
         );
@@ -325,19 +311,14 @@ impl Conn {
                 ));
             }
         }
-        if self.rbuf.is_empty() && self.rbuf.capacity() > self.chunk {
-            self.rbuf = BytesMut::new();
-        }
-        if self.wbuf.is_empty() && self.wbuf.capacity() > self.chunk {
-            self.wbuf = BytesMut::new();
-        }
+        self.wire.shrink();
         Ok(())
     }
 
     /// Sends one synchronous method on channel 1 and waits for its answer. A channel or
     /// connection close from the server becomes an error carrying the server's reply text.
     pub async fn call(&mut self, method: AMQPClass) -> io::Result<AMQPClass> {
-        codec::put_method(&mut self.wbuf, CHANNEL, method);
+        codec::put_method(&mut self.wire.wbuf, CHANNEL, method);
         self.flush().await?;
         tokio::time::timeout(self.timeout, self.method(CHANNEL))
             .await
@@ -377,7 +358,7 @@ impl Conn {
         let (code, text, what) = match m {
             AMQPClass::Connection(connection::AMQPMethod::Close(c)) => {
                 codec::put_method(
-                    &mut self.wbuf,
+                    &mut self.wire.wbuf,
                     0,
                     AMQPClass::Connection(connection::AMQPMethod::CloseOk(connection::CloseOk {})),
                 );
@@ -385,7 +366,7 @@ impl Conn {
             }
             AMQPClass::Channel(channel::AMQPMethod::Close(c)) => {
                 codec::put_method(
-                    &mut self.wbuf,
+                    &mut self.wire.wbuf,
                     ch,
                     AMQPClass::Channel(channel::AMQPMethod::CloseOk(channel::CloseOk {})),
                 );
@@ -401,44 +382,24 @@ impl Conn {
 
     /// Whether the connection is up.
     pub fn is_connected(&self) -> bool {
-        self.stream.is_some()
+        self.wire.is_connected()
     }
 
     /// Writes what the socket takes now; `Ready(Ok)` when all is written.
     pub fn poll_flush(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        match self.stream.as_mut() {
-            None => Poll::Ready(Err(io::ErrorKind::NotConnected.into())),
-            Some(s) => s.poll_write_all(cx, &mut self.wbuf),
-        }
+        self.wire.poll_flush(cx)
     }
 
     /// Writes everything buffered.
     pub async fn flush(&mut self) -> io::Result<()> {
-        poll_fn(|cx| self.poll_flush(cx)).await
+        self.wire.flush().await
     }
 
-    /// The next frame; flushes pending writes first when `flush`. Cancel-safe.
+    /// The next frame (see [`Wire::poll_next`] for `flush`). Cancel-safe.
     pub fn poll_frame(&mut self, cx: &mut Context<'_>, flush: bool) -> Poll<io::Result<Frame>> {
-        loop {
-            if let Some(f) = codec::parse(&mut self.rbuf, self.frame_max).map_err(proto_io)? {
-                return Poll::Ready(Ok(f));
-            }
-            if flush
-                && !self.wbuf.is_empty()
-                && let Poll::Ready(Err(e)) = self.poll_flush(cx)
-            {
-                return Poll::Ready(Err(e));
-            }
-            let Some(s) = self.stream.as_mut() else {
-                return Poll::Ready(Err(io::ErrorKind::NotConnected.into()));
-            };
-            match s.poll_read_into(cx, &mut self.rbuf, self.chunk) {
-                Poll::Ready(Ok(0)) => return Poll::Ready(Err(io::ErrorKind::UnexpectedEof.into())),
-                Poll::Ready(Ok(_)) => {}
-                Poll::Ready(Err(e)) => return Poll::Ready(Err(e)),
-                Poll::Pending => return Poll::Pending,
-            }
-        }
+        let frame_max = self.frame_max;
+        self.wire
+            .poll_next(cx, flush, |b| codec::parse(b, frame_max))
     }
 
     /// The next frame (see [`Conn::poll_frame`]).
@@ -448,7 +409,7 @@ impl Conn {
 
     /// Marks the connection lost (once) and reports it.
     pub fn lost(&mut self, why: &io::Error) {
-        if self.stream.take().is_some()
+        if self.wire.detach()
             && let Some(ev) = &self.events
         {
             ev.emit(
@@ -474,7 +435,7 @@ impl Conn {
     /// method on the channel, publishes included, was handled; closing the connection
     /// straight away loses the last unconfirmed publishes), then connection.close.
     pub async fn close(&mut self) {
-        if self.stream.is_none() {
+        if !self.wire.is_connected() {
             return;
         }
         if self.published {
@@ -485,7 +446,7 @@ impl Conn {
 
     async fn close_channel(&mut self) {
         codec::put_method(
-            &mut self.wbuf,
+            &mut self.wire.wbuf,
             CHANNEL,
             AMQPClass::Channel(channel::AMQPMethod::Close(channel::Close {
                 reply_code: 200,
@@ -509,7 +470,7 @@ impl Conn {
 
     async fn close_connection(&mut self) {
         codec::put_method(
-            &mut self.wbuf,
+            &mut self.wire.wbuf,
             0,
             AMQPClass::Connection(connection::AMQPMethod::Close(connection::Close {
                 reply_code: 200,
@@ -532,7 +493,7 @@ impl Conn {
             }
         })
         .await;
-        self.stream = None;
+        self.wire.detach();
     }
 }
 

@@ -480,9 +480,9 @@ impl Producer for AmqpProducer {
             self.next_tag += 1;
         }
         let fm = self.conn.frame_max;
-        self.templates[msg.stream as usize].put(&mut self.conn.wbuf, msg.payload, fm);
+        self.templates[msg.stream as usize].put(&mut self.conn.wire.wbuf, msg.payload, fm);
         self.conn.published = true;
-        if self.conn.wbuf.len() >= WRITE_BATCH {
+        if self.conn.wire.wbuf.len() >= WRITE_BATCH {
             self.write_out().await?;
             self.service_reads();
         }
@@ -493,11 +493,12 @@ impl Producer for AmqpProducer {
         if !self.conn.is_connected() {
             return Ok(());
         }
-        if self.conn.wbuf.is_empty() && self.last_write.elapsed() >= half(self.conn.heartbeat_every)
+        if self.conn.wire.wbuf.is_empty()
+            && self.last_write.elapsed() >= half(self.conn.heartbeat_every)
         {
-            codec::put_heartbeat(&mut self.conn.wbuf);
+            codec::put_heartbeat(&mut self.conn.wire.wbuf);
         }
-        if !self.conn.wbuf.is_empty() {
+        if !self.conn.wire.wbuf.is_empty() {
             self.write_out().await?;
         }
         Ok(())
@@ -565,7 +566,7 @@ impl AmqpConsumer {
     /// Acks everything received so far with one multiple-ack.
     fn ack_now(&mut self) {
         if !self.auto_ack && self.unacked > 0 {
-            codec::put_ack(&mut self.conn.wbuf, CHANNEL, self.last_tag, true);
+            codec::put_ack(&mut self.conn.wire.wbuf, CHANNEL, self.last_tag, true);
             self.unacked = 0;
         }
     }
@@ -573,12 +574,12 @@ impl AmqpConsumer {
     fn poll_delivery(&mut self, cx: &mut Context<'_>) -> Poll<std::io::Result<Delivery>> {
         loop {
             if self.heartbeat.as_mut().poll(cx).is_ready() {
-                codec::put_heartbeat(&mut self.conn.wbuf);
+                codec::put_heartbeat(&mut self.conn.wire.wbuf);
                 let next = Instant::now() + half(self.conn.heartbeat_every);
                 self.heartbeat.as_mut().reset(next);
             }
             // Going idle: ack what was received, so the broker's window never waits on us.
-            let idle = self.conn.rbuf.len() < 8;
+            let idle = self.conn.wire.rbuf.len() < 8;
             if idle {
                 self.ack_now();
             }
@@ -702,7 +703,7 @@ pub struct AmqpSession {
 impl Session for AmqpSession {
     async fn publish(&mut self, payload: &[u8]) -> Result<(), DriverError> {
         let fm = self.conn.frame_max;
-        self.template.put(&mut self.conn.wbuf, payload, fm);
+        self.template.put(&mut self.conn.wire.wbuf, payload, fm);
         self.conn.published = true;
         self.conn
             .flush()
@@ -725,7 +726,7 @@ impl Session for AmqpSession {
                     Err(e) => return DriverError::Receive(e.to_string()),
                 },
                 _ = tokio::time::sleep_until(self.next_beat) => {
-                    codec::put_heartbeat(&mut self.conn.wbuf);
+                    codec::put_heartbeat(&mut self.conn.wire.wbuf);
                     self.next_beat = Instant::now() + half(self.conn.heartbeat_every);
                     if let Err(e) = self.conn.flush().await {
                         return DriverError::Send(e.to_string());

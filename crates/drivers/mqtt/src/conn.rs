@@ -2,10 +2,9 @@
 //! packet reads, subscriptions, keep-alive and reconnection. All state lives in the struct, so
 //! every async method here is cancel-safe: an interrupted call loses no bytes.
 
-use crate::codec::{self, ConnectOpts, Packet, ProtoError, Version};
-use bytes::BytesMut;
+use crate::codec::{self, ConnectOpts, Packet, Version};
 use msgbench_core::driver::{ConnectFailure, DriverError, DriverEventKind, EventSink};
-use msgbench_net::{NetError, Stream, Target, Tls};
+use msgbench_net::{NetError, Stream, Target, Tls, Wire};
 use std::future::poll_fn;
 use std::io;
 use std::net::IpAddr;
@@ -94,12 +93,8 @@ pub struct Conn {
     /// Where connection events go (`None` for connection-scale sessions, which count instead).
     events: Option<EventSink>,
     source: Option<IpAddr>,
-    stream: Option<Stream>,
-    /// Bytes read and not yet parsed.
-    pub rbuf: BytesMut,
-    /// Bytes to write.
-    pub wbuf: BytesMut,
-    chunk: usize,
+    /// Socket and buffers.
+    pub wire: Wire,
     subs: Vec<(String, u8)>,
     /// MQTT 5 receive maximum from CONNACK (65535 for 3.1.1).
     pub receive_max: u16,
@@ -107,10 +102,6 @@ pub struct Conn {
     pub server_max_packet: u32,
     /// The server kept our session at the last connect.
     pub session_present: bool,
-}
-
-fn proto_io(e: ProtoError) -> io::Error {
-    io::Error::new(io::ErrorKind::InvalidData, e.0)
 }
 
 impl Conn {
@@ -130,10 +121,7 @@ impl Conn {
             client_id,
             events,
             source,
-            stream: None,
-            rbuf: BytesMut::new(),
-            wbuf: BytesMut::new(),
-            chunk,
+            wire: Wire::new(chunk),
             subs: Vec::new(),
             receive_max: u16::MAX,
             server_max_packet: 0,
@@ -152,20 +140,17 @@ impl Conn {
     }
 
     async fn handshake(&mut self) -> Result<(), DriverError> {
-        self.stream = None;
+        self.wire.detach();
         let timeout = self.settings.timeout;
         let stream =
             msgbench_net::connect(&self.ep.target, self.source, self.ep.tls.as_ref(), timeout)
                 .await
                 .map_err(|e| self.connect_error(e))?;
-        self.stream = Some(stream);
-        self.rbuf.clear();
-        // Writes buffered while disconnected are dropped: they were never sent (integrity counts
-        // them as lost); replaying them could duplicate what did go out before the cut.
-        self.wbuf.clear();
+        // Writes buffered while disconnected are dropped (integrity counts them as lost).
+        self.wire.attach(stream);
         let v5 = self.settings.version == Version::V5;
         codec::put_connect(
-            &mut self.wbuf,
+            &mut self.wire.wbuf,
             &ConnectOpts {
                 version: self.settings.version,
                 client_id: &self.client_id,
@@ -224,7 +209,7 @@ impl Conn {
             }),
         };
         if let Err(e) = r {
-            self.stream = None;
+            self.wire.detach();
             return Err(self.connect_error(e));
         }
         // Resubscribe when the broker did not keep the session.
@@ -234,12 +219,7 @@ impl Conn {
                 .await
                 .map_err(|e| DriverError::Subscribe(e.to_string()))?;
         }
-        if self.rbuf.is_empty() && self.rbuf.capacity() > self.chunk {
-            self.rbuf = BytesMut::new();
-        }
-        if self.wbuf.is_empty() && self.wbuf.capacity() > self.chunk {
-            self.wbuf = BytesMut::new();
-        }
+        self.wire.shrink();
         Ok(())
     }
 
@@ -254,7 +234,7 @@ impl Conn {
 
     async fn send_subscribe(&mut self, filters: &[(String, u8)]) -> io::Result<()> {
         let list: Vec<(&str, u8)> = filters.iter().map(|(f, q)| (f.as_str(), *q)).collect();
-        codec::put_subscribe(&mut self.wbuf, self.settings.version, 1, &list);
+        codec::put_subscribe(&mut self.wire.wbuf, self.settings.version, 1, &list);
         self.flush().await?;
         let deadline = tokio::time::Instant::now() + self.settings.timeout;
         loop {
@@ -275,7 +255,7 @@ impl Conn {
 
     /// Whether the connection is up.
     pub fn is_connected(&self) -> bool {
-        self.stream.is_some()
+        self.wire.is_connected()
     }
 
     /// Protocol version of this connection.
@@ -285,47 +265,19 @@ impl Conn {
 
     /// Writes what the socket takes now; `Ready(Ok)` when everything is written.
     pub fn poll_flush(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        match self.stream.as_mut() {
-            None => Poll::Ready(Err(io::ErrorKind::NotConnected.into())),
-            Some(s) => s.poll_write_all(cx, &mut self.wbuf),
-        }
+        self.wire.poll_flush(cx)
     }
 
     /// Writes everything buffered. Cancel-safe.
     pub async fn flush(&mut self) -> io::Result<()> {
-        poll_fn(|cx| self.poll_flush(cx)).await
+        self.wire.flush().await
     }
 
-    /// The next packet: writes pending bytes (when `flush`), then parses or reads.
-    /// Cancel-safe. Producers pass `flush = false` so that looking for acks between sends does
-    /// not write their batch one message at a time.
+    /// The next packet (see [`Wire::poll_next`] for `flush`). Cancel-safe.
     pub fn poll_packet(&mut self, cx: &mut Context<'_>, flush: bool) -> Poll<io::Result<Packet>> {
-        loop {
-            if let Some(p) = codec::parse(
-                &mut self.rbuf,
-                self.settings.version,
-                self.settings.max_packet,
-            )
-            .map_err(proto_io)?
-            {
-                return Poll::Ready(Ok(p));
-            }
-            if flush && !self.wbuf.is_empty() {
-                match self.poll_flush(cx) {
-                    Poll::Ready(Err(e)) => return Poll::Ready(Err(e)),
-                    Poll::Ready(Ok(())) | Poll::Pending => {}
-                }
-            }
-            let Some(s) = self.stream.as_mut() else {
-                return Poll::Ready(Err(io::ErrorKind::NotConnected.into()));
-            };
-            match s.poll_read_into(cx, &mut self.rbuf, self.chunk) {
-                Poll::Ready(Ok(0)) => return Poll::Ready(Err(io::ErrorKind::UnexpectedEof.into())),
-                Poll::Ready(Ok(_)) => {}
-                Poll::Ready(Err(e)) => return Poll::Ready(Err(e)),
-                Poll::Pending => return Poll::Pending,
-            }
-        }
+        let (version, max) = (self.settings.version, self.settings.max_packet);
+        self.wire
+            .poll_next(cx, flush, |b| codec::parse(b, version, max))
     }
 
     /// The next packet (see [`Conn::poll_packet`]).
@@ -335,7 +287,7 @@ impl Conn {
 
     /// Marks the connection lost (once) and reports it.
     pub fn lost(&mut self, why: &io::Error) {
-        if self.stream.take().is_some()
+        if self.wire.detach()
             && let Some(ev) = &self.events
         {
             ev.emit(
@@ -380,10 +332,10 @@ impl Conn {
 
     /// Closes politely (DISCONNECT), ignoring errors: the peer may already be gone.
     pub async fn disconnect(&mut self) {
-        if self.stream.is_some() {
-            codec::put_disconnect(&mut self.wbuf);
+        if self.wire.is_connected() {
+            codec::put_disconnect(&mut self.wire.wbuf);
             let _ = tokio::time::timeout(Duration::from_secs(2), self.flush()).await;
-            if let Some(Stream::Tls(s)) = self.stream.as_mut() {
+            if let Some(Stream::Tls(s)) = self.wire.stream_mut() {
                 let _ = tokio::time::timeout(
                     Duration::from_secs(1),
                     tokio::io::AsyncWriteExt::shutdown(s.as_mut()),
@@ -391,7 +343,7 @@ impl Conn {
                 .await;
             }
         }
-        self.stream = None;
+        self.wire.detach();
     }
 }
 

@@ -223,7 +223,7 @@ impl MqttProducer {
                 if code >= 0x80 {
                     self.complete(pid, false);
                 } else {
-                    codec::put_ack(&mut self.conn.wbuf, codec::PUBREL, pid);
+                    codec::put_ack(&mut self.conn.wire.wbuf, codec::PUBREL, pid);
                     self.release_pending = true;
                 }
             }
@@ -330,7 +330,7 @@ impl Producer for MqttProducer {
         let topic = &self.topics[msg.stream as usize];
         let version = self.conn.version();
         codec::put_publish(
-            &mut self.conn.wbuf,
+            &mut self.conn.wire.wbuf,
             version,
             topic,
             msg.payload,
@@ -339,7 +339,7 @@ impl Producer for MqttProducer {
             false,
             pid,
         );
-        if self.conn.wbuf.len() >= WRITE_BATCH {
+        if self.conn.wire.wbuf.len() >= WRITE_BATCH {
             self.write_out().await?;
             self.service_reads();
         }
@@ -352,10 +352,12 @@ impl Producer for MqttProducer {
         if !self.conn.is_connected() {
             return Ok(());
         }
-        if self.conn.wbuf.is_empty() && self.last_write.elapsed() >= ping_period(self.keep_alive) {
-            codec::put_pingreq(&mut self.conn.wbuf);
+        if self.conn.wire.wbuf.is_empty()
+            && self.last_write.elapsed() >= ping_period(self.keep_alive)
+        {
+            codec::put_pingreq(&mut self.conn.wire.wbuf);
         }
-        if !self.conn.wbuf.is_empty() {
+        if !self.conn.wire.wbuf.is_empty() {
             self.write_out().await?;
         }
         Ok(())
@@ -418,15 +420,15 @@ impl MqttConsumer {
     fn poll_delivery(&mut self, cx: &mut Context<'_>) -> Poll<std::io::Result<Delivery>> {
         loop {
             if self.ping.as_mut().poll(cx).is_ready() {
-                codec::put_pingreq(&mut self.conn.wbuf);
+                codec::put_pingreq(&mut self.conn.wire.wbuf);
                 let next = Instant::now() + ping_period(self.keep_alive);
                 self.ping.as_mut().reset(next);
             }
             match self.conn.poll_packet(cx, true) {
                 Poll::Ready(Ok(Packet::Publish(p))) => {
                     match p.qos {
-                        1 => codec::put_ack(&mut self.conn.wbuf, codec::PUBACK, p.pid),
-                        2 => codec::put_ack(&mut self.conn.wbuf, codec::PUBREC, p.pid),
+                        1 => codec::put_ack(&mut self.conn.wire.wbuf, codec::PUBACK, p.pid),
+                        2 => codec::put_ack(&mut self.conn.wire.wbuf, codec::PUBREC, p.pid),
                         _ => {}
                     }
                     return Poll::Ready(Ok(Delivery {
@@ -435,7 +437,7 @@ impl MqttConsumer {
                     }));
                 }
                 Poll::Ready(Ok(Packet::PubRel { pid })) => {
-                    codec::put_ack(&mut self.conn.wbuf, codec::PUBCOMP, pid);
+                    codec::put_ack(&mut self.conn.wire.wbuf, codec::PUBCOMP, pid);
                 }
                 Poll::Ready(Ok(Packet::Disconnect { code })) => {
                     return Poll::Ready(Err(std::io::Error::other(format!(
@@ -483,7 +485,7 @@ impl Session for MqttSession {
     async fn publish(&mut self, payload: &[u8]) -> Result<(), DriverError> {
         let v = self.conn.version();
         codec::put_publish(
-            &mut self.conn.wbuf,
+            &mut self.conn.wire.wbuf,
             v,
             &self.topic,
             payload,
@@ -511,7 +513,7 @@ impl Session for MqttSession {
                     Err(e) => return DriverError::Receive(e.to_string()),
                 },
                 _ = tokio::time::sleep_until(self.next_ping) => {
-                    codec::put_pingreq(&mut self.conn.wbuf);
+                    codec::put_pingreq(&mut self.conn.wire.wbuf);
                     self.next_ping = Instant::now() + ping_period(self.keep_alive);
                     if let Err(e) = self.conn.flush().await {
                         return DriverError::Send(e.to_string());
