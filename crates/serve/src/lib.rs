@@ -14,4 +14,5 @@
 #![warn(missing_docs)]
 
 pub mod amqp;
+mod listen;
 pub mod mqtt;

@@ -73,9 +73,6 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::time::Duration;
 use tokio::net::TcpListener;
-use tokio::sync::watch;
-use tokio::task::JoinSet;
-use tokio::time::Instant;
 
 /// Sink limits, offered to clients in connection.tune.
 #[derive(Clone)]
@@ -284,64 +281,25 @@ impl Sink {
             tls,
             ..
         } = self;
-        let (shutdown_tx, shutdown_rx) = watch::channel(false);
-        let mut conns = JoinSet::new();
-        let mut stop = std::pin::pin!(stop);
-        let mut last_report: Option<Instant> = None;
-        loop {
-            tokio::select! {
-                biased;
-                () = &mut stop => break,
-                Some(_) = conns.join_next(), if !conns.is_empty() => {}
-                accepted = listener.accept() => match accepted {
-                    Ok((sock, _peer)) => {
-                        // Without this, Nagle's algorithm meets the client's delayed ACK and
-                        // small replies wait up to 40 ms.
-                        let _ = sock.set_nodelay(true);
-                        shared.stats.connections_total.fetch_add(1, Relaxed);
-                        shared.stats.connections_current.fetch_add(1, Relaxed);
-                        let open = conn::OpenConn(shared.stats.clone());
-                        let (shared, shutdown) = (shared.clone(), shutdown_rx.clone());
-                        match &tls {
-                            None => {
-                                conns.spawn(conn::serve(sock, shared, shutdown, open, false));
-                            }
-                            Some(acceptor) => {
-                                let acceptor = acceptor.clone();
-                                conns.spawn(async move {
-                                    let hs = tokio::time::timeout(
-                                        TLS_HANDSHAKE_TIMEOUT,
-                                        acceptor.accept(sock),
-                                    );
-                                    if let Ok(Ok(stream)) = hs.await {
-                                        conn::serve(stream, shared, shutdown, open, true).await;
-                                    }
-                                });
-                            }
+        crate::listen::accept_loop(listener, "msgbench amqp sink", stop, |sock, shutdown| {
+            shared.stats.connections_total.fetch_add(1, Relaxed);
+            shared.stats.connections_current.fetch_add(1, Relaxed);
+            let open = conn::OpenConn(shared.stats.clone());
+            let shared = shared.clone();
+            let tls = tls.clone();
+            async move {
+                match tls {
+                    None => conn::serve(sock, shared, shutdown, open, false).await,
+                    Some(acceptor) => {
+                        let hs = tokio::time::timeout(TLS_HANDSHAKE_TIMEOUT, acceptor.accept(sock));
+                        if let Ok(Ok(stream)) = hs.await {
+                            conn::serve(stream, shared, shutdown, open, true).await;
                         }
                     }
-                    Err(e) => {
-                        if last_report.is_none_or(|t| t.elapsed() >= Duration::from_secs(1)) {
-                            eprintln!("msgbench amqp sink: accepting a connection failed: {e}");
-                            last_report = Some(Instant::now());
-                        }
-                        tokio::select! {
-                            () = &mut stop => break,
-                            () = tokio::time::sleep(Duration::from_millis(10)) => {}
-                        }
-                    }
-                },
+                }
             }
-        }
-        drop(listener);
-        let _ = shutdown_tx.send(true);
-        let drained = tokio::time::timeout(Duration::from_secs(5), async {
-            while conns.join_next().await.is_some() {}
         })
         .await;
-        if drained.is_err() {
-            conns.shutdown().await;
-        }
         Ok(())
     }
 }

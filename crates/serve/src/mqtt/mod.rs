@@ -62,11 +62,7 @@ use std::io;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
-use std::time::Duration;
 use tokio::net::TcpListener;
-use tokio::sync::watch;
-use tokio::task::JoinSet;
-use tokio::time::Instant;
 
 /// Broker limits.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -199,47 +195,13 @@ impl Broker {
         let Broker {
             listener, shared, ..
         } = self;
-        let (shutdown_tx, shutdown_rx) = watch::channel(false);
-        let mut conns = JoinSet::new();
-        let mut stop = std::pin::pin!(stop);
-        let mut last_report: Option<Instant> = None;
-        loop {
-            tokio::select! {
-                biased;
-                () = &mut stop => break,
-                Some(_) = conns.join_next(), if !conns.is_empty() => {}
-                accepted = listener.accept() => match accepted {
-                    Ok((sock, _peer)) => {
-                        // Without this, Nagle's algorithm meets the client's delayed ACK and
-                        // small messages wait up to 40 ms.
-                        let _ = sock.set_nodelay(true);
-                        shared.stats.connections_total.fetch_add(1, Relaxed);
-                        shared.stats.connections_current.fetch_add(1, Relaxed);
-                        let open = conn::OpenConn(shared.stats.clone());
-                        conns.spawn(conn::serve(sock, shared.clone(), shutdown_rx.clone(), open));
-                    }
-                    Err(e) => {
-                        if last_report.is_none_or(|t| t.elapsed() >= Duration::from_secs(1)) {
-                            eprintln!("msgbench mqtt broker: accepting a connection failed: {e}");
-                            last_report = Some(Instant::now());
-                        }
-                        tokio::select! {
-                            () = &mut stop => break,
-                            () = tokio::time::sleep(Duration::from_millis(10)) => {}
-                        }
-                    }
-                },
-            }
-        }
-        drop(listener);
-        let _ = shutdown_tx.send(true);
-        let drained = tokio::time::timeout(Duration::from_secs(5), async {
-            while conns.join_next().await.is_some() {}
+        crate::listen::accept_loop(listener, "msgbench mqtt broker", stop, |sock, shutdown| {
+            shared.stats.connections_total.fetch_add(1, Relaxed);
+            shared.stats.connections_current.fetch_add(1, Relaxed);
+            let open = conn::OpenConn(shared.stats.clone());
+            conn::serve(sock, shared.clone(), shutdown, open)
         })
         .await;
-        if drained.is_err() {
-            conns.shutdown().await;
-        }
         Ok(())
     }
 }

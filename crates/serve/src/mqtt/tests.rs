@@ -5,11 +5,13 @@ use super::*;
 use bytes::BytesMut;
 use msgbench_driver_mqtt::codec::{self, ConnectOpts, Packet, Publish, Version};
 use std::collections::HashSet;
+use std::time::Duration;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
+use tokio::time::Instant;
 use tokio::time::timeout;
 
 /// Longest any single expected packet may take.

@@ -10,6 +10,7 @@ use amq_protocol::frame::parsing::parse_frame;
 use bytes::{Buf, BytesMut};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
 use tokio::sync::oneshot;
+use tokio::time::Instant;
 
 /// A sink on its own thread and single-threaded runtime, so that its CPU time can be told
 /// apart from the client's.

@@ -12,6 +12,7 @@ use client::{Client, T, method, tcp};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
+use tokio::time::Instant;
 use tokio::time::timeout;
 
 struct Server {

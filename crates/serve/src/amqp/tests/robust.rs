@@ -8,6 +8,7 @@ use amq_protocol::protocol::{BasicProperties, confirm};
 use amq_protocol::types::FieldTable;
 use std::sync::atomic::AtomicUsize;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::time::Instant;
 
 /// Rebuilds one generated frame with the last `cut` payload bytes replaced by `tail`.
 fn with_tail(frame: &[u8], cut: usize, tail: &[u8]) -> Vec<u8> {
