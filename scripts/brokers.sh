@@ -72,9 +72,28 @@ need_pkg() { # need_pkg BINARY PACKAGE
   fi
 }
 
+# A PID file alone cannot tell our broker from an unrelated process that got the same PID after
+# ours died (a session's processes end before CI runs; CI then builds with thousands of short
+# processes). Beside NAME.pid, NAME.start holds the process's start time (clock ticks since boot,
+# field 22 of /proc/PID/stat): a broker counts as running, and is ever killed, only when both match.
+proc_start() { # proc_start PID: prints the start time of PID, fails when there is no such process
+  local stat fields
+  stat=$(cat "/proc/$1/stat" 2>/dev/null) || return 1
+  stat=${stat##*) } # past "pid (comm) ": comm may hold spaces
+  read -ra fields <<<"$stat"
+  echo "${fields[19]}"
+}
+
+record_pid() { # record_pid NAME PID
+  echo "$2" >"$STATE/$1.pid"
+  proc_start "$2" >"$STATE/$1.start" 2>/dev/null || : >"$STATE/$1.start"
+}
+
 running() { # running NAME
-  local pidf="$STATE/$1.pid"
-  [ -f "$pidf" ] && kill -0 "$(cat "$pidf")" 2>/dev/null
+  local pidf="$STATE/$1.pid" pid start
+  [ -f "$pidf" ] && [ -f "$STATE/$1.start" ] || return 1
+  pid=$(cat "$pidf") && start=$(proc_start "$pid") || return 1
+  [ "$start" = "$(cat "$STATE/$1.start")" ]
 }
 
 port_open() { # port_open PORT
@@ -103,7 +122,7 @@ listen: 127.0.0.1:$NATS_PORT
 max_payload: 8MB
 CONF
   "$bin" -c "$STATE/nats.conf" -l "$STATE/nats.log" >/dev/null 2>&1 &
-  echo $! >"$STATE/nats.pid"
+  record_pid nats $!
   if ! wait_port "$NATS_PORT" 10; then
     log "nats-server did not open 127.0.0.1:$NATS_PORT (see $STATE/nats.log)"; return 1
   fi
@@ -214,7 +233,7 @@ mosquitto_up() {
   nofile=$(nofile_limit)
   (ulimit -n "$nofile" && exec "$bin" -c "$STATE/mosquitto.conf") >>"$STATE/mosquitto.log" 2>&1 &
   pid=$!
-  echo "$pid" >"$STATE/mosquitto.pid"
+  record_pid mosquitto "$pid"
   for port in "$MQTT_PORT" "$MQTT_AUTH_PORT" "$MQTTS_PORT"; do
     if ! wait_port "$port" 10 "$pid" || ! kill -0 "$pid" 2>/dev/null; then
       log "mosquitto did not open 127.0.0.1:$port (see $STATE/mosquitto.log)"; stop mosquitto; return 1
@@ -270,13 +289,13 @@ epmd_up() { # our own epmd, on loopback and a port of its own
   local bin; bin=$(find_bin epmd) || { log "epmd not found (package 'erlang-base')"; return 1; }
   if port_open "$EPMD_PORT"; then log "epmd: 127.0.0.1:$EPMD_PORT is already taken by another process"; return 1; fi
   "$bin" -port "$EPMD_PORT" -address 127.0.0.1 >>"$STATE/epmd.log" 2>&1 &
-  echo $! >"$STATE/epmd.pid"
+  record_pid epmd $!
   wait_port "$EPMD_PORT" 10 "$!" || { log "epmd did not open 127.0.0.1:$EPMD_PORT (see $STATE/epmd.log)"; stop epmd; return 1; }
 }
 
 rabbitmq_beam_pid() { # rabbitmq.pid: the Erlang VM's PID instead of its start script's, once known
   if [ -s "$RMQ/beam.pid" ] && kill -0 "$(cat "$RMQ/beam.pid")" 2>/dev/null; then
-    cat "$RMQ/beam.pid" >"$STATE/rabbitmq.pid"
+    record_pid rabbitmq "$(cat "$RMQ/beam.pid")"
   fi
 }
 
@@ -306,7 +325,7 @@ rabbitmq_up() {
   (ulimit -n "$nofile" && cd "$RMQ" && exec env "${envs[@]}" ERL_MAX_PORTS="$nofile" \
     "$RMQ_BIN/rabbitmq-server") >>"$STATE/rabbitmq.log" 2>&1 &
   pid=$!
-  echo "$pid" >"$STATE/rabbitmq.pid"
+  record_pid rabbitmq "$pid"
   if ! wait_port "$AMQP_PORT" 60 "$pid" || ! rmqctl await_startup --timeout 30 >>"$STATE/rabbitmq.log" 2>&1; then
     log "rabbitmq did not open 127.0.0.1:$AMQP_PORT (see $STATE/rabbitmq.log and $RMQ/log/)"
     rabbitmq_beam_pid; stop rabbitmq; stop epmd; return 1
@@ -331,8 +350,10 @@ rabbitmq_down() {
   stop epmd
 }
 
-status_line() { # status_line NAME WHERE
-  if running "$1"; then echo "$1: running, $2 (pid $(cat "$STATE/$1.pid"))"; else echo "$1: stopped"; fi
+status_line() { # status_line NAME PORT WHERE: "running" only when the process is ours and answers
+  if ! running "$1"; then echo "$1: stopped"
+  elif ! port_open "$2"; then echo "$1: not answering on 127.0.0.1:$2 (pid $(cat "$STATE/$1.pid"))"
+  else echo "$1: running, $3 (pid $(cat "$STATE/$1.pid"))"; fi
 }
 
 stop() { # stop NAME
@@ -340,11 +361,11 @@ stop() { # stop NAME
   if running "$1"; then
     local pid; pid=$(cat "$pidf")
     kill "$pid" 2>/dev/null || true
-    for _ in $(seq 1 50); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
-    kill -9 "$pid" 2>/dev/null || true
+    for _ in $(seq 1 50); do running "$1" || break; sleep 0.1; done
+    if running "$1"; then kill -9 "$pid" 2>/dev/null || true; fi
     log "$1 stopped"
   fi
-  rm -f "$pidf"
+  rm -f "$pidf" "$STATE/$1.start"
 }
 
 case "${1:-}" in
@@ -356,9 +377,9 @@ case "${1:-}" in
     if [ "${#failed[@]}" -gt 0 ]; then log "FAILED to start: ${failed[*]}"; exit 1; fi ;;
   down) stop nats; stop mosquitto; rabbitmq_down ;;
   status)
-    status_line nats "nats://127.0.0.1:$NATS_PORT"
-    status_line mosquitto "mqtt://127.0.0.1:$MQTT_PORT, mqtt://127.0.0.1:$MQTT_AUTH_PORT (auth), mqtts://localhost:$MQTTS_PORT"
-    status_line rabbitmq "amqp://127.0.0.1:$AMQP_PORT, node $RMQ_NODE" ;;
+    status_line nats "$NATS_PORT" "nats://127.0.0.1:$NATS_PORT"
+    status_line mosquitto "$MQTT_PORT" "mqtt://127.0.0.1:$MQTT_PORT, mqtt://127.0.0.1:$MQTT_AUTH_PORT (auth), mqtts://localhost:$MQTTS_PORT"
+    status_line rabbitmq "$AMQP_PORT" "amqp://127.0.0.1:$AMQP_PORT, node $RMQ_NODE" ;;
   env)
     echo "export MSGBENCH_IT_NATS_URL=nats://127.0.0.1:$NATS_PORT"
     echo "export MSGBENCH_IT_MQTT_URL=mqtt://127.0.0.1:$MQTT_PORT"

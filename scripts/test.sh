@@ -20,9 +20,14 @@ if ! command -v cargo >/dev/null 2>&1; then
 fi
 
 started=0
-if scripts/brokers.sh status | grep -q stopped; then
+if scripts/brokers.sh status | grep -qv ': running,'; then
   scripts/brokers.sh up
   started=1
+  # Every broker must answer before a test runs: a test against a dead port fails for nothing.
+  if scripts/brokers.sh status | grep -v ': running,' >&2; then
+    echo "test: a broker is not answering (see scripts/brokers.sh status)" >&2
+    exit 1
+  fi
 fi
 summary=""
 cleanup() {
@@ -41,7 +46,7 @@ cargo clippy --workspace --all-targets --locked -q -- -D warnings
 echo "test: cargo test --workspace (brokers: $MSGBENCH_IT_NATS_URL $MSGBENCH_IT_MQTT_URL)"
 log=$(mktemp)
 status=0
-cargo test --workspace --locked "$@" 2>&1 | tee "$log" || status=$?
+cargo test --workspace --locked --no-fail-fast "$@" 2>&1 | tee "$log" || status=$?
 # One closing line with the totals over every test binary (cargo prints one summary per binary,
 # the last ones being doc tests with nothing to run).
 summary=$(awk '/^test result:/ { for (i = 1; i <= NF; i++) { if ($(i+1) ~ /^passed/) p += $i; if ($(i+1) ~ /^failed/) f += $i } }
