@@ -5,6 +5,10 @@
 #   scripts/brokers.sh down     stop what `up` started (by PID)
 #   scripts/brokers.sh status   show what runs and where
 #   scripts/brokers.sh env      print the environment variables tests read (eval "$(... env)")
+#   scripts/brokers.sh restart-rabbitmq [SECONDS]
+#                               restart the RabbitMQ application inside its running node: every
+#                               connection is closed and the port refuses connections for
+#                               SECONDS (default 1) before it listens again (the broker-restart test)
 #
 # Brokers:
 #   nats-server on 127.0.0.1:${MSGBENCH_NATS_PORT:-14222}
@@ -350,6 +354,15 @@ rabbitmq_down() {
   stop epmd
 }
 
+rabbitmq_restart() { # rabbitmq_restart SECONDS
+  running rabbitmq || { log "rabbitmq is not running (scripts/brokers.sh up)"; return 1; }
+  rmqctl stop_app >>"$STATE/rabbitmq.log" 2>&1 || { log "rabbitmqctl stop_app failed (see $STATE/rabbitmq.log)"; return 1; }
+  sleep "$1"
+  rmqctl start_app >>"$STATE/rabbitmq.log" 2>&1 || { log "rabbitmqctl start_app failed (see $STATE/rabbitmq.log)"; return 1; }
+  wait_port "$AMQP_PORT" 30 || { log "rabbitmq did not listen again on 127.0.0.1:$AMQP_PORT"; return 1; }
+  log "rabbitmq restarted"
+}
+
 status_line() { # status_line NAME PORT WHERE: "running" only when the process is ours and answers
   if ! running "$1"; then echo "$1: stopped"
   elif ! port_open "$2"; then echo "$1: not answering on 127.0.0.1:$2 (pid $(cat "$STATE/$1.pid"))"
@@ -380,6 +393,7 @@ case "${1:-}" in
     status_line nats "$NATS_PORT" "nats://127.0.0.1:$NATS_PORT"
     status_line mosquitto "$MQTT_PORT" "mqtt://127.0.0.1:$MQTT_PORT, mqtt://127.0.0.1:$MQTT_AUTH_PORT (auth), mqtts://localhost:$MQTTS_PORT"
     status_line rabbitmq "$AMQP_PORT" "amqp://127.0.0.1:$AMQP_PORT, node $RMQ_NODE" ;;
+  restart-rabbitmq) rabbitmq_restart "${2:-1}" ;;
   env)
     echo "export MSGBENCH_IT_NATS_URL=nats://127.0.0.1:$NATS_PORT"
     echo "export MSGBENCH_IT_MQTT_URL=mqtt://127.0.0.1:$MQTT_PORT"
@@ -389,5 +403,5 @@ case "${1:-}" in
     echo "export MSGBENCH_IT_MQTT_CLIENT_CERT=$(printf %q "$TLS/client.pem")"
     echo "export MSGBENCH_IT_MQTT_CLIENT_KEY=$(printf %q "$TLS/client.key")"
     echo "export MSGBENCH_IT_AMQP_URL=amqp://guest:guest@127.0.0.1:$AMQP_PORT/%2f" ;;
-  *) echo "usage: $0 up|down|status|env" >&2; exit 2 ;;
+  *) echo "usage: $0 up|down|status|env|restart-rabbitmq [SECONDS]" >&2; exit 2 ;;
 esac

@@ -170,6 +170,55 @@ fn large_messages_are_split_into_frames() {
     assert_eq!(u(&m["counters"]["received_bytes"]), 30 * 3 * 1024 * 1024);
 }
 
+/// Mandatory publishes no queue is bound for come back as basic.return: counted as `returned`
+/// (and still confirmed), with a warning saying why consumers will not see them.
+#[test]
+fn unroutable_mandatory_messages_are_counted() {
+    let d = TempDir::new("amqp-returned");
+    let url = amqp_url();
+    let r = run_json(
+        &d.0,
+        &run_args(
+            &url,
+            &[
+                "--exchange",
+                "it.unrouted",
+                "--mandatory",
+                "--confirm",
+                "-c",
+                "0",
+                "-n",
+                "3000",
+                "--topic",
+                "it.nowhere",
+            ],
+        ),
+    );
+    let m = measure(&r);
+    assert_eq!(u(&m["counters"]["returned"]), 3000, "{m}");
+    assert_eq!(u(&m["counters"]["acked"]), 3000);
+    assert!(r["warnings"].to_string().contains("unroutable"), "{r}");
+    // Without confirms the count is exact too (the producer syncs with the broker at the end).
+    let r = run_json(
+        &d.0,
+        &run_args(
+            &url,
+            &[
+                "--exchange",
+                "it.unrouted",
+                "--mandatory",
+                "-c",
+                "0",
+                "-n",
+                "3000",
+                "--topic",
+                "it.nowhere",
+            ],
+        ),
+    );
+    assert_eq!(u(&measure(&r)["counters"]["returned"]), 3000, "{r}");
+}
+
 /// Wrong credentials and closed ports are clear errors.
 #[test]
 fn bad_credentials_and_unreachable() {

@@ -93,6 +93,20 @@ pub enum Ack {
         /// Confirmed (true) or refused (false).
         ok: bool,
     },
+    /// Every message up to and including `up_to` still outstanding will never be confirmed: the
+    /// connection it went out on is gone (a client that reconnects says so before the new
+    /// connection's acks, whose cumulative acks must not cover the old connection's messages).
+    /// Counted as in doubt right away, as an expired ack would be later.
+    InDoubt {
+        /// Highest token covered.
+        up_to: u64,
+    },
+    /// The system handed `n` messages back as unroutable (AMQP basic.return). Comes on top of
+    /// their confirms, which still arrive: a returned message is accepted but reaches no queue.
+    Returned {
+        /// How many.
+        n: u64,
+    },
 }
 
 /// One received message.

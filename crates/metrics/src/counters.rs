@@ -15,7 +15,8 @@ pub enum ErrorKind {
     Nack,
     /// Receiving failed (the subscription broke, the client reported an error).
     Receive,
-    /// An operation or acknowledgement timed out.
+    /// An operation or acknowledgement timed out, or an ack can no longer come (its connection
+    /// is gone): the message is in doubt.
     Timeout,
     /// The connection dropped.
     Disconnect,
@@ -261,6 +262,10 @@ pub struct Counters {
     /// Held connections the server or the network dropped.
     #[serde(default, skip_serializing_if = "is_zero")]
     pub dropped: u64,
+    /// Messages the system handed back as unroutable (AMQP basic.return of a mandatory publish):
+    /// accepted from the client, but no queue took them, so no consumer will see them.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub returned: u64,
     /// Failed connection attempts, by cause.
     #[serde(default, skip_serializing_if = "ConnectFailures::is_zero")]
     pub connect_failures: ConnectFailures,
@@ -287,6 +292,7 @@ impl Counters {
         self.connects += o.connects;
         self.closes += o.closes;
         self.dropped += o.dropped;
+        self.returned += o.returned;
         self.connect_failures.merge(&o.connect_failures);
     }
 

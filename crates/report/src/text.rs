@@ -53,6 +53,13 @@ fn phase_block(out: &mut dyn Write, p: &PhaseReport) -> std::io::Result<()> {
             c.acked, c.nacked
         )?;
     }
+    if c.returned > 0 {
+        writeln!(
+            out,
+            "  returned  {:>14} msgs (unroutable: no queue was bound for them)",
+            c.returned
+        )?;
+    }
     if c.late_sends > 0 {
         writeln!(
             out,

@@ -624,6 +624,12 @@ pub async fn run<D: Driver>(
     if all.errors.total() > 0 {
         warnings.push(format!("{} errors during the run", all.errors.total()));
     }
+    if all.returned > 0 {
+        warnings.push(format!(
+            "{} messages came back unroutable (mandatory publishes no queue was bound for)",
+            all.returned
+        ));
+    }
     if all.foreign > 0 {
         warnings.push(format!(
             "{} deliveries were not this run's messages (foreign or truncated)",

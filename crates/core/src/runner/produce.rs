@@ -97,6 +97,12 @@ impl ProducerTask {
             Ack::UpTo { token, ok } => {
                 window.ack_up_to(token, |sent| rec.record_ack(now.saturating_sub(sent), ok))
             }
+            Ack::InDoubt { up_to } => {
+                let mut n = 0;
+                window.ack_up_to(up_to, |_| n += 1);
+                rec.counters_mut().errors.add(ErrorKind::Timeout, n);
+            }
+            Ack::Returned { n } => rec.counters_mut().returned += n,
         }
     }
 
@@ -255,6 +261,9 @@ impl ProducerTask {
                 if this.acks {
                     let expired = window.expire(sent_ns.saturating_sub(this.ack_timeout_ns));
                     rec.counters_mut().errors.add(ErrorKind::Timeout, expired);
+                } else {
+                    // Without confirms only notices such as returns come this way.
+                    Self::drain_ready_acks(&mut p, &mut rec, &mut window);
                 }
                 this.flush_snapshot(&mut rec, phase, k);
             }
@@ -340,6 +349,8 @@ impl ProducerTask {
             rec.counters_mut()
                 .errors
                 .add(ErrorKind::Timeout, window.len() as u64);
+        } else {
+            Self::drain_ready_acks(&mut p, &mut rec, &mut window);
         }
         let _ = p.close().await;
         this.flush_snapshot(&mut rec, this.state.phase_at(now_ns()), ticker.recording());

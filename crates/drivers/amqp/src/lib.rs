@@ -25,7 +25,7 @@
 //! Failures: a lost connection is a `disconnected` event, then re-established with backoff and
 //! the channel set up again; confirms outstanding at the cut never come and expire in the
 //! runner's window (counted as timeouts: in doubt). Unroutable mandatory messages come back
-//! as basic.return and are not counted separately yet.
+//! as basic.return and are counted as `returned`.
 //!
 //! # Layout
 //! - [`codec`]: frames (amq-protocol for methods, fast paths for publish and bodies).
@@ -143,13 +143,15 @@ impl Inner {
         }
     }
 
-    /// Declares a queue (server-named when `name` is empty) and binds it; returns its name.
+    /// Declares a queue (server-named when `name` is empty), binds it and, with `purge`,
+    /// empties it; returns its name.
     async fn declare_queue(
         &self,
         c: &mut Conn,
         name: &str,
         topic: &str,
         shared: bool,
+        purge: bool,
     ) -> Result<String, DriverError> {
         let mut args = FieldTable::default();
         if shared {
@@ -209,7 +211,7 @@ impl Inner {
                 }
             }
         }
-        if shared && self.amqp.purge {
+        if shared && purge {
             match c
                 .call(AMQPClass::Queue(queue::AMQPMethod::Purge(queue::Purge {
                     queue: ShortString::from(declared.as_str()),
@@ -229,32 +231,46 @@ impl Inner {
         Ok(declared)
     }
 
-    /// The queue a consumer of `spec` reads, declared and bound.
+    /// The queue a consumer of `spec` reads, declared and bound (and purged when `purge`).
     async fn consumer_queue(
         &self,
         c: &mut Conn,
         spec: &ConsumerSpec,
+        purge: bool,
     ) -> Result<String, DriverError> {
         self.declare_exchange(c).await?;
         match (&spec.group, self.amqp.exchange.is_empty()) {
             // The default exchange routes by queue name: the topic is the queue.
-            (_, true) => self.declare_queue(c, &spec.topic, &spec.topic, true).await,
+            (_, true) => {
+                self.declare_queue(c, &spec.topic, &spec.topic, true, purge)
+                    .await
+            }
             (Some(g), false) => {
                 self.declare_queue(
                     c,
                     &format!("msgbench.{g}.{}", spec.topic),
                     &spec.topic,
                     true,
+                    purge,
                 )
                 .await
             }
-            (None, false) => self.declare_queue(c, "", &spec.topic, false).await,
+            (None, false) => self.declare_queue(c, "", &spec.topic, false, false).await,
         }
     }
 
-    /// Declares the consumer's queue and starts consuming from it.
-    async fn subscribe(&self, c: &mut Conn, spec: &ConsumerSpec) -> Result<(), DriverError> {
-        let queue = self.consumer_queue(c, spec).await?;
+    /// Declares the consumer's queue and starts consuming from it. `first`: the run's initial
+    /// subscription, the only one that purges (a resubscription after a reconnect must not
+    /// throw away what the queue kept for it meanwhile).
+    async fn subscribe(
+        &self,
+        c: &mut Conn,
+        spec: &ConsumerSpec,
+        first: bool,
+    ) -> Result<(), DriverError> {
+        let queue = self
+            .consumer_queue(c, spec, first && self.amqp.purge)
+            .await?;
         conn::start_consuming(c, &queue, self.amqp.prefetch, self.amqp.auto_ack)
             .await
             .map_err(|e| DriverError::Subscribe(format!("consuming from `{queue}`: {e}")))
@@ -311,6 +327,7 @@ impl Driver for AmqpDriver {
             conn,
             templates,
             confirm: d.amqp.confirm,
+            mandatory: d.amqp.mandatory,
             next_tag: 1,
             tag_offset: None,
             acks: std::collections::VecDeque::new(),
@@ -329,7 +346,7 @@ impl Driver for AmqpDriver {
         let mut conn = d
             .connect("sub", spec.id as u64, None, true, DATA_CHUNK)
             .await?;
-        d.subscribe(&mut conn, spec).await?;
+        d.subscribe(&mut conn, spec, true).await?;
         let hb = conn.heartbeat_every;
         Ok(AmqpConsumer {
             conn,
@@ -386,6 +403,7 @@ pub struct AmqpProducer {
     conn: Conn,
     templates: Vec<PublishTemplate>,
     confirm: bool,
+    mandatory: bool,
     /// Delivery tag of the next publish on this channel.
     next_tag: u64,
     /// token = tag + offset, fixed at the first publish on each channel.
@@ -398,6 +416,14 @@ pub struct AmqpProducer {
 impl AmqpProducer {
     fn on_frame(&mut self, f: Frame) {
         let Frame::Method(_, m) = f else { return };
+        if let AMQPClass::Basic(basic::AMQPMethod::Return(_)) = *m {
+            // Its header and body frames follow and are skipped (only methods matter here).
+            match self.acks.back_mut() {
+                Some(Ack::Returned { n }) => *n += 1,
+                _ => self.acks.push_back(Ack::Returned { n: 1 }),
+            }
+            return;
+        }
         let Some(off) = self.tag_offset else { return };
         match *m {
             AMQPClass::Basic(basic::AMQPMethod::Ack(a)) => self.acks.push_back(if a.multiple {
@@ -452,6 +478,40 @@ impl AmqpProducer {
         Ok(())
     }
 
+    /// Without confirms nothing marks when the broker is done with the last publishes, so their
+    /// returns could still be on the way: a synchronous basic.qos (harmless on a publishing
+    /// channel) is answered only after every earlier method, so once its qos-ok is read every
+    /// return has been counted.
+    async fn sync_returns(&mut self) {
+        codec::put_method(
+            &mut self.conn.wire.wbuf,
+            CHANNEL,
+            AMQPClass::Basic(basic::AMQPMethod::Qos(basic::Qos {
+                prefetch_count: 0,
+                global: false,
+            })),
+        );
+        let done = tokio::time::timeout(self.driver.timeout, async {
+            self.conn.flush().await?;
+            loop {
+                match self.conn.read_frame().await? {
+                    Frame::Method(_, m)
+                        if matches!(*m, AMQPClass::Basic(basic::AMQPMethod::QosOk(_))) =>
+                    {
+                        return Ok::<(), std::io::Error>(());
+                    }
+                    f => self.on_frame(f),
+                }
+            }
+        })
+        .await;
+        match done {
+            Ok(Ok(())) => {}
+            Ok(Err(e)) => self.conn.lost(&e),
+            Err(_) => {}
+        }
+    }
+
     /// Reconnects and sets the channel up again: the exchange may be gone with a restarted
     /// broker, and confirms are per channel.
     async fn reconnect(&mut self) -> Result<(), DriverError> {
@@ -460,6 +520,15 @@ impl AmqpProducer {
         if let Err(e) = driver.setup_producer(&mut self.conn).await {
             self.conn.lost(&std::io::Error::other(e.to_string()));
             return Err(e);
+        }
+        // Confirms are per channel: what the old one left unconfirmed is in doubt, and the new
+        // channel's multiple-acks must not sweep it up.
+        if let Some(off) = self.tag_offset
+            && self.next_tag > 1
+        {
+            self.acks.push_back(Ack::InDoubt {
+                up_to: (self.next_tag - 1).wrapping_add(off),
+            });
         }
         self.next_tag = 1;
         self.tag_offset = None;
@@ -508,7 +577,11 @@ impl Producer for AmqpProducer {
         if !self.conn.is_connected() {
             return Err(DriverError::Closed);
         }
-        self.write_out().await
+        self.write_out().await?;
+        if self.mandatory && !self.confirm {
+            self.sync_returns().await;
+        }
+        Ok(())
     }
 
     fn poll_ack(&mut self, cx: &mut Context<'_>) -> Poll<Option<Ack>> {
@@ -659,7 +732,7 @@ impl AmqpConsumer {
         self.unacked = 0;
         self.pending = None;
         let driver = self.driver.clone();
-        if let Err(e) = driver.subscribe(&mut self.conn, &self.spec).await {
+        if let Err(e) = driver.subscribe(&mut self.conn, &self.spec, false).await {
             self.conn.lost(&std::io::Error::other(e.to_string()));
             return Err(e);
         }
