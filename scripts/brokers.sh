@@ -9,6 +9,8 @@
 #                               restart the RabbitMQ application inside its running node: every
 #                               connection is closed and the port refuses connections for
 #                               SECONDS (default 1) before it listens again (the broker-restart test)
+#   scripts/brokers.sh rabbitmqctl ARGS...
+#                               rabbitmqctl against our node (e.g. list_connections name channels)
 #
 # Brokers:
 #   nats-server on 127.0.0.1:${MSGBENCH_NATS_PORT:-14222}
@@ -394,6 +396,7 @@ case "${1:-}" in
     status_line mosquitto "$MQTT_PORT" "mqtt://127.0.0.1:$MQTT_PORT, mqtt://127.0.0.1:$MQTT_AUTH_PORT (auth), mqtts://localhost:$MQTTS_PORT"
     status_line rabbitmq "$AMQP_PORT" "amqp://127.0.0.1:$AMQP_PORT, node $RMQ_NODE" ;;
   restart-rabbitmq) rabbitmq_restart "${2:-1}" ;;
+  rabbitmqctl) shift; rmqctl "$@" ;;
   env)
     echo "export MSGBENCH_IT_NATS_URL=nats://127.0.0.1:$NATS_PORT"
     echo "export MSGBENCH_IT_MQTT_URL=mqtt://127.0.0.1:$MQTT_PORT"
@@ -403,5 +406,5 @@ case "${1:-}" in
     echo "export MSGBENCH_IT_MQTT_CLIENT_CERT=$(printf %q "$TLS/client.pem")"
     echo "export MSGBENCH_IT_MQTT_CLIENT_KEY=$(printf %q "$TLS/client.key")"
     echo "export MSGBENCH_IT_AMQP_URL=amqp://guest:guest@127.0.0.1:$AMQP_PORT/%2f" ;;
-  *) echo "usage: $0 up|down|status|env|restart-rabbitmq [SECONDS]" >&2; exit 2 ;;
+  *) echo "usage: $0 up|down|status|env|restart-rabbitmq [SECONDS]|rabbitmqctl ARGS..." >&2; exit 2 ;;
 esac

@@ -219,6 +219,87 @@ fn unroutable_mandatory_messages_are_counted() {
     assert_eq!(u(&measure(&r)["counters"]["returned"]), 3000, "{r}");
 }
 
+/// `--channels 3`: six producers share two connections and six consumers two more, a channel
+/// each (as RabbitMQ itself lists them mid-run), and every message still arrives once.
+#[test]
+fn channels_share_connections() {
+    let d = TempDir::new("amqp-channels");
+    let url = amqp_url();
+    let run = std::process::Command::new(bin())
+        .args(run_args(
+            &url,
+            &[
+                "--channels",
+                "3",
+                "-p",
+                "6",
+                "-c",
+                "6",
+                "--queue-group",
+                "g",
+                "--confirm",
+                "--client-id",
+                "itmux-{role}-{i}",
+                "--topic",
+                "it.channels",
+                "--rate",
+                "3000",
+                "--duration",
+                "4s",
+                "--format",
+                "json",
+                "--quiet",
+            ],
+        ))
+        .current_dir(&d.0)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(std::time::Duration::from_secs(2));
+    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/scripts/brokers.sh");
+    let l = std::process::Command::new(script)
+        .args([
+            "rabbitmqctl",
+            "list_connections",
+            "client_properties",
+            "channels",
+            "--no-table-headers",
+        ])
+        .output()
+        .unwrap();
+    let listing = stdout(&l);
+    // Lines like `[..{"connection_name","itmux-pub-0"}..]\t3`.
+    let mut ours: Vec<String> = listing
+        .lines()
+        .filter_map(|l| {
+            let name = l.split("\"itmux-").nth(1)?.split('"').next()?;
+            Some(format!("itmux-{name} {}", l.split('\t').next_back()?))
+        })
+        .collect();
+    ours.sort();
+    assert_eq!(
+        ours,
+        [
+            "itmux-pub-0 3",
+            "itmux-pub-1 3",
+            "itmux-sub-0 3",
+            "itmux-sub-1 3"
+        ],
+        "{listing}"
+    );
+    let o = run.wait_with_output().unwrap();
+    assert!(o.status.success(), "{}", stderr(&o));
+    let r: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    let m = measure(&r);
+    let sent = u(&m["counters"]["sent"]);
+    assert!(sent > 6_000, "{sent}");
+    assert_eq!(u(&m["counters"]["acked"]), sent);
+    let i = &r["integrity"];
+    assert_eq!((u(&i["delivered"]), u(&i["lost"])), (sent, 0), "{i}");
+    assert_eq!(u(&i["duplicated"]), 0, "{i}");
+}
+
 /// Wrong credentials and closed ports are clear errors.
 #[test]
 fn bad_credentials_and_unreachable() {

@@ -99,6 +99,10 @@ Examples:
       8 subjects, 3 competing consumers per subject.
   msgbench run nats://127.0.0.1:4222 --request-reply --max-in-flight 64 --messages 1000000
       Request/reply round trips, 64 outstanding per requester, one million requests.
+  msgbench run amqp://guest:guest@127.0.0.1:5672/%2f --confirm --size 1KiB --queue-group q
+      RabbitMQ: publisher confirms (publish latency = publish -> confirm), one shared queue.
+  msgbench run amqp://127.0.0.1 -p 100 -c 100 --channels 20 --rate 10k --mandatory
+      100 publishers and 100 consumers on 10 connections (20 channels each).
   msgbench run mem:// --rate 20000 --rate-shape ramp:1000..20000/30s --duration 40s
       A linear ramp (other shapes: poisson, steps:1000/10s,5000/10s, burst:500/1s).
   msgbench run scenario.toml --duration 1m -o results.jsonl
@@ -307,6 +311,10 @@ pub struct RunArgs {
     /// Purge shared queues before the run.
     #[arg(long, help_heading = "AMQP 0-9-1")]
     pub purge: bool,
+    /// Channels per connection: N producers (and, apart, N consumers) share one connection,
+    /// a channel each (default 1).
+    #[arg(long, value_name = "N", help_heading = "AMQP 0-9-1")]
+    pub channels: Option<u16>,
 }
 
 /// `msgbench validate`.

@@ -153,6 +153,7 @@ fn flags_to_scenario(a: &RunArgs) -> Result<Scenario> {
     s.amqp.queue_type = a.queue_type.clone();
     s.amqp.max_length = a.max_length;
     s.amqp.purge = a.purge.then_some(true);
+    s.amqp.channels_per_connection = a.channels;
     Ok(s)
 }
 

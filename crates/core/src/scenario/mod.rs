@@ -123,6 +123,9 @@ pub struct AmqpSection {
     pub max_length: Option<u64>,
     /// Purge the queues before the run.
     pub purge: Option<bool>,
+    /// Channels per connection: producers (and, separately, consumers) share connections, this
+    /// many to each, one channel apiece (default 1: a connection per client).
+    pub channels_per_connection: Option<u16>,
 }
 
 /// `[client]`: settings of each protocol client.
@@ -418,6 +421,7 @@ impl Scenario {
                     queue_type,
                     max_length,
                     purge,
+                    channels_per_connection,
                 },
         } = over;
         pick(&mut self.name, name);
@@ -480,6 +484,10 @@ impl Scenario {
         pick(&mut self.amqp.queue_type, queue_type);
         pick(&mut self.amqp.max_length, max_length);
         pick(&mut self.amqp.purge, purge);
+        pick(
+            &mut self.amqp.channels_per_connection,
+            channels_per_connection,
+        );
         self
     }
 }

@@ -105,6 +105,8 @@ pub struct AmqpPlan {
     pub max_length: Option<u64>,
     /// Purge queues before the run.
     pub purge: bool,
+    /// Clients per connection, each on its own channel (1 = a connection per client).
+    pub channels_per_connection: u16,
 }
 
 /// TLS settings for TLS targets.
@@ -460,6 +462,13 @@ fn resolve_amqp(s: &Scenario) -> Result<AmqpPlan, PlanError> {
     if ack_every == 0 {
         return Err(err("amqp.ack_every", "must be at least 1"));
     }
+    let channels_per_connection = a.channels_per_connection.unwrap_or(1);
+    if !(1..=2047).contains(&channels_per_connection) {
+        return Err(err(
+            "amqp.channels_per_connection",
+            "must be between 1 and 2047 (RabbitMQ's default channel_max)",
+        ));
+    }
     Ok(AmqpPlan {
         exchange,
         exchange_type,
@@ -473,6 +482,7 @@ fn resolve_amqp(s: &Scenario) -> Result<AmqpPlan, PlanError> {
         queue_type,
         max_length: a.max_length,
         purge: a.purge.unwrap_or(false),
+        channels_per_connection,
     })
 }
 

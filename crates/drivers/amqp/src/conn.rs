@@ -497,9 +497,10 @@ impl Conn {
     }
 }
 
-/// basic.qos + basic.consume on channel 1; returns when the server confirmed the consumer.
+/// basic.qos + basic.consume on the link's channel; returns when the server confirmed the
+/// consumer.
 pub async fn start_consuming(
-    conn: &mut Conn,
+    conn: &mut crate::link::Link,
     queue: &str,
     prefetch: u16,
     no_ack: bool,

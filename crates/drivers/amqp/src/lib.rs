@@ -34,27 +34,36 @@
 
 pub mod codec;
 pub mod conn;
+pub mod link;
+pub mod mux;
 
 use amq_protocol::protocol::{AMQPClass, basic, exchange, queue};
 use amq_protocol::types::{AMQPValue, FieldTable, ShortString};
 use bytes::{Bytes, BytesMut};
 use codec::{Frame, PublishTemplate};
 use conn::{CHANNEL, Conn, Endpoint};
+use link::Link;
 use msgbench_core::driver::{
     Ack, Capabilities, Consumer, ConsumerSpec, Delivery, Driver, DriverError, EventSink, Outbound,
     Producer, ProducerSpec, Session, SessionSpec,
 };
 use msgbench_core::scenario::{AmqpPlan, ClientPlan, TlsPlan};
+use mux::Mux;
+use std::collections::HashMap;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll, Waker};
 use std::time::Duration;
+use tokio::sync::OnceCell;
 use tokio::time::{Instant, Sleep};
 
 /// Bytes buffered before an unpaced producer writes them out.
 pub const WRITE_BATCH: usize = 64 * 1024;
 const DATA_CHUNK: usize = 64 * 1024;
 const SESSION_CHUNK: usize = 512;
+
+/// A shared connection, connected by the first client that needs it.
+type MuxSlot = Arc<OnceCell<Arc<Mux>>>;
 
 /// The AMQP 0-9-1 driver.
 pub struct AmqpDriver(Arc<Inner>);
@@ -67,6 +76,8 @@ struct Inner {
     run_id: u32,
     events: EventSink,
     timeout: Duration,
+    /// Shared connections by (role, index) when `channels_per_connection` > 1.
+    muxes: std::sync::Mutex<HashMap<(&'static str, u64), MuxSlot>>,
 }
 
 impl AmqpDriver {
@@ -87,6 +98,7 @@ impl AmqpDriver {
             run_id,
             events,
             timeout,
+            muxes: Default::default(),
         })))
     }
 }
@@ -112,8 +124,33 @@ impl Inner {
         .await
     }
 
+    /// The link client `i` of `role` talks through: a connection of its own, or with
+    /// `channels_per_connection` = N > 1, channel `i % N + 1` of shared connection `i / N`.
+    async fn link(&self, role: &'static str, i: u64) -> Result<Link, DriverError> {
+        let n = self.amqp.channels_per_connection.max(1) as u64;
+        if n == 1 {
+            return Ok(Link::Own(
+                self.connect(role, i, None, true, DATA_CHUNK).await?,
+            ));
+        }
+        let cell = self
+            .muxes
+            .lock()
+            .expect("mux registry")
+            .entry((role, i / n))
+            .or_default()
+            .clone();
+        let mux = cell
+            .get_or_try_init(|| async {
+                let conn = self.connect(role, i / n, None, true, DATA_CHUNK).await?;
+                Ok::<_, DriverError>(Mux::start(conn, n as u16, self.timeout))
+            })
+            .await?;
+        Ok(Link::Shared(mux.channel((i % n) as u16 + 1).await?))
+    }
+
     /// Declares the exchange (not for the default exchange).
-    async fn declare_exchange(&self, c: &mut Conn) -> Result<(), DriverError> {
+    async fn declare_exchange(&self, c: &mut Link) -> Result<(), DriverError> {
         if self.amqp.exchange.is_empty() {
             return Ok(());
         }
@@ -147,7 +184,7 @@ impl Inner {
     /// empties it; returns its name.
     async fn declare_queue(
         &self,
-        c: &mut Conn,
+        c: &mut Link,
         name: &str,
         topic: &str,
         shared: bool,
@@ -234,7 +271,7 @@ impl Inner {
     /// The queue a consumer of `spec` reads, declared and bound (and purged when `purge`).
     async fn consumer_queue(
         &self,
-        c: &mut Conn,
+        c: &mut Link,
         spec: &ConsumerSpec,
         purge: bool,
     ) -> Result<String, DriverError> {
@@ -264,7 +301,7 @@ impl Inner {
     /// throw away what the queue kept for it meanwhile).
     async fn subscribe(
         &self,
-        c: &mut Conn,
+        c: &mut Link,
         spec: &ConsumerSpec,
         first: bool,
     ) -> Result<(), DriverError> {
@@ -276,7 +313,7 @@ impl Inner {
             .map_err(|e| DriverError::Subscribe(format!("consuming from `{queue}`: {e}")))
     }
 
-    async fn setup_producer(&self, c: &mut Conn) -> Result<(), DriverError> {
+    async fn setup_producer(&self, c: &mut Link) -> Result<(), DriverError> {
         self.declare_exchange(c).await?;
         if self.amqp.confirm {
             c.confirm_select()
@@ -306,21 +343,14 @@ impl Driver for AmqpDriver {
         for t in &spec.topics {
             short("the routing key", t)?;
         }
-        let mut conn = d
-            .connect("pub", spec.id as u64, None, true, DATA_CHUNK)
-            .await?;
+        let mut conn = d.link("pub", spec.id as u64).await?;
         d.setup_producer(&mut conn).await?;
+        let ch = conn.channel();
         let templates = spec
             .topics
             .iter()
             .map(|t| {
-                PublishTemplate::new(
-                    CHANNEL,
-                    &d.amqp.exchange,
-                    t,
-                    d.amqp.mandatory,
-                    d.amqp.persistent,
-                )
+                PublishTemplate::new(ch, &d.amqp.exchange, t, d.amqp.mandatory, d.amqp.persistent)
             })
             .collect();
         Ok(AmqpProducer {
@@ -343,11 +373,9 @@ impl Driver for AmqpDriver {
         if let Some(g) = &spec.group {
             short("the queue name", &format!("msgbench.{g}.{}", spec.topic))?;
         }
-        let mut conn = d
-            .connect("sub", spec.id as u64, None, true, DATA_CHUNK)
-            .await?;
+        let mut conn = d.link("sub", spec.id as u64).await?;
         d.subscribe(&mut conn, spec, true).await?;
-        let hb = conn.heartbeat_every;
+        let hb = conn.heartbeat_every();
         Ok(AmqpConsumer {
             conn,
             driver: self.0.clone(),
@@ -400,7 +428,7 @@ fn half(hb: Duration) -> Duration {
 
 /// The sending side: one connection, one channel.
 pub struct AmqpProducer {
-    conn: Conn,
+    conn: Link,
     templates: Vec<PublishTemplate>,
     confirm: bool,
     mandatory: bool,
@@ -449,7 +477,7 @@ impl AmqpProducer {
                 }
             }),
             ref other => {
-                if let Err(e) = self.conn.check_close(CHANNEL, other) {
+                if let Err(e) = self.conn.check_close(self.conn.channel(), other) {
                     self.conn.lost(&e);
                 }
             }
@@ -483,9 +511,10 @@ impl AmqpProducer {
     /// channel) is answered only after every earlier method, so once its qos-ok is read every
     /// return has been counted.
     async fn sync_returns(&mut self) {
+        let ch = self.conn.channel();
         codec::put_method(
-            &mut self.conn.wire.wbuf,
-            CHANNEL,
+            self.conn.wbuf(),
+            ch,
             AMQPClass::Basic(basic::AMQPMethod::Qos(basic::Qos {
                 prefetch_count: 0,
                 global: false,
@@ -548,10 +577,10 @@ impl Producer for AmqpProducer {
             debug_assert_eq!(self.next_tag.wrapping_add(off), msg.token);
             self.next_tag += 1;
         }
-        let fm = self.conn.frame_max;
-        self.templates[msg.stream as usize].put(&mut self.conn.wire.wbuf, msg.payload, fm);
-        self.conn.published = true;
-        if self.conn.wire.wbuf.len() >= WRITE_BATCH {
+        let fm = self.conn.frame_max();
+        self.templates[msg.stream as usize].put(self.conn.wbuf(), msg.payload, fm);
+        self.conn.set_published();
+        if self.conn.wbuf().len() >= WRITE_BATCH {
             self.write_out().await?;
             self.service_reads();
         }
@@ -562,12 +591,12 @@ impl Producer for AmqpProducer {
         if !self.conn.is_connected() {
             return Ok(());
         }
-        if self.conn.wire.wbuf.is_empty()
-            && self.last_write.elapsed() >= half(self.conn.heartbeat_every)
+        if self.conn.wbuf().is_empty()
+            && self.last_write.elapsed() >= half(self.conn.heartbeat_every())
         {
-            codec::put_heartbeat(&mut self.conn.wire.wbuf);
+            codec::put_heartbeat(self.conn.wbuf());
         }
-        if !self.conn.wire.wbuf.is_empty() {
+        if !self.conn.wbuf().is_empty() {
             self.write_out().await?;
         }
         Ok(())
@@ -623,7 +652,7 @@ struct Pending {
 
 /// The receiving side: one connection, one consumer on one queue.
 pub struct AmqpConsumer {
-    conn: Conn,
+    conn: Link,
     driver: Arc<Inner>,
     spec: ConsumerSpec,
     auto_ack: bool,
@@ -639,7 +668,8 @@ impl AmqpConsumer {
     /// Acks everything received so far with one multiple-ack.
     fn ack_now(&mut self) {
         if !self.auto_ack && self.unacked > 0 {
-            codec::put_ack(&mut self.conn.wire.wbuf, CHANNEL, self.last_tag, true);
+            let ch = self.conn.channel();
+            codec::put_ack(self.conn.wbuf(), ch, self.last_tag, true);
             self.unacked = 0;
         }
     }
@@ -647,12 +677,12 @@ impl AmqpConsumer {
     fn poll_delivery(&mut self, cx: &mut Context<'_>) -> Poll<std::io::Result<Delivery>> {
         loop {
             if self.heartbeat.as_mut().poll(cx).is_ready() {
-                codec::put_heartbeat(&mut self.conn.wire.wbuf);
-                let next = Instant::now() + half(self.conn.heartbeat_every);
+                codec::put_heartbeat(self.conn.wbuf());
+                let next = Instant::now() + half(self.conn.heartbeat_every());
                 self.heartbeat.as_mut().reset(next);
             }
             // Going idle: ack what was received, so the broker's window never waits on us.
-            let idle = self.conn.wire.rbuf.len() < 8;
+            let idle = self.conn.unread() < 8;
             if idle {
                 self.ack_now();
             }
@@ -672,7 +702,7 @@ impl AmqpConsumer {
                             single: None,
                         });
                     }
-                    ref other => self.conn.check_close(CHANNEL, other)?,
+                    ref other => self.conn.check_close(self.conn.channel(), other)?,
                 },
                 Frame::Header(_, size) => {
                     if let Some(p) = self.pending.as_mut() {
