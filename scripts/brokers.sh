@@ -23,7 +23,8 @@
 #   A system mosquitto service (port 1883), if the package started one, is left alone.
 #   rabbitmq-server (AMQP 0-9-1, package 'rabbitmq-server'): our own node msgbench@localhost,
 #     AMQP on 127.0.0.1:${MSGBENCH_AMQP_PORT:-35672}, user guest / password guest (loopback only),
-#     no plugins (no management UI). Its Erlang distribution listens on
+#     MQTT plugin on 127.0.0.1:${MSGBENCH_RMQ_MQTT_PORT:-31883} (cross-protocol pipelines: MQTT
+#     topics a/b are AMQP routing keys a.b on amq.topic), no management UI. Its Erlang distribution listens on
 #     127.0.0.1:${MSGBENCH_AMQP_DIST_PORT:-35673}, our rabbitmqctl calls on the 11 ports after it,
 #     and it registers with an epmd of ours on 127.0.0.1:${MSGBENCH_EPMD_PORT:-34369}. A system
 #     RabbitMQ (5672, 25672, 15672) or epmd (4369), if the package started one, is left alone.
@@ -43,6 +44,7 @@ MQTTS_PORT=${MSGBENCH_MQTTS_PORT:-18883}
 AMQP_PORT=${MSGBENCH_AMQP_PORT:-35672}
 AMQP_DIST_PORT=${MSGBENCH_AMQP_DIST_PORT:-35673}
 EPMD_PORT=${MSGBENCH_EPMD_PORT:-34369}
+RMQ_MQTT_PORT=${MSGBENCH_RMQ_MQTT_PORT:-31883}
 RMQ_NODE=msgbench@localhost
 RMQ=$STATE/rabbitmq
 RMQ_BIN=/usr/lib/rabbitmq/bin # the package's scripts proper, without the su wrappers of /usr/sbin
@@ -287,6 +289,11 @@ distribution.listener.port_range.max = $AMQP_DIST_PORT
 loopback_users.guest = true
 log.console = false
 log.file.level = info
+# MQTT plugin: the other end of cross-protocol pipeline tests (AMQP amq.topic <-> MQTT).
+mqtt.listeners.tcp.default = 127.0.0.1:$RMQ_MQTT_PORT
+mqtt.allow_anonymous = true
+mqtt.default_user = guest
+mqtt.default_pass = guest
 CONF
 }
 
@@ -310,7 +317,7 @@ rabbitmq_up() {
   need_pkg rabbitmq-server rabbitmq-server || return 1
   [ -x "$RMQ_BIN/rabbitmq-server" ] || { log "$RMQ_BIN/rabbitmq-server is missing (package 'rabbitmq-server')"; return 1; }
   local port nofile pid envs t0=$SECONDS
-  for port in "$AMQP_PORT" "$AMQP_DIST_PORT"; do
+  for port in "$AMQP_PORT" "$AMQP_DIST_PORT" "$RMQ_MQTT_PORT"; do
     if port_open "$port"; then log "rabbitmq: 127.0.0.1:$port is already taken by another process"; return 1; fi
   done
   # A fresh node every time: no queues or messages left over from an earlier run.
@@ -321,7 +328,7 @@ rabbitmq_up() {
   fi
   chmod 400 "$RMQ/.erlang.cookie" || return 1
   rabbitmq_conf >"$RMQ/rabbitmq.conf" || return 1
-  echo '[].' >"$RMQ/enabled_plugins" || return 1 # no plugins, management included
+  echo '[rabbitmq_mqtt].' >"$RMQ/enabled_plugins" || return 1 # MQTT only; no management UI
   : >"$RMQ/rabbitmq-env.conf" || return 1
   epmd_up || return 1
   nofile=$(nofile_limit)
@@ -337,9 +344,13 @@ rabbitmq_up() {
     rabbitmq_beam_pid; stop rabbitmq; stop epmd; return 1
   fi
   rabbitmq_beam_pid
+  if ! wait_port "$RMQ_MQTT_PORT" 20; then
+    log "rabbitmq's MQTT plugin did not open 127.0.0.1:$RMQ_MQTT_PORT (see $RMQ/log/)"
+    stop rabbitmq; stop epmd; return 1
+  fi
   pid=$(cat "$STATE/rabbitmq.pid")
   nofile=$(awk '/^Max open files/ {print $4}' "/proc/$pid/limits" 2>/dev/null || true)
-  log "rabbitmq up on amqp://127.0.0.1:$AMQP_PORT (node $RMQ_NODE, pid $pid," \
+  log "rabbitmq up on amqp://127.0.0.1:$AMQP_PORT and mqtt://127.0.0.1:$RMQ_MQTT_PORT (node $RMQ_NODE, pid $pid," \
     "open files limit ${nofile:-$(nofile_limit)}, $((SECONDS - t0)) s)"
 }
 
@@ -405,6 +416,7 @@ case "${1:-}" in
     echo "export MSGBENCH_IT_MQTT_CA=$(printf %q "$TLS/ca.pem")"
     echo "export MSGBENCH_IT_MQTT_CLIENT_CERT=$(printf %q "$TLS/client.pem")"
     echo "export MSGBENCH_IT_MQTT_CLIENT_KEY=$(printf %q "$TLS/client.key")"
-    echo "export MSGBENCH_IT_AMQP_URL=amqp://guest:guest@127.0.0.1:$AMQP_PORT/%2f" ;;
+    echo "export MSGBENCH_IT_AMQP_URL=amqp://guest:guest@127.0.0.1:$AMQP_PORT/%2f"
+    echo "export MSGBENCH_IT_RMQ_MQTT_URL=mqtt://127.0.0.1:$RMQ_MQTT_PORT" ;;
   *) echo "usage: $0 up|down|status|env|restart-rabbitmq [SECONDS]|rabbitmqctl ARGS..." >&2; exit 2 ;;
 esac

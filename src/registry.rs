@@ -2,7 +2,7 @@
 //! monomorphised runner with it.
 
 use anyhow::{Result, bail};
-use msgbench_core::driver::{Capabilities, Driver, EventSink};
+use msgbench_core::driver::{Capabilities, Driver, EventSink, Pipeline};
 use msgbench_core::runner::{self, Observer, RunOutcome};
 use msgbench_core::scenario::RunPlan;
 use msgbench_core::shutdown::Shutdown;
@@ -72,20 +72,31 @@ pub fn drivers() -> Vec<DriverInfo> {
     ]
 }
 
-/// Fails with a helpful message when no driver answers to the plan's URL scheme.
+/// Fails with a helpful message when no driver answers to a URL's scheme (the target's, and
+/// the consumers' in a pipeline).
 pub fn check_scheme(plan: &RunPlan) -> Result<()> {
-    let scheme = plan.scheme();
-    if drivers().iter().any(|d| d.schemes.contains(&scheme)) {
-        return Ok(());
+    for url in [Some(plan.target.as_str()), plan.consume_from.as_deref()]
+        .into_iter()
+        .flatten()
+    {
+        let scheme = url.split("://").next().unwrap_or("");
+        if !drivers().iter().any(|d| d.schemes.contains(&scheme)) {
+            let known: Vec<String> = drivers()
+                .iter()
+                .flat_map(|d| d.schemes.iter().map(|s| format!("{s}://")))
+                .collect();
+            bail!(
+                "no driver for `{scheme}://` in this build (available: {})",
+                known.join(", ")
+            );
+        }
     }
-    let known: Vec<String> = drivers()
-        .iter()
-        .flat_map(|d| d.schemes.iter().map(|s| format!("{s}://")))
-        .collect();
-    bail!(
-        "no driver for `{scheme}://` in this build (available: {})",
-        known.join(", ")
-    )
+    if let Some(c) = plan.consume_from.as_deref()
+        && (plan.scheme() == "mem" || c.starts_with("mem://"))
+    {
+        bail!("mem:// is an in-process broker of one run: it cannot be one end of a pipeline");
+    }
+    Ok(())
 }
 
 async fn go<D: Driver>(
@@ -98,7 +109,50 @@ async fn go<D: Driver>(
     Ok(runner::run(Arc::new(d), plan, events, observer, shutdown).await?)
 }
 
-/// Runs `plan` with the driver its URL names.
+/// Builds the driver for `$url` as `$d` and evaluates `$body` with it: one monomorphised
+/// runner per driver (per pair of drivers in a pipeline).
+macro_rules! with_driver {
+    ($url:expr, $plan:expr, $sink:expr, |$d:ident| $body:expr) => {{
+        let url: &str = $url;
+        let plan: &RunPlan = $plan;
+        match url.split("://").next().unwrap_or("") {
+            "mem" => {
+                let $d = MemDriver::from_url(url)?;
+                $body
+            }
+            "nats" => {
+                let $d = NatsDriver::new(url, $sink.clone(), plan.connect_timeout)?;
+                $body
+            }
+            "amqp" | "amqps" => {
+                let $d = AmqpDriver::new(
+                    url,
+                    &plan.amqp,
+                    &plan.client,
+                    &plan.tls,
+                    plan.run_id,
+                    $sink.clone(),
+                    plan.connect_timeout,
+                )?;
+                $body
+            }
+            "mqtt" | "mqtts" => {
+                let $d = MqttDriver::new(
+                    url,
+                    &plan.client,
+                    &plan.tls,
+                    plan.run_id,
+                    $sink.clone(),
+                    plan.connect_timeout,
+                )?;
+                $body
+            }
+            other => bail!("no driver for `{other}://`"),
+        }
+    }};
+}
+
+/// Runs `plan` with the driver its URL names (two drivers for a pipeline).
 pub async fn run_plan(
     plan: &RunPlan,
     observer: &mut dyn Observer,
@@ -106,50 +160,14 @@ pub async fn run_plan(
 ) -> Result<RunOutcome> {
     check_scheme(plan)?;
     let (sink, events) = EventSink::channel();
-    match plan.scheme() {
-        "mem" => {
-            go(
-                MemDriver::from_url(&plan.target)?,
-                plan,
-                events,
-                observer,
-                shutdown,
-            )
-            .await
-        }
-        "nats" => {
-            go(
-                NatsDriver::new(&plan.target, sink, plan.connect_timeout)?,
-                plan,
-                events,
-                observer,
-                shutdown,
-            )
-            .await
-        }
-        "amqp" | "amqps" => {
-            let d = AmqpDriver::new(
-                &plan.target,
-                &plan.amqp,
-                &plan.client,
-                &plan.tls,
-                plan.run_id,
-                sink,
-                plan.connect_timeout,
-            )?;
+    match plan.consume_from.as_deref() {
+        None => with_driver!(&plan.target, plan, sink, |d| {
             go(d, plan, events, observer, shutdown).await
-        }
-        "mqtt" | "mqtts" => {
-            let d = MqttDriver::new(
-                &plan.target,
-                &plan.client,
-                &plan.tls,
-                plan.run_id,
-                sink,
-                plan.connect_timeout,
-            )?;
-            go(d, plan, events, observer, shutdown).await
-        }
-        other => bail!("no driver for `{other}://`"),
+        }),
+        Some(to) => with_driver!(&plan.target, plan, sink, |p| {
+            with_driver!(to, plan, sink, |c| {
+                go(Pipeline::new(p, c), plan, events, observer, shutdown).await
+            })
+        }),
     }
 }

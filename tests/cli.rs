@@ -115,6 +115,41 @@ fn integrity_faults_are_counted_exactly() {
     assert_eq!(total_received, 9_900 + 127);
 }
 
+/// In a queue group a duplicate usually reaches another member than the original did (the
+/// in-process broker deals them round-robin; a broker redelivers after a restart): the members
+/// share what they have seen, so it counts as a duplicate, not as one more distinct delivery.
+#[test]
+fn duplicates_across_queue_group_members_are_counted() {
+    let d = TempDir::new("group-dups");
+    let r = run_json(
+        &d.0,
+        &[
+            "run",
+            "mem://g?dup_every=10",
+            "--queue-group",
+            "w",
+            "-c",
+            "3",
+            "-n",
+            "10000",
+            "--warmup",
+            "0s",
+            "--no-output",
+        ],
+    );
+    let i = &r["integrity"];
+    assert_eq!(
+        (
+            u(&i["expected"]),
+            u(&i["delivered"]),
+            u(&i["lost"]),
+            u(&i["duplicated"])
+        ),
+        (10_000, 10_000, 0, 1_000),
+        "{i}"
+    );
+}
+
 /// Fan-out: every consumer gets every message; queue groups: each message once.
 #[test]
 fn fanout_and_queue_groups_on_mem() {

@@ -135,6 +135,10 @@ pub struct RunArgs {
     /// Target URL (overrides the scenario's).
     #[arg(long, short = 't')]
     pub target: Option<String>,
+    /// Consumers connect here instead of the target: a cross-protocol pipeline, e.g. publish
+    /// on amqp://, receive on mqtt:// through a broker that bridges them.
+    #[arg(long, value_name = "URL")]
+    pub consume_from: Option<String>,
     /// Producers per topic.
     #[arg(long, short = 'p')]
     pub producers: Option<u32>,

@@ -107,6 +107,7 @@ fn flags_to_scenario(a: &RunArgs) -> Result<Scenario> {
     s.output.late_threshold = a.late_threshold.clone();
     s.output.connect_timeout = a.connect_timeout.clone();
     s.consumers.subscribe = a.subscribe.clone();
+    s.consumers.target = a.consume_from.clone();
     s.client.qos = a.qos;
     s.client.retain = a.retain.then_some(true);
     s.client.version = a.mqtt_version.clone();

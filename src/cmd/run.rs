@@ -86,9 +86,13 @@ fn describe(plan: &RunPlan) -> String {
         SubscriptionMode::Fanout => "fan-out".to_string(),
         SubscriptionMode::Queue { group } => format!("queue group `{group}`"),
     };
+    let r = plan.redacted();
+    let to = match &r.consume_from {
+        Some(c) => format!("{} -> {c} (producers -> consumers)", r.target),
+        None => r.target.clone(),
+    };
     format!(
-        "{} | {} topic(s), {} producer(s), {} consumer(s) ({subs}){} | rate {rate} | size {} | warm-up {}, measure {measure}, drain ≤ {}",
-        plan.redacted().target,
+        "{to} | {} topic(s), {} producer(s), {} consumer(s) ({subs}){} | rate {rate} | size {} | warm-up {}, measure {measure}, drain ≤ {}",
         plan.topics.len(),
         plan.producers(),
         plan.consumers(),

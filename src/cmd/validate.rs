@@ -27,9 +27,13 @@ pub fn run(args: ValidateArgs) -> Result<ExitCode> {
                     )
                     .to_lowercase(),
                     None => format!(
-                        "{} producers, {} consumers, {} topics",
+                        "{} producers, {} consumers{}, {} topics",
                         p.producers(),
                         p.consumers(),
+                        p.redacted()
+                            .consume_from
+                            .map(|c| format!(" on {c}"))
+                            .unwrap_or_default(),
                         p.topics.len()
                     ),
                 };

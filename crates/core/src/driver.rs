@@ -311,8 +311,9 @@ pub trait Producer: Send + 'static {
     /// Pushes anything buffered to the wire.
     fn flush(&mut self) -> impl Future<Output = Result<(), DriverError>> + Send;
 
-    /// The next confirmation, if one is ready. Only polled when `Capabilities::acks` is true.
-    /// `Ready(None)` means no more acks will come (the connection is gone).
+    /// The next confirmation, if one is ready. Polled for every send when `Capabilities::acks`
+    /// is true, otherwise once per interval and at the end (for notices such as
+    /// [`Ack::Returned`]). `Ready(None)` means no more acks will come (the connection is gone).
     fn poll_ack(&mut self, cx: &mut Context<'_>) -> Poll<Option<Ack>> {
         let _ = cx;
         Poll::Ready(None)
@@ -329,4 +330,60 @@ pub trait Consumer: Send + 'static {
 
     /// Unsubscribes and closes.
     fn close(self) -> impl Future<Output = Result<(), DriverError>> + Send;
+}
+
+/// A cross-protocol pipeline: producers from one driver, consumers from another (`--consume-from`),
+/// e.g. publish on AMQP and receive over MQTT through a broker that bridges the two. The stamp
+/// travels in the payload, so end-to-end latency and completeness are measured across the hop
+/// exactly as within one protocol.
+pub struct Pipeline<P, C> {
+    producers: P,
+    consumers: C,
+}
+
+impl<P: Driver, C: Driver> Pipeline<P, C> {
+    /// Producers (and connection workloads) from `producers`, consumers from `consumers`.
+    pub fn new(producers: P, consumers: C) -> Self {
+        Pipeline {
+            producers,
+            consumers,
+        }
+    }
+}
+
+impl<P: Driver, C: Driver> Driver for Pipeline<P, C> {
+    type Producer = P::Producer;
+    type Consumer = C::Consumer;
+    type Session = P::Session;
+
+    fn capabilities(&self) -> Capabilities {
+        let (p, c) = (self.producers.capabilities(), self.consumers.capabilities());
+        Capabilities {
+            acks: p.acks,
+            queue_groups: c.queue_groups,
+            // A reply would come back on the producer's protocol: not across a hop.
+            request_reply: false,
+        }
+    }
+
+    fn producer(
+        &self,
+        spec: &ProducerSpec,
+    ) -> impl Future<Output = Result<Self::Producer, DriverError>> + Send {
+        self.producers.producer(spec)
+    }
+
+    fn consumer(
+        &self,
+        spec: &ConsumerSpec,
+    ) -> impl Future<Output = Result<Self::Consumer, DriverError>> + Send {
+        self.consumers.consumer(spec)
+    }
+
+    fn session(
+        &self,
+        spec: &SessionSpec,
+    ) -> impl Future<Output = Result<Self::Session, DriverError>> + Send {
+        self.producers.session(spec)
+    }
 }

@@ -21,6 +21,7 @@
 pub mod aggregate;
 pub mod codec;
 pub mod counters;
+pub mod group_seen;
 pub mod integrity;
 pub mod recorder;
 pub mod snapshot;
@@ -28,6 +29,7 @@ pub mod summary;
 
 pub use aggregate::{Aggregator, ConnectionSummary, Gauges, IntervalStats, PhaseTotals};
 pub use counters::{ConnectFailure, ConnectFailures, Counters, ErrorKind};
+pub use group_seen::{GroupSeen, GroupView};
 pub use integrity::IntegrityTracker;
 pub use recorder::Recorder;
 pub use snapshot::{Histograms, Role, Snapshot};

@@ -50,6 +50,9 @@ pub struct RunReport {
     pub name: String,
     /// Target from the plan (credentials already removed).
     pub target: String,
+    /// Where consumers connected in a cross-protocol pipeline (credentials removed).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub consume_from: Option<String>,
     /// Whether the file has its `end` record (false: the run was killed; figures are partial).
     pub complete: bool,
     /// Stopped early by Ctrl-C or SIGTERM.
@@ -306,6 +309,7 @@ impl ReportBuilder {
         Ok(RunReport {
             name: str_field("name"),
             target: str_field("target"),
+            consume_from: Some(str_field("consume_from")).filter(|s| !s.is_empty()),
             complete: end.is_some(),
             interrupted: end.is_some_and(|e| e.interrupted),
             duration_s,

@@ -106,7 +106,14 @@ fn phase_block(out: &mut dyn Write, p: &PhaseReport) -> std::io::Result<()> {
 
 /// Writes the text report.
 pub fn write(r: &RunReport, out: &mut dyn Write) -> std::io::Result<()> {
-    writeln!(out, "msgbench report: {} -> {}", r.name, r.target)?;
+    match &r.consume_from {
+        Some(c) => writeln!(
+            out,
+            "msgbench report: {} -> {} (producers) -> {c} (consumers)",
+            r.name, r.target
+        )?,
+        None => writeln!(out, "msgbench report: {} -> {}", r.name, r.target)?,
+    }
     writeln!(
         out,
         "{}{}duration {:.2}s, {}",

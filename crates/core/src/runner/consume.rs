@@ -6,7 +6,7 @@ use super::state::{OwnedCounter, RunState};
 use crate::clock::{now_ns, to_instant};
 use crate::driver::{Consumer, Delivery};
 use crate::stamp::Stamp;
-use msgbench_metrics::{IntegrityTracker, Phase, Recorder, Role, Snapshot};
+use msgbench_metrics::{GroupSeen, GroupView, IntegrityTracker, Phase, Recorder, Role, Snapshot};
 use std::future::Future;
 use std::pin::pin;
 use std::sync::Arc;
@@ -28,11 +28,14 @@ pub(crate) struct ConsumerTask {
     /// Distinct deliveries so far, read by the coordinator to end the drain early.
     pub distinct: Arc<OwnedCounter>,
     pub stop: watch::Receiver<bool>,
+    /// Shared by the members of queue groups: duplicates across members.
+    pub group: Option<Arc<GroupSeen>>,
 }
 
 struct Books {
     rec: Recorder,
     tracker: IntegrityTracker,
+    group: Option<GroupView>,
     ticker: Ticker,
     phase: Phase,
     /// Distinct deliveries since the start (survives `take()`).
@@ -49,11 +52,20 @@ impl ConsumerTask {
             Ok(s) if s.run_id == self.run_id => {
                 b.rec
                     .record_delivery(now.saturating_sub(s.intended_ns), d.payload.len());
-                let dups = b.rec.counters().duplicated;
-                b.tracker
-                    .observe(s.producer, s.stream, s.seq, b.rec.counters_mut());
-                if b.rec.counters().duplicated == dups {
-                    b.distinct += 1;
+                let first_in_group = b
+                    .group
+                    .as_mut()
+                    .is_none_or(|g| g.first_delivery(s.producer, s.stream, s.seq));
+                if first_in_group {
+                    let dups = b.rec.counters().duplicated;
+                    b.tracker
+                        .observe(s.producer, s.stream, s.seq, b.rec.counters_mut());
+                    if b.rec.counters().duplicated == dups {
+                        b.distinct += 1;
+                    }
+                } else {
+                    // Another member (or this one) of the queue group already had it.
+                    b.rec.counters_mut().duplicated += 1;
                 }
                 if d.redelivered {
                     b.rec.counters_mut().redelivered += 1;
@@ -87,6 +99,7 @@ impl ConsumerTask {
         let mut b = Books {
             rec: Recorder::new(u64::MAX),
             tracker: IntegrityTracker::new(),
+            group: self.group.clone().map(GroupView::new),
             ticker: Ticker::new(self.t0_ns, self.tick_ns),
             phase: self.state.phase_at(self.t0_ns),
             distinct: 0,

@@ -307,6 +307,8 @@ pub async fn run<D: Driver>(
 
     let mut consumer_tasks = JoinSet::new();
     let mut distinct = Vec::new();
+    let group_seen = matches!(plan.subscription, SubscriptionMode::Queue { .. })
+        .then(msgbench_metrics::GroupSeen::new);
     for (i, c) in consumers.into_iter().enumerate() {
         let counter = Arc::new(OwnedCounter::default());
         distinct.push(counter.clone());
@@ -319,6 +321,7 @@ pub async fn run<D: Driver>(
             snapshots: snap_tx.clone(),
             distinct: counter,
             stop: stop_rx.clone(),
+            group: group_seen.clone(),
         };
         consumer_tasks.spawn_on(task.run(c), &consumer_homes[i]);
     }

@@ -255,6 +255,9 @@ pub struct ConsumersSection {
     /// Subscribe to this filter instead of the topic (wildcards such as `bench/+`); every
     /// consumer is then expected to receive the messages of every topic.
     pub subscribe: Option<String>,
+    /// Where consumers connect, when not to the producers' target: a cross-protocol pipeline
+    /// (publish on one system or protocol, receive on another).
+    pub target: Option<String>,
 }
 
 /// `[phases]`
@@ -365,6 +368,7 @@ impl Scenario {
                     mode,
                     group,
                     subscribe,
+                    target: consume_from,
                 },
             phases:
                 PhasesSection {
@@ -454,6 +458,7 @@ impl Scenario {
         pick(&mut self.output.connect_timeout, connect_timeout);
         pick(&mut self.output.workers, workers);
         pick(&mut self.consumers.subscribe, subscribe);
+        pick(&mut self.consumers.target, consume_from);
         pick(&mut self.client.client_id, client_id);
         pick(&mut self.client.keep_alive, keep_alive);
         pick(&mut self.client.version, version);

@@ -155,6 +155,10 @@ pub struct RunPlan {
     pub name: String,
     /// Target URL. May contain credentials: use [`RunPlan::redacted`] before printing or writing.
     pub target: String,
+    /// Where consumers connect when it is not `target` (a cross-protocol pipeline); may
+    /// contain credentials too.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub consume_from: Option<String>,
     /// Identifies this run's messages (written in every stamp).
     pub run_id: u32,
     /// Topic names.
@@ -252,6 +256,15 @@ pub fn resolve(s: &Scenario, run_id: u32) -> Result<RunPlan, PlanError> {
         return Err(err(
             "target",
             format!("`{target}` is not a URL; expected e.g. nats://127.0.0.1:4222 or mem://"),
+        ));
+    }
+    let consume_from = s.consumers.target.clone();
+    if let Some(c) = &consume_from
+        && !c.contains("://")
+    {
+        return Err(err(
+            "consumers.target",
+            format!("`{c}` is not a URL; expected e.g. mqtt://127.0.0.1:1883"),
         ));
     }
     let count = s.topics.count.unwrap_or(1);
@@ -401,6 +414,7 @@ pub fn resolve(s: &Scenario, run_id: u32) -> Result<RunPlan, PlanError> {
     Ok(RunPlan {
         name: s.name.clone().unwrap_or_else(|| "msgbench".to_string()),
         target,
+        consume_from,
         run_id,
         topics,
         producers_per_topic,
@@ -610,10 +624,16 @@ impl RunPlan {
         self.target.split("://").next().unwrap_or("")
     }
 
+    /// Where consumers connect: `consume_from`, or else the target.
+    pub fn consumer_target(&self) -> &str {
+        self.consume_from.as_deref().unwrap_or(&self.target)
+    }
+
     /// A copy safe to print and write: credentials in the target replaced by `***`.
     pub fn redacted(&self) -> RunPlan {
         RunPlan {
             target: redact_url(&self.target),
+            consume_from: self.consume_from.as_deref().map(redact_url),
             ..self.clone()
         }
     }

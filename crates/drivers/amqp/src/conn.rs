@@ -282,6 +282,14 @@ impl Conn {
                 virtual_host: ShortString::from(self.ep.vhost.as_str()),
             })),
         );
+        // channel.open goes in the same write (servers handle methods in order; a refused
+        // connection.open closes the connection before the channel matters): one round trip
+        // less per connection, which is a sixth of a connect storm's.
+        codec::put_method(
+            &mut self.wire.wbuf,
+            CHANNEL,
+            AMQPClass::Channel(channel::AMQPMethod::Open(channel::Open {})),
+        );
         self.flush().await.map_err(io)?;
         match self
             .method(0)
@@ -296,12 +304,6 @@ impl Conn {
                 ));
             }
         }
-        codec::put_method(
-            &mut self.wire.wbuf,
-            CHANNEL,
-            AMQPClass::Channel(channel::AMQPMethod::Open(channel::Open {})),
-        );
-        self.flush().await.map_err(io)?;
         match self.method(CHANNEL).await.map_err(io)? {
             AMQPClass::Channel(channel::AMQPMethod::OpenOk(_)) => {}
             other => {

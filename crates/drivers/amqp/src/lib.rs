@@ -149,9 +149,11 @@ impl Inner {
         Ok(Link::Shared(mux.channel((i % n) as u16 + 1).await?))
     }
 
-    /// Declares the exchange (not for the default exchange).
+    /// Declares the exchange (not the default exchange, nor the predeclared `amq.*` ones, which
+    /// only the broker may declare: `amq.topic` is where RabbitMQ's MQTT and STOMP plugins
+    /// publish and subscribe).
     async fn declare_exchange(&self, c: &mut Link) -> Result<(), DriverError> {
-        if self.amqp.exchange.is_empty() {
+        if self.amqp.exchange.is_empty() || self.amqp.exchange.starts_with("amq.") {
             return Ok(());
         }
         let r = c
