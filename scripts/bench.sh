@@ -18,6 +18,13 @@
 #                               messages with confirms (target >= 1 GB/s)
 #   scripts/bench.sh conns      hold CONNS connections to Mosquitto (default: 100,000, capped by
 #                               the open-file hard limit); RSS per connection (target <= 10 KiB)
+#   scripts/bench.sh ws         the rango scenario: 1 NATS publisher at 100 msgs/s relayed by
+#                               `msgbench serve ws-broadcast` to WS_CLIENTS (default 10,000)
+#                               WebSocket clients; completeness and generator RSS per client
+#   scripts/bench.sh http       nginx, 50 connections, closed loop 10 s, against wrk (Debian
+#                               package) in the same session: requests/s and CPU-s per million
+#                               (target: >= wrk's rate at <= 1.2x its CPU); then a fixed rate of
+#                               half msgbench's maximum: latency p50/p99
 #
 # RUNS (default 5) sets the repetitions. The NATS benchmark starts nats-server via
 # scripts/brokers.sh; if the Go `nats` CLI is on PATH (or in ~/.cache/gobin), `nats bench`
@@ -260,6 +267,81 @@ bench_sink() {
   echo "  median: $(printf '%s\n' "${cps[@]}" | median) connections/s (target >= 20,000), $(printf '%s\n' "${mbs[@]}" | median) MB/s (target >= 1,000)"
 }
 
+bench_ws() {
+  local n=${WS_CLIENTS:-10000} port
+  port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
+  scripts/brokers.sh up >/dev/null
+  eval "$(scripts/brokers.sh env)"
+  ulimit -n "$(ulimit -Hn)"
+  "$B" serve ws-broadcast --quiet --listen "127.0.0.1:$port" --from "$MSGBENCH_IT_NATS_URL" --topic bench.rango &
+  local pid=$!
+  sleep 0.5
+  echo "== rango: NATS publisher at 100 msgs/s -> ws-broadcast -> $n WebSocket clients, 10 s ($RUNS runs)"
+  local comp=() per=()
+  for _ in $(seq "$RUNS"); do
+    local out tm
+    out=$(mktemp); tm=$(mktemp)
+    /usr/bin/time -f "%U %S %M" -o "$tm" "$B" run scenarios/rango-fanout.toml --target "$MSGBENCH_IT_NATS_URL" \
+      --topic bench.rango --consume-from "ws://127.0.0.1:$port/?stream=public.{i}" -c "$n" \
+      --no-output --quiet --format json >"$out"
+    read -r c p line < <(python3 - "$out" "$tm" "$n" <<'PY'
+import json, sys
+r = json.load(open(sys.argv[1])); u, s, rss = open(sys.argv[2]).read().split()[-3:]; n = int(sys.argv[3])
+i, m = r["integrity"], r["result"]
+print(f'{i["completeness"]*100:.4f} {int(rss)/n:.1f} {i["delivered"]} of {i["expected"]} deliveries, lost {i["lost"]}, '
+      f'e2e p50 {m["e2e"]["p50"]/1e6:.1f} ms p99 {m["e2e"]["p99"]/1e6:.1f} ms, CPU {float(u)+float(s):.1f} s, RSS {int(rss)//1024} MiB')
+PY
+)
+    echo "  run: completeness $c%, $p KiB RSS per client; $line"
+    comp+=("$c"); per+=("$p")
+    rm -f "$out" "$tm"
+  done
+  kill "$pid"; wait "$pid" 2>/dev/null || true
+  echo "  median: completeness $(printf '%s\n' "${comp[@]}" | median)%, $(printf '%s\n' "${per[@]}" | median) KiB generator RSS per client"
+}
+
+bench_http() {
+  scripts/brokers.sh up >/dev/null
+  eval "$(scripts/brokers.sh env)"
+  command -v wrk >/dev/null || { echo "wrk is missing: apt-get install wrk" >&2; return 1; }
+  echo "== HTTP/1.1 GET against nginx, 50 connections, closed loop, 10 s; msgbench and wrk interleaved ($RUNS runs each)"
+  local ours=() oc=() theirs=() tc=()
+  for _ in $(seq "$RUNS"); do
+    local out tm
+    out=$(mktemp); tm=$(mktemp)
+    /usr/bin/time -f "%U %S" -o "$tm" "$B" run "$MSGBENCH_IT_HTTP_URL" --method GET -p 50 --workers 2 \
+      --warmup 1s --duration 10s --no-output --quiet --format json >"$out"
+    read -r rate cpu < <(python3 - "$out" "$tm" <<'PY'
+import json, sys
+r = json.load(open(sys.argv[1])); u, s = open(sys.argv[2]).read().split()[-2:]
+n = sum(p["counters"]["acked"] for p in r["phases"])
+print(f'{r["result"]["sent_per_s"]:.0f} {(float(u)+float(s))/max(n,1)*1e6:.2f}')
+PY
+)
+    echo "  msgbench: $rate req/s, $cpu CPU-s per million"
+    ours+=("$rate"); oc+=("$cpu")
+    /usr/bin/time -f "%U %S" -o "$tm" wrk -c50 -t2 -d10s "$MSGBENCH_IT_HTTP_URL" >"$out"
+    read -r rate cpu < <(python3 - "$out" "$tm" <<'PY'
+import re, sys
+t = open(sys.argv[1]).read(); u, s = open(sys.argv[2]).read().split()[-2:]
+total = int(re.search(r"(\d+) requests in", t).group(1)); rate = float(re.search(r"Requests/sec:\s+([\d.]+)", t).group(1))
+print(f'{rate:.0f} {(float(u)+float(s))/max(total,1)*1e6:.2f}')
+PY
+)
+    echo "  wrk:      $rate req/s, $cpu CPU-s per million"
+    theirs+=("$rate"); tc+=("$cpu")
+    rm -f "$out" "$tm"
+  done
+  local r a b
+  r=$(printf '%s\n' "${ours[@]}" | median); a=$(printf '%s\n' "${oc[@]}" | median); b=$(printf '%s\n' "${tc[@]}" | median)
+  echo "  median: msgbench $r req/s at $a CPU-s/M; wrk $(printf '%s\n' "${theirs[@]}" | median) req/s at $b CPU-s/M; CPU ratio $(python3 -c "print(f'{$a/$b:.2f}')") (target <= 1.2)"
+  local half; half=$(python3 -c "print(int($r/2))")
+  "$B" run "$MSGBENCH_IT_HTTP_URL" --method GET -p 50 --workers 2 --rate "$half" --warmup 1s --duration 10s \
+    --no-output --quiet --format json | python3 -c "
+import json, sys; r = json.load(sys.stdin); m = r['result']
+print(f'  fixed rate $half req/s: sent {m[\"sent_per_s\"]:.0f}/s, response p50 {m[\"publish\"][\"p50\"]/1e3:.0f} us, p99 {m[\"publish\"][\"p99\"]/1e3:.0f} us, send delay p99 {m[\"send_delay\"][\"p99\"]/1e3:.0f} us')"
+}
+
 case "${1:-all}" in
   mem) bench_mem ;;
   nats) bench_nats ;;
@@ -270,6 +352,8 @@ case "${1:-all}" in
   conns) bench_conns ;;
   amqp) bench_amqp ;;
   sink) bench_sink ;;
-  all) bench_mem; bench_nats; bench_memory; bench_mqtt; bench_demo; bench_storm; bench_conns; bench_amqp; bench_sink ;;
-  *) echo "usage: $0 [mem|nats|memory|mqtt|demo|storm|conns|amqp|sink|all]" >&2; exit 2 ;;
+  ws) bench_ws ;;
+  http) bench_http ;;
+  all) bench_mem; bench_nats; bench_memory; bench_mqtt; bench_demo; bench_storm; bench_conns; bench_amqp; bench_sink; bench_ws; bench_http ;;
+  *) echo "usage: $0 [mem|nats|memory|mqtt|demo|storm|conns|amqp|sink|ws|http|all]" >&2; exit 2 ;;
 esac

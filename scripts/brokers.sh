@@ -31,6 +31,16 @@
 #     The node runs as whoever runs this script (the /usr/sbin wrappers, which switch to the user
 #     'rabbitmq', are bypassed), from $STATE/rabbitmq/ (config, Erlang cookie, data, logs); its
 #     data is wiped on every `up`. Starting it takes several seconds.
+#   nginx (HTTP, package 'nginx'): our own instance, config and logs in $STATE/nginx/, in the
+#     foreground (no daemon mode, so `stop` signals the master by PID), 2 workers, access log
+#     off, keep-alive limits raised so connections are not recycled mid-run, and one location
+#     answering every method (POST too) with `200 ok\n`:
+#     ${MSGBENCH_NGINX_PORT:-18080}      HTTP/1.1
+#     ${MSGBENCH_NGINX_H2C_PORT:-18081}  HTTP/2 with prior knowledge (h2c; nginx 1.22 speaks only
+#                                        HTTP/2 on a plain listener marked http2)
+#     ${MSGBENCH_NGINX_TLS_PORT:-18443}  HTTPS, HTTP/1.1 and h2 by ALPN (the test server
+#                                        certificate above: 127.0.0.1 and localhost)
+#     A system nginx (port 80), if the package started one, is left alone.
 # State (PID files, configs, logs, certificates) lives in
 # ${MSGBENCH_BROKERS_DIR:-$HOME/.cache/msgbench-brokers}.
 # Set MSGBENCH_NO_INSTALL=1 to forbid installing packages.
@@ -45,6 +55,10 @@ AMQP_PORT=${MSGBENCH_AMQP_PORT:-35672}
 AMQP_DIST_PORT=${MSGBENCH_AMQP_DIST_PORT:-35673}
 EPMD_PORT=${MSGBENCH_EPMD_PORT:-34369}
 RMQ_MQTT_PORT=${MSGBENCH_RMQ_MQTT_PORT:-31883}
+NGINX_PORT=${MSGBENCH_NGINX_PORT:-18080}
+NGINX_H2C_PORT=${MSGBENCH_NGINX_H2C_PORT:-18081}
+NGINX_TLS_PORT=${MSGBENCH_NGINX_TLS_PORT:-18443}
+NGINX=$STATE/nginx
 RMQ_NODE=msgbench@localhost
 RMQ=$STATE/rabbitmq
 RMQ_BIN=/usr/lib/rabbitmq/bin # the package's scripts proper, without the su wrappers of /usr/sbin
@@ -376,6 +390,84 @@ rabbitmq_restart() { # rabbitmq_restart SECONDS
   log "rabbitmq restarted"
 }
 
+# Directives checked against the documentation of nginx 1.22 (Debian 12's package).
+nginx_conf() {
+  local user=""
+  # Started as root, the workers would switch to the package's user, who cannot read $STATE.
+  [ "$(id -u)" = 0 ] && user="user root;"
+  cat <<CONF
+# Written by scripts/brokers.sh; rewritten on every \`up\`.
+$user
+daemon off;
+master_process on;
+worker_processes 2;
+pid $NGINX/nginx.pid;
+error_log $NGINX/error.log warn;
+events {
+  worker_connections 16384;
+}
+http {
+  access_log off;
+  default_type text/plain;
+  # Request bodies up to this size stay in memory (no temporary files per POST).
+  client_body_buffer_size 1m;
+  client_max_body_size 16m;
+  client_body_temp_path $NGINX/tmp/body;
+  proxy_temp_path $NGINX/tmp/proxy;
+  fastcgi_temp_path $NGINX/tmp/fastcgi;
+  uwsgi_temp_path $NGINX/tmp/uwsgi;
+  scgi_temp_path $NGINX/tmp/scgi;
+  # A benchmark's connections should live as long as the run (defaults: 1000 requests, 75 s);
+  # keepalive_requests also bounds HTTP/2 connections since 1.19.7.
+  keepalive_requests 1000000000;
+  keepalive_timeout 300s;
+  http2_max_concurrent_streams 1024;
+  server {
+    listen 127.0.0.1:$NGINX_PORT;
+    location / { return 200 "ok\\n"; }
+  }
+  server {
+    listen 127.0.0.1:$NGINX_H2C_PORT http2;
+    location / { return 200 "ok\\n"; }
+  }
+  server {
+    listen 127.0.0.1:$NGINX_TLS_PORT ssl http2;
+    ssl_certificate $TLS/server.pem;
+    ssl_certificate_key $TLS/server.key;
+    location / { return 200 "ok\\n"; }
+  }
+}
+CONF
+}
+
+nginx_up() {
+  if running nginx; then log "nginx already running (pid $(cat "$STATE/nginx.pid"))"; return 0; fi
+  need_pkg nginx nginx || return 1
+  local bin port nofile pid
+  bin=$(find_bin nginx) || return 1
+  for port in "$NGINX_PORT" "$NGINX_H2C_PORT" "$NGINX_TLS_PORT"; do
+    if port_open "$port"; then log "nginx: 127.0.0.1:$port is already taken by another process"; return 1; fi
+  done
+  tls_certs || return 1
+  mkdir -p "$NGINX/tmp" || return 1
+  nginx_conf >"$NGINX/nginx.conf" || return 1
+  if ! "$bin" -t -q -p "$NGINX/" -e "$NGINX/error.log" -c "$NGINX/nginx.conf" >>"$STATE/nginx.log" 2>&1; then
+    log "nginx rejects its configuration (see $STATE/nginx.log and $NGINX/error.log)"; return 1
+  fi
+  nofile=$(nofile_limit)
+  (ulimit -n "$nofile" && exec "$bin" -p "$NGINX/" -e "$NGINX/error.log" -c "$NGINX/nginx.conf") \
+    >>"$STATE/nginx.log" 2>&1 &
+  pid=$!
+  record_pid nginx "$pid"
+  for port in "$NGINX_PORT" "$NGINX_H2C_PORT" "$NGINX_TLS_PORT"; do
+    if ! wait_port "$port" 10 "$pid" || ! kill -0 "$pid" 2>/dev/null; then
+      log "nginx did not open 127.0.0.1:$port (see $NGINX/error.log)"; stop nginx; return 1
+    fi
+  done
+  log "nginx up on http://127.0.0.1:$NGINX_PORT/, h2c http://127.0.0.1:$NGINX_H2C_PORT/," \
+    "https://127.0.0.1:$NGINX_TLS_PORT/ (pid $pid)"
+}
+
 status_line() { # status_line NAME PORT WHERE: "running" only when the process is ours and answers
   if ! running "$1"; then echo "$1: stopped"
   elif ! port_open "$2"; then echo "$1: not answering on 127.0.0.1:$2 (pid $(cat "$STATE/$1.pid"))"
@@ -400,12 +492,14 @@ case "${1:-}" in
     nats_up || failed+=(nats-server)
     mosquitto_up || failed+=(mosquitto)
     rabbitmq_up || failed+=(rabbitmq)
+    nginx_up || failed+=(nginx)
     if [ "${#failed[@]}" -gt 0 ]; then log "FAILED to start: ${failed[*]}"; exit 1; fi ;;
-  down) stop nats; stop mosquitto; rabbitmq_down ;;
+  down) stop nats; stop mosquitto; rabbitmq_down; stop nginx ;;
   status)
     status_line nats "$NATS_PORT" "nats://127.0.0.1:$NATS_PORT"
     status_line mosquitto "$MQTT_PORT" "mqtt://127.0.0.1:$MQTT_PORT, mqtt://127.0.0.1:$MQTT_AUTH_PORT (auth), mqtts://localhost:$MQTTS_PORT"
-    status_line rabbitmq "$AMQP_PORT" "amqp://127.0.0.1:$AMQP_PORT, node $RMQ_NODE" ;;
+    status_line rabbitmq "$AMQP_PORT" "amqp://127.0.0.1:$AMQP_PORT, node $RMQ_NODE"
+    status_line nginx "$NGINX_PORT" "http://127.0.0.1:$NGINX_PORT/, h2c :$NGINX_H2C_PORT, https :$NGINX_TLS_PORT" ;;
   restart-rabbitmq) rabbitmq_restart "${2:-1}" ;;
   rabbitmqctl) shift; rmqctl "$@" ;;
   env)
@@ -417,6 +511,10 @@ case "${1:-}" in
     echo "export MSGBENCH_IT_MQTT_CLIENT_CERT=$(printf %q "$TLS/client.pem")"
     echo "export MSGBENCH_IT_MQTT_CLIENT_KEY=$(printf %q "$TLS/client.key")"
     echo "export MSGBENCH_IT_AMQP_URL=amqp://guest:guest@127.0.0.1:$AMQP_PORT/%2f"
-    echo "export MSGBENCH_IT_RMQ_MQTT_URL=mqtt://127.0.0.1:$RMQ_MQTT_PORT" ;;
+    echo "export MSGBENCH_IT_RMQ_MQTT_URL=mqtt://127.0.0.1:$RMQ_MQTT_PORT"
+    echo "export MSGBENCH_IT_HTTP_URL=http://127.0.0.1:$NGINX_PORT/"
+    echo "export MSGBENCH_IT_HTTP_H2C_URL=http://127.0.0.1:$NGINX_H2C_PORT/"
+    echo "export MSGBENCH_IT_HTTPS_URL=https://127.0.0.1:$NGINX_TLS_PORT/"
+    echo "export MSGBENCH_IT_HTTPS_CA=$(printf %q "$TLS/ca.pem")" ;;
   *) echo "usage: $0 up|down|status|env|restart-rabbitmq [SECONDS]|rabbitmqctl ARGS..." >&2; exit 2 ;;
 esac

@@ -7,9 +7,12 @@ use msgbench_core::runner::{self, Observer, RunOutcome};
 use msgbench_core::scenario::RunPlan;
 use msgbench_core::shutdown::Shutdown;
 use msgbench_driver_amqp::AmqpDriver;
+use msgbench_driver_http::{HttpDriver, HttpOptions};
 use msgbench_driver_mem::MemDriver;
 use msgbench_driver_mqtt::MqttDriver;
 use msgbench_driver_nats::NatsDriver;
+use msgbench_driver_ws::{WsDriver, WsOptions};
+use msgbench_driver_zmq::ZmqDriver;
 use std::sync::Arc;
 
 /// What `msgbench drivers` lists.
@@ -55,6 +58,36 @@ pub fn drivers() -> Vec<DriverInfo> {
             caps: Capabilities {
                 acks: true,
                 queue_groups: true,
+                request_reply: false,
+            },
+        },
+        DriverInfo {
+            name: "ws",
+            schemes: &["ws", "wss"],
+            about: "WebSocket: binary messages out, text or binary in, fan-out to many clients, {i}/{topic} in the URL, --hello subscribe message, ping/pong, close codes, TLS (own lean client); usually the consumer end of a pipeline (--consume-from ws://...)",
+            caps: Capabilities {
+                acks: false,
+                queue_groups: false,
+                request_reply: false,
+            },
+        },
+        DriverInfo {
+            name: "zmq",
+            schemes: &["zmq"],
+            about: "ZeroMQ, brokerless: PUSH/PULL (competing consumers) and PUB/SUB (fan-out), either side binds; zmq://HOST:PORT?pattern=pushpull|pubsub&bind=consumer|producer&peers=N (pure-Rust zeromq crate)",
+            caps: Capabilities {
+                acks: false,
+                queue_groups: true,
+                request_reply: false,
+            },
+        },
+        DriverInfo {
+            name: "http",
+            schemes: &["http", "https"],
+            about: "HTTP/1.1 keep-alive and HTTP/2 (h2c): a producer is a connection, a response its request's ack (2xx/3xx ok), status codes counted, TLS (hyper connection API); no consumers",
+            caps: Capabilities {
+                acks: true,
+                queue_groups: false,
                 request_reply: false,
             },
         },
@@ -136,6 +169,47 @@ macro_rules! with_driver {
                 )?;
                 $body
             }
+            "zmq" => {
+                let $d = ZmqDriver::new(url, $sink.clone(), plan.connect_timeout)?;
+                $body
+            }
+            "http" | "https" => {
+                let $d = HttpDriver::new(
+                    url,
+                    HttpOptions {
+                        method: plan.http.method.clone(),
+                        headers: plan.http.headers.clone(),
+                        http2: plan.http.http2,
+                        path: None,
+                    },
+                    &plan.tls,
+                    $sink.clone(),
+                    plan.connect_timeout,
+                )?;
+                if let Some(max) = $d.max_in_flight()
+                    && plan.max_in_flight > max
+                {
+                    bail!(
+                        "HTTP/1.1 carries one request at a time per connection: use \
+                         --max-in-flight {max} and more --producers, or --http2"
+                    );
+                }
+                $body
+            }
+            "ws" | "wss" => {
+                let $d = WsDriver::new(
+                    url,
+                    WsOptions {
+                        subscribe: plan.client.hello.clone(),
+                    },
+                    &plan.client,
+                    &plan.tls,
+                    plan.run_id,
+                    $sink.clone(),
+                    plan.connect_timeout,
+                )?;
+                $body
+            }
             "mqtt" | "mqtts" => {
                 let $d = MqttDriver::new(
                     url,
@@ -170,4 +244,43 @@ pub async fn run_plan(
             })
         }),
     }
+}
+
+/// Consumes `topic` from the system `plan.target` names and hands every message to `each` until
+/// `stop` resolves (`msgbench serve ws-broadcast --from`). Reconnection is the driver's.
+pub async fn relay(
+    plan: &RunPlan,
+    topic: &str,
+    mut each: impl FnMut(&[u8]) + Send,
+    stop: impl std::future::Future<Output = ()> + Send,
+) -> Result<()> {
+    use msgbench_core::driver::{Consumer, ConsumerSpec};
+    check_scheme(plan)?;
+    let (sink, mut events) = EventSink::channel();
+    let spec = ConsumerSpec {
+        id: 0,
+        topic: topic.to_string(),
+        group: None,
+        respond: false,
+    };
+    let mut stop = std::pin::pin!(stop);
+    with_driver!(&plan.target, plan, sink, |d| {
+        let mut c = d
+            .consumer(&spec)
+            .await
+            .map_err(|e| anyhow::anyhow!("--from {}: {e}", plan.redacted().target))?;
+        loop {
+            tokio::select! {
+                () = &mut stop => break,
+                Some(ev) = events.recv() => eprintln!("msgbench serve: --from: {}", ev.detail),
+                r = c.recv() => match r {
+                    Ok(Some(m)) => each(&m.payload),
+                    Ok(None) => bail!("--from {}: the subscription ended", plan.redacted().target),
+                    Err(e) => eprintln!("msgbench serve: --from: {e}"),
+                },
+            }
+        }
+        let _ = c.close().await;
+        Ok(())
+    })
 }

@@ -42,6 +42,38 @@ fn confirms_ack_every_message() {
     assert_eq!((u(&i["delivered"]), u(&i["lost"])), (20_000, 0), "{i}");
 }
 
+/// At a fixed rate, confirms are taken as they arrive, not after the wait for the next send:
+/// at 50 msgs/s a 20 ms pause must not end up in the publish latency.
+#[test]
+fn paced_confirms_are_timed_when_they_arrive() {
+    let d = TempDir::new("amqp-paced");
+    let url = amqp_url();
+    let r = run_json(
+        &d.0,
+        &run_args(
+            &url,
+            &[
+                "--confirm",
+                "--rate",
+                "50",
+                "-n",
+                "100",
+                "-c",
+                "0",
+                "--topic",
+                "it.paced",
+            ],
+        ),
+    );
+    let m = measure(&r);
+    assert_eq!(u(&m["publish"]["count"]), 100);
+    let p50 = u(&m["publish"]["p50"]);
+    assert!(
+        p50 < 8_000_000,
+        "publish p50 {p50} ns: the pacing wait leaked in"
+    );
+}
+
 /// Fanout and topic exchanges route as their type says; a quorum queue shared by a group
 /// delivers each persistent message once.
 #[test]

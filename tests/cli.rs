@@ -150,6 +150,38 @@ fn duplicates_across_queue_group_members_are_counted() {
     );
 }
 
+/// Hundreds of consumers share a recorder per worker thread (started automatically past 256
+/// consumers): every delivery is still counted and its latency recorded exactly once.
+#[test]
+fn many_consumers_share_recorders_without_losing_a_count() {
+    let d = TempDir::new("many-consumers");
+    let r = run_json(
+        &d.0,
+        &[
+            "run",
+            "mem://",
+            "-c",
+            "300",
+            "--rate",
+            "2000",
+            "-n",
+            "2000",
+            "--warmup",
+            "0s",
+            "--no-output",
+        ],
+    );
+    let m = measure(&r);
+    let i = &r["integrity"];
+    assert_eq!(
+        (u(&i["expected"]), u(&i["delivered"]), u(&i["lost"])),
+        (600_000, 600_000, 0),
+        "{i}"
+    );
+    assert_eq!(u(&m["e2e"]["count"]), 600_000);
+    assert_eq!(u(&m["counters"]["received"]), 600_000);
+}
+
 /// Fan-out: every consumer gets every message; queue groups: each message once.
 #[test]
 fn fanout_and_queue_groups_on_mem() {

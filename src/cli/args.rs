@@ -47,7 +47,10 @@ Examples:
       An AMQP 0-9-1 sink: handshake, channels, declares, confirms (acked), heartbeats; it
       swallows and counts publishes (for measuring proxies and clients without a broker).
   msgbench serve amqp-sink --listen 127.0.0.1:5671 --tls-cert server.pem --tls-key server.key
-  msgbench run amqp://127.0.0.1:5672 --storm --concurrency 64 --duration 10s";
+  msgbench run amqp://127.0.0.1:5672 --storm --concurrency 64 --duration 10s
+  msgbench serve ws-broadcast --listen 127.0.0.1:8080 --from nats://127.0.0.1:4222 --topic feed
+      Relays what NATS delivers on `feed` to every WebSocket client (the rango scenario):
+  msgbench run nats://127.0.0.1:4222 --topic feed --consume-from ws://127.0.0.1:8080/ -c 1000";
 
 /// `msgbench serve`.
 #[derive(Debug, Args)]
@@ -64,6 +67,13 @@ pub struct ServeArgs {
     /// TLS private key (PEM) for the listener (amqp-sink).
     #[arg(long, requires = "tls_cert")]
     pub tls_key: Option<std::path::PathBuf>,
+    /// ws-broadcast: relay what this broker delivers on --topic to every client
+    /// (amqp://, mqtt://, nats://).
+    #[arg(long, value_name = "URL")]
+    pub from: Option<String>,
+    /// ws-broadcast --from: the topic (routing key, subject) to consume.
+    #[arg(long, default_value = "msgbench")]
+    pub topic: String,
     /// No periodic status line.
     #[arg(long, short = 'q')]
     pub quiet: bool,
@@ -76,6 +86,12 @@ pub enum ServerArg {
     Mqtt,
     /// AMQP 0-9-1 sink: accepts and counts publishes, acks confirms.
     AmqpSink,
+    /// WebSocket broadcast: every message (from a client or relayed --from a broker) goes to
+    /// every other client.
+    WsBroadcast,
+    /// HTTP/1.1 and h2c server answering 200 to every request (for the HTTP driver's tests and
+    /// for measuring the client side).
+    Http,
 }
 
 const RUN_EXAMPLES: &str = "\
@@ -99,6 +115,10 @@ Examples:
       8 subjects, 3 competing consumers per subject.
   msgbench run nats://127.0.0.1:4222 --request-reply --max-in-flight 64 --messages 1000000
       Request/reply round trips, 64 outstanding per requester, one million requests.
+  msgbench run http://127.0.0.1:8080/api -p 50 --duration 10s
+      HTTP/1.1 closed loop: 50 keep-alive connections, one request in flight each.
+  msgbench run http://127.0.0.1:8080/api -p 50 --rate 20000 --method GET --header 'X-Key: 1'
+      HTTP at a fixed rate (open loop); latency from request to response.
   msgbench run amqp://guest:guest@127.0.0.1:5672/%2f --confirm --size 1KiB --queue-group q
       RabbitMQ: publisher confirms (publish latency = publish -> confirm), one shared queue.
   msgbench run amqp://127.0.0.1 -p 100 -c 100 --channels 20 --rate 10k --mandatory
@@ -234,6 +254,10 @@ pub struct RunArgs {
     /// Keep sessions across connections (MQTT clean session off; use a fixed --client-id).
     #[arg(long, help_heading = "Protocol client")]
     pub persistent_session: bool,
+    /// Message each receiving client sends after connecting; {i} and {topic} are replaced
+    /// (WebSocket subscribe requests, e.g. '{"subscribe":"public.{i}"}').
+    #[arg(long, value_name = "TEMPLATE", help_heading = "Protocol client")]
+    pub hello: Option<String>,
     /// Connect timeout per client (default 10s).
     #[arg(long, help_heading = "Protocol client")]
     pub connect_timeout: Option<String>,
@@ -319,6 +343,16 @@ pub struct RunArgs {
     /// a channel each (default 1).
     #[arg(long, value_name = "N", help_heading = "AMQP 0-9-1")]
     pub channels: Option<u16>,
+
+    /// HTTP method (default POST, the payload as body; GET and HEAD send none).
+    #[arg(long, help_heading = "HTTP")]
+    pub method: Option<String>,
+    /// Extra request header, repeatable: --header 'Authorization: Bearer x'.
+    #[arg(long, value_name = "'NAME: VALUE'", help_heading = "HTTP")]
+    pub header: Vec<String>,
+    /// HTTP/2 with prior knowledge (h2c): many requests in flight per connection.
+    #[arg(long, help_heading = "HTTP")]
+    pub http2: bool,
 }
 
 /// `msgbench validate`.

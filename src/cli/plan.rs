@@ -52,9 +52,26 @@ pub fn build(args: &RunArgs, run_id: u32) -> Result<(RunPlan, bool)> {
         base.phases.duration = Some("5s".into());
         file = base.overlay(file);
     }
-    let scenario = file.overlay(over);
+    let mut scenario = file.overlay(over);
+    http_defaults(&mut scenario);
     let plan = resolve(&scenario, run_id).map_err(|e| anyhow!("invalid run: {e}"))?;
     Ok((plan, demo))
+}
+
+/// HTTP targets have no consumers, and an HTTP/1.1 connection carries one request at a time:
+/// unless told otherwise, such runs get no consumers and a window of 1 per producer
+/// (concurrency comes from --producers, or from --http2 streams).
+fn http_defaults(s: &mut Scenario) {
+    let Some(t) = s.target.as_deref() else { return };
+    if !(t.starts_with("http://") || t.starts_with("https://")) {
+        return;
+    }
+    if s.consumers.target.is_none() {
+        s.consumers.per_topic.get_or_insert(0);
+    }
+    if s.http.http2 != Some(true) {
+        s.producers.max_in_flight.get_or_insert(1);
+    }
 }
 
 /// Flags as a scenario layer: only what was given is set.
@@ -114,6 +131,7 @@ fn flags_to_scenario(a: &RunArgs) -> Result<Scenario> {
     s.client.keep_alive = a.keep_alive.clone();
     s.client.client_id = a.client_id.clone();
     s.client.persistent_session = a.persistent_session.then_some(true);
+    s.client.hello = a.hello.clone();
     s.tls.ca_file = a.ca_file.clone();
     s.tls.cert_file = a.cert.clone();
     s.tls.key_file = a.key.clone();
@@ -155,6 +173,9 @@ fn flags_to_scenario(a: &RunArgs) -> Result<Scenario> {
     s.amqp.max_length = a.max_length;
     s.amqp.purge = a.purge.then_some(true);
     s.amqp.channels_per_connection = a.channels;
+    s.http.method = a.method.clone();
+    s.http.headers = (!a.header.is_empty()).then(|| a.header.clone());
+    s.http.http2 = a.http2.then_some(true);
     Ok(s)
 }
 

@@ -4,6 +4,7 @@ use crate::cli::args::{ServeArgs, ServerArg};
 use anyhow::{Context, Result, bail};
 use msgbench_serve::amqp::{Sink, SinkConfig, tls_acceptor};
 use msgbench_serve::mqtt::{Broker, BrokerConfig};
+use msgbench_serve::ws::{Broadcast, BroadcastConfig};
 use std::process::ExitCode;
 use std::time::Duration;
 
@@ -64,6 +65,107 @@ pub fn run(args: ServeArgs) -> Result<ExitCode> {
                 });
                 sink.run(stop).await.context("sink failed")?;
                 status.abort();
+            }
+            ServerArg::Http => {
+                if args.tls_cert.is_some() {
+                    bail!("the HTTP server has no TLS listener yet");
+                }
+                let listen = args.listen.as_deref().unwrap_or("127.0.0.1:8080");
+                let listener = tokio::net::TcpListener::bind(listen)
+                    .await
+                    .with_context(|| format!("cannot listen on {listen}"))?;
+                eprintln!(
+                    "msgbench serve: HTTP/1.1 + h2c server on http://{} (200 to every request; Ctrl-C to stop)",
+                    listener.local_addr()?
+                );
+                let server = msgbench_driver_http::server::HttpServer::new();
+                let counts = server.counts();
+                let status = status_loop(args.quiet, move || {
+                    use std::sync::atomic::Ordering::Relaxed;
+                    let r = counts.requests.load(Relaxed);
+                    (0, 0, r, counts.http2_requests.load(Relaxed))
+                });
+                server.serve(listener, stop).await;
+                status.abort();
+            }
+            ServerArg::WsBroadcast => {
+                if args.tls_cert.is_some() {
+                    bail!("ws-broadcast has no TLS listener yet (put a TLS proxy in front)");
+                }
+                let listen = args.listen.as_deref().unwrap_or("127.0.0.1:8080");
+                let server = Broadcast::bind(listen, BroadcastConfig::default())
+                    .await
+                    .with_context(|| format!("cannot listen on {listen}"))?;
+                let from = match &args.from {
+                    Some(url) => {
+                        let s = msgbench_core::scenario::Scenario {
+                            target: Some(url.clone()),
+                            ..Default::default()
+                        };
+                        let plan = msgbench_core::scenario::plan::resolve(&s, 0)
+                            .map_err(|e| anyhow::anyhow!("--from: {e}"))?;
+                        Some(plan)
+                    }
+                    None => None,
+                };
+                eprintln!(
+                    "msgbench serve: WebSocket broadcast on ws://{}{} (Ctrl-C to stop)",
+                    server.local_addr(),
+                    match &from {
+                        Some(p) => format!(
+                            ", relaying `{}` from {}",
+                            args.topic,
+                            p.redacted().target
+                        ),
+                        None => ", relaying what clients send".into(),
+                    }
+                );
+                let stats = server.stats();
+                let status = status_loop(args.quiet, move || {
+                    use std::sync::atomic::Ordering::Relaxed;
+                    (
+                        stats.connections_current.load(Relaxed),
+                        stats.connections_total.load(Relaxed),
+                        stats.messages_in.load(Relaxed),
+                        stats.frames_out.load(Relaxed),
+                    )
+                });
+                // The relay runs beside the server; if it fails (broker unreachable, bad
+                // URL), the server stops too and the error is the command's.
+                let relay = server.relay();
+                let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+                let (failed_tx, failed_rx) = tokio::sync::oneshot::channel::<anyhow::Error>();
+                let relaying = from.map(|plan| {
+                    let topic = args.topic.clone();
+                    let mut stop_rx = stop_rx.clone();
+                    tokio::spawn(async move {
+                        let stopped = async move {
+                            let _ = stop_rx.changed().await;
+                        };
+                        if let Err(e) =
+                            crate::registry::relay(&plan, &topic, |m| relay.send(m), stopped).await
+                        {
+                            let _ = failed_tx.send(e);
+                        }
+                    })
+                });
+                let failure = std::sync::Arc::new(std::sync::Mutex::new(None));
+                let seen = failure.clone();
+                let stopping = async move {
+                    tokio::select! {
+                        () = stop => {}
+                        Ok(e) = failed_rx => { *seen.lock().expect("failure slot") = Some(e); }
+                    }
+                    let _ = stop_tx.send(true);
+                };
+                server.run(stopping).await.context("server failed")?;
+                status.abort();
+                if let Some(r) = relaying {
+                    let _ = r.await;
+                }
+                if let Some(e) = failure.lock().expect("failure slot").take() {
+                    return Err(e);
+                }
             }
         }
         eprintln!("msgbench serve: stopped");

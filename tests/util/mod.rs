@@ -139,6 +139,16 @@ impl Server {
         Server::start("amqp-sink", scheme, extra)
     }
 
+    /// msgbench's HTTP server on a free port.
+    pub fn http() -> Server {
+        Server::start("http", "http", &[])
+    }
+
+    /// msgbench's WebSocket broadcast server on a free port (`extra`: e.g. `--from URL`).
+    pub fn ws_broadcast(extra: &[&str]) -> Server {
+        Server::start("ws-broadcast", "ws", extra)
+    }
+
     fn start(server: &str, scheme: &str, extra: &[&str]) -> Server {
         let port = free_port();
         let child = Command::new(bin())

@@ -214,6 +214,22 @@ impl EventSink {
         (EventSink(tx), rx)
     }
 
+    /// Reports that `client`'s connection was lost, and why (one wording for every driver).
+    pub fn connection_lost(&self, client: &str, why: &dyn std::fmt::Display) {
+        self.emit(
+            DriverEventKind::Disconnected,
+            format!("{client}: connection lost: {why}"),
+        );
+    }
+
+    /// Reports that `client` is connected again to `target` (`note`: anything to add).
+    pub fn reconnected(&self, client: &str, target: &str, note: &str) {
+        self.emit(
+            DriverEventKind::Reconnected,
+            format!("{client}: reconnected to {target}{note}"),
+        );
+    }
+
     /// Reports an event (dropped silently if the run is over).
     pub fn emit(&self, kind: DriverEventKind, detail: impl Into<String>) {
         let _ = self.0.send(DriverEvent {

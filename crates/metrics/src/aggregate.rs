@@ -203,10 +203,10 @@ impl Aggregator {
         }
         let entry = self.pending.entry((s.interval, s.phase)).or_default();
         entry.counters.merge(&s.counters);
-        entry.histograms.merge(&s.hist);
+        entry.histograms.add_recorded(&s.hist);
         let totals = &mut self.phases[slot(s.phase)];
         totals.counters.merge(&s.counters);
-        totals.histograms.merge(&s.hist);
+        totals.histograms.add_recorded(&s.hist);
     }
 
     /// Sets the levels sampled at the end of interval `interval` of `phase`.

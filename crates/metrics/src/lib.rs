@@ -32,7 +32,7 @@ pub use counters::{ConnectFailure, ConnectFailures, Counters, ErrorKind};
 pub use group_seen::{GroupSeen, GroupView};
 pub use integrity::IntegrityTracker;
 pub use recorder::Recorder;
-pub use snapshot::{Histograms, Role, Snapshot};
+pub use snapshot::{Histograms, Recorded, RecordedLatencies, Role, Snapshot};
 pub use summary::LatencySummary;
 
 use serde::{Deserialize, Serialize};

@@ -1,7 +1,7 @@
 //! The per-task recorder: the only thing on the hot path that touches metrics.
 
 use crate::counters::{Counters, ErrorKind};
-use crate::snapshot::{Histograms, Role, Snapshot};
+use crate::snapshot::{Histograms, RecordedLatencies, Role, Snapshot};
 use crate::{MAX_LATENCY_NS, Phase};
 
 /// Counters and histograms owned by exactly one task. It is never shared, so recording takes no
@@ -100,7 +100,9 @@ impl Recorder {
     }
 
     /// Moves everything recorded since the last call into a [`Snapshot`] and starts afresh.
-    /// Allocates new (small, auto-growing) histograms: once per tick, never per message.
+    /// The recorder keeps its histograms (reset; their memory is kept) and the snapshot gets
+    /// the values recorded as bucket/count pairs (see [`crate::snapshot::Recorded`]). Once per
+    /// tick, never per message.
     pub fn take(&mut self, role: Role, task: u32, phase: Phase, interval: u64) -> Snapshot {
         Snapshot {
             role,
@@ -108,7 +110,7 @@ impl Recorder {
             phase,
             interval,
             counters: std::mem::take(&mut self.counters),
-            hist: std::mem::take(&mut self.hist),
+            hist: RecordedLatencies::take_from(&mut self.hist),
         }
     }
 }
@@ -135,7 +137,7 @@ mod tests {
         assert_eq!(s.counters.sent_bytes, 128);
         assert_eq!(s.counters.late_sends, 1);
         assert_eq!(s.hist.send_delay.len(), 2);
-        assert!(s.hist.send_delay.max() >= 1_998_000);
+        assert!(s.hist.send_delay.to_histogram().max() >= 1_998_000);
         // take() resets
         let s2 = r.take(Role::Producer, 0, Phase::Measure, 1);
         assert_eq!(s2.counters.sent, 0);
@@ -170,10 +172,14 @@ mod tests {
         r.record_delivery(7_000_000_000, 1);
         let s = r.take(Role::Consumer, 0, Phase::Measure, 0);
         assert!(
-            s.hist.e2e.min() >= 49_950 && s.hist.e2e.min() <= 50_050,
+            s.hist.e2e.to_histogram().min() >= 49_950 && s.hist.e2e.to_histogram().min() <= 50_050,
             "{}",
-            s.hist.e2e.min()
+            s.hist.e2e.to_histogram().min()
         );
-        assert!(s.hist.e2e.max() >= 6_990_000_000, "{}", s.hist.e2e.max());
+        assert!(
+            s.hist.e2e.to_histogram().max() >= 6_990_000_000,
+            "{}",
+            s.hist.e2e.to_histogram().max()
+        );
     }
 }

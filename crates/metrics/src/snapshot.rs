@@ -74,6 +74,101 @@ impl Histograms {
     }
 }
 
+/// The values one histogram recorded during a tick, as (value, count) pairs of its non-empty
+/// buckets (each value the highest equivalent of its bucket, so re-recording it lands in the
+/// same bucket at the same precision). A tick's latencies sit in a few buckets, so this is a
+/// few hundred bytes where a histogram is tens of kilobytes: with ten thousand consumers,
+/// shipping and merging whole histograms every tick was most of the generator's work.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Recorded(pub Vec<(u64, u64)>);
+
+impl Recorded {
+    /// Takes `h`'s buckets and resets it (its memory is kept for the next tick).
+    pub fn take_from(h: &mut Histogram) -> Recorded {
+        if h.is_empty() {
+            return Recorded::default();
+        }
+        let v = h
+            .iter_recorded()
+            .map(|x| {
+                (
+                    h.highest_equivalent(x.value_iterated_to()),
+                    x.count_at_value(),
+                )
+            })
+            .collect();
+        h.reset();
+        Recorded(v)
+    }
+
+    /// Values recorded.
+    pub fn len(&self) -> u64 {
+        self.0.iter().map(|(_, n)| n).sum()
+    }
+
+    /// Nothing recorded.
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+
+    /// Adds these values to `h` (auto-resizing, so it cannot run out of range).
+    pub fn add_to(&self, h: &mut Histogram) {
+        for &(v, n) in &self.0 {
+            let _ = h.record_n(v, n);
+        }
+    }
+
+    /// As a histogram (tests, reports).
+    pub fn to_histogram(&self) -> Histogram {
+        let mut h = new_histogram();
+        self.add_to(&mut h);
+        h
+    }
+}
+
+/// What one tick recorded, per latency (see [`Histograms`] for what each one is).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct RecordedLatencies {
+    /// Publish latency.
+    pub publish: Recorded,
+    /// Send delay.
+    pub send_delay: Recorded,
+    /// End-to-end latency.
+    pub e2e: Recorded,
+    /// Connect latency.
+    pub connect: Recorded,
+}
+
+impl RecordedLatencies {
+    /// Takes what `h` recorded, resetting it.
+    pub fn take_from(h: &mut Histograms) -> Self {
+        RecordedLatencies {
+            publish: Recorded::take_from(&mut h.publish),
+            send_delay: Recorded::take_from(&mut h.send_delay),
+            e2e: Recorded::take_from(&mut h.e2e),
+            connect: Recorded::take_from(&mut h.connect),
+        }
+    }
+
+    /// Appends `other`'s values.
+    pub fn merge(&mut self, other: &RecordedLatencies) {
+        self.publish.0.extend_from_slice(&other.publish.0);
+        self.send_delay.0.extend_from_slice(&other.send_delay.0);
+        self.e2e.0.extend_from_slice(&other.e2e.0);
+        self.connect.0.extend_from_slice(&other.connect.0);
+    }
+}
+
+impl Histograms {
+    /// Adds a tick's recorded values.
+    pub fn add_recorded(&mut self, r: &RecordedLatencies) {
+        r.publish.add_to(&mut self.publish);
+        r.send_delay.add_to(&mut self.send_delay);
+        r.e2e.add_to(&mut self.e2e);
+        r.connect.add_to(&mut self.connect);
+    }
+}
+
 /// Everything one task recorded during one tick (or the part of a tick inside one phase).
 #[derive(Debug, Clone)]
 pub struct Snapshot {
@@ -88,7 +183,7 @@ pub struct Snapshot {
     /// Counts.
     pub counters: Counters,
     /// Latencies.
-    pub hist: Histograms,
+    pub hist: RecordedLatencies,
 }
 
 impl Snapshot {
@@ -127,9 +222,12 @@ mod tests {
         assert_eq!(sa.counters.received, 2000);
         assert_eq!(sa.counters.received_bytes, 20_000);
         assert_eq!(sa.hist.e2e.len(), 2000);
-        assert!(sa.hist.e2e.min() <= 1_000 && sa.hist.e2e.max() >= 1_000_999);
+        assert!(
+            sa.hist.e2e.to_histogram().min() <= 1_000
+                && sa.hist.e2e.to_histogram().max() >= 1_000_999
+        );
         // The first half of the merged values came from `a`, the second from `b`.
-        assert!(sa.hist.e2e.value_at_quantile(0.49) < 2_000);
-        assert!(sa.hist.e2e.value_at_quantile(0.51) >= 999_000);
+        assert!(sa.hist.e2e.to_histogram().value_at_quantile(0.49) < 2_000);
+        assert!(sa.hist.e2e.to_histogram().value_at_quantile(0.51) >= 999_000);
     }
 }

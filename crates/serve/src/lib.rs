@@ -11,8 +11,11 @@
 //! - [`amqp`]: an AMQP 0-9-1 sink (`msgbench serve amqp-sink`): completes the handshake,
 //!   answers topology methods and publisher confirms, and counts and discards every message;
 //!   for measuring proxies and AMQP clients without a broker.
+//! - [`ws`]: a WebSocket broadcast server (`msgbench serve ws-broadcast`): every message a client
+//!   sends, or that is relayed from a broker, goes to every other client.
 #![warn(missing_docs)]
 
 pub mod amqp;
 mod listen;
 pub mod mqtt;
+pub mod ws;

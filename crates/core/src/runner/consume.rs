@@ -1,5 +1,7 @@
 //! The consumer loop: recv → unstamp → record + integrity. One task per consumer; it owns its
-//! recorder and integrity tracker, so nothing here takes a lock.
+//! integrity tracker, and its recorder too unless it runs on a dedicated worker thread, whose
+//! consumers share one (thread-local: a current-thread runtime runs one task at a time). Nothing
+//! here takes a lock.
 
 use super::produce::Ticker;
 use super::state::{OwnedCounter, RunState};
@@ -7,6 +9,7 @@ use crate::clock::{now_ns, to_instant};
 use crate::driver::{Consumer, Delivery};
 use crate::stamp::Stamp;
 use msgbench_metrics::{GroupSeen, GroupView, IntegrityTracker, Phase, Recorder, Role, Snapshot};
+use std::cell::RefCell;
 use std::future::Future;
 use std::pin::pin;
 use std::sync::Arc;
@@ -30,78 +33,134 @@ pub(crate) struct ConsumerTask {
     pub stop: watch::Receiver<bool>,
     /// Shared by the members of queue groups: duplicates across members.
     pub group: Option<Arc<GroupSeen>>,
+    /// Runs on a dedicated (current-thread) worker: record into the thread's shared recorder.
+    pub shared_books: bool,
+}
+
+/// What one recorder accounts for: its recorder, the interval clock and the phase.
+struct Acct {
+    rec: Recorder,
+    ticker: Ticker,
+    phase: Phase,
+    /// The run it belongs to (a worker thread's shared one is replaced for another run).
+    key: (u32, u64),
+}
+
+thread_local! {
+    /// The recorder the consumers of one dedicated worker thread share. A current-thread
+    /// runtime never runs two of its tasks at once, so sharing needs no lock; and one recorder
+    /// per thread instead of one per consumer is what lets a generator hold ten thousand
+    /// consumers: each recorder's histograms are tens of kilobytes, and each sends a snapshot
+    /// every tick.
+    static SHARED: RefCell<Option<Acct>> = const { RefCell::new(None) };
 }
 
 struct Books {
-    rec: Recorder,
+    /// `None`: the thread's shared recorder ([`SHARED`]).
+    own: Option<Acct>,
     tracker: IntegrityTracker,
     group: Option<GroupView>,
-    ticker: Ticker,
-    phase: Phase,
     /// Distinct deliveries since the start (survives `take()`).
     distinct: u64,
 }
 
 impl ConsumerTask {
+    fn new_acct(&self) -> Acct {
+        Acct {
+            rec: Recorder::new(u64::MAX),
+            ticker: Ticker::new(self.t0_ns, self.tick_ns),
+            phase: self.state.phase_at(self.t0_ns),
+            key: (self.run_id, self.t0_ns),
+        }
+    }
+
+    /// Runs `f` on this consumer's recorder: its own, or its worker thread's shared one.
+    #[inline]
+    fn with_acct<R>(&self, own: &mut Option<Acct>, f: impl FnOnce(&mut Acct) -> R) -> R {
+        match own {
+            Some(a) => f(a),
+            None => SHARED.with_borrow_mut(|slot| {
+                let key = (self.run_id, self.t0_ns);
+                if slot.as_ref().is_none_or(|a| a.key != key) {
+                    *slot = Some(self.new_acct());
+                }
+                f(slot.as_mut().expect("just set"))
+            }),
+        }
+    }
+
     #[inline]
     fn on_delivery(&self, b: &mut Books, d: &Delivery) {
         let now = now_ns();
-        // Close the interval (or phase) first: this delivery belongs to the one now starts.
-        self.tick(b, now);
-        match Stamp::read(&d.payload) {
-            Ok(s) if s.run_id == self.run_id => {
-                b.rec
-                    .record_delivery(now.saturating_sub(s.intended_ns), d.payload.len());
-                let first_in_group = b
-                    .group
-                    .as_mut()
-                    .is_none_or(|g| g.first_delivery(s.producer, s.stream, s.seq));
-                if first_in_group {
-                    let dups = b.rec.counters().duplicated;
-                    b.tracker
-                        .observe(s.producer, s.stream, s.seq, b.rec.counters_mut());
-                    if b.rec.counters().duplicated == dups {
-                        b.distinct += 1;
+        let Books {
+            own,
+            tracker,
+            group,
+            distinct,
+        } = b;
+        self.with_acct(own, |a| {
+            // Close the interval (or phase) first: this delivery belongs to the one now starts.
+            self.tick(a, now);
+            match Stamp::read(&d.payload) {
+                Ok(s) if s.run_id == self.run_id => {
+                    a.rec
+                        .record_delivery(now.saturating_sub(s.intended_ns), d.payload.len());
+                    let first_in_group = group
+                        .as_mut()
+                        .is_none_or(|g| g.first_delivery(s.producer, s.stream, s.seq));
+                    if first_in_group {
+                        let dups = a.rec.counters().duplicated;
+                        tracker.observe(s.producer, s.stream, s.seq, a.rec.counters_mut());
+                        if a.rec.counters().duplicated == dups {
+                            *distinct += 1;
+                        }
+                    } else {
+                        // Another member (or this one) of the queue group already had it.
+                        a.rec.counters_mut().duplicated += 1;
                     }
-                } else {
-                    // Another member (or this one) of the queue group already had it.
-                    b.rec.counters_mut().duplicated += 1;
+                    if d.redelivered {
+                        a.rec.counters_mut().redelivered += 1;
+                    }
                 }
-                if d.redelivered {
-                    b.rec.counters_mut().redelivered += 1;
-                }
+                _ => a.rec.record_foreign(),
             }
-            _ => b.rec.record_foreign(),
-        }
+        });
     }
 
     #[inline]
-    fn tick(&self, b: &mut Books, now: u64) {
+    fn tick(&self, a: &mut Acct, now: u64) {
         let cur = self.state.phase_at(now);
-        if cur != b.phase {
-            let k = b.ticker.recording();
-            self.flush(b, k);
-            b.phase = cur;
+        if cur != a.phase {
+            let k = a.ticker.recording();
+            self.flush(a, k);
+            a.phase = cur;
         }
-        if let Some(k) = b.ticker.due(now) {
-            self.flush(b, k);
+        if let Some(k) = a.ticker.due(now) {
+            self.flush(a, k);
         }
     }
 
-    fn flush(&self, b: &mut Books, interval: u64) {
-        let s = b.rec.take(Role::Consumer, self.id, b.phase, interval);
+    fn flush(&self, a: &mut Acct, interval: u64) {
+        let s = a.rec.take(Role::Consumer, self.id, a.phase, interval);
         if !s.is_empty() {
             let _ = self.snapshots.send(s);
         }
     }
 
+    fn record_error(&self, b: &mut Books, kind: msgbench_metrics::ErrorKind) {
+        self.with_acct(&mut b.own, |a| a.rec.record_error(kind));
+    }
+
+    /// The next tick of this consumer's recorder.
+    fn next_tick(&self, b: &mut Books) -> u64 {
+        self.with_acct(&mut b.own, |a| a.ticker.next_ns)
+    }
+
     pub async fn run<C: Consumer>(self, mut c: C) {
         let mut b = Books {
-            rec: Recorder::new(u64::MAX),
+            own: (!self.shared_books).then(|| self.new_acct()),
             tracker: IntegrityTracker::new(),
             group: self.group.clone().map(GroupView::new),
-            ticker: Ticker::new(self.t0_ns, self.tick_ns),
-            phase: self.state.phase_at(self.t0_ns),
             distinct: 0,
         };
         let mut stop = self.stop.clone();
@@ -109,7 +168,7 @@ impl ConsumerTask {
             if self.state.consumers_stopped() {
                 break;
             }
-            let next_tick = to_instant(b.ticker.next_ns);
+            let next_tick = to_instant(self.next_tick(&mut b));
             tokio::select! {
                 biased;
                 r = c.recv() => match r {
@@ -122,7 +181,7 @@ impl ConsumerTask {
                             match fut.poll(&mut cx) {
                                 Poll::Ready(Ok(Some(d))) => self.on_delivery(&mut b, &d),
                                 Poll::Ready(Ok(None)) => break,
-                                Poll::Ready(Err(e)) => { b.rec.record_error(e.kind()); break }
+                                Poll::Ready(Err(e)) => { self.record_error(&mut b, e.kind()); break }
                                 Poll::Pending => break,
                             }
                         }
@@ -130,16 +189,23 @@ impl ConsumerTask {
                     }
                     Ok(None) => break,
                     Err(e) => {
-                        b.rec.record_error(e.kind());
+                        self.record_error(&mut b, e.kind());
                         tokio::time::sleep(std::time::Duration::from_millis(10)).await;
                     }
                 },
-                _ = tokio::time::sleep_until(next_tick) => self.tick(&mut b, now_ns()),
+                _ = tokio::time::sleep_until(next_tick) => {
+                    let now = now_ns();
+                    self.with_acct(&mut b.own, |a| self.tick(a, now));
+                }
                 _ = stop.changed() => break,
             }
         }
         let _ = c.close().await;
-        let k = b.ticker.recording();
-        self.flush(&mut b, k);
+        // With a shared recorder every consumer of the thread flushes on its way out; the last
+        // one takes what the others recorded after they left.
+        self.with_acct(&mut b.own, |a| {
+            let k = a.ticker.recording();
+            self.flush(a, k);
+        });
     }
 }

@@ -192,6 +192,9 @@ where
     Ok((out.into_iter().map(|(_, v)| v).collect(), homes))
 }
 
+/// Consumers beyond which a run without `workers` gets dedicated worker threads anyway.
+const MANY_CONSUMERS: u32 = 256;
+
 /// Runs `plan` against `driver`, reporting to `observer`. Driver events arrive on `events`.
 ///
 /// # Errors
@@ -232,7 +235,15 @@ pub async fn run<D: Driver>(
     };
 
     // Every task runs on the worker its connection was made on.
-    let mut workers = Workers::start(plan.workers)
+    // Many consumers get dedicated workers even when none were asked for: they then share a
+    // recorder per thread (see `consume`), which is what keeps thousands of them affordable.
+    let n_workers = match plan.workers {
+        0 if plan.consumers() > MANY_CONSUMERS => {
+            std::thread::available_parallelism().map_or(1, |n| n.get())
+        }
+        n => n,
+    };
+    let mut workers = Workers::start(n_workers)
         .map_err(|e| RunError::Unsupported(format!("cannot start worker threads: {e}")))?;
 
     // Consumers first: their subscriptions must be live before the first message.
@@ -322,6 +333,7 @@ pub async fn run<D: Driver>(
             distinct: counter,
             stop: stop_rx.clone(),
             group: group_seen.clone(),
+            shared_books: n_workers > 0,
         };
         consumer_tasks.spawn_on(task.run(c), &consumer_homes[i]);
     }

@@ -49,7 +49,8 @@
 pub mod plan;
 
 pub use plan::{
-    AmqpPlan, ClientPlan, ConnectionPlan, Measure, RunPlan, SubscriptionMode, TlsPlan, resolve,
+    AmqpPlan, ClientPlan, ConnectionPlan, HttpPlan, Measure, RunPlan, SubscriptionMode, TlsPlan,
+    resolve,
 };
 
 use crate::pacer::RateShape;
@@ -92,6 +93,21 @@ pub struct Scenario {
     /// AMQP 0-9-1 topology and delivery settings.
     #[serde(default)]
     pub amqp: AmqpSection,
+    /// HTTP request settings.
+    #[serde(default)]
+    pub http: HttpSection,
+}
+
+/// `[http]`: the requests HTTP producers send.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct HttpSection {
+    /// Method (default POST; GET and HEAD send no body).
+    pub method: Option<String>,
+    /// Extra headers, each `"Name: value"`.
+    pub headers: Option<Vec<String>>,
+    /// HTTP/2 (cleartext, prior knowledge) instead of HTTP/1.1.
+    pub http2: Option<bool>,
 }
 
 /// `[amqp]`: how AMQP 0-9-1 runs are laid out on the broker.
@@ -144,6 +160,9 @@ pub struct ClientSection {
     pub retain: Option<bool>,
     /// Keep the session across connections (MQTT clean session = false).
     pub persistent_session: Option<bool>,
+    /// A text message receiving clients send after connecting, `{i}` and `{topic}` replaced
+    /// (WebSocket: a subscribe request for servers that want one).
+    pub hello: Option<String>,
 }
 
 /// `[tls]`
@@ -392,6 +411,7 @@ impl Scenario {
                     qos,
                     retain,
                     persistent_session,
+                    hello,
                 },
             tls:
                 TlsSection {
@@ -426,6 +446,12 @@ impl Scenario {
                     max_length,
                     purge,
                     channels_per_connection,
+                },
+            http:
+                HttpSection {
+                    method,
+                    headers,
+                    http2,
                 },
         } = over;
         pick(&mut self.name, name);
@@ -465,6 +491,7 @@ impl Scenario {
         pick(&mut self.client.qos, qos);
         pick(&mut self.client.retain, retain);
         pick(&mut self.client.persistent_session, persistent_session);
+        pick(&mut self.client.hello, hello);
         pick(&mut self.tls.ca_file, ca_file);
         pick(&mut self.tls.cert_file, cert_file);
         pick(&mut self.tls.key_file, key_file);
@@ -493,6 +520,9 @@ impl Scenario {
             &mut self.amqp.channels_per_connection,
             channels_per_connection,
         );
+        pick(&mut self.http.method, method);
+        pick(&mut self.http.headers, headers);
+        pick(&mut self.http.http2, http2);
         self
     }
 }

@@ -65,6 +65,9 @@ pub struct ClientPlan {
     pub retain: bool,
     /// Keep sessions across connections.
     pub persistent_session: bool,
+    /// Message receiving clients send after connecting (`{i}`, `{topic}` replaced).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub hello: Option<String>,
 }
 
 impl ClientPlan {
@@ -212,6 +215,21 @@ pub struct RunPlan {
     pub connections: Option<ConnectionPlan>,
     /// AMQP 0-9-1 settings.
     pub amqp: AmqpPlan,
+    /// HTTP settings.
+    #[serde(default)]
+    pub http: HttpPlan,
+}
+
+/// HTTP request settings (used by the `http://` driver only).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct HttpPlan {
+    /// Method (`POST` by default).
+    pub method: String,
+    /// Extra headers.
+    pub headers: Vec<(String, String)>,
+    /// HTTP/2 with prior knowledge instead of HTTP/1.1.
+    pub http2: bool,
 }
 
 /// Why a scenario cannot run, naming the setting at fault.
@@ -403,6 +421,7 @@ pub fn resolve(s: &Scenario, run_id: u32) -> Result<RunPlan, PlanError> {
     }
     let connections = resolve_connections(s)?;
     let amqp = resolve_amqp(s)?;
+    let http = resolve_http(s)?;
     let subscribe = s.consumers.subscribe.clone();
     if subscribe.as_deref() == Some("") {
         return Err(err(
@@ -438,6 +457,7 @@ pub fn resolve(s: &Scenario, run_id: u32) -> Result<RunPlan, PlanError> {
         tls,
         connections,
         amqp,
+        http,
     })
 }
 
@@ -500,6 +520,36 @@ fn resolve_amqp(s: &Scenario) -> Result<AmqpPlan, PlanError> {
     })
 }
 
+fn resolve_http(s: &Scenario) -> Result<HttpPlan, PlanError> {
+    let h = &s.http;
+    let method = h
+        .method
+        .clone()
+        .unwrap_or_else(|| "POST".into())
+        .to_uppercase();
+    if method.is_empty() || !method.bytes().all(|b| b.is_ascii_alphabetic()) {
+        return Err(err(
+            "http.method",
+            format!("`{method}` is not an HTTP method (GET, POST, PUT...)"),
+        ));
+    }
+    let mut headers = Vec::new();
+    for line in h.headers.iter().flatten() {
+        let Some((n, v)) = line.split_once(':') else {
+            return Err(err(
+                "http.headers",
+                format!("`{line}` is not `Name: value`"),
+            ));
+        };
+        headers.push((n.trim().to_string(), v.trim().to_string()));
+    }
+    Ok(HttpPlan {
+        method,
+        headers,
+        http2: h.http2.unwrap_or(false),
+    })
+}
+
 fn resolve_client(s: &Scenario) -> Result<ClientPlan, PlanError> {
     let c = &s.client;
     let qos = c.qos.unwrap_or(0);
@@ -528,6 +578,7 @@ fn resolve_client(s: &Scenario) -> Result<ClientPlan, PlanError> {
         qos,
         retain: c.retain.unwrap_or(false),
         persistent_session,
+        hello: c.hello.clone(),
     })
 }
 

@@ -5,7 +5,7 @@
 use crate::codec::{self, Frame};
 use amq_protocol::protocol::{AMQPClass, basic, channel, confirm, connection};
 use amq_protocol::types::{AMQPValue, FieldTable, LongString, ShortString};
-use msgbench_core::driver::{ConnectFailure, DriverError, DriverEventKind, EventSink};
+use msgbench_core::driver::{ConnectFailure, DriverError, EventSink};
 use msgbench_net::{NetError, Target, Tls, Wire};
 use std::future::poll_fn;
 use std::io;
@@ -414,10 +414,7 @@ impl Conn {
         if self.wire.detach()
             && let Some(ev) = &self.events
         {
-            ev.emit(
-                DriverEventKind::Disconnected,
-                format!("{}: connection lost: {why}", self.name),
-            );
+            ev.connection_lost(&self.name, why);
         }
     }
 
@@ -425,10 +422,7 @@ impl Conn {
     pub async fn try_reconnect(&mut self) -> Result<(), DriverError> {
         self.handshake().await?;
         if let Some(ev) = &self.events {
-            ev.emit(
-                DriverEventKind::Reconnected,
-                format!("{}: reconnected to {}", self.name, self.ep.display),
-            );
+            ev.reconnected(&self.name, &self.ep.display, "");
         }
         Ok(())
     }

@@ -3,7 +3,7 @@
 //! every async method here is cancel-safe: an interrupted call loses no bytes.
 
 use crate::codec::{self, ConnectOpts, Packet, Version};
-use msgbench_core::driver::{ConnectFailure, DriverError, DriverEventKind, EventSink};
+use msgbench_core::driver::{ConnectFailure, DriverError, EventSink};
 use msgbench_net::{NetError, Stream, Target, Tls, Wire};
 use std::future::poll_fn;
 use std::io;
@@ -290,10 +290,7 @@ impl Conn {
         if self.wire.detach()
             && let Some(ev) = &self.events
         {
-            ev.emit(
-                DriverEventKind::Disconnected,
-                format!("{}: connection lost: {why}", self.client_id),
-            );
+            ev.connection_lost(&self.client_id, why);
         }
     }
 
@@ -301,18 +298,14 @@ impl Conn {
     pub async fn try_reconnect(&mut self) -> Result<(), DriverError> {
         self.handshake().await?;
         if let Some(ev) = &self.events {
-            ev.emit(
-                DriverEventKind::Reconnected,
-                format!(
-                    "{}: reconnected to {}{}",
-                    self.client_id,
-                    self.ep.display,
-                    if self.session_present {
-                        " (session kept)"
-                    } else {
-                        ""
-                    }
-                ),
+            ev.reconnected(
+                &self.client_id,
+                &self.ep.display,
+                if self.session_present {
+                    " (session kept)"
+                } else {
+                    ""
+                },
             );
         }
         Ok(())

@@ -388,10 +388,7 @@ impl Conn {
     /// Marks the connection lost (once) and reports it.
     pub fn lost(&mut self, why: &io::Error) {
         if self.stream.take().is_some() {
-            self.events.emit(
-                DriverEventKind::Disconnected,
-                format!("{}: connection lost: {why}", self.name),
-            );
+            self.events.connection_lost(&self.name, why);
         }
     }
 
@@ -399,10 +396,7 @@ impl Conn {
     pub async fn try_reconnect(&mut self) -> Result<(), DriverError> {
         match self.handshake().await.map_err(|e| self.connect_error(e)) {
             Ok(()) => {
-                self.events.emit(
-                    DriverEventKind::Reconnected,
-                    format!("{}: reconnected to {}", self.name, self.ep.display),
-                );
+                self.events.reconnected(&self.name, &self.ep.display, "");
                 Ok(())
             }
             Err(e) => Err(e),

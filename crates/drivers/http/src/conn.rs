@@ -1,0 +1,466 @@
+//! One HTTP connection on hyper's connection-level API, driven inline by its owner.
+//!
+//! hyper splits a connection into a `SendRequest` handle and a `Connection` future that does
+//! the I/O. Its examples spawn the future; here the owning producer (or session) polls it
+//! itself, whenever it sends and whenever the runner asks for acks, so an HTTP/1.1 response is
+//! read, parsed and turned into an ack in one poll of the producer task, with no hop through
+//! another task. (HTTP/2 in hyper always runs the socket in a task of its own, spawned on the
+//! producer's worker at the handshake; the future polled here is only its request dispatcher.)
+//!
+//! Each request becomes an [`Exchange`]: a future resolving to the response status once the
+//! whole response body has been read (latency is request → full response), or to the error
+//! that ended it. Exchanges always resolve: when a connection dies, hyper fails what was in
+//! flight on it.
+
+use crate::body::Payload;
+use crate::endpoint::Endpoint;
+use crate::stats::HttpStats;
+use hyper::body::{Body, Incoming};
+use hyper::client::conn::{http1, http2};
+use hyper::{Request, Response};
+use hyper_util::rt::{TokioExecutor, TokioIo};
+use msgbench_core::driver::{ConnectFailure, DriverError, DriverEventKind, EventSink};
+use msgbench_net::Stream;
+use std::future::Future;
+use std::io;
+use std::net::IpAddr;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+use std::time::Duration;
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+
+/// [`msgbench_net::Stream`] (plain or TLS) with tokio's I/O traits, which
+/// [`TokioIo`] turns into hyper's.
+pub(crate) struct NetIo(Stream);
+
+impl AsyncRead for NetIo {
+    fn poll_read(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        match &mut self.get_mut().0 {
+            Stream::Tcp(s) => Pin::new(s).poll_read(cx, buf),
+            Stream::Tls(s) => Pin::new(s.as_mut()).poll_read(cx, buf),
+        }
+    }
+}
+
+impl AsyncWrite for NetIo {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        match &mut self.get_mut().0 {
+            Stream::Tcp(s) => Pin::new(s).poll_write(cx, buf),
+            Stream::Tls(s) => Pin::new(s.as_mut()).poll_write(cx, buf),
+        }
+    }
+
+    fn poll_write_vectored(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[io::IoSlice<'_>],
+    ) -> Poll<io::Result<usize>> {
+        match &mut self.get_mut().0 {
+            Stream::Tcp(s) => Pin::new(s).poll_write_vectored(cx, bufs),
+            Stream::Tls(s) => Pin::new(s.as_mut()).poll_write_vectored(cx, bufs),
+        }
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        match &self.0 {
+            Stream::Tcp(s) => s.is_write_vectored(),
+            Stream::Tls(s) => s.is_write_vectored(),
+        }
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        match &mut self.get_mut().0 {
+            Stream::Tcp(s) => Pin::new(s).poll_flush(cx),
+            Stream::Tls(s) => Pin::new(s.as_mut()).poll_flush(cx),
+        }
+    }
+
+    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        match &mut self.get_mut().0 {
+            Stream::Tcp(s) => Pin::new(s).poll_shutdown(cx),
+            Stream::Tls(s) => Pin::new(s.as_mut()).poll_shutdown(cx),
+        }
+    }
+}
+
+type Io = TokioIo<NetIo>;
+
+/// The response head on its way (hyper's future is unnameable, hence the box).
+type ResponseFut = Pin<Box<dyn Future<Output = hyper::Result<Response<Incoming>>> + Send>>;
+
+/// An open connection: hyper's handle and its connection future (HTTP/1.1's holds its
+/// buffers inline, hence the box: one allocation per connection).
+enum Live {
+    H1 {
+        tx: http1::SendRequest<Payload>,
+        conn: Box<http1::Connection<Io, Payload>>,
+    },
+    H2 {
+        tx: http2::SendRequest<Payload>,
+        conn: http2::Connection<Io, Payload, TokioExecutor>,
+    },
+}
+
+/// Why [`Conn::poll_ready`] could not hand out the connection.
+pub(crate) enum NotReady {
+    /// The connection ended (its end has been accounted for); open another.
+    Gone,
+}
+
+/// A connection slot: at most one live connection, reopened on demand by its owner.
+///
+/// How a connection ended is decided with what was in flight on it: the server closing an
+/// idle connection (keep-alive limits, `Connection: close`, GOAWAY) is an orderly close,
+/// counted in [`HttpStats::server_closes`]; a connection that failed, or ended under a request
+/// that then got no response, is lost: one `disconnected` event, and the next connection is
+/// reported as `reconnected`. Connections are numbered (generations) so that exchanges
+/// finishing after their connection was replaced are accounted to the right one.
+pub(crate) struct Conn {
+    pub ep: Arc<Endpoint>,
+    stats: Arc<HttpStats>,
+    events: EventSink,
+    timeout: Duration,
+    source: Option<IpAddr>,
+    live: Option<Live>,
+    /// Number of the current (or last) connection; 0 before the first.
+    generation: u64,
+    /// The highest generation whose loss was reported.
+    lost_gen: u64,
+    /// A generation that ended without error while requests were in flight on it: orderly
+    /// unless one of them fails (decided at the next connect).
+    ended_busy: Option<u64>,
+    /// Report disconnects and reconnects as events (producers; not the thousands of sessions
+    /// of a connection workload, whose drops the runner counts itself).
+    report: bool,
+}
+
+/// How a connection ended.
+#[derive(Debug)]
+pub(crate) enum End {
+    /// The server closed it without error.
+    Orderly,
+    /// It failed.
+    Failed(hyper::Error),
+}
+
+impl Conn {
+    /// A slot with no connection yet.
+    pub fn new(
+        ep: Arc<Endpoint>,
+        stats: Arc<HttpStats>,
+        events: EventSink,
+        timeout: Duration,
+        source: Option<IpAddr>,
+        report: bool,
+    ) -> Conn {
+        Conn {
+            ep,
+            stats,
+            events,
+            timeout,
+            source,
+            live: None,
+            generation: 0,
+            lost_gen: 0,
+            ended_busy: None,
+            report,
+        }
+    }
+
+    /// Whether a connection is open.
+    pub fn is_connected(&self) -> bool {
+        self.live.is_some()
+    }
+
+    /// The events sink (for the owner's own reports).
+    pub fn events(&self) -> &EventSink {
+        &self.events
+    }
+
+    /// The connect timeout (also the longest wait for a connection to take a request).
+    pub fn timeout(&self) -> Duration {
+        self.timeout
+    }
+
+    /// Opens a connection: TCP (NODELAY), TLS for https://, then the HTTP handshake (for
+    /// HTTP/2 the client preface and SETTINGS are written; hyper does not wait for the
+    /// server's). All within the connect timeout.
+    pub async fn connect(&mut self) -> Result<(), DriverError> {
+        self.live = None;
+        if let Some(g) = self.ended_busy.take()
+            && self.lost_gen < g
+        {
+            self.stats.server_closed();
+        }
+        let ep = self.ep.clone();
+        let work = async {
+            let stream =
+                msgbench_net::connect(&ep.target, self.source, ep.tls.as_ref(), self.timeout)
+                    .await
+                    .map_err(|e| DriverError::Connect {
+                        target: ep.display.clone(),
+                        reason: e.detail,
+                        cause: e.cause,
+                    })?;
+            let io = TokioIo::new(NetIo(stream));
+            let handshake_err = |e: hyper::Error| DriverError::Connect {
+                target: ep.display.clone(),
+                reason: format!("HTTP handshake failed: {e}"),
+                cause: ConnectFailure::Rejected,
+            };
+            if ep.http2 {
+                let (tx, conn) = http2::Builder::new(TokioExecutor::new())
+                    .handshake(io)
+                    .await
+                    .map_err(handshake_err)?;
+                Ok(Live::H2 { tx, conn })
+            } else {
+                let (tx, conn) = http1::Builder::new()
+                    .handshake(io)
+                    .await
+                    .map_err(handshake_err)?;
+                Ok(Live::H1 {
+                    tx,
+                    conn: Box::new(conn),
+                })
+            }
+        };
+        let live = match tokio::time::timeout(self.timeout, work).await {
+            Ok(r) => r?,
+            Err(_) => {
+                return Err(DriverError::Connect {
+                    target: self.ep.display.clone(),
+                    reason: format!("no HTTP connection within {:?}", self.timeout),
+                    cause: ConnectFailure::Timeout,
+                });
+            }
+        };
+        self.live = Some(live);
+        self.stats.connection_opened();
+        if self.lost_gen == self.generation && self.generation > 0 && self.report {
+            self.events.emit(
+                DriverEventKind::Reconnected,
+                format!("{}: reconnected", self.ep.display),
+            );
+        }
+        self.generation += 1;
+        Ok(())
+    }
+
+    /// Polls the connection future (reads responses, writes requests); `busy` says whether
+    /// requests are in flight. `Some` when the connection ended during this poll, accounted
+    /// for as the type's docs say. Exchanges still in flight resolve on their own (HTTP/2
+    /// streams below a GOAWAY's last stream id even complete).
+    pub fn poll_drive(&mut self, cx: &mut Context<'_>, busy: bool) -> Option<End> {
+        let r = match self.live.as_mut() {
+            None => return None,
+            Some(Live::H1 { conn, .. }) => Pin::new(&mut **conn).poll(cx),
+            Some(Live::H2 { conn, .. }) => Pin::new(conn).poll(cx),
+        };
+        match r {
+            Poll::Pending => None,
+            Poll::Ready(Ok(())) => {
+                self.ended(busy);
+                Some(End::Orderly)
+            }
+            Poll::Ready(Err(e)) => {
+                self.live = None;
+                self.lose(self.generation, &e);
+                Some(End::Failed(e))
+            }
+        }
+    }
+
+    /// The current connection ended without error.
+    fn ended(&mut self, busy: bool) {
+        self.live = None;
+        if busy {
+            self.ended_busy = Some(self.generation);
+        } else {
+            self.stats.server_closed();
+        }
+    }
+
+    /// Reports the loss of connection `generation` (once).
+    fn lose(&mut self, generation: u64, e: &dyn std::fmt::Display) {
+        if self.lost_gen >= generation {
+            return;
+        }
+        self.lost_gen = generation;
+        if self.report {
+            self.events.emit(
+                DriverEventKind::Disconnected,
+                format!("{}: connection lost: {e}", self.ep.display),
+            );
+        }
+    }
+
+    /// An exchange sent on connection `generation` got no response. On HTTP/1.1 that always
+    /// means its connection is lost (it is dropped if still held); on HTTP/2 only if the
+    /// connection is gone (otherwise the server reset just that stream).
+    pub fn exchange_failed(&mut self, generation: u64, e: &hyper::Error) {
+        let current = generation == self.generation && self.live.is_some();
+        if current && self.ep.http2 {
+            return;
+        }
+        if current {
+            self.live = None;
+        }
+        self.lose(generation, e);
+    }
+
+    /// Ready when the connection takes a request now (HTTP/1.1: the previous exchange is
+    /// complete). Drives the connection while it waits.
+    pub fn poll_ready(&mut self, cx: &mut Context<'_>, busy: bool) -> Poll<Result<(), NotReady>> {
+        if self.poll_drive(cx, busy).is_some() {
+            return Poll::Ready(Err(NotReady::Gone));
+        }
+        let r = match self.live.as_mut() {
+            None => return Poll::Ready(Err(NotReady::Gone)),
+            Some(Live::H1 { tx, .. }) => tx.poll_ready(cx),
+            Some(Live::H2 { tx, .. }) => tx.poll_ready(cx),
+        };
+        match r {
+            Poll::Pending => Poll::Pending,
+            Poll::Ready(Ok(())) => Poll::Ready(Ok(())),
+            // The dispatcher is gone: the connection has ended or is about to.
+            Poll::Ready(Err(e)) if e.is_closed() || e.is_canceled() => {
+                self.ended(busy);
+                Poll::Ready(Err(NotReady::Gone))
+            }
+            Poll::Ready(Err(e)) => {
+                self.live = None;
+                self.lose(self.generation, &e);
+                Poll::Ready(Err(NotReady::Gone))
+            }
+        }
+    }
+
+    /// Hands `req` to the connection (call after [`Conn::poll_ready`]); it goes out when the
+    /// connection is next driven. `Closed` when there is no connection.
+    pub fn submit(&mut self, token: u64, req: Request<Payload>) -> Result<Exchange, DriverError> {
+        let head: ResponseFut = match self.live.as_mut() {
+            Some(Live::H1 { tx, .. }) => Box::pin(tx.send_request(req)),
+            Some(Live::H2 { tx, .. }) => Box::pin(tx.send_request(req)),
+            None => return Err(DriverError::Closed),
+        };
+        Ok(Exchange {
+            token,
+            generation: self.generation,
+            state: Stage::Head(head),
+        })
+    }
+
+    /// Drops the connection at once, as lost (`why` is reported); what is in flight on it
+    /// fails.
+    pub fn abandon(&mut self, why: &str) {
+        if self.live.take().is_some() {
+            self.lose(self.generation, &why);
+        }
+    }
+
+    /// Closes politely: HTTP/1.1 shuts the socket down once idle, HTTP/2 sends GOAWAY (from
+    /// hyper's connection task, once every handle is gone). Bounded to one second.
+    pub async fn close(&mut self) {
+        match self.live.take() {
+            None => {}
+            Some(Live::H1 { tx, mut conn }) => {
+                drop(tx);
+                let _ = tokio::time::timeout(Duration::from_secs(1), &mut *conn).await;
+            }
+            Some(Live::H2 { tx, conn }) => {
+                drop(tx);
+                let _ = tokio::time::timeout(Duration::from_secs(1), conn).await;
+            }
+        }
+    }
+}
+
+/// How an exchange ended.
+#[derive(Debug)]
+pub(crate) enum Outcome {
+    /// A complete response with this status.
+    Status(u16),
+    /// No complete response: the request or the connection failed.
+    Failed(hyper::Error),
+}
+
+enum Stage {
+    Head(ResponseFut),
+    Body { status: u16, body: Incoming },
+    Done,
+}
+
+/// One request on its way: resolves to the status once the response body has been read.
+pub(crate) struct Exchange {
+    token: u64,
+    /// The connection it went out on.
+    generation: u64,
+    state: Stage,
+}
+
+/// A finished exchange.
+pub(crate) struct Done {
+    /// The runner's token.
+    pub token: u64,
+    /// The connection it went out on.
+    pub generation: u64,
+    /// How it ended.
+    pub outcome: Outcome,
+}
+
+impl Exchange {
+    fn finish(&mut self, outcome: Outcome) -> Done {
+        self.state = Stage::Done;
+        Done {
+            token: self.token,
+            generation: self.generation,
+            outcome,
+        }
+    }
+}
+
+impl Future for Exchange {
+    type Output = Done;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Done> {
+        let this = self.get_mut();
+        loop {
+            match &mut this.state {
+                Stage::Head(head) => match head.as_mut().poll(cx) {
+                    Poll::Pending => return Poll::Pending,
+                    Poll::Ready(Ok(resp)) => {
+                        let status = resp.status().as_u16();
+                        this.state = Stage::Body {
+                            status,
+                            body: resp.into_body(),
+                        };
+                    }
+                    Poll::Ready(Err(e)) => return Poll::Ready(this.finish(Outcome::Failed(e))),
+                },
+                Stage::Body { status, body } => match Pin::new(&mut *body).poll_frame(cx) {
+                    Poll::Pending => return Poll::Pending,
+                    // Data is dropped as it comes: nothing of the response is kept.
+                    Poll::Ready(Some(Ok(_frame))) => {}
+                    Poll::Ready(Some(Err(e))) => {
+                        return Poll::Ready(this.finish(Outcome::Failed(e)));
+                    }
+                    Poll::Ready(None) => {
+                        let status = *status;
+                        return Poll::Ready(this.finish(Outcome::Status(status)));
+                    }
+                },
+                Stage::Done => panic!("exchange polled after completion"),
+            }
+        }
+    }
+}

@@ -1,0 +1,486 @@
+//! # msgbench-driver-http
+//!
+//! HTTP load: each producer is one keep-alive connection that sends requests and takes each
+//! response as the acknowledgement of its request, so the runner's publish latency is
+//! request → complete response and its ack window bounds the requests in flight. Built on
+//! hyper 1.x's connection-level API over msgbench-net's sockets (TCP_NODELAY, rustls).
+//!
+//! - **HTTP/1.1** (`http://`, `https://`): one request in flight per connection; hyper does not
+//!   pipeline, so producers need `max_in_flight = 1` ([`HttpDriver::max_in_flight`]) and
+//!   concurrency comes from connections (`--producers`). A larger window is refused at connect
+//!   time: the runner would stamp requests that can only wait for the one before them, and
+//!   their latency would include that wait.
+//! - **HTTP/2** ([`HttpOptions::http2`]) over cleartext with prior knowledge (h2c): many
+//!   concurrent streams per connection, up to the window (and the server's
+//!   `SETTINGS_MAX_CONCURRENT_STREAMS`; requests beyond it queue in the client and their wait
+//!   counts as latency). HTTP/2 over TLS needs ALPN, which msgbench-net's TLS does not offer:
+//!   refused with a configuration error.
+//!
+//! Requests carry the runner's stamped payload as their body (`Content-Type:
+//! application/octet-stream` unless a header says otherwise). GET and HEAD carry no body: the
+//! stamp is not sent, which costs nothing here because latency comes from the ack window (send
+//! time by token), not from a stamp read back; the runner still counts the payload size as
+//! bytes sent. The default method is POST.
+//!
+//! What "ok" means: a 2xx or 3xx response confirms its request (redirects are not followed);
+//! 1xx (as a final status), 4xx and 5xx are refusals (nacks). Responses are counted by status
+//! in [`HttpStats`] (shared, allocation-free per response), and error statuses produce a
+//! rate-limited summary event. A request that gets no complete response (connection reset,
+//! server closed mid-response) is a nack too, counted as "without response".
+//!
+//! Failures: a refused or unreachable endpoint is a [`DriverError::Connect`] with the
+//! classified cause; a connection that fails, or ends under a request, is reported
+//! (`disconnected`) and the producer reconnects on its next send (`reconnected`). A server that
+//! closes an idle connection in good order (keep-alive limits, `Connection: close`, HTTP/2
+//! GOAWAY) is not an error: the next request opens a new connection, counted in
+//! [`HttpStats::server_closes`]; that connect then counts in the request's latency, as it
+//! would for any client. An HTTP/1.1 request still unanswered when the runner gives up on it
+//! (ack timeout) costs its connection: the next send closes it and opens another.
+//!
+//! Connection workloads ([`Driver::session`]): a session is one connection with the HTTP
+//! handshake done; a publish is one full request/response; keep-alive waits for the server to
+//! close it (idle timeouts are the server's to enforce).
+//!
+//! HTTP has no consumers: runs use `-c 0` (no consumers per topic).
+//!
+//! # Layout
+//! - `endpoint`: URL and options, checked once; the request template.
+//! - `conn`: one connection driven inline by its owner; `Exchange`, one request on its way.
+//! - [`stats`]: [`HttpStats`], responses by status.
+//! - [`body`]: the body type of requests and of the server's answers.
+//! - [`server`]: a small built-in HTTP/1.1 + h2c server for tests and `msgbench serve http`.
+//! - this file: the `Driver`, `Producer` and `Session` implementations.
+
+#![warn(missing_docs)]
+
+pub mod body;
+mod conn;
+mod endpoint;
+pub mod server;
+pub mod stats;
+
+pub use stats::{HttpStats, status_ok};
+
+use bytes::BytesMut;
+use conn::{Conn, Done, End, Exchange, NotReady, Outcome};
+use endpoint::Endpoint;
+use futures_util::stream::{FuturesUnordered, Stream as _};
+use msgbench_core::driver::{
+    Ack, Capabilities, Consumer, ConsumerSpec, Delivery, Driver, DriverError, EventSink, Outbound,
+    Producer, ProducerSpec, Session, SessionSpec,
+};
+use msgbench_core::scenario::TlsPlan;
+use stats::Tally;
+use std::collections::VecDeque;
+use std::future::{Future, poll_fn};
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll, Waker};
+use std::time::Duration;
+
+/// Request settings the CLI fills from its flags.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct HttpOptions {
+    /// Request method, case-insensitive (`GET`, `POST`, `PUT`...); empty means POST.
+    pub method: String,
+    /// Extra headers, in order (a `Host` given here replaces the URL's).
+    pub headers: Vec<(String, String)>,
+    /// HTTP/2 with prior knowledge (cleartext only) instead of HTTP/1.1.
+    pub http2: bool,
+    /// Path and query to request instead of the URL's (must start with `/`).
+    pub path: Option<String>,
+}
+
+/// The HTTP driver: one value per run, creating connections on demand.
+pub struct HttpDriver {
+    ep: Arc<Endpoint>,
+    events: EventSink,
+    connect_timeout: Duration,
+    stats: Arc<HttpStats>,
+}
+
+impl HttpDriver {
+    /// A driver for `http://host[:port][/path]` or `https://...` (TLS with verification unless
+    /// `tls.insecure`). Every option is checked here: errors are [`DriverError::Config`].
+    pub fn new(
+        url: &str,
+        opts: HttpOptions,
+        tls: &TlsPlan,
+        events: EventSink,
+        connect_timeout: Duration,
+    ) -> Result<HttpDriver, DriverError> {
+        Ok(HttpDriver {
+            ep: Arc::new(Endpoint::parse(url, &opts, tls)?),
+            events,
+            connect_timeout,
+            stats: Arc::new(HttpStats::default()),
+        })
+    }
+
+    /// Responses by status and connection counts, shared with every producer and session of
+    /// this driver: keep a clone before handing the driver to the runner, read it afterwards.
+    pub fn stats(&self) -> Arc<HttpStats> {
+        self.stats.clone()
+    }
+
+    /// The largest `max_in_flight` producers accept: `Some(1)` for HTTP/1.1 (no pipelining),
+    /// `None` (any) for HTTP/2.
+    pub fn max_in_flight(&self) -> Option<usize> {
+        (!self.ep.http2).then_some(1)
+    }
+
+    fn conn(&self, source: Option<std::net::IpAddr>, report: bool) -> Conn {
+        Conn::new(
+            self.ep.clone(),
+            self.stats.clone(),
+            self.events.clone(),
+            self.connect_timeout,
+            source,
+            report,
+        )
+    }
+}
+
+impl Driver for HttpDriver {
+    type Producer = HttpProducer;
+    type Consumer = NoConsumer;
+    type Session = HttpSession;
+
+    fn capabilities(&self) -> Capabilities {
+        Capabilities {
+            acks: true,
+            queue_groups: false,
+            request_reply: false,
+        }
+    }
+
+    async fn producer(&self, spec: &ProducerSpec) -> Result<HttpProducer, DriverError> {
+        if let Some(max) = self.max_in_flight()
+            && spec.max_in_flight > max
+        {
+            return Err(DriverError::Config(format!(
+                "HTTP/1.1 carries one request at a time per connection (no pipelining), but \
+                 max_in_flight is {}: set it to 1 (--max-in-flight 1) and add connections with \
+                 more producers, or use HTTP/2",
+                spec.max_in_flight
+            )));
+        }
+        let mut conn = self.conn(None, true);
+        conn.connect().await?;
+        let in_flight = if self.ep.http2 {
+            InFlight::Many(FuturesUnordered::new())
+        } else {
+            InFlight::One(None)
+        };
+        Ok(HttpProducer {
+            tally: TallyGuard::new(self.stats.clone()),
+            conn,
+            in_flight,
+            acks: VecDeque::new(),
+            buf: BytesMut::new(),
+        })
+    }
+
+    async fn consumer(&self, _spec: &ConsumerSpec) -> Result<NoConsumer, DriverError> {
+        Err(DriverError::Config(
+            "HTTP has no consumers: requests are answered by the server, and each response is \
+             its request's ack; run with no consumers (-c 0)"
+                .into(),
+        ))
+    }
+
+    async fn session(&self, spec: &SessionSpec) -> Result<HttpSession, DriverError> {
+        let mut conn = self.conn(spec.source, false);
+        conn.connect().await?;
+        Ok(HttpSession {
+            tally: TallyGuard::new(self.stats.clone()),
+            conn,
+            buf: BytesMut::new(),
+        })
+    }
+}
+
+/// The consumer type of a driver that has none ([`Driver::consumer`] always refuses).
+pub enum NoConsumer {}
+
+impl Consumer for NoConsumer {
+    async fn recv(&mut self) -> Result<Option<Delivery>, DriverError> {
+        match *self {}
+    }
+    async fn close(self) -> Result<(), DriverError> {
+        match self {}
+    }
+}
+
+/// A producer's tally, added to the shared statistics when dropped (whatever way the producer
+/// ends).
+struct TallyGuard {
+    tally: Tally,
+    stats: Arc<HttpStats>,
+}
+
+impl TallyGuard {
+    fn new(stats: Arc<HttpStats>) -> TallyGuard {
+        TallyGuard {
+            tally: Tally::new(),
+            stats,
+        }
+    }
+
+    /// Counts how `outcome` ended; true if it confirms the request.
+    fn record(&mut self, outcome: &Outcome, events: &EventSink) -> bool {
+        match outcome {
+            Outcome::Status(code) => {
+                self.tally.response(*code, &self.stats, events);
+                status_ok(*code)
+            }
+            Outcome::Failed(_) => {
+                self.tally.no_response(&self.stats, events);
+                false
+            }
+        }
+    }
+}
+
+impl Drop for TallyGuard {
+    fn drop(&mut self) {
+        self.tally.flush(&self.stats);
+    }
+}
+
+/// The requests a producer has in flight: at most one on HTTP/1.1, any number on HTTP/2.
+enum InFlight {
+    One(Option<Exchange>),
+    Many(FuturesUnordered<Exchange>),
+}
+
+impl InFlight {
+    fn push(&mut self, ex: Exchange) {
+        match self {
+            InFlight::One(slot) => *slot = Some(ex),
+            InFlight::Many(set) => set.push(ex),
+        }
+    }
+
+    fn is_empty(&self) -> bool {
+        match self {
+            InFlight::One(slot) => slot.is_none(),
+            InFlight::Many(set) => set.is_empty(),
+        }
+    }
+
+    /// The next finished exchange, if any.
+    fn poll_next(&mut self, cx: &mut Context<'_>) -> Poll<Option<Done>> {
+        match self {
+            InFlight::One(slot) => match slot.as_mut() {
+                None => Poll::Ready(None),
+                Some(ex) => match Pin::new(ex).poll(cx) {
+                    Poll::Ready(done) => {
+                        *slot = None;
+                        Poll::Ready(Some(done))
+                    }
+                    Poll::Pending => Poll::Pending,
+                },
+            },
+            InFlight::Many(set) => Pin::new(set).poll_next(cx),
+        }
+    }
+}
+
+/// The sending side: one connection, reopened on the next send when lost.
+pub struct HttpProducer {
+    conn: Conn,
+    in_flight: InFlight,
+    /// Acks found outside `poll_ack`.
+    acks: VecDeque<Ack>,
+    /// Request bodies are cut from this buffer (see `Endpoint::request`).
+    buf: BytesMut,
+    tally: TallyGuard,
+}
+
+impl HttpProducer {
+    fn ack(&mut self, done: Done) -> Ack {
+        if let Outcome::Failed(e) = &done.outcome {
+            self.conn.exchange_failed(done.generation, e);
+        }
+        let ok = self.tally.record(&done.outcome, self.conn.events());
+        Ack::One {
+            token: done.token,
+            ok,
+        }
+    }
+
+    /// Waits (bounded by the connect timeout) until a connection takes a request, opening one
+    /// if there is none or the server closed the last.
+    async fn ready(&mut self) -> Result<(), DriverError> {
+        for _ in 0..2 {
+            if !self.conn.is_connected() {
+                self.conn.connect().await?;
+            }
+            let limit = self.conn.timeout();
+            let busy = !self.in_flight.is_empty();
+            match tokio::time::timeout(limit, poll_fn(|cx| self.conn.poll_ready(cx, busy))).await {
+                Ok(Ok(())) => return Ok(()),
+                Ok(Err(NotReady::Gone)) => continue,
+                Err(_) => {
+                    self.conn
+                        .abandon("the connection did not take a request in time");
+                    return Err(DriverError::Timeout(format!(
+                        "{}: the connection did not take a request within {limit:?}",
+                        self.conn.ep.display
+                    )));
+                }
+            }
+        }
+        Err(DriverError::Closed)
+    }
+}
+
+impl Producer for HttpProducer {
+    async fn send(&mut self, msg: Outbound<'_>) -> Result<(), DriverError> {
+        if let InFlight::One(Some(_)) = self.in_flight {
+            // HTTP/1.1 with the previous request outstanding: the runner sends now only
+            // because it gave up on that request (ack timeout, already counted). Its answer
+            // may have just come in: take it if so (the runner counts a late ack)...
+            let mut cx = Context::from_waker(Waker::noop());
+            if let Poll::Ready(Some(ack)) = self.poll_exchanges(&mut cx) {
+                self.acks.push_back(ack);
+            }
+        }
+        if let InFlight::One(slot) = &mut self.in_flight
+            && slot.take().is_some()
+        {
+            // ...else give up on its connection too: it cannot carry another request until
+            // that answer comes.
+            self.tally
+                .tally
+                .no_response(&self.tally.stats, self.conn.events());
+            self.conn
+                .abandon("no response within the ack timeout; closed to send the next request");
+        }
+        self.ready().await?;
+        let req = self.conn.ep.request(msg.payload, &mut self.buf);
+        let ex = self.conn.submit(msg.token, req)?;
+        self.in_flight.push(ex);
+        // hyper writes when its connection is polled: now, not when the runner next waits.
+        poll_fn(|cx| {
+            let _ = self.conn.poll_drive(cx, true);
+            Poll::Ready(())
+        })
+        .await;
+        Ok(())
+    }
+
+    async fn flush(&mut self) -> Result<(), DriverError> {
+        let busy = !self.in_flight.is_empty();
+        poll_fn(|cx| {
+            let _ = self.conn.poll_drive(cx, busy);
+            Poll::Ready(())
+        })
+        .await;
+        Ok(())
+    }
+
+    fn poll_ack(&mut self, cx: &mut Context<'_>) -> Poll<Option<Ack>> {
+        if let Some(a) = self.acks.pop_front() {
+            return Poll::Ready(Some(a));
+        }
+        match self.poll_exchanges(cx) {
+            Poll::Ready(Some(ack)) => Poll::Ready(Some(ack)),
+            // Nothing in flight: the next send brings more (and reconnects if need be).
+            _ => Poll::Pending,
+        }
+    }
+
+    async fn close(mut self) -> Result<(), DriverError> {
+        self.tally.tally.flush(&self.tally.stats);
+        self.conn.close().await;
+        Ok(())
+    }
+}
+
+impl HttpProducer {
+    /// Drives the connection and returns the next finished exchange as an ack; `Ready(None)`
+    /// when nothing is in flight.
+    fn poll_exchanges(&mut self, cx: &mut Context<'_>) -> Poll<Option<Ack>> {
+        // HTTP/1.1: reading the response head lets the body be read on the next poll of the
+        // connection, so a few rounds finish a small response in one call. HTTP/2 responses
+        // arrive through hyper's own tasks: one round.
+        let rounds = match self.in_flight {
+            InFlight::One(_) => 3,
+            InFlight::Many(_) => 1,
+        };
+        for _ in 0..rounds {
+            let busy = !self.in_flight.is_empty();
+            let _ = self.conn.poll_drive(cx, busy);
+            match self.in_flight.poll_next(cx) {
+                Poll::Ready(Some(done)) => return Poll::Ready(Some(self.ack(done))),
+                Poll::Ready(None) => return Poll::Ready(None),
+                Poll::Pending => {}
+            }
+        }
+        Poll::Pending
+    }
+}
+
+/// A held connection of a connection workload.
+pub struct HttpSession {
+    conn: Conn,
+    buf: BytesMut,
+    tally: TallyGuard,
+}
+
+impl Session for HttpSession {
+    /// One full request/response: HTTP has no fire-and-forget, and an HTTP/1.1 connection
+    /// cannot carry the next request before this one's answer. Waits at most the connect
+    /// timeout for it; an error status is an error.
+    async fn publish(&mut self, payload: &[u8]) -> Result<(), DriverError> {
+        let limit = self.conn.timeout();
+        match tokio::time::timeout(limit, poll_fn(|cx| self.conn.poll_ready(cx, false))).await {
+            Ok(Ok(())) => {}
+            Ok(Err(NotReady::Gone)) => return Err(DriverError::Closed),
+            Err(_) => {
+                return Err(DriverError::Timeout(format!(
+                    "connection busy for {limit:?}"
+                )));
+            }
+        }
+        let req = self.conn.ep.request(payload, &mut self.buf);
+        let mut ex = self.conn.submit(0, req)?;
+        let exchange = poll_fn(|cx| {
+            let _ = self.conn.poll_drive(cx, true);
+            Pin::new(&mut ex).poll(cx)
+        });
+        let Done { outcome, .. } = tokio::time::timeout(limit, exchange)
+            .await
+            .map_err(|_| DriverError::Timeout(format!("no response within {limit:?}")))?;
+        let ok = self.tally.record(&outcome, self.conn.events());
+        match outcome {
+            Outcome::Status(_) if ok => Ok(()),
+            Outcome::Status(code) => Err(DriverError::Send(format!("HTTP status {code}"))),
+            Outcome::Failed(e) => Err(DriverError::Send(e.to_string())),
+        }
+    }
+
+    async fn keep_alive(&mut self) -> DriverError {
+        let end = poll_fn(|cx| {
+            if !self.conn.is_connected() {
+                return Poll::Ready(None);
+            }
+            match self.conn.poll_drive(cx, false) {
+                Some(end) => Poll::Ready(Some(end)),
+                None => Poll::Pending,
+            }
+        })
+        .await;
+        match end {
+            None | Some(End::Orderly) => DriverError::Closed,
+            Some(End::Failed(e)) => DriverError::Receive(format!("connection lost: {e}")),
+        }
+    }
+
+    async fn close(mut self) -> Result<(), DriverError> {
+        self.conn.close().await;
+        Ok(())
+    }
+}

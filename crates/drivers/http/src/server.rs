@@ -1,0 +1,248 @@
+//! A small HTTP server to measure against without installing one: the tests' target and the
+//! engine of `msgbench serve http`. It answers every request (any method, any path) with one
+//! fixed status and a small fixed body once it has read the request body, and counts the
+//! requests; nothing is echoed, logged or allocated per request beyond what hyper needs.
+//!
+//! HTTP/1.1 and HTTP/2 with prior knowledge (h2c) on the same port: hyper-util's auto
+//! connection looks at the first bytes of each connection. No TLS.
+
+use crate::body::Payload;
+use bytes::Bytes;
+use hyper::body::{Body, Incoming};
+use hyper::service::Service;
+use hyper::{Request, Response, StatusCode, Version};
+use hyper_util::rt::{TokioExecutor, TokioIo};
+use hyper_util::server::conn::auto;
+use std::convert::Infallible;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::task::{Context, Poll};
+use std::time::{Duration, Instant};
+use tokio::net::TcpListener;
+use tokio::sync::watch;
+use tokio::task::JoinSet;
+
+/// Concurrent HTTP/2 streams allowed per connection (above the runner's default window of
+/// 1000, so the server is not what queues requests).
+pub const MAX_CONCURRENT_STREAMS: u32 = 1024;
+
+/// How long connections get to finish after a stop before they are cut.
+const STOP_GRACE: Duration = Duration::from_secs(2);
+
+/// What the server has received, shared: read it while the server runs or after.
+#[derive(Debug, Default)]
+pub struct ServerCounts {
+    /// Requests, counted as each request's head arrives.
+    pub requests: AtomicU64,
+    /// Of those, the ones that came over HTTP/2.
+    pub http2_requests: AtomicU64,
+    /// Request body bytes read (counted when a body has been read to its end).
+    pub body_bytes: AtomicU64,
+}
+
+/// The server's settings and counters.
+#[derive(Debug, Clone)]
+pub struct HttpServer {
+    status: StatusCode,
+    body: Bytes,
+    delay: Option<Duration>,
+    counts: Arc<ServerCounts>,
+}
+
+impl Default for HttpServer {
+    fn default() -> Self {
+        HttpServer {
+            status: StatusCode::OK,
+            body: Bytes::from_static(b"ok\n"),
+            delay: None,
+            counts: Arc::new(ServerCounts::default()),
+        }
+    }
+}
+
+impl HttpServer {
+    /// Answers `200 ok\n`.
+    pub fn new() -> HttpServer {
+        HttpServer::default()
+    }
+
+    /// Answers with `code` instead (e.g. 503 to see how a client takes refusals).
+    pub fn with_status(mut self, code: u16) -> Result<HttpServer, String> {
+        self.status =
+            StatusCode::from_u16(code).map_err(|_| format!("{code} is not an HTTP status code"))?;
+        Ok(self)
+    }
+
+    /// Answers with this body instead.
+    pub fn with_body(mut self, body: impl Into<Bytes>) -> HttpServer {
+        self.body = body.into();
+        self
+    }
+
+    /// Answers each request this long after its body arrived (a slow backend; zero = at once).
+    pub fn with_delay(mut self, delay: Duration) -> HttpServer {
+        self.delay = (!delay.is_zero()).then_some(delay);
+        self
+    }
+
+    /// The counters, shared with the running server.
+    pub fn counts(&self) -> Arc<ServerCounts> {
+        self.counts.clone()
+    }
+
+    /// Serves connections from `listener` until `stop` resolves: every accepted socket gets
+    /// TCP_NODELAY and a task of its own; accept errors (such as running out of file
+    /// descriptors) are reported on stderr at most once a second and retried, never fatal. On
+    /// stop the listener closes, connections are asked to finish (HTTP/1.1: after the request
+    /// in progress; HTTP/2: GOAWAY) and cut after two seconds.
+    pub async fn serve(self, listener: TcpListener, stop: impl Future<Output = ()>) {
+        let mut builder = auto::Builder::new(TokioExecutor::new());
+        builder
+            .http2()
+            .max_concurrent_streams(MAX_CONCURRENT_STREAMS);
+        let builder = Arc::new(builder);
+        let answer = Answer {
+            status: self.status,
+            body: self.body,
+            delay: self.delay,
+            counts: self.counts,
+        };
+        let (shutdown_tx, shutdown_rx) = watch::channel(false);
+        let mut conns = JoinSet::new();
+        let mut stop = std::pin::pin!(stop);
+        let mut last_report: Option<Instant> = None;
+        loop {
+            tokio::select! {
+                biased;
+                () = &mut stop => break,
+                Some(_) = conns.join_next(), if !conns.is_empty() => {}
+                accepted = listener.accept() => match accepted {
+                    Ok((sock, _)) => {
+                        // Nagle's algorithm plus the client's delayed ACK would hold small
+                        // responses up to 40 ms.
+                        let _ = sock.set_nodelay(true);
+                        conns.spawn(connection(
+                            builder.clone(),
+                            TokioIo::new(sock),
+                            answer.clone(),
+                            shutdown_rx.clone(),
+                        ));
+                    }
+                    Err(e) => {
+                        if last_report.is_none_or(|t| t.elapsed() >= Duration::from_secs(1)) {
+                            eprintln!("msgbench http server: accepting a connection failed: {e}");
+                            last_report = Some(Instant::now());
+                        }
+                        tokio::select! {
+                            () = &mut stop => break,
+                            () = tokio::time::sleep(Duration::from_millis(10)) => {}
+                        }
+                    }
+                },
+            }
+        }
+        drop(listener);
+        let _ = shutdown_tx.send(true);
+        let drained = tokio::time::timeout(STOP_GRACE, async {
+            while conns.join_next().await.is_some() {}
+        })
+        .await;
+        if drained.is_err() {
+            conns.shutdown().await;
+        }
+    }
+}
+
+/// Serves one connection until it ends, finishing gracefully when told to stop.
+async fn connection(
+    builder: Arc<auto::Builder<TokioExecutor>>,
+    io: TokioIo<tokio::net::TcpStream>,
+    answer: Answer,
+    mut shutdown: watch::Receiver<bool>,
+) {
+    let conn = builder.serve_connection(io, answer);
+    let mut conn = std::pin::pin!(conn);
+    tokio::select! {
+        _ = conn.as_mut() => return,
+        _ = shutdown.wait_for(|stop| *stop) => {}
+    }
+    conn.as_mut().graceful_shutdown();
+    let _ = conn.await;
+}
+
+/// The service: the same answer to every request.
+#[derive(Clone)]
+struct Answer {
+    status: StatusCode,
+    body: Bytes,
+    delay: Option<Duration>,
+    counts: Arc<ServerCounts>,
+}
+
+impl Service<Request<Incoming>> for Answer {
+    type Response = Response<Payload>;
+    type Error = Infallible;
+    type Future = Reply;
+
+    fn call(&self, req: Request<Incoming>) -> Reply {
+        self.counts.requests.fetch_add(1, Relaxed);
+        if req.version() == Version::HTTP_2 {
+            self.counts.http2_requests.fetch_add(1, Relaxed);
+        }
+        Reply {
+            body: Some(req.into_body()),
+            read: 0,
+            answer: self.clone(),
+            sleep: None,
+        }
+    }
+}
+
+/// Reads the request body to its end (discarding it), then answers. Reading it all keeps an
+/// HTTP/1.1 connection reusable and means the answer confirms the whole request arrived.
+struct Reply {
+    body: Option<Incoming>,
+    /// Body bytes read so far.
+    read: u64,
+    answer: Answer,
+    /// The configured delay, once the body is in (boxed only when a delay is set).
+    sleep: Option<Pin<Box<tokio::time::Sleep>>>,
+}
+
+impl Future for Reply {
+    type Output = Result<Response<Payload>, Infallible>;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let this = self.get_mut();
+        while let Some(body) = this.body.as_mut() {
+            match Pin::new(body).poll_frame(cx) {
+                Poll::Pending => return Poll::Pending,
+                Poll::Ready(Some(Ok(frame))) => {
+                    this.read += frame.data_ref().map_or(0, |d| d.len() as u64);
+                }
+                // A broken request body still gets its answer; hyper closes the connection
+                // if it cannot be reused.
+                Poll::Ready(Some(Err(_))) | Poll::Ready(None) => {
+                    this.body = None;
+                    if this.read > 0 {
+                        this.answer.counts.body_bytes.fetch_add(this.read, Relaxed);
+                    }
+                    if let Some(d) = this.answer.delay {
+                        this.sleep = Some(Box::pin(tokio::time::sleep(d)));
+                    }
+                }
+            }
+        }
+        if let Some(sleep) = this.sleep.as_mut() {
+            if sleep.as_mut().poll(cx).is_pending() {
+                return Poll::Pending;
+            }
+            this.sleep = None;
+        }
+        let mut resp = Response::new(Payload::new(this.answer.body.clone()));
+        *resp.status_mut() = this.answer.status;
+        Poll::Ready(Ok(resp))
+    }
+}

@@ -1,0 +1,386 @@
+//! One WebSocket client connection: URL parsing, the upgrade handshake, masked writes, frame
+//! reads with the control frames answered (ping → pong, close → close), reconnection and the
+//! closing handshake. All state lives in the struct, so the async methods are cancel-safe.
+
+use crate::codec::{self, Frame};
+use bytes::BytesMut;
+use msgbench_core::driver::{ConnectFailure, DriverError, EventSink};
+use msgbench_net::{NetError, Target, Tls, Wire};
+use std::future::poll_fn;
+use std::io;
+use std::net::IpAddr;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+/// Largest frame accepted from a server.
+pub const MAX_FRAME: u64 = 64 * 1024 * 1024;
+/// Largest HTTP head accepted in the handshake.
+const MAX_HEAD: usize = 16 * 1024;
+
+/// Where to connect: `ws[s]://host[:port][/path][?query]`. The path and query may hold `{i}`
+/// and `{topic}`, replaced per client (rango-style `?stream=public.{i}`).
+#[derive(Debug)]
+pub struct Endpoint {
+    /// Host and port.
+    pub target: Target,
+    /// TLS for `wss://`.
+    pub tls: Option<Tls>,
+    /// `Host` header value.
+    host: String,
+    /// Path and query, placeholders unreplaced.
+    pub path: String,
+    /// The URL for messages (no credentials can be in a ws URL's authority we use).
+    pub display: String,
+}
+
+impl Endpoint {
+    /// Parses the URL; `tls` builds the TLS settings for `wss://`.
+    pub fn parse(
+        url: &str,
+        tls: impl FnOnce() -> Result<Tls, String>,
+    ) -> Result<Endpoint, DriverError> {
+        let display = msgbench_core::scenario::plan::redact_url(url);
+        let (secure, rest) = if let Some(r) = url.strip_prefix("ws://") {
+            (false, r)
+        } else if let Some(r) = url.strip_prefix("wss://") {
+            (true, r)
+        } else {
+            return Err(DriverError::Config(format!(
+                "`{display}` is not a ws:// or wss:// URL"
+            )));
+        };
+        let (authority, path) = match rest.find(['/', '?']) {
+            Some(i) if rest.as_bytes()[i] == b'/' => (&rest[..i], rest[i..].to_string()),
+            Some(i) => (&rest[..i], format!("/{}", &rest[i..])),
+            None => (rest, "/".to_string()),
+        };
+        if authority.contains('@') {
+            return Err(DriverError::Config(format!(
+                "{display}: credentials in a ws:// URL are not supported (put a token in the query)"
+            )));
+        }
+        let target = Target::parse(authority, if secure { 443 } else { 80 })
+            .map_err(|m| DriverError::Config(format!("{display}: {m}")))?;
+        let tls = if secure {
+            Some(tls().map_err(|m| DriverError::Config(format!("TLS: {m}")))?)
+        } else {
+            None
+        };
+        Ok(Endpoint {
+            target,
+            tls,
+            host: authority.to_string(),
+            path,
+            display,
+        })
+    }
+}
+
+/// How the server ended a connection, or why it broke.
+fn closed(code: u16, reason: &[u8]) -> io::Error {
+    io::Error::new(
+        io::ErrorKind::ConnectionAborted,
+        format!(
+            "the server closed the WebSocket: code {code}{}{}",
+            if reason.is_empty() { "" } else { ", " },
+            String::from_utf8_lossy(reason)
+        ),
+    )
+}
+
+/// A live (or reconnecting) connection.
+pub struct Conn {
+    ep: Arc<Endpoint>,
+    /// Path and query with this client's placeholders replaced.
+    path: String,
+    name: String,
+    /// Sent after every handshake (a subscribe request), if any.
+    hello: Option<String>,
+    events: Option<EventSink>,
+    source: Option<IpAddr>,
+    timeout: Duration,
+    /// Socket and buffers.
+    pub wire: Wire,
+    mask: u64,
+}
+
+impl Conn {
+    /// Connects, upgrades and sends `hello`; the error says why not.
+    #[allow(clippy::too_many_arguments)]
+    pub async fn connect(
+        ep: Arc<Endpoint>,
+        path: String,
+        name: String,
+        hello: Option<String>,
+        events: Option<EventSink>,
+        source: Option<IpAddr>,
+        timeout: Duration,
+        chunk: usize,
+    ) -> Result<Conn, DriverError> {
+        let seed = msgbench_core::clock::now_ns() ^ (name.len() as u64).rotate_left(17);
+        let mut c = Conn {
+            ep,
+            path,
+            name,
+            hello,
+            events,
+            source,
+            timeout,
+            wire: Wire::new(chunk),
+            mask: seed | 1,
+        };
+        c.handshake().await?;
+        Ok(c)
+    }
+
+    fn fail(&self, cause: ConnectFailure, reason: String) -> DriverError {
+        DriverError::Connect {
+            target: self.ep.display.clone(),
+            reason,
+            cause,
+        }
+    }
+
+    async fn handshake(&mut self) -> Result<(), DriverError> {
+        self.wire.detach();
+        let stream = msgbench_net::connect(
+            &self.ep.target,
+            self.source,
+            self.ep.tls.as_ref(),
+            self.timeout,
+        )
+        .await
+        .map_err(|e: NetError| self.fail(e.cause, e.detail))?;
+        self.wire.attach(stream);
+        let key = codec::new_key(self.next_mask());
+        codec::put_request(&mut self.wire.wbuf, &self.ep.host, &self.path, &key);
+        let limit = self.timeout;
+        let head = tokio::time::timeout(limit, async {
+            self.wire.flush().await?;
+            poll_fn(|cx| {
+                self.wire
+                    .poll_next(cx, true, |b| codec::parse_head(b, MAX_HEAD))
+            })
+            .await
+        })
+        .await;
+        let head = match head {
+            Err(_) => {
+                self.wire.detach();
+                return Err(self.fail(
+                    ConnectFailure::Timeout,
+                    format!("no answer to the WebSocket upgrade within {limit:?}"),
+                ));
+            }
+            Ok(Err(e)) => {
+                self.wire.detach();
+                return Err(self.fail(msgbench_net::classify(&e), e.to_string()));
+            }
+            Ok(Ok(h)) => h,
+        };
+        if head.status() != Some(101) {
+            self.wire.detach();
+            return Err(self.fail(
+                ConnectFailure::Rejected,
+                format!("the server refused the WebSocket upgrade: {}", head.first),
+            ));
+        }
+        if head.header("sec-websocket-accept") != Some(codec::accept_key(&key).as_str()) {
+            self.wire.detach();
+            return Err(self.fail(
+                ConnectFailure::Rejected,
+                "the server's Sec-WebSocket-Accept does not match the key".into(),
+            ));
+        }
+        if let Some(h) = self.hello.clone() {
+            self.put(codec::OP_TEXT, h.as_bytes());
+            if let Err(e) = self.wire.flush().await {
+                self.wire.detach();
+                return Err(self.fail(msgbench_net::classify(&e), e.to_string()));
+            }
+        }
+        self.wire.shrink();
+        Ok(())
+    }
+
+    fn next_mask(&mut self) -> u64 {
+        let mut x = self.mask;
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        self.mask = x;
+        x
+    }
+
+    /// Buffers one masked frame.
+    #[inline]
+    pub fn put(&mut self, opcode: u8, payload: &[u8]) {
+        let key = (self.next_mask() as u32).to_ne_bytes();
+        codec::put_frame(&mut self.wire.wbuf, opcode, payload, Some(key));
+    }
+
+    /// Whether the connection is up.
+    pub fn is_connected(&self) -> bool {
+        self.wire.is_connected()
+    }
+
+    /// Writes everything buffered.
+    pub async fn flush(&mut self) -> io::Result<()> {
+        self.wire.flush().await
+    }
+
+    /// The next data frame (text, binary or continuation); pings are answered, pongs skipped,
+    /// a close is answered and becomes an error carrying its code. Cancel-safe.
+    pub fn poll_data(&mut self, cx: &mut Context<'_>, flush: bool) -> Poll<io::Result<Frame>> {
+        loop {
+            let f = match self
+                .wire
+                .poll_next(cx, flush, |b| codec::parse(b, false, MAX_FRAME))
+            {
+                Poll::Ready(Ok(f)) => f,
+                Poll::Ready(Err(e)) => return Poll::Ready(Err(e)),
+                Poll::Pending => return Poll::Pending,
+            };
+            match f.opcode {
+                codec::OP_PING => {
+                    let p = f.payload.clone();
+                    self.put(codec::OP_PONG, &p);
+                }
+                codec::OP_PONG => {}
+                codec::OP_CLOSE => {
+                    let code = codec::close_code(&f.payload);
+                    let key = (self.next_mask() as u32).to_ne_bytes();
+                    codec::put_close(&mut self.wire.wbuf, code, Some(key));
+                    let mut cx2 = Context::from_waker(std::task::Waker::noop());
+                    let _ = self.wire.poll_flush(&mut cx2);
+                    let reason = f.payload.get(2..).unwrap_or(&[]);
+                    return Poll::Ready(Err(closed(code, reason)));
+                }
+                _ => return Poll::Ready(Ok(f)),
+            }
+        }
+    }
+
+    /// The next data frame (see [`Conn::poll_data`]).
+    pub async fn read_data(&mut self) -> io::Result<Frame> {
+        poll_fn(|cx| self.poll_data(cx, true)).await
+    }
+
+    /// Marks the connection lost (once) and reports it.
+    pub fn lost(&mut self, why: &io::Error) {
+        if self.wire.detach()
+            && let Some(ev) = &self.events
+        {
+            ev.connection_lost(&self.name, why);
+        }
+    }
+
+    /// One reconnection attempt (handshake and hello).
+    pub async fn try_reconnect(&mut self) -> Result<(), DriverError> {
+        self.handshake().await?;
+        if let Some(ev) = &self.events {
+            ev.reconnected(&self.name, &self.ep.display, "");
+        }
+        Ok(())
+    }
+
+    /// The closing handshake: close 1000, then wait (briefly) for the server's close.
+    pub async fn close(&mut self) {
+        if !self.wire.is_connected() {
+            return;
+        }
+        let key = (self.next_mask() as u32).to_ne_bytes();
+        codec::put_close(&mut self.wire.wbuf, codec::CLOSE_NORMAL, Some(key));
+        let _ = tokio::time::timeout(Duration::from_secs(1), async {
+            self.wire.flush().await?;
+            loop {
+                // Data still in flight is skipped; the server's close ends the wait (as an
+                // error from read_data, which would answer it: the socket is dropped first).
+                let f = poll_fn(|cx| {
+                    self.wire
+                        .poll_next(cx, false, |b| codec::parse(b, false, MAX_FRAME))
+                })
+                .await?;
+                if f.opcode == codec::OP_CLOSE {
+                    return Ok::<(), io::Error>(());
+                }
+            }
+        })
+        .await;
+        self.wire.detach();
+    }
+}
+
+/// Replaces `{i}` and `{topic}` in a path or message template.
+pub fn fill(template: &str, i: u64, topic: &str) -> String {
+    template
+        .replace("{i}", &i.to_string())
+        .replace("{topic}", topic)
+}
+
+/// A reassembler for fragmented messages: frames in, whole messages out.
+#[derive(Default)]
+pub struct Message {
+    parts: Option<BytesMut>,
+}
+
+impl Message {
+    /// Feeds one data frame; a whole message comes back when it is complete.
+    pub fn feed(&mut self, f: Frame) -> Option<bytes::Bytes> {
+        match (f.fin, self.parts.as_mut()) {
+            (true, None) => Some(f.payload),
+            (false, None) => {
+                self.parts = Some(BytesMut::from(&f.payload[..]));
+                None
+            }
+            (fin, Some(p)) => {
+                p.extend_from_slice(&f.payload);
+                if fin {
+                    self.parts.take().map(|p| p.freeze())
+                } else {
+                    None
+                }
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn no_tls() -> Result<Tls, String> {
+        Err("no TLS here".into())
+    }
+
+    #[test]
+    fn endpoints() {
+        let e = Endpoint::parse("ws://127.0.0.1:9000/feed?stream=public.{i}", no_tls).unwrap();
+        assert_eq!(e.target.port, 9000);
+        assert_eq!(e.path, "/feed?stream=public.{i}");
+        assert_eq!(fill(&e.path, 7, "t"), "/feed?stream=public.7");
+        let e = Endpoint::parse("ws://h?x=1", no_tls).unwrap();
+        assert_eq!((e.target.port, e.path.as_str()), (80, "/?x=1"));
+        assert!(
+            Endpoint::parse("wss://h", no_tls).is_err(),
+            "TLS settings fail"
+        );
+        assert!(Endpoint::parse("http://h", no_tls).is_err());
+        assert!(Endpoint::parse("ws://u:p@h", no_tls).is_err());
+    }
+
+    #[test]
+    fn fragments_reassemble() {
+        let mut m = Message::default();
+        let f = |fin, p: &'static [u8]| Frame {
+            fin,
+            opcode: codec::OP_BINARY,
+            payload: bytes::Bytes::from_static(p),
+        };
+        assert_eq!(m.feed(f(true, b"whole")).unwrap(), &b"whole"[..]);
+        assert!(m.feed(f(false, b"ab")).is_none());
+        assert!(m.feed(f(false, b"cd")).is_none());
+        assert_eq!(m.feed(f(true, b"e")).unwrap(), &b"abcde"[..]);
+    }
+}

@@ -1,0 +1,427 @@
+//! `msgbench serve ws-broadcast`: a WebSocket broadcast server, the built-in target of the rango
+//! scenario (a publisher's messages fanned out to every connected client).
+//!
+//! Every binary message a client sends, and every message handed to the [`Relay`] (what
+//! `--from` consumes from a broker), goes to every *other* connected client, unchanged, as one
+//! binary frame encoded once and shared. Text messages from clients are requests to the server
+//! (a subscribe message, rango's or msgbench's `--hello`): counted, not relayed. Each connection is one task: it answers pings, closes
+//! politely (1001 on shutdown), and takes its frames from a broadcast queue of
+//! [`BroadcastConfig::queue`] messages; a client that falls that far behind skips what it
+//! missed, which is counted (`lagged`) and shows up as loss in msgbench's integrity figures.
+//!
+//! Upgrades must be RFC 6455 (`GET`, `Upgrade: websocket`, `Connection: Upgrade`, version 13,
+//! a key); anything else gets `400 Bad Request` (`426` for another version) and is closed.
+
+use bytes::{Bytes, BytesMut};
+use msgbench_driver_ws::codec::{self, OP_BINARY, OP_CLOSE, OP_PING, OP_PONG, OP_TEXT};
+use msgbench_driver_ws::conn::Message;
+use msgbench_net::{Stream, Wire};
+use std::future::{Future, poll_fn};
+use std::io;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::time::Duration;
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::{broadcast, watch};
+
+/// Settings.
+#[derive(Debug, Clone)]
+pub struct BroadcastConfig {
+    /// Messages a client may fall behind before it skips some.
+    pub queue: usize,
+    /// Largest frame accepted from a client.
+    pub max_frame: u64,
+}
+
+impl Default for BroadcastConfig {
+    fn default() -> Self {
+        BroadcastConfig {
+            queue: 65_536,
+            max_frame: 16 * 1024 * 1024,
+        }
+    }
+}
+
+/// Live counters.
+#[derive(Debug, Default)]
+pub struct BroadcastStats {
+    /// Clients connected now.
+    pub connections_current: AtomicU64,
+    /// Clients ever upgraded.
+    pub connections_total: AtomicU64,
+    /// Messages broadcast (from clients and from the relay).
+    pub messages_in: AtomicU64,
+    /// Frames written to clients.
+    pub frames_out: AtomicU64,
+    /// Messages clients skipped because they fell behind.
+    pub lagged: AtomicU64,
+    /// Upgrade requests refused.
+    pub refused: AtomicU64,
+    /// Text messages from clients (requests; not relayed).
+    pub requests: AtomicU64,
+}
+
+#[derive(Clone)]
+struct Item {
+    /// The connection it came from (0: the relay), which does not get it back.
+    from: u64,
+    frame: Bytes,
+}
+
+struct Shared {
+    tx: broadcast::Sender<Item>,
+    stats: Arc<BroadcastStats>,
+    next_id: AtomicU64,
+    max_frame: u64,
+}
+
+/// Feeds messages into the broadcast from outside (e.g. a broker consumer).
+#[derive(Clone)]
+pub struct Relay(Arc<Shared>);
+
+impl Relay {
+    /// Sends `payload` to every connected client as one binary message.
+    pub fn send(&self, payload: &[u8]) {
+        self.0.broadcast(0, payload);
+    }
+}
+
+impl Shared {
+    fn broadcast(&self, from: u64, payload: &[u8]) {
+        let mut b = BytesMut::with_capacity(payload.len() + 10);
+        codec::put_frame(&mut b, OP_BINARY, payload, None);
+        self.stats.messages_in.fetch_add(1, Relaxed);
+        // No receiver is fine: nobody is connected.
+        let _ = self.tx.send(Item {
+            from,
+            frame: b.freeze(),
+        });
+    }
+}
+
+/// A bound broadcast server.
+pub struct Broadcast {
+    listener: TcpListener,
+    addr: SocketAddr,
+    shared: Arc<Shared>,
+}
+
+impl Broadcast {
+    /// Binds `addr` (port 0 picks a free port).
+    pub async fn bind(addr: &str, config: BroadcastConfig) -> io::Result<Broadcast> {
+        let listener = TcpListener::bind(addr)
+            .await
+            .map_err(|e| io::Error::new(e.kind(), format!("cannot listen on {addr}: {e}")))?;
+        let addr = listener.local_addr()?;
+        let (tx, _) = broadcast::channel(config.queue.max(16));
+        Ok(Broadcast {
+            listener,
+            addr,
+            shared: Arc::new(Shared {
+                tx,
+                stats: Arc::default(),
+                next_id: AtomicU64::new(1),
+                max_frame: config.max_frame,
+            }),
+        })
+    }
+
+    /// The address it listens on.
+    pub fn local_addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// Live counters; valid after the server stops.
+    pub fn stats(&self) -> Arc<BroadcastStats> {
+        self.shared.stats.clone()
+    }
+
+    /// A handle that broadcasts messages from outside the server.
+    pub fn relay(&self) -> Relay {
+        Relay(self.shared.clone())
+    }
+
+    /// Serves until `stop` resolves; then every client gets a close (1001) and up to 5 s.
+    pub async fn run(self, stop: impl Future<Output = ()> + Send) -> io::Result<()> {
+        let Broadcast {
+            listener, shared, ..
+        } = self;
+        crate::listen::accept_loop(listener, "msgbench ws-broadcast", stop, |sock, shutdown| {
+            serve(shared.clone(), sock, shutdown)
+        })
+        .await;
+        Ok(())
+    }
+}
+
+async fn serve(shared: Arc<Shared>, sock: TcpStream, shutdown: watch::Receiver<bool>) {
+    // Small buffers: a broadcast server holds tens of thousands of these.
+    let mut wire = Wire::new(4 * 1024);
+    wire.attach(Stream::Tcp(sock));
+    let head = tokio::time::timeout(
+        Duration::from_secs(10),
+        poll_fn(|cx| wire.poll_next(cx, false, |b| codec::parse_head(b, 16 * 1024))),
+    )
+    .await;
+    let Ok(Ok(head)) = head else { return };
+    if let Err((status, why)) = check_upgrade(&head) {
+        shared.stats.refused.fetch_add(1, Relaxed);
+        let body = format!("{why}\n");
+        wire.wbuf.extend_from_slice(
+            format!(
+                "HTTP/1.1 {status}\r\nContent-Type: text/plain\r\nContent-Length: {}\r\n\
+                 Sec-WebSocket-Version: 13\r\nConnection: close\r\n\r\n{body}",
+                body.len()
+            )
+            .as_bytes(),
+        );
+        let _ = wire.flush().await;
+        return;
+    }
+    let key = head.header("sec-websocket-key").unwrap_or_default();
+    wire.wbuf.extend_from_slice(
+        format!(
+            "HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\
+             Sec-WebSocket-Accept: {}\r\n\r\n",
+            codec::accept_key(key)
+        )
+        .as_bytes(),
+    );
+    // Subscribed before the 101 goes out: nothing broadcast after the client saw it is missed.
+    let mut rx = shared.tx.subscribe();
+    if wire.flush().await.is_err() {
+        return;
+    }
+    let id = shared.next_id.fetch_add(1, Relaxed);
+    let stats = &shared.stats;
+    stats.connections_total.fetch_add(1, Relaxed);
+    stats.connections_current.fetch_add(1, Relaxed);
+    connection(&shared, id, &mut wire, &mut rx, shutdown).await;
+    stats.connections_current.fetch_sub(1, Relaxed);
+}
+
+/// Why an upgrade request is refused: (status line, reason).
+fn check_upgrade(h: &codec::Head) -> Result<(), (&'static str, &'static str)> {
+    if !h.first.starts_with("GET ") {
+        return Err(("400 Bad Request", "WebSocket upgrades are GET requests"));
+    }
+    if !h.has_token("upgrade", "websocket") || !h.has_token("connection", "upgrade") {
+        return Err(("400 Bad Request", "not a WebSocket upgrade request"));
+    }
+    if h.header("sec-websocket-version") != Some("13") {
+        return Err((
+            "426 Upgrade Required",
+            "only WebSocket version 13 is spoken",
+        ));
+    }
+    if h.header("sec-websocket-key").is_none_or(str::is_empty) {
+        return Err(("400 Bad Request", "Sec-WebSocket-Key is missing"));
+    }
+    Ok(())
+}
+
+/// Writes at most this much per wake-up before looking at the socket again.
+const WRITE_BATCH: usize = 64 * 1024;
+
+async fn connection(
+    shared: &Shared,
+    id: u64,
+    wire: &mut Wire,
+    rx: &mut broadcast::Receiver<Item>,
+    mut shutdown: watch::Receiver<bool>,
+) {
+    let stats = &shared.stats;
+    let mut message = Message::default();
+    // The kind of the message being received (its first frame says).
+    let mut text = false;
+    let close_code = loop {
+        tokio::select! {
+            biased;
+            _ = shutdown.changed() => break Some(codec::CLOSE_GOING_AWAY),
+            item = rx.recv() => {
+                let mut frames = 0;
+                let mut next = Some(item);
+                while let Some(r) = next.take() {
+                    match r {
+                        Ok(it) if it.from != id => {
+                            wire.wbuf.extend_from_slice(&it.frame);
+                            frames += 1;
+                        }
+                        Ok(_) => {}
+                        Err(broadcast::error::RecvError::Lagged(n)) => {
+                            stats.lagged.fetch_add(n, Relaxed);
+                        }
+                        Err(broadcast::error::RecvError::Closed) => return,
+                    }
+                    if wire.wbuf.len() < WRITE_BATCH {
+                        next = match rx.try_recv() {
+                            Ok(it) => Some(Ok(it)),
+                            Err(broadcast::error::TryRecvError::Lagged(n)) => {
+                                Some(Err(broadcast::error::RecvError::Lagged(n)))
+                            }
+                            Err(_) => None,
+                        };
+                    }
+                }
+                if wire.flush().await.is_err() {
+                    return;
+                }
+                wire.shrink();
+                stats.frames_out.fetch_add(frames, Relaxed);
+            }
+            f = poll_fn(|cx| wire.poll_next(cx, false, |b| codec::parse(b, true, shared.max_frame))) => {
+                let f = match f {
+                    Ok(f) => f,
+                    Err(e) if e.kind() == io::ErrorKind::InvalidData => break Some(codec::CLOSE_PROTOCOL),
+                    Err(_) => return,
+                };
+                match f.opcode {
+                    OP_PING => {
+                        codec::put_frame(&mut wire.wbuf, OP_PONG, &f.payload, None);
+                        if wire.flush().await.is_err() {
+                            return;
+                        }
+                    }
+                    OP_PONG => {}
+                    OP_CLOSE => {
+                        codec::put_frame(&mut wire.wbuf, OP_CLOSE, &f.payload, None);
+                        let _ = wire.flush().await;
+                        return;
+                    }
+                    OP_TEXT | OP_BINARY | codec::OP_CONT => {
+                        if f.opcode != codec::OP_CONT {
+                            text = f.opcode == OP_TEXT;
+                        }
+                        if let Some(m) = message.feed(f) {
+                            if text {
+                                stats.requests.fetch_add(1, Relaxed);
+                            } else {
+                                shared.broadcast(id, &m);
+                            }
+                        }
+                    }
+                    _ => break Some(codec::CLOSE_PROTOCOL),
+                }
+            }
+        }
+    };
+    if let Some(code) = close_code {
+        codec::put_close(&mut wire.wbuf, code, None);
+        let _ = tokio::time::timeout(Duration::from_secs(2), wire.flush()).await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+    async fn start() -> (
+        SocketAddr,
+        Arc<BroadcastStats>,
+        Relay,
+        tokio::sync::oneshot::Sender<()>,
+    ) {
+        let b = Broadcast::bind("127.0.0.1:0", BroadcastConfig::default())
+            .await
+            .unwrap();
+        let (addr, stats, relay) = (b.local_addr(), b.stats(), b.relay());
+        let (tx, rx) = tokio::sync::oneshot::channel::<()>();
+        tokio::spawn(b.run(async move {
+            let _ = rx.await;
+        }));
+        (addr, stats, relay, tx)
+    }
+
+    const UPGRADE: &str = "GET /x HTTP/1.1\r\nHost: h\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n\r\n";
+
+    /// Connects and upgrades; returns the socket with the 101 read.
+    async fn client(addr: SocketAddr) -> TcpStream {
+        let mut s = TcpStream::connect(addr).await.unwrap();
+        s.write_all(UPGRADE.as_bytes()).await.unwrap();
+        let mut head = Vec::new();
+        while !head.ends_with(b"\r\n\r\n") {
+            let mut b = [0u8; 1];
+            s.read_exact(&mut b).await.unwrap();
+            head.push(b[0]);
+        }
+        let head = String::from_utf8(head).unwrap();
+        assert!(head.starts_with("HTTP/1.1 101"), "{head}");
+        assert!(head.contains("s3pPLMBiTxaQ9kYGzzhZRbK+xOo="), "{head}");
+        s
+    }
+
+    async fn answer(req: &str, addr: SocketAddr) -> String {
+        let mut s = TcpStream::connect(addr).await.unwrap();
+        s.write_all(req.as_bytes()).await.unwrap();
+        let mut out = String::new();
+        let _ = tokio::time::timeout(Duration::from_secs(5), s.read_to_string(&mut out)).await;
+        out
+    }
+
+    #[tokio::test]
+    async fn bad_upgrades_are_refused() {
+        let (addr, stats, _relay, _stop) = start().await;
+        assert!(
+            answer("POST / HTTP/1.1\r\n\r\n", addr)
+                .await
+                .starts_with("HTTP/1.1 400")
+        );
+        let v12 = UPGRADE.replace("Version: 13", "Version: 12");
+        assert!(answer(&v12, addr).await.starts_with("HTTP/1.1 426"));
+        let nokey = UPGRADE.replace("Sec-WebSocket-Key", "X-Key");
+        assert!(answer(&nokey, addr).await.starts_with("HTTP/1.1 400"));
+        assert_eq!(stats.refused.load(Relaxed), 3);
+    }
+
+    #[tokio::test]
+    async fn relays_to_others_and_survives_garbage() {
+        let (addr, stats, relay, _stop) = start().await;
+        // Garbage after the upgrade, of several kinds: each connection is closed with 1002 (or
+        // dropped), the server goes on.
+        let mut seed = 0x9E37_79B9_7F4A_7C15u64;
+        for round in 0..40 {
+            let mut s = client(addr).await;
+            let mut junk = vec![0u8; 1 + round * 7];
+            for b in junk.iter_mut() {
+                seed ^= seed << 13;
+                seed ^= seed >> 7;
+                seed ^= seed << 17;
+                *b = seed as u8;
+            }
+            let _ = s.write_all(&junk).await;
+            drop(s);
+        }
+        let mut unmasked = client(addr).await;
+        unmasked.write_all(&[0x82, 0x01, 0x00]).await.unwrap();
+        let mut b = [0u8; 4];
+        unmasked.read_exact(&mut b).await.unwrap();
+        assert_eq!(
+            b,
+            [0x88, 0x02, 0x03, 0xEA],
+            "close 1002 for an unmasked client frame"
+        );
+        // Two good clients: one sends (masked), the other receives; the relay reaches both.
+        let mut a = client(addr).await;
+        let mut c = client(addr).await;
+        let mut f = BytesMut::new();
+        codec::put_frame(&mut f, OP_TEXT, b"subscribe please", Some([1, 2, 3, 4]));
+        codec::put_frame(&mut f, OP_BINARY, b"hello", Some([5, 6, 7, 8]));
+        a.write_all(&f).await.unwrap();
+        let mut got = [0u8; 7];
+        c.read_exact(&mut got).await.unwrap();
+        assert_eq!(
+            &got, b"\x82\x05hello",
+            "the binary message, not the request"
+        );
+        relay.send(b"from the broker");
+        for s in [&mut a, &mut c] {
+            let mut got = [0u8; 17];
+            s.read_exact(&mut got).await.unwrap();
+            assert_eq!(&got[2..], b"from the broker");
+        }
+        assert_eq!(stats.requests.load(Relaxed), 1);
+        assert_eq!(stats.messages_in.load(Relaxed), 2);
+    }
+}

@@ -1,0 +1,116 @@
+//! HTTP through the CLI: msgbench's own HTTP server and nginx (started by `scripts/brokers.sh`),
+//! closed loop and fixed rate, HTTP/1.1 and h2c, and the errors a user meets first.
+
+mod util;
+
+use util::*;
+
+/// Closed loop over HTTP/1.1 keep-alive: every request answered and timed; HTTP runs get no
+/// consumers and a window of one request per connection without being told.
+#[test]
+fn closed_loop_against_the_builtin_server() {
+    let s = Server::http();
+    let d = TempDir::new("http-closed");
+    let r = run_json(
+        &d.0,
+        &[
+            "run",
+            &format!("{}/api", s.url),
+            "-p",
+            "4",
+            "-n",
+            "3000",
+            "--warmup",
+            "0s",
+            "-o",
+            "r.jsonl",
+        ],
+    );
+    let m = measure(&r);
+    assert_eq!(u(&m["counters"]["acked"]), 3000, "{m}");
+    assert_eq!(u(&m["publish"]["count"]), 3000);
+    assert!(u(&m["publish"]["p50"]) > 0);
+    assert_eq!(u(&m["counters"]["received"]), 0);
+    assert_valid_and_pure(&d.0, "r.jsonl", &r);
+}
+
+/// h2c: many requests in flight on each connection.
+#[test]
+fn http2_streams() {
+    let s = Server::http();
+    let d = TempDir::new("http-h2");
+    let r = run_json(
+        &d.0,
+        &[
+            "run",
+            &s.url,
+            "--http2",
+            "-p",
+            "2",
+            "--max-in-flight",
+            "64",
+            "-n",
+            "4000",
+            "--warmup",
+            "0s",
+        ],
+    );
+    assert_eq!(u(&measure(&r)["counters"]["acked"]), 4000);
+}
+
+/// nginx at a fixed rate with GET and a header: all answered, the schedule kept.
+#[test]
+fn fixed_rate_against_nginx() {
+    let url = env_or_hint("MSGBENCH_IT_HTTP_URL");
+    let d = TempDir::new("http-nginx");
+    let r = run_json(
+        &d.0,
+        &[
+            "run",
+            &url,
+            "--method",
+            "GET",
+            "--header",
+            "X-Bench: msgbench",
+            "-p",
+            "4",
+            "--rate",
+            "1000",
+            "-n",
+            "2000",
+            "--warmup",
+            "0s",
+        ],
+    );
+    let m = measure(&r);
+    assert_eq!(u(&m["counters"]["acked"]), 2000, "{m}");
+    assert_eq!(u(&m["counters"]["nacked"]), 0);
+}
+
+/// A window HTTP/1.1 cannot carry, a bad method, a closed port: clear errors.
+#[test]
+fn bad_http_runs_are_refused() {
+    let d = TempDir::new("http-bad");
+    let s = Server::http();
+    let o = msgbench(&d.0, &["run", &s.url, "--max-in-flight", "8", "-n", "10"]);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(
+        stderr(&o).contains("one request at a time"),
+        "{}",
+        stderr(&o)
+    );
+    let o = msgbench(&d.0, &["run", &s.url, "--method", "G E T", "-n", "10"]);
+    assert!(stderr(&o).contains("http.method"), "{}", stderr(&o));
+    let o = msgbench(&d.0, &["run", &s.url, "--header", "novalue", "-n", "10"]);
+    assert!(stderr(&o).contains("http.headers"), "{}", stderr(&o));
+    let o = msgbench(
+        &d.0,
+        &[
+            "run",
+            &format!("http://127.0.0.1:{}/", free_port()),
+            "-n",
+            "10",
+        ],
+    );
+    assert!(stderr(&o).contains("cannot connect"), "{}", stderr(&o));
+}
