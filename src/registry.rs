@@ -38,6 +38,7 @@ pub fn drivers() -> Vec<DriverInfo> {
                 acks: false,
                 queue_groups: true,
                 request_reply: true,
+                responses: false,
             },
         },
         DriverInfo {
@@ -48,6 +49,7 @@ pub fn drivers() -> Vec<DriverInfo> {
                 acks: false,
                 queue_groups: true,
                 request_reply: true,
+                responses: false,
             },
         },
         DriverInfo {
@@ -59,6 +61,7 @@ pub fn drivers() -> Vec<DriverInfo> {
                 acks: true,
                 queue_groups: true,
                 request_reply: false,
+                responses: false,
             },
         },
         DriverInfo {
@@ -69,6 +72,7 @@ pub fn drivers() -> Vec<DriverInfo> {
                 acks: false,
                 queue_groups: false,
                 request_reply: false,
+                responses: false,
             },
         },
         DriverInfo {
@@ -79,6 +83,7 @@ pub fn drivers() -> Vec<DriverInfo> {
                 acks: false,
                 queue_groups: true,
                 request_reply: false,
+                responses: false,
             },
         },
         DriverInfo {
@@ -89,6 +94,7 @@ pub fn drivers() -> Vec<DriverInfo> {
                 acks: true,
                 queue_groups: false,
                 request_reply: false,
+                responses: true,
             },
         },
         DriverInfo {
@@ -100,6 +106,7 @@ pub fn drivers() -> Vec<DriverInfo> {
                 acks: true,
                 queue_groups: true,
                 request_reply: false,
+                responses: false,
             },
         },
     ]

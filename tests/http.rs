@@ -58,6 +58,26 @@ fn http2_streams() {
     assert_eq!(u(&measure(&r)["counters"]["acked"]), 4000);
 }
 
+/// Coordinated omission: at 200 requests/s on one connection to a server that takes 20 ms per
+/// request, requests queue behind each other. Publish latency (from the actual send) stays near
+/// 20 ms; the end-to-end figure, from each request's intended send time, shows the queue.
+#[test]
+fn fixed_rate_latency_is_corrected_for_coordinated_omission() {
+    let s = Server::http_slow("20ms");
+    let d = TempDir::new("http-co");
+    let r = run_json(
+        &d.0,
+        &[
+            "run", &s.url, "-p", "1", "--rate", "200", "-n", "100", "--warmup", "0s",
+        ],
+    );
+    let m = measure(&r);
+    assert_eq!(u(&m["e2e"]["count"]), 100, "{m}");
+    let (publish, e2e) = (u(&m["publish"]["p99"]), u(&m["e2e"]["p99"]));
+    assert!(publish < 200_000_000, "publish p99 {publish} ns");
+    assert!(e2e > 1_000_000_000, "e2e p99 {e2e} ns shows the queue");
+}
+
 /// nginx at a fixed rate with GET and a header: all answered, the schedule kept.
 #[test]
 fn fixed_rate_against_nginx() {

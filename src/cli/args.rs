@@ -71,6 +71,9 @@ pub struct ServeArgs {
     /// (amqp://, mqtt://, nats://).
     #[arg(long, value_name = "URL")]
     pub from: Option<String>,
+    /// http: answer each request after this long (e.g. 20ms), to see queueing in the figures.
+    #[arg(long)]
+    pub delay: Option<String>,
     /// ws-broadcast --from: the topic (routing key, subject) to consume.
     #[arg(long, default_value = "msgbench")]
     pub topic: String,

@@ -78,7 +78,12 @@ pub fn run(args: ServeArgs) -> Result<ExitCode> {
                     "msgbench serve: HTTP/1.1 + h2c server on http://{} (200 to every request; Ctrl-C to stop)",
                     listener.local_addr()?
                 );
-                let server = msgbench_driver_http::server::HttpServer::new();
+                let mut server = msgbench_driver_http::server::HttpServer::new();
+                if let Some(d) = &args.delay {
+                    let d = msgbench_core::units::parse_duration(d)
+                        .map_err(|e| anyhow::anyhow!("--delay: {e}"))?;
+                    server = server.with_delay(d);
+                }
                 let counts = server.counts();
                 let status = status_loop(args.quiet, move || {
                     use std::sync::atomic::Ordering::Relaxed;

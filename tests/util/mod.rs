@@ -144,6 +144,11 @@ impl Server {
         Server::start("http", "http", &[])
     }
 
+    /// msgbench's HTTP server answering each request after `delay` (e.g. "20ms").
+    pub fn http_slow(delay: &str) -> Server {
+        Server::start("http", "http", &["--delay", delay])
+    }
+
     /// msgbench's WebSocket broadcast server on a free port (`extra`: e.g. `--from URL`).
     pub fn ws_broadcast(extra: &[&str]) -> Server {
         Server::start("ws-broadcast", "ws", extra)

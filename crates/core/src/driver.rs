@@ -37,6 +37,9 @@ pub struct Capabilities {
     pub queue_groups: bool,
     /// Request/reply: the producer's acks are replies from responding consumers.
     pub request_reply: bool,
+    /// The producer's acks are the system's responses to its requests (HTTP): their latency from
+    /// the intended send time is recorded as end-to-end latency, coordinated-omission corrected.
+    pub responses: bool,
 }
 
 /// Everything a producer needs to know to connect.
@@ -379,6 +382,7 @@ impl<P: Driver, C: Driver> Driver for Pipeline<P, C> {
             queue_groups: c.queue_groups,
             // A reply would come back on the producer's protocol: not across a hop.
             request_reply: false,
+            responses: p.responses,
         }
     }
 

@@ -76,6 +76,13 @@ impl Recorder {
         record(&mut self.hist.e2e, e2e_ns);
     }
 
+    /// A response to one of this task's requests, `e2e_ns` after its intended send time: end-to-end
+    /// latency without a delivery (request/response protocols such as HTTP have no consumers).
+    #[inline]
+    pub fn record_response(&mut self, e2e_ns: u64) {
+        record(&mut self.hist.e2e, e2e_ns);
+    }
+
     /// A delivery that carried no stamp of this run.
     #[inline]
     pub fn record_foreign(&mut self) {

@@ -1,11 +1,12 @@
 //! The window of sent-but-unacknowledged messages of one producer, as a ring indexed by token,
 //! so an ack finds its send time in O(1) without allocating.
 
-/// Send times of outstanding messages, keyed by the token given to the driver.
+/// Send times (actual and intended) of outstanding messages, keyed by the token given to the
+/// driver.
 #[derive(Debug)]
 pub struct InFlight {
-    /// `(token + 1, sent_ns)`; token 0 stored as 1 so that 0 marks an empty slot.
-    slots: Vec<(u64, u64)>,
+    /// `(token + 1, sent_ns, intended_ns)`; token 0 stored as 1 so that 0 marks an empty slot.
+    slots: Vec<(u64, u64, u64)>,
     mask: u64,
     len: usize,
     /// Lowest token that may still be outstanding (for cumulative acks).
@@ -21,7 +22,7 @@ impl InFlight {
     pub fn new(window: usize) -> Self {
         let cap = (window.max(1) * 2).next_power_of_two();
         Self {
-            slots: vec![(0, 0); cap],
+            slots: vec![(0, 0, 0); cap],
             mask: cap as u64 - 1,
             len: 0,
             oldest: 0,
@@ -63,34 +64,36 @@ impl InFlight {
         n
     }
 
-    /// Records that `token` was sent at `sent_ns`. Tokens must be issued in increasing order.
+    /// Records that `token` was sent at `sent_ns`, meant for `intended_ns`. Tokens must be
+    /// issued in increasing order.
     #[inline]
-    pub fn push(&mut self, token: u64, sent_ns: u64) {
+    pub fn push(&mut self, token: u64, sent_ns: u64, intended_ns: u64) {
         let slot = &mut self.slots[(token & self.mask) as usize];
         if slot.0 != 0 {
             self.untracked += 1;
             self.len -= 1;
         }
-        *slot = (token + 1, sent_ns);
+        *slot = (token + 1, sent_ns, intended_ns);
         self.len += 1;
         self.next = token + 1;
     }
 
-    /// Removes `token`, returning its send time if it was outstanding.
+    /// Removes `token`, returning its (sent, intended) times if it was outstanding.
     #[inline]
-    pub fn ack_one(&mut self, token: u64) -> Option<u64> {
+    pub fn ack_one(&mut self, token: u64) -> Option<(u64, u64)> {
         let slot = &mut self.slots[(token & self.mask) as usize];
         if slot.0 == token + 1 {
             slot.0 = 0;
             self.len -= 1;
-            Some(slot.1)
+            Some((slot.1, slot.2))
         } else {
             None
         }
     }
 
-    /// Removes every outstanding token up to and including `token`, calling `f(sent_ns)` for each.
-    pub fn ack_up_to(&mut self, token: u64, mut f: impl FnMut(u64)) {
+    /// Removes every outstanding token up to and including `token`, calling
+    /// `f((sent_ns, intended_ns))` for each.
+    pub fn ack_up_to(&mut self, token: u64, mut f: impl FnMut((u64, u64))) {
         let end = token.saturating_add(1).min(self.next);
         // Tokens older than the ring were already overwritten; skip them.
         let start = self
@@ -113,12 +116,12 @@ mod tests {
     fn single_and_cumulative_acks() {
         let mut w = InFlight::new(4);
         for t in 0..4 {
-            w.push(t, 100 + t);
+            w.push(t, 100 + t, 0);
         }
-        assert_eq!(w.ack_one(2), Some(102));
+        assert_eq!(w.ack_one(2), Some((102, 0)));
         assert_eq!(w.ack_one(2), None, "an ack counts once");
         let mut seen = vec![];
-        w.ack_up_to(3, |s| seen.push(s));
+        w.ack_up_to(3, |(s, _)| seen.push(s));
         assert_eq!(seen, vec![100, 101, 103]);
         assert!(w.is_empty());
     }
@@ -128,13 +131,13 @@ mod tests {
         let mut w = InFlight::new(2); // capacity 4
         for t in 0..4 {
             assert!(w.slot_free(t));
-            w.push(t, 100 + t);
+            w.push(t, 100 + t, 0);
         }
         assert!(
             !w.slot_free(4),
             "token 4 would overwrite outstanding token 0"
         );
-        assert_eq!(w.ack_one(0), Some(100));
+        assert_eq!(w.ack_one(0), Some((100, 0)));
         assert!(w.slot_free(4));
         assert_eq!(w.expire(102), 1, "token 1 (sent at 101) expired");
         assert_eq!(w.len(), 2);
@@ -144,12 +147,12 @@ mod tests {
     #[test]
     fn overwrite_is_counted_not_misattributed() {
         let mut w = InFlight::new(1); // capacity 2
-        w.push(0, 10);
-        w.push(1, 11);
-        w.push(2, 12); // overwrites token 0's slot
+        w.push(0, 10, 0);
+        w.push(1, 11, 0);
+        w.push(2, 12, 0); // overwrites token 0's slot
         assert_eq!(w.untracked, 1);
         assert_eq!(w.ack_one(0), None);
-        assert_eq!(w.ack_one(2), Some(12));
+        assert_eq!(w.ack_one(2), Some((12, 0)));
         assert_eq!(w.len(), 1);
     }
 }

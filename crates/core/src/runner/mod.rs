@@ -359,6 +359,7 @@ pub async fn run<D: Driver>(
             pacer: Pacer::new(plan.rate.clone(), nprod, i, seed),
             quota,
             acks,
+            responses: caps.responses,
             window: plan.max_in_flight,
             ack_timeout_ns: plan.ack_timeout.as_nanos() as u64,
             pacing: plan.pacing,

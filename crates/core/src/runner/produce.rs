@@ -23,6 +23,9 @@ pub(crate) struct ProducerTask {
     /// Messages to send in the measure phase (count-bounded runs).
     pub quota: Option<u64>,
     pub acks: bool,
+    /// Acks are responses to requests (HTTP): their latency from the intended send time is also
+    /// recorded as end-to-end latency, coordinated omission corrected (wrk2's measure).
+    pub responses: bool,
     pub window: usize,
     /// Outstanding acks older than this are given up on and counted as timeouts.
     pub ack_timeout_ns: u64,
@@ -86,17 +89,35 @@ impl ProducerTask {
         }
     }
 
-    fn handle_ack(rec: &mut Recorder, window: &mut InFlight, ack: Ack) {
+    /// Publish latency from the actual send; for responses, also the response time from the
+    /// intended send time (a slow response delays the next request of its connection, and that
+    /// wait belongs in the figures).
+    #[inline]
+    fn record_ack(
+        rec: &mut Recorder,
+        now: u64,
+        (sent, intended): (u64, u64),
+        ok: bool,
+        responses: bool,
+    ) {
+        rec.record_ack(now.saturating_sub(sent), ok);
+        if responses && ok {
+            rec.record_response(now.saturating_sub(intended));
+        }
+    }
+
+    fn handle_ack(&self, rec: &mut Recorder, window: &mut InFlight, ack: Ack) {
+        let responses = self.responses;
         let now = now_ns();
         match ack {
             Ack::One { token, ok } => match window.ack_one(token) {
-                Some(sent) => rec.record_ack(now.saturating_sub(sent), ok),
+                Some(times) => Self::record_ack(rec, now, times, ok, responses),
                 None if ok => rec.record_acks_without_latency(1),
                 None => rec.record_ack(0, false),
             },
-            Ack::UpTo { token, ok } => {
-                window.ack_up_to(token, |sent| rec.record_ack(now.saturating_sub(sent), ok))
-            }
+            Ack::UpTo { token, ok } => window.ack_up_to(token, |times| {
+                Self::record_ack(rec, now, times, ok, responses)
+            }),
             Ack::InDoubt { up_to } => {
                 let mut n = 0;
                 window.ack_up_to(up_to, |_| n += 1);
@@ -107,10 +128,10 @@ impl ProducerTask {
     }
 
     /// Takes every ack that is ready without waiting.
-    fn drain_ready_acks<P: Producer>(p: &mut P, rec: &mut Recorder, window: &mut InFlight) {
+    fn drain_ready_acks<P: Producer>(&self, p: &mut P, rec: &mut Recorder, window: &mut InFlight) {
         let mut cx = Context::from_waker(Waker::noop());
         while let Poll::Ready(Some(ack)) = p.poll_ack(&mut cx) {
-            Self::handle_ack(rec, window, ack);
+            self.handle_ack(rec, window, ack);
         }
     }
 
@@ -126,7 +147,7 @@ impl ProducerTask {
         let deadline = to_instant(ticker.next_ns);
         tokio::select! {
             ack = std::future::poll_fn(|cx| p.poll_ack(cx)) => match ack {
-                Some(a) => { Self::handle_ack(rec, window, a); Flow::Go }
+                Some(a) => { self.handle_ack(rec, window, a); Flow::Go }
                 None => Flow::Stop,
             },
             _ = tokio::time::sleep_until(deadline) => {
@@ -208,8 +229,8 @@ impl ProducerTask {
                             biased;
                             ack = std::future::poll_fn(|cx| p.poll_ack(cx)) => match ack {
                                 Some(a) => {
-                                    Self::handle_ack(&mut rec, &mut window, a);
-                                    Self::drain_ready_acks(&mut p, &mut rec, &mut window);
+                                    this.handle_ack(&mut rec, &mut window, a);
+                                    this.drain_ready_acks(&mut p, &mut rec, &mut window);
                                 }
                                 // No more acks will come: just wait.
                                 None => sleep_until_ns(&mut timer, wake, this.pacing).await,
@@ -227,7 +248,7 @@ impl ProducerTask {
             // at a time would otherwise get one write (and one syscall) per message, which
             // costs the generator more than the messages themselves.
             if this.acks {
-                Self::drain_ready_acks(&mut p, &mut rec, &mut window);
+                this.drain_ready_acks(&mut p, &mut rec, &mut window);
                 if window.len() >= this.window {
                     let resume_at = this.window - (this.window / 16).max(1);
                     while window.len() > resume_at {
@@ -243,7 +264,7 @@ impl ProducerTask {
                         {
                             break 'send;
                         }
-                        Self::drain_ready_acks(&mut p, &mut rec, &mut window);
+                        this.drain_ready_acks(&mut p, &mut rec, &mut window);
                     }
                 }
                 while window.len() >= this.window || !window.slot_free(token) {
@@ -282,7 +303,7 @@ impl ProducerTask {
                     rec.counters_mut().errors.add(ErrorKind::Timeout, expired);
                 } else {
                     // Without confirms only notices such as returns come this way.
-                    Self::drain_ready_acks(&mut p, &mut rec, &mut window);
+                    this.drain_ready_acks(&mut p, &mut rec, &mut window);
                 }
                 this.flush_snapshot(&mut rec, phase, k);
             }
@@ -309,7 +330,7 @@ impl ProducerTask {
                     consecutive_errors = 0;
                     rec.record_send(intended_ns, sent_ns, len);
                     if this.acks {
-                        window.push(token, sent_ns);
+                        window.push(token, sent_ns, intended_ns);
                     }
                     seqs[stream as usize] += 1;
                     token += 1;
@@ -352,7 +373,7 @@ impl ProducerTask {
         }
         if this.acks {
             loop {
-                Self::drain_ready_acks(&mut p, &mut rec, &mut window);
+                this.drain_ready_acks(&mut p, &mut rec, &mut window);
                 if window.is_empty() || now_ns() >= this.state.drain_deadline_ns() {
                     break;
                 }
@@ -369,7 +390,7 @@ impl ProducerTask {
                 .errors
                 .add(ErrorKind::Timeout, window.len() as u64);
         } else {
-            Self::drain_ready_acks(&mut p, &mut rec, &mut window);
+            this.drain_ready_acks(&mut p, &mut rec, &mut window);
         }
         let _ = p.close().await;
         this.flush_snapshot(&mut rec, this.state.phase_at(now_ns()), ticker.recording());

@@ -336,6 +336,7 @@ impl Driver for AmqpDriver {
             acks: self.0.amqp.confirm,
             queue_groups: true,
             request_reply: false,
+            responses: false,
         }
     }
 

@@ -151,6 +151,7 @@ impl Driver for HttpDriver {
             acks: true,
             queue_groups: false,
             request_reply: false,
+            responses: true,
         }
     }
 

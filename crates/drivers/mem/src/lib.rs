@@ -148,6 +148,7 @@ impl Driver for MemDriver {
             acks: false,
             queue_groups: true,
             request_reply: true,
+            responses: false,
         }
     }
 

@@ -133,6 +133,7 @@ impl Driver for MqttDriver {
             acks: self.client.qos > 0,
             queue_groups: true,
             request_reply: false,
+            responses: false,
         }
     }
 

@@ -81,6 +81,7 @@ impl Driver for NatsDriver {
             acks: false,
             queue_groups: true,
             request_reply: true,
+            responses: false,
         }
     }
 

@@ -122,6 +122,7 @@ impl Driver for WsDriver {
             acks: false,
             queue_groups: false,
             request_reply: false,
+            responses: false,
         }
     }
 

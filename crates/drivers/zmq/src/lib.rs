@@ -231,6 +231,7 @@ impl Driver for ZmqDriver {
             acks: false,
             queue_groups: self.opts.pattern == Pattern::PushPull,
             request_reply: false,
+            responses: false,
         }
     }
 
