@@ -4,7 +4,7 @@
 
 mod util;
 
-use std::process::{Command, Stdio};
+use std::process::Command;
 use std::time::Duration;
 use util::*;
 
@@ -24,39 +24,31 @@ fn broker_restart_mid_run() {
 fn restart_mid_run(extra: &[&str], connections: u64) {
     let url = amqp_url();
     let d = TempDir::new("amqp-restart");
-    let run = Command::new(bin())
-        .args(["run", &url])
-        .args(extra)
-        .args([
-            "--confirm",
-            "--durable",
-            "--persistent",
-            "--queue-group",
-            "g",
-            "--topic",
-            "it.restart",
-            "--purge",
-            "--rate",
-            "2000",
-            "--duration",
-            "10s",
-            "--warmup",
-            "0s",
-            "--drain",
-            "5s",
-            "--ack-timeout",
-            "3s",
-            "-o",
-            "r.jsonl",
-            "--format",
-            "json",
-            "--quiet",
-        ])
-        .current_dir(&d.0)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
+    let mut args = vec!["run", url.as_str()];
+    args.extend_from_slice(extra);
+    args.extend_from_slice(&[
+        "--confirm",
+        "--durable",
+        "--persistent",
+        "--queue-group",
+        "g",
+        "--topic",
+        "it.restart",
+        "--purge",
+        "--rate",
+        "2000",
+        "--duration",
+        "10s",
+        "--warmup",
+        "0s",
+        "--drain",
+        "5s",
+        "--ack-timeout",
+        "3s",
+        "-o",
+        "r.jsonl",
+    ]);
+    let run = spawn_run(&d.0, &args);
     std::thread::sleep(Duration::from_secs(2));
     let script = concat!(env!("CARGO_MANIFEST_DIR"), "/scripts/brokers.sh");
     let restart = Command::new(script)
@@ -64,20 +56,11 @@ fn restart_mid_run(extra: &[&str], connections: u64) {
         .output()
         .unwrap();
     assert!(restart.status.success(), "{}", stderr(&restart));
-    let o = run.wait_with_output().unwrap();
-    assert!(o.status.success(), "{}", stderr(&o));
-    let r: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    let r = finish_json(run);
     let c = &measure(&r)["counters"];
     let e = &c["errors"];
     // Counted from the events: a client may come back after the measure phase, in the drain.
-    let count = |kind: &str| {
-        r["events"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .filter(|e| e["kind"] == kind)
-            .count() as u64
-    };
+    let count = |kind: &str| count_events(&r, kind);
     assert!(
         count("disconnected") >= connections,
         "every connection was cut: {}",

@@ -147,8 +147,9 @@ fn server_dying_mid_run() {
     };
     let mut server = start();
     let d = TempDir::new("ws-dies");
-    let run = Command::new(bin())
-        .args([
+    let run = spawn_run(
+        &d.0,
+        &[
             "run",
             &format!("ws://127.0.0.1:{port}/"),
             "-c",
@@ -161,15 +162,8 @@ fn server_dying_mid_run() {
             "0s",
             "--drain",
             "1s",
-            "--format",
-            "json",
-            "--quiet",
-        ])
-        .current_dir(&d.0)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
+        ],
+    );
     std::thread::sleep(Duration::from_millis(1500));
     server.kill().unwrap();
     server.wait().unwrap();

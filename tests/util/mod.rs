@@ -222,3 +222,31 @@ pub fn assert_valid_and_pure(dir: &Path, file: &str, report: &serde_json::Value)
     let again: serde_json::Value = serde_json::from_slice(&again.stdout).unwrap();
     assert_eq!(&again, report, "the report re-rendered from {file} differs");
 }
+
+/// Starts msgbench with `args` (plus `--format json --quiet`) in `dir` without waiting, for
+/// tests that act on the world while it runs; [`finish_json`] collects its report.
+pub fn spawn_run(dir: &Path, args: &[&str]) -> std::process::Child {
+    Command::new(bin())
+        .args(args)
+        .args(["--format", "json", "--quiet"])
+        .current_dir(dir)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("starting msgbench")
+}
+
+/// Waits for a [`spawn_run`] run, requires success, and returns its JSON report.
+pub fn finish_json(run: std::process::Child) -> serde_json::Value {
+    let o = run.wait_with_output().expect("waiting for msgbench");
+    assert!(o.status.success(), "msgbench failed:\n{}", stderr(&o));
+    serde_json::from_slice(&o.stdout)
+        .unwrap_or_else(|e| panic!("report is not JSON ({e}):\n{}", stdout(&o)))
+}
+
+/// How many events of `kind` (`disconnected`, `reconnected`...) the report lists.
+pub fn count_events(report: &serde_json::Value, kind: &str) -> u64 {
+    report["events"]
+        .as_array()
+        .map_or(0, |a| a.iter().filter(|e| e["kind"] == kind).count() as u64)
+}
