@@ -21,6 +21,8 @@
 #   scripts/bench.sh ws         the rango scenario: 1 NATS publisher at 100 msgs/s relayed by
 #                               `msgbench serve ws-broadcast` to WS_CLIENTS (default 10,000)
 #                               WebSocket clients; completeness and generator RSS per client
+#   scripts/bench.sh zmq        ZeroMQ PUSH/PULL, 64 B, both ends in one msgbench process over
+#                               loopback TCP (aim >= 1M msgs/s)
 #   scripts/bench.sh http       nginx, 50 connections, closed loop 10 s, against wrk (Debian
 #                               package) in the same session: requests/s and CPU-s per million
 #                               (target: >= wrk's rate at <= 1.2x its CPU); then a fixed rate of
@@ -342,6 +344,17 @@ import json, sys; r = json.load(sys.stdin); m = r['result']
 print(f'  fixed rate $half req/s: sent {m[\"sent_per_s\"]:.0f}/s, response p50 {m[\"publish\"][\"p50\"]/1e3:.0f} us, p99 {m[\"publish\"][\"p99\"]/1e3:.0f} us; from the intended send time (CO-corrected) p50 {m[\"e2e\"][\"p50\"]/1e3:.0f} us, p99 {m[\"e2e\"][\"p99\"]/1e3:.0f} us')"
 }
 
+bench_zmq() {
+  echo "== ZeroMQ PUSH/PULL 1 -> 1, 64 B, unlimited, both ends in one process over loopback TCP ($RUNS runs)"
+  local rates=()
+  for _ in $(seq "$RUNS"); do
+    read -r rate cpu rss lost < <(measure "zmq://127.0.0.1:0" --size 64 --warmup 1s --duration 5s)
+    echo "  run: $rate msgs/s end to end, $cpu CPU-s per million, lost $lost"
+    rates+=("$rate")
+  done
+  echo "  median: $(printf '%s\n' "${rates[@]}" | median) msgs/s (aim >= 1,000,000)"
+}
+
 case "${1:-all}" in
   mem) bench_mem ;;
   nats) bench_nats ;;
@@ -354,6 +367,7 @@ case "${1:-all}" in
   sink) bench_sink ;;
   ws) bench_ws ;;
   http) bench_http ;;
-  all) bench_mem; bench_nats; bench_memory; bench_mqtt; bench_demo; bench_storm; bench_conns; bench_amqp; bench_sink; bench_ws; bench_http ;;
-  *) echo "usage: $0 [mem|nats|memory|mqtt|demo|storm|conns|amqp|sink|ws|http|all]" >&2; exit 2 ;;
+  zmq) bench_zmq ;;
+  all) bench_mem; bench_nats; bench_memory; bench_mqtt; bench_demo; bench_storm; bench_conns; bench_amqp; bench_sink; bench_ws; bench_http; bench_zmq ;;
+  *) echo "usage: $0 [mem|nats|memory|mqtt|demo|storm|conns|amqp|sink|ws|http|zmq|all]" >&2; exit 2 ;;
 esac
