@@ -193,14 +193,6 @@ macro_rules! with_driver {
                     $sink.clone(),
                     plan.connect_timeout,
                 )?;
-                if let Some(max) = $d.max_in_flight()
-                    && plan.max_in_flight > max
-                {
-                    bail!(
-                        "HTTP/1.1 carries one request at a time per connection: use \
-                         --max-in-flight {max} and more --producers, or --http2"
-                    );
-                }
                 $body
             }
             "ws" | "wss" => {
