@@ -20,11 +20,16 @@ if ! command -v cargo >/dev/null 2>&1; then
 fi
 
 started=0
-if scripts/brokers.sh status | grep -qv ': running,'; then
+# The status is read whole before it is searched: with pipefail, `status | grep -q` fails
+# whenever grep exits before status has written its last line (SIGPIPE), and the brokers
+# were then silently not started.
+brokers_status=$(scripts/brokers.sh status)
+if grep -qv ': running,' <<<"$brokers_status"; then
   scripts/brokers.sh up
   started=1
   # Every broker must answer before a test runs: a test against a dead port fails for nothing.
-  if scripts/brokers.sh status | grep -v ': running,' >&2; then
+  brokers_status=$(scripts/brokers.sh status)
+  if grep -v ': running,' <<<"$brokers_status" >&2; then
     echo "test: a broker is not answering (see scripts/brokers.sh status)" >&2
     exit 1
   fi
