@@ -314,7 +314,14 @@ CONF
 epmd_up() { # our own epmd, on loopback and a port of its own
   running epmd && return 0
   local bin; bin=$(find_bin epmd) || { log "epmd not found (package 'erlang-base')"; return 1; }
-  if port_open "$EPMD_PORT"; then log "epmd: 127.0.0.1:$EPMD_PORT is already taken by another process"; return 1; fi
+  if port_open "$EPMD_PORT"; then
+    # An epmd on our port is one an Erlang tool of ours started on its own (rabbitmqctl does
+    # when the node is down): take it over rather than fail.
+    local pid
+    pid=$(ss -ltnpH "sport = :$EPMD_PORT" 2>/dev/null | grep -o '"epmd",pid=[0-9]*' | head -1 | cut -d= -f2)
+    if [ -n "$pid" ]; then record_pid epmd "$pid"; return 0; fi
+    log "epmd: 127.0.0.1:$EPMD_PORT is already taken by another process"; return 1
+  fi
   "$bin" -port "$EPMD_PORT" -address 127.0.0.1 >>"$STATE/epmd.log" 2>&1 &
   record_pid epmd $!
   wait_port "$EPMD_PORT" 10 "$!" || { log "epmd did not open 127.0.0.1:$EPMD_PORT (see $STATE/epmd.log)"; stop epmd; return 1; }
@@ -501,7 +508,11 @@ case "${1:-}" in
     status_line rabbitmq "$AMQP_PORT" "amqp://127.0.0.1:$AMQP_PORT, node $RMQ_NODE"
     status_line nginx "$NGINX_PORT" "http://127.0.0.1:$NGINX_PORT/, h2c :$NGINX_H2C_PORT, https :$NGINX_TLS_PORT" ;;
   restart-rabbitmq) rabbitmq_restart "${2:-1}" ;;
-  rabbitmqctl) shift; rmqctl "$@" ;;
+  rabbitmqctl)
+    shift
+    # Without the node, rabbitmqctl would only start a stray epmd of its own.
+    running rabbitmq || { log "rabbitmq is not running (scripts/brokers.sh up)"; exit 1; }
+    rmqctl "$@" ;;
   env)
     echo "export MSGBENCH_IT_NATS_URL=nats://127.0.0.1:$NATS_PORT"
     echo "export MSGBENCH_IT_MQTT_URL=mqtt://127.0.0.1:$MQTT_PORT"

@@ -20,20 +20,6 @@ if ! command -v cargo >/dev/null 2>&1; then
 fi
 
 started=0
-# The status is read whole before it is searched: with pipefail, `status | grep -q` fails
-# whenever grep exits before status has written its last line (SIGPIPE), and the brokers
-# were then silently not started.
-brokers_status=$(scripts/brokers.sh status)
-if grep -qv ': running,' <<<"$brokers_status"; then
-  scripts/brokers.sh up
-  started=1
-  # Every broker must answer before a test runs: a test against a dead port fails for nothing.
-  brokers_status=$(scripts/brokers.sh status)
-  if grep -v ': running,' <<<"$brokers_status" >&2; then
-    echo "test: a broker is not answering (see scripts/brokers.sh status)" >&2
-    exit 1
-  fi
-fi
 summary=""
 cleanup() {
   if [ "$started" = 1 ]; then scripts/brokers.sh down || true; fi
@@ -42,6 +28,20 @@ cleanup() {
   return 0
 }
 trap cleanup EXIT
+# The status is read whole before it is searched: with pipefail, `status | grep -q` fails
+# whenever grep exits before status has written its last line (SIGPIPE), and the brokers
+# were then silently not started.
+brokers_status=$(scripts/brokers.sh status)
+if grep -qv ': running,' <<<"$brokers_status"; then
+  started=1 # before `up`: what a partial start did start is stopped again on the way out
+  scripts/brokers.sh up
+  # Every broker must answer before a test runs: a test against a dead port fails for nothing.
+  brokers_status=$(scripts/brokers.sh status)
+  if grep -v ': running,' <<<"$brokers_status" >&2; then
+    echo "test: a broker is not answering (see scripts/brokers.sh status)" >&2
+    exit 1
+  fi
+fi
 eval "$(scripts/brokers.sh env)"
 
 echo "test: cargo fmt --check"
