@@ -39,6 +39,7 @@ pub fn drivers() -> Vec<DriverInfo> {
                 queue_groups: true,
                 request_reply: true,
                 responses: false,
+                metadata: false,
             },
         },
         DriverInfo {
@@ -50,6 +51,7 @@ pub fn drivers() -> Vec<DriverInfo> {
                 queue_groups: true,
                 request_reply: true,
                 responses: false,
+                metadata: false,
             },
         },
         DriverInfo {
@@ -62,6 +64,7 @@ pub fn drivers() -> Vec<DriverInfo> {
                 queue_groups: true,
                 request_reply: false,
                 responses: false,
+                metadata: false,
             },
         },
         DriverInfo {
@@ -73,6 +76,7 @@ pub fn drivers() -> Vec<DriverInfo> {
                 queue_groups: false,
                 request_reply: false,
                 responses: false,
+                metadata: false,
             },
         },
         DriverInfo {
@@ -84,6 +88,7 @@ pub fn drivers() -> Vec<DriverInfo> {
                 queue_groups: true,
                 request_reply: false,
                 responses: false,
+                metadata: false,
             },
         },
         DriverInfo {
@@ -95,6 +100,7 @@ pub fn drivers() -> Vec<DriverInfo> {
                 queue_groups: false,
                 request_reply: false,
                 responses: true,
+                metadata: false,
             },
         },
         DriverInfo {
@@ -107,6 +113,7 @@ pub fn drivers() -> Vec<DriverInfo> {
                 queue_groups: true,
                 request_reply: false,
                 responses: false,
+                metadata: false,
             },
         },
     ]
@@ -261,6 +268,8 @@ pub async fn relay(
         topic: topic.to_string(),
         group: None,
         respond: false,
+        meta: false,
+        target: None,
     };
     let mut stop = std::pin::pin!(stop);
     with_driver!(&plan.target, plan, sink, |d| {

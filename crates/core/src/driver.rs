@@ -40,6 +40,8 @@ pub struct Capabilities {
     /// The producer's acks are the system's responses to its requests (HTTP): their latency from
     /// the intended send time is recorded as end-to-end latency, coordinated-omission corrected.
     pub responses: bool,
+    /// Producers send [`Outbound::meta`] and consumers fill [`Delivery::meta`] when asked.
+    pub metadata: bool,
 }
 
 /// Everything a producer needs to know to connect.
@@ -66,6 +68,11 @@ pub struct ConsumerSpec {
     pub group: Option<String>,
     /// Reply to requests (request/reply mode): the driver answers each delivery itself.
     pub respond: bool,
+    /// Fill [`Delivery::meta`] (multi-stage tracking reads correlation keys from it).
+    pub meta: bool,
+    /// Connect here instead of the driver's own URL (same protocol; may carry credentials): a
+    /// stage observed on another broker, such as the inbox side of an ECP run.
+    pub target: Option<String>,
 }
 
 /// One message to send.
@@ -77,6 +84,8 @@ pub struct Outbound<'a> {
     pub token: u64,
     /// The stamped payload.
     pub payload: &'a [u8],
+    /// Ids and properties to send with it (drivers with `Capabilities::metadata` only).
+    pub meta: Option<&'a crate::meta::Meta>,
 }
 
 /// A confirmation from the system under test.
@@ -119,6 +128,10 @@ pub struct Delivery {
     pub payload: Bytes,
     /// The broker marked it as a redelivery.
     pub redelivered: bool,
+    /// Ids and properties, when the consumer's spec asked for them
+    /// ([`ConsumerSpec::meta`]). A body that is not bytes (an AMQP 1.0 `amqp-value` string,
+    /// such as an ECP send event's status) is in `payload` as its UTF-8 text.
+    pub meta: Option<Box<crate::meta::Meta>>,
 }
 
 /// Errors a driver reports. Strings are fine here: errors are off the hot path.
@@ -383,6 +396,7 @@ impl<P: Driver, C: Driver> Driver for Pipeline<P, C> {
             // A reply would come back on the producer's protocol: not across a hop.
             request_reply: false,
             responses: p.responses,
+            metadata: p.metadata && c.metadata,
         }
     }
 

@@ -9,6 +9,7 @@
 //! - [`scenario`]: the TOML scenario model, command-line overlay, and `resolve` → `RunPlan`.
 //! - [`pacer`]: rate shapes and per-producer schedules (intended send times).
 //! - [`stamp`]: the binary header every payload starts with.
+//! - [`meta`]: message ids, correlation and properties, for drivers and stages that use them.
 //! - [`payload`]: message sizes and stamped, incompressible bodies.
 //! - [`runner`]: producer and consumer loops, phases, the coordinator.
 //! - [`clock`], [`units`], [`rng`], [`shutdown`]: small supporting pieces.
@@ -16,6 +17,7 @@
 
 pub mod clock;
 pub mod driver;
+pub mod meta;
 pub mod pacer;
 pub mod payload;
 pub mod rng;

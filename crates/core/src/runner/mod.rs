@@ -260,6 +260,8 @@ pub async fn run<D: Driver>(
         topic: plan.subscribe.clone().unwrap_or_else(|| topic.clone()),
         group: group.clone(),
         respond: plan.request_reply,
+        meta: false,
+        target: None,
     });
     let (consumers, consumer_homes) = tokio::select! {
         r = connect_all(&mut workers, consumer_specs, "consumer", plan.connect_timeout,

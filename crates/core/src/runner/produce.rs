@@ -323,6 +323,7 @@ impl ProducerTask {
                     stream,
                     token,
                     payload: body,
+                    meta: None,
                 })
                 .await
             {

@@ -46,8 +46,10 @@
 //! - this module: the file model ([`Scenario`]) and parsing with positions.
 //! - [`plan`]: the resolved [`RunPlan`] and the rules that produce it.
 
+pub mod amqp10;
 pub mod plan;
 
+pub use amqp10::{Amqp10Plan, Amqp10Section, Disposition};
 pub use plan::{
     AmqpPlan, ClientPlan, ConnectionPlan, HttpPlan, Measure, RunPlan, SubscriptionMode, TlsPlan,
     resolve,
@@ -96,6 +98,9 @@ pub struct Scenario {
     /// HTTP request settings.
     #[serde(default)]
     pub http: HttpSection,
+    /// AMQP 1.0 link settings.
+    #[serde(default)]
+    pub amqp10: Amqp10Section,
 }
 
 /// `[http]`: the requests HTTP producers send.
@@ -453,7 +458,22 @@ impl Scenario {
                     headers,
                     http2,
                 },
+            amqp10:
+                Amqp10Section {
+                    address,
+                    capabilities,
+                    settled,
+                    durable: durable10,
+                    credit,
+                    on_receive,
+                },
         } = over;
+        pick(&mut self.amqp10.address, address);
+        pick(&mut self.amqp10.capabilities, capabilities);
+        pick(&mut self.amqp10.settled, settled);
+        pick(&mut self.amqp10.durable, durable10);
+        pick(&mut self.amqp10.credit, credit);
+        pick(&mut self.amqp10.on_receive, on_receive);
         pick(&mut self.name, name);
         pick(&mut self.target, target);
         pick(&mut self.topics.count, count);

@@ -218,6 +218,9 @@ pub struct RunPlan {
     /// HTTP settings.
     #[serde(default)]
     pub http: HttpPlan,
+    /// AMQP 1.0 settings.
+    #[serde(default)]
+    pub amqp10: super::amqp10::Amqp10Plan,
 }
 
 /// HTTP request settings (used by the `http://` driver only).
@@ -422,6 +425,7 @@ pub fn resolve(s: &Scenario, run_id: u32) -> Result<RunPlan, PlanError> {
     let connections = resolve_connections(s)?;
     let amqp = resolve_amqp(s)?;
     let http = resolve_http(s)?;
+    let amqp10 = super::amqp10::resolve_amqp10(&s.amqp10)?;
     let subscribe = s.consumers.subscribe.clone();
     if subscribe.as_deref() == Some("") {
         return Err(err(
@@ -458,6 +462,7 @@ pub fn resolve(s: &Scenario, run_id: u32) -> Result<RunPlan, PlanError> {
         connections,
         amqp,
         http,
+        amqp10,
     })
 }
 

@@ -337,6 +337,7 @@ impl Driver for AmqpDriver {
             queue_groups: true,
             request_reply: false,
             responses: false,
+            metadata: false,
         }
     }
 
@@ -755,6 +756,7 @@ impl AmqpConsumer {
         Delivery {
             payload: p.single.unwrap_or_else(|| p.body.freeze()),
             redelivered: p.redelivered,
+            meta: None,
         }
     }
 

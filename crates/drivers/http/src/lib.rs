@@ -152,6 +152,7 @@ impl Driver for HttpDriver {
             queue_groups: false,
             request_reply: false,
             responses: true,
+            metadata: false,
         }
     }
 

@@ -149,6 +149,7 @@ impl Driver for MemDriver {
             queue_groups: true,
             request_reply: true,
             responses: false,
+            metadata: false,
         }
     }
 
@@ -394,6 +395,7 @@ impl Consumer for MemConsumer {
                     return Ok(Some(Delivery {
                         payload,
                         redelivered: false,
+                        meta: None,
                     }));
                 }
                 self.current = None;

@@ -134,6 +134,7 @@ impl Driver for MqttDriver {
             queue_groups: true,
             request_reply: false,
             responses: false,
+            metadata: false,
         }
     }
 
@@ -435,6 +436,7 @@ impl MqttConsumer {
                     return Poll::Ready(Ok(Delivery {
                         payload: p.payload,
                         redelivered: p.dup,
+                        meta: None,
                     }));
                 }
                 Poll::Ready(Ok(Packet::PubRel { pid })) => {

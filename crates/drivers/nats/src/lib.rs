@@ -82,6 +82,7 @@ impl Driver for NatsDriver {
             queue_groups: true,
             request_reply: true,
             responses: false,
+            metadata: false,
         }
     }
 
@@ -346,6 +347,7 @@ impl Consumer for NatsConsumer {
                     return Ok(Some(Delivery {
                         payload,
                         redelivered: false,
+                        meta: None,
                     }));
                 }
                 Ok(_) => {}

@@ -123,6 +123,7 @@ impl Driver for WsDriver {
             queue_groups: false,
             request_reply: false,
             responses: false,
+            metadata: false,
         }
     }
 
@@ -265,6 +266,7 @@ impl Consumer for WsConsumer {
                         return Ok(Some(Delivery {
                             payload,
                             redelivered: false,
+                            meta: None,
                         }));
                     }
                 }

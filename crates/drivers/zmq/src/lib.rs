@@ -232,6 +232,7 @@ impl Driver for ZmqDriver {
             queue_groups: self.opts.pattern == Pattern::PushPull,
             request_reply: false,
             responses: false,
+            metadata: false,
         }
     }
 
@@ -668,6 +669,7 @@ impl Consumer for ZmqConsumer {
                         return Ok(Some(Delivery {
                             payload,
                             redelivered: false,
+                            meta: None,
                         }));
                     }
                 }

@@ -1,0 +1,144 @@
+//! `[amqp10]`: AMQP 1.0 link settings, as written ([`Amqp10Section`]) and resolved
+//! ([`Amqp10Plan`]). Brokers differ in what they need: Artemis creates an anycast queue for a
+//! `queue` capability, Qpid Broker-J wants `create-on-demand`/`shared`, RabbitMQ 3.x addresses
+//! queues as `/queue/NAME` (or `/amq/queue/NAME` for one that exists).
+
+use super::plan::PlanError;
+use serde::{Deserialize, Serialize};
+
+/// `[amqp10]` as written.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Amqp10Section {
+    /// Link address for a topic/queue name, `{topic}` replaced (default `"{topic}"`; RabbitMQ
+    /// 3.x: `"/queue/{topic}"`).
+    pub address: Option<String>,
+    /// Capabilities asked for on sender targets and receiver sources (default `["queue"]`).
+    pub capabilities: Option<Vec<String>>,
+    /// Send pre-settled (fire and forget) instead of waiting for the broker's disposition.
+    pub settled: Option<bool>,
+    /// The `durable` header of every message.
+    pub durable: Option<bool>,
+    /// Link credit each receiver grants (default 1000).
+    pub credit: Option<u32>,
+    /// What receivers answer for each delivery: `accept` (default), `release` or `reject`.
+    pub on_receive: Option<String>,
+}
+
+/// What a receiver tells the broker about each delivery.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Disposition {
+    /// Consumed; the broker forgets it.
+    Accept,
+    /// Not consumed; the broker may deliver it again (to this or another receiver).
+    Release,
+    /// Refused as invalid; the broker dead-letters or drops it.
+    Reject,
+}
+
+/// Resolved AMQP 1.0 settings (used by the `amqp10://` driver only).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Amqp10Plan {
+    /// Address template, `{topic}` replaced.
+    pub address: String,
+    /// Target/source capabilities.
+    pub capabilities: Vec<String>,
+    /// Pre-settled sends (no publish latency, no acks).
+    pub settled: bool,
+    /// `durable` message header.
+    pub durable: bool,
+    /// Receiver link credit.
+    pub credit: u32,
+    /// Outcome receivers give each delivery.
+    pub on_receive: Disposition,
+}
+
+impl Default for Amqp10Plan {
+    fn default() -> Self {
+        Amqp10Plan {
+            address: "{topic}".into(),
+            capabilities: vec!["queue".into()],
+            settled: false,
+            durable: false,
+            credit: 1000,
+            on_receive: Disposition::Accept,
+        }
+    }
+}
+
+impl Amqp10Plan {
+    /// The link address of `topic`.
+    pub fn address_of(&self, topic: &str) -> String {
+        self.address.replace("{topic}", topic)
+    }
+}
+
+/// `[amqp10]` → [`Amqp10Plan`].
+pub fn resolve_amqp10(a: &Amqp10Section) -> Result<Amqp10Plan, PlanError> {
+    let d = Amqp10Plan::default();
+    let address = a.address.clone().unwrap_or(d.address);
+    if !address.contains("{topic}") {
+        return Err(PlanError {
+            setting: "amqp10.address",
+            message: format!("`{address}` must contain {{topic}} (e.g. \"/queue/{{topic}}\")"),
+        });
+    }
+    let credit = a.credit.unwrap_or(d.credit);
+    if credit == 0 {
+        return Err(PlanError {
+            setting: "amqp10.credit",
+            message: "a receiver with no credit never receives; use at least 1".into(),
+        });
+    }
+    let on_receive = match a.on_receive.as_deref() {
+        None | Some("accept") => Disposition::Accept,
+        Some("release") => Disposition::Release,
+        Some("reject") => Disposition::Reject,
+        Some(other) => {
+            return Err(PlanError {
+                setting: "amqp10.on_receive",
+                message: format!("`{other}`: use accept, release or reject"),
+            });
+        }
+    };
+    Ok(Amqp10Plan {
+        address,
+        capabilities: a.capabilities.clone().unwrap_or(d.capabilities),
+        settled: a.settled.unwrap_or(d.settled),
+        durable: a.durable.unwrap_or(d.durable),
+        credit,
+        on_receive,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn defaults_and_errors() {
+        let p = resolve_amqp10(&Amqp10Section::default()).unwrap();
+        assert_eq!(p, Amqp10Plan::default());
+        assert_eq!(p.address_of("q"), "q");
+        let rabbit = Amqp10Section {
+            address: Some("/queue/{topic}".into()),
+            on_receive: Some("release".into()),
+            ..Default::default()
+        };
+        let p = resolve_amqp10(&rabbit).unwrap();
+        assert_eq!(p.address_of("q"), "/queue/q");
+        assert_eq!(p.on_receive, Disposition::Release);
+        let bad = Amqp10Section {
+            on_receive: Some("drop".into()),
+            ..Default::default()
+        };
+        assert_eq!(resolve_amqp10(&bad).unwrap_err().setting, "amqp10.on_receive");
+        let bad = Amqp10Section {
+            address: Some("/queue/x".into()),
+            ..Default::default()
+        };
+        assert!(resolve_amqp10(&bad).is_err());
+    }
+}

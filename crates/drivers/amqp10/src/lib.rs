@@ -1,0 +1,3 @@
+//! # msgbench-driver-amqp10
+//!
+//! (skeleton: being written)
