@@ -3,6 +3,7 @@
 use crate::Phase;
 use crate::counters::Counters;
 use crate::snapshot::{Histograms, Role, Snapshot};
+use crate::stages::{StageStats, add_to_stages};
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, HashMap};
 
@@ -28,6 +29,9 @@ pub struct IntervalStats {
     /// Levels sampled at the end of the window (connection workloads).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub gauges: Option<Gauges>,
+    /// Multi-stage tracking, by stage index (runs with stages only).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub stages: Vec<StageStats>,
 }
 
 /// Levels (not sums) sampled once per interval.
@@ -88,6 +92,9 @@ pub struct PhaseTotals {
     pub histograms: Histograms,
     /// CPU seconds the generator process used during the phase.
     pub cpu_s: f64,
+    /// Multi-stage tracking, by stage index (runs with stages only).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub stages: Vec<StageStats>,
 }
 
 impl PhaseTotals {
@@ -99,6 +106,7 @@ impl PhaseTotals {
             counters: Counters::default(),
             histograms: Histograms::new_full(),
             cpu_s: 0.0,
+            stages: Vec::new(),
         }
     }
 
@@ -142,6 +150,7 @@ struct Pending {
     histograms: Histograms,
     cpu_s: f64,
     gauges: Option<Gauges>,
+    stages: Vec<StageStats>,
 }
 
 /// Merges snapshots as they arrive. Owned by the runner's aggregation task; not shared.
@@ -207,6 +216,10 @@ impl Aggregator {
         let totals = &mut self.phases[slot(s.phase)];
         totals.counters.merge(&s.counters);
         totals.histograms.add_recorded(&s.hist);
+        if !s.stages.is_empty() {
+            add_to_stages(&mut entry.stages, &s.stages, false);
+            add_to_stages(&mut totals.stages, &s.stages, true);
+        }
     }
 
     /// Sets the levels sampled at the end of interval `interval` of `phase`.
@@ -256,6 +269,7 @@ impl Aggregator {
             histograms: p.histograms,
             cpu_s: p.cpu_s,
             gauges: p.gauges,
+            stages: p.stages,
         }
     }
 

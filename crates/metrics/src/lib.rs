@@ -12,6 +12,7 @@
 //! - [`integrity`]: per (producer, stream) sequence tracking at a consumer: gaps, duplicates,
 //!   reordering.
 //! - [`snapshot`]: what a task hands over each tick, and how snapshots merge exactly.
+//! - [`stages`]: multi-stage tracking figures (per stage: reached, latency, duplicates, failed).
 //! - [`aggregate`]: interval series and per-phase cumulative state, plus the final integrity
 //!   accounting (expected versus delivered).
 //! - [`summary`]: percentiles and rates computed from histograms.
@@ -25,6 +26,7 @@ pub mod group_seen;
 pub mod integrity;
 pub mod recorder;
 pub mod snapshot;
+pub mod stages;
 pub mod summary;
 
 pub use aggregate::{Aggregator, ConnectionSummary, Gauges, IntervalStats, PhaseTotals};
@@ -33,6 +35,7 @@ pub use group_seen::{GroupSeen, GroupView};
 pub use integrity::IntegrityTracker;
 pub use recorder::Recorder;
 pub use snapshot::{Histograms, Recorded, RecordedLatencies, Role, Snapshot};
+pub use stages::{StageCounts, StageRecorded, StageRecorder, StageStats};
 pub use summary::LatencySummary;
 
 use serde::{Deserialize, Serialize};

@@ -12,6 +12,7 @@ pub struct Recorder {
     counters: Counters,
     hist: Histograms,
     late_threshold_ns: u64,
+    stages: Vec<crate::stages::StageRecorder>,
 }
 
 impl Recorder {
@@ -22,6 +23,7 @@ impl Recorder {
             counters: Counters::default(),
             hist: Histograms::new(),
             late_threshold_ns,
+            stages: Vec::new(),
         }
     }
 
@@ -101,6 +103,16 @@ impl Recorder {
         &mut self.counters
     }
 
+    /// The recorder of stage `i` (multi-stage tracking), created on first use.
+    #[inline]
+    pub fn stage(&mut self, i: u16) -> &mut crate::stages::StageRecorder {
+        let i = i as usize;
+        if self.stages.len() <= i {
+            self.stages.resize_with(i + 1, Default::default);
+        }
+        &mut self.stages[i]
+    }
+
     /// Counts recorded since the last [`Recorder::take`].
     pub fn counters(&self) -> &Counters {
         &self.counters
@@ -118,6 +130,12 @@ impl Recorder {
             interval,
             counters: std::mem::take(&mut self.counters),
             hist: RecordedLatencies::take_from(&mut self.hist),
+            stages: self
+                .stages
+                .iter_mut()
+                .enumerate()
+                .filter_map(|(i, s)| s.take(i as u16))
+                .collect(),
         }
     }
 }

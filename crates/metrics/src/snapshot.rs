@@ -179,6 +179,8 @@ pub struct Snapshot {
     pub counters: Counters,
     /// Latencies.
     pub hist: RecordedLatencies,
+    /// Multi-stage tracking figures, by stage (empty unless the plan has stages).
+    pub stages: Vec<crate::stages::StageRecorded>,
 }
 
 impl Snapshot {
@@ -189,12 +191,14 @@ impl Snapshot {
             && self.hist.send_delay.is_empty()
             && self.hist.e2e.is_empty()
             && self.hist.connect.is_empty()
+            && self.stages.is_empty()
     }
 
     /// Merges `other` into this snapshot's counts and histograms (identity fields are kept).
     pub fn merge(&mut self, other: &Snapshot) {
         self.counters.merge(&other.counters);
         self.hist.merge(&other.hist);
+        self.stages.extend(other.stages.iter().cloned());
     }
 }
 

@@ -554,7 +554,7 @@ pub async fn run<D: Driver>(
                     cpu_mark = cpu;
                     if extra != Counters::default() {
                         let mut s = Snapshot { role: Role::Consumer, task: u32::MAX, phase, interval: upto,
-                            counters: std::mem::take(&mut extra), hist: Default::default() };
+                            counters: std::mem::take(&mut extra), hist: Default::default(), stages: Vec::new() };
                         if let Some(e) = emitted && s.interval <= e { s.interval = e + 1; }
                         agg.add(&s);
                     }
@@ -605,6 +605,7 @@ pub async fn run<D: Driver>(
             interval: interval_before(end, t0, tick_ns, emitted),
             counters: extra,
             hist: Default::default(),
+            stages: Vec::new(),
         });
     }
     let last = interval_before(end, t0, tick_ns, emitted);

@@ -48,8 +48,13 @@
 
 pub mod amqp10;
 pub mod plan;
+pub mod stages;
 
 pub use amqp10::{Amqp10Plan, Amqp10Section, Disposition};
+pub use stages::{
+    KeySource, MessagePlan, MessageSection, PropertyTemplate, StagePlan, StageSection, StageSource,
+    Template, TemplateVars, TrackingPlan, TrackingSection,
+};
 pub use plan::{
     AmqpPlan, ClientPlan, ConnectionPlan, HttpPlan, Measure, RunPlan, SubscriptionMode, TlsPlan,
     resolve,
@@ -101,6 +106,15 @@ pub struct Scenario {
     /// AMQP 1.0 link settings.
     #[serde(default)]
     pub amqp10: Amqp10Section,
+    /// Ids and properties sent with every message.
+    #[serde(default)]
+    pub message: MessageSection,
+    /// Multi-stage tracking settings.
+    #[serde(default)]
+    pub tracking: TrackingSection,
+    /// Stages each message is tracked through.
+    #[serde(default)]
+    pub stages: Vec<StageSection>,
 }
 
 /// `[http]`: the requests HTTP producers send.
@@ -467,7 +481,19 @@ impl Scenario {
                     credit,
                     on_receive,
                 },
+            message,
+            tracking,
+            stages,
         } = over;
+        if message != MessageSection::default() {
+            self.message = message;
+        }
+        if tracking != TrackingSection::default() {
+            self.tracking = tracking;
+        }
+        if !stages.is_empty() {
+            self.stages = stages;
+        }
         pick(&mut self.amqp10.address, address);
         pick(&mut self.amqp10.capabilities, capabilities);
         pick(&mut self.amqp10.settled, settled);

@@ -221,6 +221,12 @@ pub struct RunPlan {
     /// AMQP 1.0 settings.
     #[serde(default)]
     pub amqp10: super::amqp10::Amqp10Plan,
+    /// Ids and properties sent with every message.
+    #[serde(default, skip_serializing_if = "super::stages::MessagePlan::is_empty")]
+    pub message: super::stages::MessagePlan,
+    /// Multi-stage tracking (runs with `[[stages]]`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tracking: Option<super::stages::TrackingPlan>,
 }
 
 /// HTTP request settings (used by the `http://` driver only).
@@ -426,6 +432,8 @@ pub fn resolve(s: &Scenario, run_id: u32) -> Result<RunPlan, PlanError> {
     let amqp = resolve_amqp(s)?;
     let http = resolve_http(s)?;
     let amqp10 = super::amqp10::resolve_amqp10(&s.amqp10)?;
+    let message = super::stages::resolve_message(&s.message)?;
+    let tracking = super::stages::resolve_tracking(&s.tracking, &s.stages)?;
     let subscribe = s.consumers.subscribe.clone();
     if subscribe.as_deref() == Some("") {
         return Err(err(
@@ -463,6 +471,8 @@ pub fn resolve(s: &Scenario, run_id: u32) -> Result<RunPlan, PlanError> {
         amqp,
         http,
         amqp10,
+        message,
+        tracking,
     })
 }
 
