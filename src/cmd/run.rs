@@ -204,6 +204,7 @@ pub fn run(args: RunArgs) -> Result<ExitCode> {
         integrity: outcome.integrity,
         warnings: outcome.warnings.clone(),
         connections: outcome.connections.clone(),
+        stages: outcome.stages.clone(),
     }));
     out.flush();
     if let Some(b) = broker {

@@ -10,6 +10,7 @@
 //! - [`pacer`]: rate shapes and per-producer schedules (intended send times).
 //! - [`stamp`]: the binary header every payload starts with.
 //! - [`meta`]: message ids, correlation and properties, for drivers and stages that use them.
+//! - [`presets`]: ready-made scenarios (the `ecp` preset).
 //! - [`payload`]: message sizes and stamped, incompressible bodies.
 //! - [`runner`]: producer and consumer loops, phases, the coordinator.
 //! - [`clock`], [`units`], [`rng`], [`shutdown`]: small supporting pieces.
@@ -20,6 +21,7 @@ pub mod driver;
 pub mod meta;
 pub mod pacer;
 pub mod payload;
+pub mod presets;
 pub mod rng;
 pub mod runner;
 pub mod scenario;

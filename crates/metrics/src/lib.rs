@@ -35,7 +35,7 @@ pub use group_seen::{GroupSeen, GroupView};
 pub use integrity::IntegrityTracker;
 pub use recorder::Recorder;
 pub use snapshot::{Histograms, Recorded, RecordedLatencies, Role, Snapshot};
-pub use stages::{StageCounts, StageRecorded, StageRecorder, StageStats};
+pub use stages::{StageCounts, StageEnd, StageRecorded, StageRecorder, StageStats};
 pub use summary::LatencySummary;
 
 use serde::{Deserialize, Serialize};

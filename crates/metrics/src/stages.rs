@@ -69,6 +69,13 @@ impl StageRecorder {
         let _ = self.latency.record(latency_ns.min(MAX_LATENCY_NS));
     }
 
+    /// Bytes that belong to the stage without a message reaching it yet (sent messages whose
+    /// confirmation is still to come).
+    #[inline]
+    pub fn add_bytes(&mut self, bytes: usize) {
+        self.counts.bytes += bytes as u64;
+    }
+
     /// A message was observed at the stage again.
     pub fn duplicate(&mut self) {
         self.counts.duplicates += 1;
@@ -148,6 +155,25 @@ impl StageStats {
         self.counts.merge(&o.counts);
         let _ = self.latency.add(&o.latency);
     }
+}
+
+/// A stage as the end of the results file describes it: what it was and what never reached it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct StageEnd {
+    /// Name from the plan.
+    pub name: String,
+    /// Messages sent that never reached it (and did not fail before).
+    pub missing: u64,
+    /// Never counted missing: recorded when present.
+    #[serde(default)]
+    pub optional: bool,
+    /// Reaching it means the message failed.
+    #[serde(default)]
+    pub failure: bool,
+    /// The flow-control trigger of the run.
+    #[serde(default)]
+    pub window: bool,
 }
 
 /// Adds `recorded` into `stats`, growing it to hold the stage's index (`full`: new entries get

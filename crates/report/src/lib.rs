@@ -8,6 +8,7 @@
 //! # Layout
 //! - [`records`]: the line types ([`Record`]) and reading/writing them.
 //! - [`model`]: [`RunReport`], computed from records.
+//! - [`stages`]: the stage table of multi-stage runs.
 //! - [`text`], [`csv`], [`live`]: renderers (JSON is `serde_json` of the `RunReport`).
 //! - `schema/results.schema.json`: the JSON Schema every line satisfies (enforced by tests).
 #![deny(missing_docs)]
@@ -16,6 +17,7 @@ pub mod csv;
 pub mod live;
 pub mod model;
 pub mod records;
+pub mod stages;
 pub mod text;
 
 pub use model::{PhaseReport, ReportBuilder, RunReport};

@@ -77,6 +77,9 @@ pub struct RunReport {
     /// Connection workloads: peak, rate and memory per connection (from `end`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub connections: Option<ConnectionSummary>,
+    /// Multi-stage runs: the stage table.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub stages: Vec<crate::stages::StageReport>,
 }
 
 fn no_values(l: &LatencySummary) -> bool {
@@ -154,6 +157,7 @@ pub struct ReportBuilder {
     rows: Vec<IntervalRow>,
     events: Vec<EventRecord>,
     events_dropped: u64,
+    stages: crate::stages::StageAcc,
 }
 
 /// What a phase's intervals add up to.
@@ -190,6 +194,7 @@ impl ReportBuilder {
             }
             Record::Event(_) => {}
             Record::Interval(i) => {
+                self.stages.add(i);
                 let slot = match self.phases.iter().position(|p| p.phase == i.phase) {
                     Some(k) => k,
                     None => {
@@ -306,7 +311,23 @@ impl ReportBuilder {
                 .unwrap_or("")
                 .to_string()
         };
+        let stage_names: Vec<String> = begin
+            .plan
+            .pointer("/tracking/stages")
+            .and_then(|v| v.as_array())
+            .map(|a| {
+                a.iter()
+                    .map(|s| s["name"].as_str().unwrap_or("?").to_string())
+                    .collect()
+            })
+            .unwrap_or_default();
+        let stages = self.stages.finish(
+            &stage_names,
+            end.map(|e| e.stages.as_slice()),
+            result.as_ref().map_or(0, |r| r.counters.sent),
+        );
         Ok(RunReport {
+            stages,
             name: str_field("name"),
             target: str_field("target"),
             consume_from: Some(str_field("consume_from")).filter(|s| !s.is_empty()),

@@ -88,6 +88,9 @@ pub struct End {
     /// Connection workloads: peak, rate, memory per connection.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub connections: Option<msgbench_metrics::ConnectionSummary>,
+    /// Multi-stage runs: each stage and the messages that never reached it.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub stages: Vec<msgbench_metrics::StageEnd>,
 }
 
 /// One line of the results file.

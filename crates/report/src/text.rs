@@ -136,6 +136,10 @@ pub fn write(r: &RunReport, out: &mut dyn Write) -> std::io::Result<()> {
         phase_block(out, p)?;
         writeln!(out)?;
     }
+    if !r.stages.is_empty() {
+        crate::stages::write(out, &r.stages)?;
+        writeln!(out)?;
+    }
     for p in &r.phases {
         writeln!(
             out,

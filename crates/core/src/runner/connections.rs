@@ -477,6 +477,7 @@ pub async fn run_connections<D: Driver>(
         warnings,
         producers_failed: 0,
         connections: Some(summary),
+        stages: Vec::new(),
     })
 }
 

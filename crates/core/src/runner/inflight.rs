@@ -31,6 +31,11 @@ impl InFlight {
         }
     }
 
+    /// Size of the ring (a power of two): tokens map to `token % capacity`.
+    pub fn capacity(&self) -> usize {
+        self.slots.len()
+    }
+
     /// Outstanding messages.
     #[inline]
     pub fn len(&self) -> usize {

@@ -17,8 +17,11 @@ pub mod connections;
 mod consume;
 mod inflight;
 mod produce;
+mod stages;
 pub mod state;
+mod tagging;
 mod timer;
+mod tracker;
 pub mod workers;
 
 use crate::clock::{now_ns, to_instant, unix_ms};
@@ -27,7 +30,7 @@ use crate::driver::{
 };
 use crate::pacer::Pacer;
 use crate::payload::PayloadBuilder;
-use crate::scenario::{Measure, RunPlan, SubscriptionMode};
+use crate::scenario::{KeySource, Measure, RunPlan, StageSource, SubscriptionMode};
 use crate::shutdown::Shutdown;
 use consume::ConsumerTask;
 use msgbench_metrics::aggregate::Integrity;
@@ -88,6 +91,8 @@ pub struct RunOutcome {
     pub producers_failed: u32,
     /// Connection workloads: peak, rate and memory per connection.
     pub connections: Option<msgbench_metrics::ConnectionSummary>,
+    /// Multi-stage runs: each stage and the messages that never reached it.
+    pub stages: Vec<msgbench_metrics::StageEnd>,
 }
 
 /// Why a run could not start.
@@ -226,6 +231,20 @@ pub async fn run<D: Driver>(
             plan.scheme()
         )));
     }
+    let needs_meta = !plan.message.is_empty()
+        || plan.tracking.as_ref().is_some_and(|t| {
+            t.stages.iter().any(|s| {
+                s.keys.iter().any(|k| *k != KeySource::Stamp)
+                    || s.error_property.is_some()
+                    || s.rekey.is_some()
+            })
+        });
+    if needs_meta && !caps.metadata {
+        return Err(RunError::Unsupported(format!(
+            "the {} driver sends no message ids or properties: [message] and stages keyed by ids or properties need a driver that does (amqp10)",
+            plan.scheme()
+        )));
+    }
     let acks = caps.acks || plan.request_reply;
     let connect_t = now_ns();
     let ev = |kind: &str, detail: String, at: u64, t0: u64| RunEvent {
@@ -268,6 +287,57 @@ pub async fn run<D: Driver>(
                         |d, spec: ConsumerSpec| async move { d.consumer(&spec).await }, &driver) => r?,
         _ = shutdown.reached(1) => return Err(RunError::Interrupted),
     };
+    // Stage listeners: one consumer per queue stages are observed on, live before anything is
+    // sent, like the consumers.
+    let tracker = plan.tracking.as_ref().map(|t| {
+        let flags: Vec<(bool, bool)> = t
+            .stages
+            .iter()
+            .map(|s| (s.source != StageSource::Ack, s.required()))
+            .collect();
+        let window = t
+            .window_stage()
+            .map(|w| (w as u16, plan.max_in_flight as u64));
+        Arc::new(tracker::Tracker::new(&flags, window))
+    });
+    let stage_queues = plan
+        .tracking
+        .as_ref()
+        .map(|t| t.queues())
+        .unwrap_or_default();
+    let base = plan.consumers();
+    let listener_specs = stage_queues
+        .iter()
+        .enumerate()
+        .map(|(i, ((queue, target), _))| ConsumerSpec {
+            id: base + i as u32,
+            topic: queue.clone(),
+            group: None,
+            respond: false,
+            meta: true,
+            target: target.clone(),
+        });
+    let (mut listeners, listener_homes) = tokio::select! {
+        r = connect_all(&mut workers, listener_specs, "stage listener", plan.connect_timeout,
+                        |d, spec: ConsumerSpec| async move { d.consumer(&spec).await }, &driver) => r?,
+        _ = shutdown.reached(1) => return Err(RunError::Interrupted),
+    };
+    if plan.tracking.as_ref().is_some_and(|t| t.clean) {
+        for (c, ((queue, _), _)) in listeners.iter_mut().zip(&stage_queues) {
+            let n = tokio::select! {
+                n = stages::clean(c, Duration::from_secs(1), Duration::from_secs(60)) => n,
+                _ = shutdown.reached(1) => return Err(RunError::Interrupted),
+            };
+            if n > 0 {
+                observer.event(&ev(
+                    "warning",
+                    format!("cleaned {n} stale messages from queue {queue} before the run"),
+                    now_ns(),
+                    now_ns(),
+                ));
+            }
+        }
+    }
     let producer_specs = plan
         .topics
         .iter()
@@ -339,6 +409,40 @@ pub async fn run<D: Driver>(
         };
         consumer_tasks.spawn_on(task.run(c), &consumer_homes[i]);
     }
+    let mut listener_tasks = JoinSet::new();
+    if let (Some(t), Some(tr)) = (&plan.tracking, &tracker) {
+        let all = Arc::new(t.stages.clone());
+        for (i, (c, ((queue, _), mine))) in listeners.into_iter().zip(&stage_queues).enumerate() {
+            let task = stages::StageListener {
+                id: base + i as u32,
+                queue: queue.clone(),
+                stages: all.clone(),
+                mine: mine.clone(),
+                key: t.key.clone(),
+                tracker: tr.clone(),
+                run_id: plan.run_id,
+                t0_ns: t0,
+                tick_ns,
+                state: state.clone(),
+                snapshots: snap_tx.clone(),
+                stop: stop_rx.clone(),
+            };
+            listener_tasks.spawn_on(task.run(c), &listener_homes[i]);
+        }
+    }
+    let tagging = (!plan.message.is_empty() || plan.tracking.is_some()).then(|| tagging::Tagging {
+        message: plan.message.clone(),
+        key: plan.tracking.as_ref().map(|t| t.key.clone()),
+        tracker: tracker.clone(),
+        ack_stage: plan.tracking.as_ref().and_then(|t| {
+            t.stages
+                .iter()
+                .position(|s| s.source == StageSource::Ack)
+                .map(|i| i as u16)
+        }),
+        n: Arc::new(std::sync::atomic::AtomicU64::new(0)),
+        run: plan.run_id,
+    });
     let nprod = producers.len() as u32;
     let mut producer_tasks = JoinSet::new();
     let mut sent = Vec::new();
@@ -372,6 +476,8 @@ pub async fn run<D: Driver>(
             snapshots: snap_tx.clone(),
             sent: counter,
             fatal: fatal_tx.clone(),
+            tagging: tagging.clone(),
+            tagger: None,
         };
         producer_tasks.spawn_on(
             task.run(p, PayloadBuilder::new(plan.size, seed)),
@@ -395,6 +501,7 @@ pub async fn run<D: Driver>(
     let mut extra = Counters::default();
     let mut warnings = Vec::new();
     let mut producers_failed = 0u32;
+    let mut expired_places = 0u64;
     let mut cpu_mark = process_cpu_s();
     // When each phase began, for crediting CPU samples to the right phase.
     let mut timeline: Vec<(u64, Phase)> = vec![(t0, first_phase)];
@@ -474,10 +581,17 @@ pub async fn run<D: Driver>(
         if let Some(deadline) = drain_deadline {
             let expected: u64 = sent.iter().map(|s| s.get()).sum::<u64>() * receivers;
             let got: u64 = distinct.iter().map(|d| d.get()).sum();
-            let complete = producers_done && got >= expected;
+            let complete =
+                producers_done && got >= expected && tracker.as_ref().is_none_or(|t| t.live() == 0);
             if complete || now >= deadline || shutdown.requests() >= 2 {
                 if !complete {
-                    warnings.push(if now >= deadline {
+                    warnings.push(if now >= deadline && let Some(t) = &tracker {
+                        format!(
+                            "drain timed out after {:?} with {} messages still short of a stage",
+                            plan.drain,
+                            t.live()
+                        )
+                    } else if now >= deadline {
                         format!(
                             "drain timed out after {:?} with {} of {} expected deliveries",
                             plan.drain, got, expected
@@ -558,6 +672,15 @@ pub async fn run<D: Driver>(
                         if let Some(e) = emitted && s.interval <= e { s.interval = e + 1; }
                         agg.add(&s);
                     }
+                    if let Some(t) = &tracker {
+                        let n = t.expire_window(now.saturating_sub(plan.ack_timeout.as_nanos() as u64));
+                        if n > 0 {
+                            expired_places += n;
+                            observer.event(&ev("warning", format!(
+                                "{n} messages did not reach the window stage within {:?} (ack timeout): their window places were freed; they count as missing unless they arrive",
+                                plan.ack_timeout), now, t0));
+                        }
+                    }
                     if emitted.is_none_or(|e| upto > e) || emitted.is_none() {
                         emit(&mut agg, upto, &mut emitted, observer);
                     }
@@ -579,6 +702,14 @@ pub async fn run<D: Driver>(
     let _ = stop_tx.send(true);
     while producer_tasks.join_next().await.is_some() {}
     while consumer_tasks.join_next().await.is_some() {}
+    let mut unmatched = Vec::new();
+    while let Some(r) = listener_tasks.join_next().await {
+        if let Ok(u) = r
+            && u.count > 0
+        {
+            unmatched.push(u);
+        }
+    }
     drop(workers);
     while let Some(s) = snap_rx.recv().await {
         agg.add(&s);
@@ -649,6 +780,87 @@ pub async fn run<D: Driver>(
             all.returned
         ));
     }
+    let stage_ends = match (&plan.tracking, &tracker) {
+        (Some(t), Some(tr)) => {
+            let missing = tr.missing(t.stages.len());
+            let mut totals: Vec<msgbench_metrics::StageStats> = Vec::new();
+            for p in &phases {
+                for (i, s) in p.stages.iter().enumerate() {
+                    if totals.len() <= i {
+                        totals.resize_with(i + 1, Default::default);
+                    }
+                    totals[i].counts.merge(&s.counts);
+                }
+            }
+            let counts = |i: usize| totals.get(i).map(|s| s.counts).unwrap_or_default();
+            let ends: Vec<msgbench_metrics::StageEnd> = t
+                .stages
+                .iter()
+                .enumerate()
+                .map(|(i, s)| msgbench_metrics::StageEnd {
+                    name: s.name.clone(),
+                    missing: if s.source == StageSource::Ack {
+                        let c = counts(i);
+                        all.sent.saturating_sub(c.reached + c.failed)
+                    } else {
+                        missing[i]
+                    },
+                    optional: s.optional,
+                    failure: s.failure,
+                    window: s.window,
+                })
+                .collect();
+            for (i, e) in ends.iter().enumerate() {
+                let c = counts(i);
+                if e.missing > 0 && !e.optional && !e.failure {
+                    warnings.push(format!(
+                        "stage `{}`: {} messages never reached it",
+                        e.name, e.missing
+                    ));
+                }
+                let failed = if e.failure {
+                    c.reached + c.failed
+                } else {
+                    c.failed
+                };
+                if failed > 0 {
+                    warnings.push(format!("stage `{}`: {failed} messages failed", e.name));
+                }
+                if c.duplicates > 0 {
+                    warnings.push(format!(
+                        "stage `{}`: {} duplicate events",
+                        e.name, c.duplicates
+                    ));
+                }
+                if c.unknown > 0 {
+                    warnings.push(format!(
+                        "stage `{}`: {} events matched no message of this run",
+                        e.name, c.unknown
+                    ));
+                }
+            }
+            if expired_places > 0 {
+                warnings.push(format!(
+                    "{expired_places} messages gave their window place back after the ack timeout ({:?}) without reaching the window stage",
+                    plan.ack_timeout
+                ));
+            }
+            for u in &unmatched {
+                warnings.push(format!(
+                    "queue {}: {} events matched no stage (bodies such as {})",
+                    u.queue,
+                    u.count,
+                    u.samples
+                        .iter()
+                        .map(|s| format!("`{s}`"))
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                ));
+            }
+            ends
+        }
+        _ => Vec::new(),
+    };
     if all.foreign > 0 {
         warnings.push(format!(
             "{} deliveries were not this run's messages (foreign or truncated)",
@@ -665,5 +877,6 @@ pub async fn run<D: Driver>(
         warnings,
         producers_failed,
         connections: None,
+        stages: stage_ends,
     })
 }

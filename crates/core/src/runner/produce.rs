@@ -3,6 +3,7 @@
 
 use super::inflight::InFlight;
 use super::state::{OwnedCounter, RunState};
+use super::tagging::{Tagger, Tagging};
 use super::timer::PreciseTimer;
 use crate::clock::{now_ns, to_instant};
 use crate::driver::{Ack, Outbound, Producer};
@@ -39,6 +40,10 @@ pub(crate) struct ProducerTask {
     pub sent: Arc<OwnedCounter>,
     /// Where a producer that has to give up says why.
     pub fatal: UnboundedSender<String>,
+    /// Keys, metadata and the stage window (runs with `[message]` or stages).
+    pub tagging: Option<Tagging>,
+    /// Made from `tagging` when the task starts.
+    pub tagger: Option<Tagger>,
 }
 
 /// Per-task tick bookkeeping shared by the producer and consumer loops.
@@ -106,17 +111,38 @@ impl ProducerTask {
         }
     }
 
+    /// The publish-confirmation stage of a multi-stage run: latency from the intended time.
+    #[inline]
+    fn record_ack_stage(&self, rec: &mut Recorder, now: u64, intended: u64, ok: bool) {
+        if let Some(s) = self.tagger.as_ref().and_then(Tagger::ack_stage) {
+            if ok {
+                rec.stage(s).reached(now.saturating_sub(intended), 0);
+            } else {
+                rec.stage(s).failed();
+            }
+        }
+    }
+
     fn handle_ack(&self, rec: &mut Recorder, window: &mut InFlight, ack: Ack) {
         let responses = self.responses;
         let now = now_ns();
         match ack {
-            Ack::One { token, ok } => match window.ack_one(token) {
-                Some(times) => Self::record_ack(rec, now, times, ok, responses),
-                None if ok => rec.record_acks_without_latency(1),
-                None => rec.record_ack(0, false),
-            },
+            Ack::One { token, ok } => {
+                match window.ack_one(token) {
+                    Some(times) => {
+                        Self::record_ack(rec, now, times, ok, responses);
+                        self.record_ack_stage(rec, now, times.1, ok);
+                    }
+                    None if ok => rec.record_acks_without_latency(1),
+                    None => rec.record_ack(0, false),
+                }
+                if !ok && let Some(t) = &self.tagger {
+                    t.refused(token);
+                }
+            }
             Ack::UpTo { token, ok } => window.ack_up_to(token, |times| {
-                Self::record_ack(rec, now, times, ok, responses)
+                Self::record_ack(rec, now, times, ok, responses);
+                self.record_ack_stage(rec, now, times.1, ok);
             }),
             Ack::InDoubt { up_to } => {
                 let mut n = 0;
@@ -166,10 +192,14 @@ impl ProducerTask {
         let mut rec = Recorder::new(self.late_ns);
         let mut ticker = Ticker::new(self.t0_ns, self.tick_ns);
         let mut window = InFlight::new(self.window);
+        let mut this = self;
+        this.tagger = this
+            .tagging
+            .take()
+            .map(|t| Tagger::new(t, this.id, window.capacity()));
         let mut timer = PreciseTimer::new().ok();
-        let mut seqs = vec![0u64; self.streams as usize];
-        let mut pacer = self.pacer.clone();
-        let this = self;
+        let mut seqs = vec![0u64; this.streams as usize];
+        let mut pacer = this.pacer.clone();
         let mut token: u64 = 0;
         let mut stream: u32 = 0;
         let mut measured: u64 = 0;
@@ -283,6 +313,29 @@ impl ProducerTask {
                 }
             }
 
+            // The stage window: messages not yet at the window stage, run-wide.
+            if let Some(g) = this.tagger.as_ref().and_then(Tagger::gate) {
+                let mut acks_open = this.acks;
+                loop {
+                    tokio::select! {
+                        biased;
+                        _ = g.acquire() => break,
+                        ack = std::future::poll_fn(|cx| p.poll_ack(cx)), if acks_open => match ack {
+                            Some(a) => this.handle_ack(&mut rec, &mut window, a),
+                            None => acks_open = false,
+                        },
+                        _ = tokio::time::sleep_until(to_instant(ticker.next_ns)) => {
+                            if let Some(k) = ticker.due(now_ns()) {
+                                this.flush_snapshot(&mut rec, phase, k);
+                            }
+                            if this.state.producers_stopped() {
+                                break 'send;
+                            }
+                        }
+                    }
+                }
+            }
+
             let sent_ns = now_ns();
             last_ns = sent_ns;
             // The wait may have crossed a phase boundary: record this send in the phase it
@@ -318,18 +371,42 @@ impl ProducerTask {
             };
             let body = payload.build(&stamp);
             let len = body.len();
+            let meta = match this.tagger.as_mut() {
+                None => None,
+                Some(t) => match t.prepare(token, stamp.seq, intended_ns) {
+                    Ok(m) => m,
+                    Err(dup) => {
+                        if let Some(g) = t.gate() {
+                            g.release();
+                        }
+                        let _ = this.fatal.send(format!(
+                            "producer {} stopped: tracking key `{}` was used twice (make tracking.key unique, e.g. with {{n}} or {{producer}}.{{seq}})",
+                            this.id, dup.0
+                        ));
+                        break;
+                    }
+                },
+            };
             match p
                 .send(Outbound {
                     stream,
                     token,
                     payload: body,
-                    meta: None,
+                    meta,
                 })
                 .await
             {
                 Ok(()) => {
                     consecutive_errors = 0;
                     rec.record_send(intended_ns, sent_ns, len);
+                    if let Some(s) = this.tagger.as_ref().and_then(Tagger::ack_stage) {
+                        let st = rec.stage(s);
+                        st.add_bytes(len);
+                        if !this.acks {
+                            // Without confirms, handing the message over is all there is.
+                            st.reached(sent_ns.saturating_sub(intended_ns), 0);
+                        }
+                    }
                     if this.acks {
                         window.push(token, sent_ns, intended_ns);
                     }
@@ -346,6 +423,9 @@ impl ProducerTask {
                 }
                 Err(e) => {
                     rec.record_error(e.kind());
+                    if let Some(t) = &this.tagger {
+                        t.unsent(token);
+                    }
                     if phase == Phase::Measure {
                         // Attempts count toward a message quota, so a count-bounded run ends
                         // even when sends keep failing.

@@ -134,7 +134,10 @@ mod tests {
             on_receive: Some("drop".into()),
             ..Default::default()
         };
-        assert_eq!(resolve_amqp10(&bad).unwrap_err().setting, "amqp10.on_receive");
+        assert_eq!(
+            resolve_amqp10(&bad).unwrap_err().setting,
+            "amqp10.on_receive"
+        );
         let bad = Amqp10Section {
             address: Some("/queue/x".into()),
             ..Default::default()

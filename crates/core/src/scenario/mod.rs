@@ -51,13 +51,13 @@ pub mod plan;
 pub mod stages;
 
 pub use amqp10::{Amqp10Plan, Amqp10Section, Disposition};
-pub use stages::{
-    KeySource, MessagePlan, MessageSection, PropertyTemplate, StagePlan, StageSection, StageSource,
-    Template, TemplateVars, TrackingPlan, TrackingSection,
-};
 pub use plan::{
     AmqpPlan, ClientPlan, ConnectionPlan, HttpPlan, Measure, RunPlan, SubscriptionMode, TlsPlan,
     resolve,
+};
+pub use stages::{
+    KeySource, MessagePlan, MessageSection, PropertyTemplate, StagePlan, StageSection, StageSource,
+    Template, TemplateVars, TrackingPlan, TrackingSection,
 };
 
 use crate::pacer::RateShape;

@@ -434,6 +434,23 @@ pub fn resolve(s: &Scenario, run_id: u32) -> Result<RunPlan, PlanError> {
     let amqp10 = super::amqp10::resolve_amqp10(&s.amqp10)?;
     let message = super::stages::resolve_message(&s.message)?;
     let tracking = super::stages::resolve_tracking(&s.tracking, &s.stages)?;
+    // Stages are the receiving side of a tracked run: their listeners replace consumers.
+    let consumers_per_topic = match (&tracking, s.consumers.per_topic) {
+        (Some(_), Some(n)) if n > 0 => {
+            return Err(err(
+                "consumers.per_topic",
+                "a run with [[stages]] receives through its stages; observe the topic with a stage (queue = the topic, key = [\"stamp\"]) instead of consumers",
+            ));
+        }
+        (Some(_), _) => 0,
+        (None, _) => consumers_per_topic,
+    };
+    if tracking.is_some() && request_reply {
+        return Err(err(
+            "producers.request_reply",
+            "request/reply and [[stages]] exclude each other",
+        ));
+    }
     let subscribe = s.consumers.subscribe.clone();
     if subscribe.as_deref() == Some("") {
         return Err(err(

@@ -403,10 +403,16 @@ pub fn resolve_tracking(
         let source = match (s.on.as_deref(), &s.queue) {
             (Some("ack"), None) => StageSource::Ack,
             (Some("ack"), Some(_)) => {
-                return Err(stage_err(i, "`on = \"ack\"` and `queue` exclude each other".into()));
+                return Err(stage_err(
+                    i,
+                    "`on = \"ack\"` and `queue` exclude each other".into(),
+                ));
             }
             (Some(other), _) => {
-                return Err(stage_err(i, format!("on = `{other}`: the only value is \"ack\"")));
+                return Err(stage_err(
+                    i,
+                    format!("on = `{other}`: the only value is \"ack\""),
+                ));
             }
             (None, Some(q)) if !q.is_empty() => StageSource::Queue {
                 queue: q.clone(),
@@ -463,10 +469,16 @@ pub fn resolve_tracking(
             ));
         }
         if plan.window && !plan.required() {
-            return Err(stage_err(i, "an optional or failure stage cannot be the window".into()));
+            return Err(stage_err(
+                i,
+                "an optional or failure stage cannot be the window".into(),
+            ));
         }
         if plan.source == StageSource::Ack && (plan.failure || plan.body.is_some()) {
-            return Err(stage_err(i, "an ack stage has no body and is no failure marker".into()));
+            return Err(stage_err(
+                i,
+                "an ack stage has no body and is no failure marker".into(),
+            ));
         }
         out.push(plan);
     }
