@@ -50,7 +50,11 @@ Examples:
   msgbench run amqp://127.0.0.1:5672 --storm --concurrency 64 --duration 10s
   msgbench serve ws-broadcast --listen 127.0.0.1:8080 --from nats://127.0.0.1:4222 --topic feed
       Relays what NATS delivers on `feed` to every WebSocket client (the rango scenario):
-  msgbench run nats://127.0.0.1:4222 --topic feed --consume-from ws://127.0.0.1:8080/ -c 1000";
+  msgbench run nats://127.0.0.1:4222 --topic feed --consume-from ws://127.0.0.1:8080/ -c 1000
+  msgbench serve ecp-endpoint --broker amqp10://artemis:secret@127.0.0.1:5672 --extra-events
+      An ECP endpoint on an AMQP 1.0 broker: outbox -> reply (messageID), inbox, send events
+      (--error-ratio, --failed-ratio, --duplicate-every inject faults; --*-delay add latency):
+  msgbench run --preset ecp --outbox-url amqp10://artemis:secret@127.0.0.1:5672 -n 100000";
 
 /// `msgbench serve`.
 #[derive(Debug, Args)]
@@ -80,6 +84,53 @@ pub struct ServeArgs {
     /// No periodic status line.
     #[arg(long, short = 'q')]
     pub quiet: bool,
+    #[command(flatten)]
+    pub ecp: EcpServeArgs,
+}
+
+/// `msgbench serve ecp-endpoint`.
+#[derive(Debug, Args)]
+#[command(next_help_heading = "ecp-endpoint")]
+pub struct EcpServeArgs {
+    /// The AMQP 1.0 broker of the outbox side (where the business application sends).
+    #[arg(long, value_name = "URL")]
+    pub broker: Option<String>,
+    /// The inbox side's broker, if another one.
+    #[arg(long, value_name = "URL")]
+    pub inbox_broker: Option<String>,
+    /// Answer on the reply queue after this long (e.g. 5ms).
+    #[arg(long, default_value = "0s")]
+    pub reply_delay: String,
+    /// Deliver to the inbox after this long.
+    #[arg(long, default_value = "0s")]
+    pub deliver_delay: String,
+    /// Emit send events after this long.
+    #[arg(long, default_value = "0s")]
+    pub event_delay: String,
+    /// Also emit ACCEPTED and TRANSPORTED send events.
+    #[arg(long)]
+    pub extra_events: bool,
+    /// Share of messages rejected with an errorCode reply (0..1).
+    #[arg(long, default_value_t = 0.0)]
+    pub error_ratio: f64,
+    /// Share of messages that fail after the reply (a FAILED event, no delivery) (0..1).
+    #[arg(long, default_value_t = 0.0)]
+    pub failed_ratio: f64,
+    /// Every Nth message is delivered twice (and its RECEIVED event sent twice); 0 = never.
+    #[arg(long, default_value_t = 0)]
+    pub duplicate_every: u64,
+    /// Link address template ('/queue/{topic}' for RabbitMQ 3.x).
+    #[arg(long, value_name = "TEMPLATE")]
+    pub address: Option<String>,
+    /// Link capabilities, comma-separated (default queue).
+    #[arg(long, value_delimiter = ',')]
+    pub capabilities: Option<Vec<String>>,
+    /// Trust this CA for amqp10s:// brokers.
+    #[arg(long)]
+    pub ca_file: Option<String>,
+    /// Do not verify amqp10s:// brokers' certificates.
+    #[arg(long)]
+    pub insecure: bool,
 }
 
 /// Servers `msgbench serve` can run.
@@ -95,6 +146,9 @@ pub enum ServerArg {
     /// HTTP/1.1 and h2c server answering 200 to every request (for the HTTP driver's tests and
     /// for measuring the client side).
     Http,
+    /// ECP endpoint simulator on an AMQP 1.0 broker (--broker): consumes the outbox, replies,
+    /// delivers to the inbox, emits send events (the target of `run --preset ecp`).
+    EcpEndpoint,
 }
 
 const RUN_EXAMPLES: &str = "\
@@ -126,6 +180,13 @@ Examples:
       RabbitMQ: publisher confirms (publish latency = publish -> confirm), one shared queue.
   msgbench run amqp://127.0.0.1 -p 100 -c 100 --channels 20 --rate 10k --mandatory
       100 publishers and 100 consumers on 10 connections (20 channels each).
+  msgbench run amqp10://user:pass@127.0.0.1:5672 -p 2 -c 2 --size 3000 --persistent
+      AMQP 1.0 (Artemis, Qpid, RabbitMQ with --address '/queue/{topic}'): unsettled sends,
+      publish latency = transfer -> disposition (--settled: fire and forget).
+  msgbench run --preset ecp --outbox-url amqp10://endpoint:password@ecp-broker:5672 -n 100000 --size 3000
+      go-mades-bench's ECP endpoint benchmark: outbox, reply, inbox, DELIVERED and RECEIVED
+      events as stages with their own rates and latency percentiles; --max-in-flight bounds
+      the messages not yet RECEIVED (--ecp-mode toolbox|amqp|tracing for the other modes).
   msgbench run mem:// --rate 20000 --rate-shape ramp:1000..20000/30s --duration 40s
       A linear ramp (other shapes: poisson, steps:1000/10s,5000/10s, burst:500/1s).
   msgbench run scenario.toml --duration 1m -o results.jsonl
@@ -315,7 +376,7 @@ pub struct RunArgs {
     /// Publisher confirms: publish latency is publish -> confirm (window: --max-in-flight).
     #[arg(long, help_heading = "AMQP 0-9-1")]
     pub confirm: bool,
-    /// Persistent messages (delivery mode 2).
+    /// Persistent messages (AMQP 0-9-1 delivery mode 2; AMQP 1.0 durable header).
     #[arg(long, help_heading = "AMQP 0-9-1")]
     pub persistent: bool,
     /// Set the mandatory flag on publishes.
@@ -356,6 +417,66 @@ pub struct RunArgs {
     /// HTTP/2 with prior knowledge (h2c): many requests in flight per connection.
     #[arg(long, help_heading = "HTTP")]
     pub http2: bool,
+
+    /// Link address for a topic, {topic} replaced (RabbitMQ 3.x: '/queue/{topic}').
+    #[arg(long, value_name = "TEMPLATE", help_heading = "AMQP 1.0")]
+    pub address: Option<String>,
+    /// Target/source capabilities, comma-separated (default queue; Qpid Broker-J:
+    /// create-on-demand,durable,shared).
+    #[arg(long, value_delimiter = ',', help_heading = "AMQP 1.0")]
+    pub capabilities: Option<Vec<String>>,
+    /// Send pre-settled (fire and forget: no dispositions, no publish latency).
+    #[arg(long, help_heading = "AMQP 1.0")]
+    pub settled: bool,
+    /// Link credit per receiver (default 1000).
+    #[arg(long, help_heading = "AMQP 1.0")]
+    pub credit: Option<u32>,
+    /// What receivers answer: accept (default), release or reject.
+    #[arg(long, value_name = "OUTCOME", help_heading = "AMQP 1.0")]
+    pub on_receive: Option<String>,
+
+    /// A ready-made scenario under the file and the flags: `ecp` (go-mades-bench's ECP/MADES
+    /// business-application API benchmark over AMQP 1.0).
+    #[arg(long, value_name = "NAME", help_heading = "Presets")]
+    pub preset: Option<String>,
+    #[command(flatten)]
+    pub ecp: EcpArgs,
+}
+
+/// The `ecp` preset's settings (go-mades-bench's flags; defaults are its defaults).
+#[derive(Debug, Args, Default, PartialEq, Eq)]
+#[command(next_help_heading = "ECP preset (--preset ecp)")]
+pub struct EcpArgs {
+    /// endpoint (default), toolbox, amqp or tracing.
+    #[arg(long, value_name = "MODE")]
+    pub ecp_mode: Option<String>,
+    /// Outbox-side broker (default amqp10://endpoint:password@localhost:5672).
+    #[arg(long, value_name = "URL")]
+    pub outbox_url: Option<String>,
+    /// Inbox-side broker (default: the outbox side's).
+    #[arg(long, value_name = "URL")]
+    pub inbox_url: Option<String>,
+    /// receiverCode: the ECP component code of the receiving endpoint (default ecp-endpoint).
+    #[arg(long, value_name = "CODE")]
+    pub receiver_code: Option<String>,
+    /// messageType and businessType (default TEST-MESSAGE).
+    #[arg(long)]
+    pub message_type: Option<String>,
+    /// Outbox queue (default ecp.endpoint.outbox).
+    #[arg(long, value_name = "QUEUE")]
+    pub outbox_queue: Option<String>,
+    /// Reply queue (default ecp.endpoint.outbox.reply).
+    #[arg(long, value_name = "QUEUE")]
+    pub reply_queue: Option<String>,
+    /// Send-event queue (default ecp.endpoint.send.event).
+    #[arg(long, value_name = "QUEUE")]
+    pub send_event_queue: Option<String>,
+    /// Inbox queue (default ecp.endpoint.inbox).
+    #[arg(long, value_name = "QUEUE")]
+    pub inbox_queue: Option<String>,
+    /// Do not drain the stage queues before the run.
+    #[arg(long)]
+    pub no_clean: bool,
 }
 
 /// `msgbench validate`.

@@ -1,6 +1,6 @@
 //! The one place where command-line flags and a scenario file become a validated `RunPlan`.
 
-use super::args::{PacingArg, RunArgs};
+use super::args::{EcpArgs, PacingArg, RunArgs};
 use anyhow::{Context, Result, anyhow, bail};
 use msgbench_core::pacer::{RateShape, Step};
 use msgbench_core::scenario::plan::Pacing;
@@ -38,6 +38,15 @@ pub fn build(args: &RunArgs, run_id: u32) -> Result<(RunPlan, bool)> {
             );
         }
     }
+    match &args.preset {
+        Some(name) => file = preset(name, args)?.overlay(file),
+        None if args.ecp != EcpArgs::default() => {
+            bail!(
+                "the ECP flags (--ecp-mode, --outbox-url...) belong to the ecp preset: add --preset ecp"
+            )
+        }
+        None => {}
+    }
     let demo = target.is_none() && file.target.is_none();
     let mut over = flags_to_scenario(args)?;
     over.target = target;
@@ -56,6 +65,33 @@ pub fn build(args: &RunArgs, run_id: u32) -> Result<(RunPlan, bool)> {
     http_defaults(&mut scenario);
     let plan = resolve(&scenario, run_id).map_err(|e| anyhow!("invalid run: {e}"))?;
     Ok((plan, demo))
+}
+
+/// The scenario layer of `--preset NAME`.
+fn preset(name: &str, args: &RunArgs) -> Result<Scenario> {
+    use msgbench_core::presets::ecp::{EcpOptions, scenario};
+    if name != "ecp" {
+        bail!("no preset `{name}` (available: ecp)");
+    }
+    let e = &args.ecp;
+    let d = EcpOptions::default();
+    let outbox_url = e.outbox_url.clone().unwrap_or(d.outbox_url);
+    let o = EcpOptions {
+        mode: match &e.ecp_mode {
+            Some(m) => m.parse().map_err(|m: String| anyhow!("--ecp-mode {m}"))?,
+            None => d.mode,
+        },
+        inbox_url: e.inbox_url.clone().unwrap_or_else(|| outbox_url.clone()),
+        outbox_url,
+        receiver: e.receiver_code.clone().unwrap_or(d.receiver),
+        message_type: e.message_type.clone().unwrap_or(d.message_type),
+        outbox: e.outbox_queue.clone().unwrap_or(d.outbox),
+        reply: e.reply_queue.clone().unwrap_or(d.reply),
+        send_event: e.send_event_queue.clone().unwrap_or(d.send_event),
+        inbox: e.inbox_queue.clone().unwrap_or(d.inbox),
+        clean: !e.no_clean,
+    };
+    Ok(scenario(&o))
 }
 
 /// HTTP targets have no consumers, and an HTTP/1.1 connection carries one request at a time:
@@ -176,6 +212,12 @@ fn flags_to_scenario(a: &RunArgs) -> Result<Scenario> {
     s.http.method = a.method.clone();
     s.http.headers = (!a.header.is_empty()).then(|| a.header.clone());
     s.http.http2 = a.http2.then_some(true);
+    s.amqp10.address = a.address.clone();
+    s.amqp10.capabilities = a.capabilities.clone();
+    s.amqp10.settled = a.settled.then_some(true);
+    s.amqp10.durable = a.persistent.then_some(true);
+    s.amqp10.credit = a.credit;
+    s.amqp10.on_receive = a.on_receive.clone();
     Ok(s)
 }
 

@@ -4,6 +4,7 @@ pub mod drivers;
 pub mod report;
 pub mod run;
 pub mod serve;
+pub mod serve_ecp;
 pub mod validate;
 
 use crate::cli::args::FormatArg;

@@ -93,6 +93,7 @@ pub fn run(args: ServeArgs) -> Result<ExitCode> {
                 server.serve(listener, stop).await;
                 status.abort();
             }
+            ServerArg::EcpEndpoint => super::serve_ecp::run(&args, stop).await?,
             ServerArg::WsBroadcast => {
                 if args.tls_cert.is_some() {
                     bail!("ws-broadcast has no TLS listener yet (put a TLS proxy in front)");
