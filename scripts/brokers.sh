@@ -11,6 +11,10 @@
 #                               SECONDS (default 1) before it listens again (the broker-restart test)
 #   scripts/brokers.sh rabbitmqctl ARGS...
 #                               rabbitmqctl against our node (e.g. list_connections name channels)
+#   scripts/brokers.sh restart-artemis [SECONDS]
+#                               stop Artemis (SIGTERM by PID: every connection is cut), wait
+#                               SECONDS (default 1), start it again on the same data (durable
+#                               messages survive) and wait until it answers
 #
 # Brokers:
 #   nats-server on 127.0.0.1:${MSGBENCH_NATS_PORT:-14222}
@@ -24,7 +28,8 @@
 #   rabbitmq-server (AMQP 0-9-1, package 'rabbitmq-server'): our own node msgbench@localhost,
 #     AMQP on 127.0.0.1:${MSGBENCH_AMQP_PORT:-35672}, user guest / password guest (loopback only),
 #     MQTT plugin on 127.0.0.1:${MSGBENCH_RMQ_MQTT_PORT:-31883} (cross-protocol pipelines: MQTT
-#     topics a/b are AMQP routing keys a.b on amq.topic), no management UI. Its Erlang distribution listens on
+#     topics a/b are AMQP routing keys a.b on amq.topic), AMQP 1.0 plugin on the same AMQP port
+#     (addresses /queue/NAME, /topic/KEY, /exchange/X/KEY), no management UI. Its Erlang distribution listens on
 #     127.0.0.1:${MSGBENCH_AMQP_DIST_PORT:-35673}, our rabbitmqctl calls on the 11 ports after it,
 #     and it registers with an epmd of ours on 127.0.0.1:${MSGBENCH_EPMD_PORT:-34369}. A system
 #     RabbitMQ (5672, 25672, 15672) or epmd (4369), if the package started one, is left alone.
@@ -41,6 +46,16 @@
 #     ${MSGBENCH_NGINX_TLS_PORT:-18443}  HTTPS, HTTP/1.1 and h2 by ALPN (the test server
 #                                        certificate above: 127.0.0.1 and localhost)
 #     A system nginx (port 80), if the package started one, is left alone.
+#   ActiveMQ Artemis 2.37.0 (AMQP 1.0, Java; package 'default-jre-headless'): the
+#     distribution is fetched once from Maven Central by its coordinates with `mvn` (package
+#     'maven') and cached in $STATE/artemis/; a fresh instance is created on every `up` (data
+#     wiped) with user msgbench / password msgbench-secret, login required, no web console, a
+#     1 GiB heap, and only two AMQP acceptors on 127.0.0.1:
+#     ${MSGBENCH_ARTEMIS_PORT:-26672}      plain
+#     ${MSGBENCH_ARTEMIS_TLS_PORT:-26671}  TLS (the test server certificate above)
+#     Addresses and anycast queues are created on demand (a `queue` capability asks for anycast)
+#     and deleted when empty and unused, except under `noauto.`, where nothing is created (the
+#     missing-address tests). Artemis takes several seconds to start.
 # State (PID files, configs, logs, certificates) lives in
 # ${MSGBENCH_BROKERS_DIR:-$HOME/.cache/msgbench-brokers}.
 # Set MSGBENCH_NO_INSTALL=1 to forbid installing packages.
@@ -59,6 +74,12 @@ NGINX_PORT=${MSGBENCH_NGINX_PORT:-18080}
 NGINX_H2C_PORT=${MSGBENCH_NGINX_H2C_PORT:-18081}
 NGINX_TLS_PORT=${MSGBENCH_NGINX_TLS_PORT:-18443}
 NGINX=$STATE/nginx
+ARTEMIS_VERSION=2.37.0
+ARTEMIS_PORT=${MSGBENCH_ARTEMIS_PORT:-26672}
+ARTEMIS_TLS_PORT=${MSGBENCH_ARTEMIS_TLS_PORT:-26671}
+ARTEMIS=$STATE/artemis
+ARTEMIS_USER=msgbench
+ARTEMIS_PASS=msgbench-secret
 RMQ_NODE=msgbench@localhost
 RMQ=$STATE/rabbitmq
 RMQ_BIN=/usr/lib/rabbitmq/bin # the package's scripts proper, without the su wrappers of /usr/sbin
@@ -349,7 +370,8 @@ rabbitmq_up() {
   fi
   chmod 400 "$RMQ/.erlang.cookie" || return 1
   rabbitmq_conf >"$RMQ/rabbitmq.conf" || return 1
-  echo '[rabbitmq_mqtt].' >"$RMQ/enabled_plugins" || return 1 # MQTT only; no management UI
+  # MQTT and AMQP 1.0 (served on the AMQP port); no management UI.
+  echo '[rabbitmq_mqtt,rabbitmq_amqp1_0].' >"$RMQ/enabled_plugins" || return 1
   : >"$RMQ/rabbitmq-env.conf" || return 1
   epmd_up || return 1
   nofile=$(nofile_limit)
@@ -371,7 +393,7 @@ rabbitmq_up() {
   fi
   pid=$(cat "$STATE/rabbitmq.pid")
   nofile=$(awk '/^Max open files/ {print $4}' "/proc/$pid/limits" 2>/dev/null || true)
-  log "rabbitmq up on amqp://127.0.0.1:$AMQP_PORT and mqtt://127.0.0.1:$RMQ_MQTT_PORT (node $RMQ_NODE, pid $pid," \
+  log "rabbitmq up on amqp://127.0.0.1:$AMQP_PORT (AMQP 0-9-1 and 1.0) and mqtt://127.0.0.1:$RMQ_MQTT_PORT (node $RMQ_NODE, pid $pid," \
     "open files limit ${nofile:-$(nofile_limit)}, $((SECONDS - t0)) s)"
 }
 
@@ -475,6 +497,108 @@ nginx_up() {
     "https://127.0.0.1:$NGINX_TLS_PORT/ (pid $pid)"
 }
 
+# artemis_dist: the unpacked distribution, fetched once with Maven by its coordinates (the
+# tarball is kept in $ARTEMIS, so later `up`s need no network).
+artemis_dist() {
+  local dist="$ARTEMIS/apache-artemis-$ARTEMIS_VERSION" tgz="$ARTEMIS/apache-artemis-$ARTEMIS_VERSION-bin.tar.gz"
+  [ -x "$dist/bin/artemis" ] && return 0
+  mkdir -p "$ARTEMIS" || return 1
+  if [ ! -s "$tgz" ]; then
+    need_pkg mvn maven || return 1
+    log "fetching ActiveMQ Artemis $ARTEMIS_VERSION with Maven"
+    "$(find_bin mvn)" -q -B dependency:copy \
+      "-Dartifact=org.apache.activemq:apache-artemis:$ARTEMIS_VERSION:tar.gz:bin" \
+      "-DoutputDirectory=$ARTEMIS" >"$ARTEMIS/fetch.log" 2>&1 \
+      || { log "could not fetch Artemis with Maven (see $ARTEMIS/fetch.log)"; rm -f "$tgz"; return 1; }
+  fi
+  tar -xzf "$tgz" -C "$ARTEMIS" || { log "could not unpack $tgz"; rm -rf "$dist"; return 1; }
+  [ -x "$dist/bin/artemis" ] || { log "$dist/bin/artemis is missing after unpacking"; return 1; }
+}
+
+# artemis_acceptors: the acceptors of our instance (replacing those `artemis create` wrote).
+# Options as in the AMQP acceptor `artemis create` writes; TLS from a PKCS#12 copy of the test
+# server certificate.
+artemis_acceptors() {
+  local opts="protocols=AMQP;useEpoll=true;amqpCredits=1000;amqpLowCredits=300;amqpMinLargeMessageSize=102400;amqpDuplicateDetection=true;tcpSendBufferSize=1048576;tcpReceiveBufferSize=1048576"
+  cat <<XML
+      <acceptors>
+         <acceptor name="amqp">tcp://127.0.0.1:$ARTEMIS_PORT?$opts</acceptor>
+         <acceptor name="amqps">tcp://127.0.0.1:$ARTEMIS_TLS_PORT?$opts;sslEnabled=true;keyStorePath=$ARTEMIS/server.p12;keyStoreType=PKCS12;keyStorePassword=$ARTEMIS_PASS</acceptor>
+      </acceptors>
+XML
+}
+
+# artemis_create: a fresh instance in $ARTEMIS/instance (configuration and empty data).
+artemis_create() {
+  local dist="$ARTEMIS/apache-artemis-$ARTEMIS_VERSION" inst="$ARTEMIS/instance" xml
+  rm -rf "$inst"
+  "$dist/bin/artemis" create "$inst" --silent --force --user "$ARTEMIS_USER" --password "$ARTEMIS_PASS" \
+    --require-login --no-web --host 127.0.0.1 --name msgbench --java-memory 1G --nio --autodelete \
+    --no-hornetq-acceptor --no-mqtt-acceptor --no-stomp-acceptor >"$ARTEMIS/create.log" 2>&1 \
+    || { log "artemis create failed (see $ARTEMIS/create.log)"; return 1; }
+  rm -f "$ARTEMIS/server.p12"
+  (umask 077 && openssl pkcs12 -export -in "$TLS/server.pem" -inkey "$TLS/server.key" -name server \
+    -passout "pass:$ARTEMIS_PASS" -out "$ARTEMIS/server.p12") 2>>"$ARTEMIS/create.log" \
+    || { log "could not write the PKCS#12 key store (see $ARTEMIS/create.log)"; return 1; }
+  xml="$inst/etc/broker.xml"
+  # Our acceptors instead of the generated ones; no auto-creation under `noauto.` (the setting
+  # with the longer match wins over the catch-all `#`).
+  awk -v acceptors="$(artemis_acceptors)" '
+    /<acceptors>/ { print acceptors; skip = 1; next }
+    /<\/acceptors>/ { skip = 0; next }
+    skip { next }
+    /<address-settings>/ {
+      print
+      print "         <address-setting match=\"noauto.#\">"
+      print "            <auto-create-queues>false</auto-create-queues>"
+      print "            <auto-create-addresses>false</auto-create-addresses>"
+      print "         </address-setting>"
+      next
+    }
+    { print }' "$xml" >"$xml.new" && mv "$xml.new" "$xml" || return 1
+  grep -q "name=\"amqps\"" "$xml" && grep -q 'match="noauto.#"' "$xml" \
+    || { log "could not configure $xml"; return 1; }
+}
+
+# artemis_start: runs the instance in the foreground of a background job (`artemis run` execs
+# the JVM, so the PID recorded is the broker's) and waits until both ports answer.
+artemis_start() {
+  local pid port nofile
+  for port in "$ARTEMIS_PORT" "$ARTEMIS_TLS_PORT"; do
+    if port_open "$port"; then log "artemis: 127.0.0.1:$port is already taken by another process"; return 1; fi
+  done
+  nofile=$(nofile_limit)
+  (ulimit -n "$nofile" && exec "$ARTEMIS/instance/bin/artemis" run) >>"$STATE/artemis.log" 2>&1 &
+  pid=$!
+  record_pid artemis "$pid"
+  for port in "$ARTEMIS_PORT" "$ARTEMIS_TLS_PORT"; do
+    if ! wait_port "$port" 90 "$pid"; then
+      log "artemis did not open 127.0.0.1:$port (see $STATE/artemis.log and $ARTEMIS/instance/log/)"
+      stop artemis; return 1
+    fi
+  done
+}
+
+artemis_up() {
+  if running artemis; then log "artemis already running (pid $(cat "$STATE/artemis.pid"))"; return 0; fi
+  need_pkg java default-jre-headless || return 1
+  local t0=$SECONDS
+  tls_certs || return 1
+  artemis_dist || return 1
+  artemis_create || return 1
+  artemis_start || return 1
+  log "artemis up on amqp10://127.0.0.1:$ARTEMIS_PORT and amqp10s://localhost:$ARTEMIS_TLS_PORT" \
+    "(pid $(cat "$STATE/artemis.pid"), $((SECONDS - t0)) s)"
+}
+
+artemis_restart() { # artemis_restart SECONDS
+  running artemis || { log "artemis is not running (scripts/brokers.sh up)"; return 1; }
+  stop artemis
+  sleep "$1"
+  artemis_start || return 1
+  log "artemis restarted"
+}
+
 status_line() { # status_line NAME PORT WHERE: "running" only when the process is ours and answers
   if ! running "$1"; then echo "$1: stopped"
   elif ! port_open "$2"; then echo "$1: not answering on 127.0.0.1:$2 (pid $(cat "$STATE/$1.pid"))"
@@ -500,14 +624,17 @@ case "${1:-}" in
     mosquitto_up || failed+=(mosquitto)
     rabbitmq_up || failed+=(rabbitmq)
     nginx_up || failed+=(nginx)
+    artemis_up || failed+=(artemis)
     if [ "${#failed[@]}" -gt 0 ]; then log "FAILED to start: ${failed[*]}"; exit 1; fi ;;
-  down) stop nats; stop mosquitto; rabbitmq_down; stop nginx ;;
+  down) stop nats; stop mosquitto; rabbitmq_down; stop nginx; stop artemis ;;
   status)
     status_line nats "$NATS_PORT" "nats://127.0.0.1:$NATS_PORT"
     status_line mosquitto "$MQTT_PORT" "mqtt://127.0.0.1:$MQTT_PORT, mqtt://127.0.0.1:$MQTT_AUTH_PORT (auth), mqtts://localhost:$MQTTS_PORT"
     status_line rabbitmq "$AMQP_PORT" "amqp://127.0.0.1:$AMQP_PORT, node $RMQ_NODE"
-    status_line nginx "$NGINX_PORT" "http://127.0.0.1:$NGINX_PORT/, h2c :$NGINX_H2C_PORT, https :$NGINX_TLS_PORT" ;;
+    status_line nginx "$NGINX_PORT" "http://127.0.0.1:$NGINX_PORT/, h2c :$NGINX_H2C_PORT, https :$NGINX_TLS_PORT"
+    status_line artemis "$ARTEMIS_PORT" "amqp10://127.0.0.1:$ARTEMIS_PORT, amqp10s://localhost:$ARTEMIS_TLS_PORT" ;;
   restart-rabbitmq) rabbitmq_restart "${2:-1}" ;;
+  restart-artemis) artemis_restart "${2:-1}" ;;
   rabbitmqctl)
     shift
     # Without the node, rabbitmqctl would only start a stray epmd of its own.
@@ -523,9 +650,13 @@ case "${1:-}" in
     echo "export MSGBENCH_IT_MQTT_CLIENT_KEY=$(printf %q "$TLS/client.key")"
     echo "export MSGBENCH_IT_AMQP_URL=amqp://guest:guest@127.0.0.1:$AMQP_PORT/%2f"
     echo "export MSGBENCH_IT_RMQ_MQTT_URL=mqtt://127.0.0.1:$RMQ_MQTT_PORT"
+    echo "export MSGBENCH_IT_RMQ_AMQP10_URL=amqp10://guest:guest@127.0.0.1:$AMQP_PORT"
+    echo "export MSGBENCH_IT_ARTEMIS_URL=amqp10://$ARTEMIS_USER:$ARTEMIS_PASS@127.0.0.1:$ARTEMIS_PORT"
+    echo "export MSGBENCH_IT_ARTEMIS_TLS_URL=amqp10s://$ARTEMIS_USER:$ARTEMIS_PASS@localhost:$ARTEMIS_TLS_PORT"
+    echo "export MSGBENCH_IT_ARTEMIS_CA=$(printf %q "$TLS/ca.pem")"
     echo "export MSGBENCH_IT_HTTP_URL=http://127.0.0.1:$NGINX_PORT/"
     echo "export MSGBENCH_IT_HTTP_H2C_URL=http://127.0.0.1:$NGINX_H2C_PORT/"
     echo "export MSGBENCH_IT_HTTPS_URL=https://127.0.0.1:$NGINX_TLS_PORT/"
     echo "export MSGBENCH_IT_HTTPS_CA=$(printf %q "$TLS/ca.pem")" ;;
-  *) echo "usage: $0 up|down|status|env|restart-rabbitmq [SECONDS]|rabbitmqctl ARGS..." >&2; exit 2 ;;
+  *) echo "usage: $0 up|down|status|env|restart-rabbitmq [SECONDS]|restart-artemis [SECONDS]|rabbitmqctl ARGS..." >&2; exit 2 ;;
 esac
