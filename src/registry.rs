@@ -7,6 +7,7 @@ use msgbench_core::runner::{self, Observer, RunOutcome};
 use msgbench_core::scenario::RunPlan;
 use msgbench_core::shutdown::Shutdown;
 use msgbench_driver_amqp::AmqpDriver;
+use msgbench_driver_amqp10::Amqp10Driver;
 use msgbench_driver_http::{HttpDriver, HttpOptions};
 use msgbench_driver_mem::MemDriver;
 use msgbench_driver_mqtt::MqttDriver;
@@ -65,6 +66,19 @@ pub fn drivers() -> Vec<DriverInfo> {
                 request_reply: false,
                 responses: false,
                 metadata: false,
+            },
+        },
+        DriverInfo {
+            name: "amqp10",
+            schemes: &["amqp10", "amqp10s"],
+            // acks: unless [amqp10] settled = true (the plan decides).
+            about: "AMQP 1.0 (Artemis, RabbitMQ's AMQP 1.0 plugin, Qpid, ECP endpoints): queues and topics by address and capabilities ([amqp10]), pipelined unsettled sends (acks = broker outcomes) or pre-settled, credit, accept/release/reject, message ids and application properties, SASL PLAIN/ANONYMOUS, TLS, reconnection, connection workloads (fe2o3-amqp)",
+            caps: Capabilities {
+                acks: true,
+                queue_groups: true,
+                request_reply: false,
+                responses: false,
+                metadata: true,
             },
         },
         DriverInfo {
@@ -185,6 +199,16 @@ macro_rules! with_driver {
             }
             "zmq" => {
                 let $d = ZmqDriver::new(url, $sink.clone(), plan.connect_timeout)?;
+                $body
+            }
+            "amqp10" | "amqp10s" => {
+                let $d = Amqp10Driver::new(
+                    url,
+                    &plan.amqp10,
+                    &plan.tls,
+                    $sink.clone(),
+                    plan.connect_timeout,
+                )?;
                 $body
             }
             "http" | "https" => {
