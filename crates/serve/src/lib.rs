@@ -11,11 +11,15 @@
 //! - [`amqp`]: an AMQP 0-9-1 sink (`msgbench serve amqp-sink`): completes the handshake,
 //!   answers topology methods and publisher confirms, and counts and discards every message;
 //!   for measuring proxies and AMQP clients without a broker.
+//! - [`ecp`]: an ECP endpoint simulator (`msgbench serve ecp-endpoint`): on an AMQP 1.0
+//!   broker, answers what a business application sends to the ECP outbox with replies, inbox
+//!   deliveries and status events, with configurable delays and deterministic faults.
 //! - [`ws`]: a WebSocket broadcast server (`msgbench serve ws-broadcast`): every message a client
 //!   sends, or that is relayed from a broker, goes to every other client.
 #![warn(missing_docs)]
 
 pub mod amqp;
+pub mod ecp;
 mod listen;
 pub mod mqtt;
 pub mod ws;
