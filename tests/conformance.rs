@@ -1,24 +1,38 @@
 //! The driver conformance suite: the same observable behaviour, checked for every driver against
 //! a real target (the in-process broker for `mem://`, nats-server, Mosquitto and RabbitMQ started
 //! by `scripts/brokers.sh`, and msgbench's own MQTT broker run as `msgbench serve mqtt`). A new
-//! driver adds one line to `targets()`.
+//! driver adds one line to `targets()`; a target that needs settings beyond its URL is a scenario
+//! file naming the target (ActiveMQ Artemis over AMQP 1.0 with the `topic` capability, so that
+//! consumers without a group each get every message).
 
 mod util;
 
 use util::*;
 
-/// Targets, each with whether its driver supports request/reply. The returned server (if any)
-/// lives as long as the list.
-fn targets() -> (Vec<(&'static str, String, bool)>, Server) {
+/// Targets, each with whether its driver supports request/reply. The returned server and the
+/// directory of scenario files live as long as the list.
+fn targets() -> (Vec<(&'static str, String, bool)>, (Server, TempDir)) {
     let serve = Server::mqtt();
+    let files = TempDir::new("conf-targets");
+    let with = |name: &str, url: String, toml: &str| {
+        let p = files.path(&format!("{name}.toml"));
+        std::fs::write(&p, format!("target = {url:?}\n{toml}\n")).unwrap();
+        p.to_string_lossy().into_owned()
+    };
+    let artemis = with(
+        "artemis",
+        env_or_hint("MSGBENCH_IT_ARTEMIS_URL"),
+        "[amqp10]\ncapabilities = [\"topic\"]",
+    );
     let list = vec![
         ("mem", "mem://conformance".to_string(), true),
         ("nats", nats_url(), true),
         ("mosquitto", mqtt_url(), false),
         ("rabbitmq", amqp_url(), false),
         ("mqtt-serve", serve.url.clone(), false),
+        ("artemis-amqp10", artemis, false),
     ];
-    (list, serve)
+    (list, (serve, files))
 }
 
 /// Every message published reaches the subscriber exactly once, with latencies recorded.

@@ -1,0 +1,382 @@
+//! AMQP 1.0 behaviour against real brokers started by `scripts/brokers.sh`: ActiveMQ Artemis
+//! (queues and topics by capability, TLS, login required) and RabbitMQ's AMQP 1.0 plugin
+//! (addresses `/queue/NAME`, `/topic/KEY`): exact pub/sub with broker outcomes as acks,
+//! pre-settled sends, competing consumers, fan-out, what receivers answer, clear errors, and
+//! the connection workloads.
+
+mod util;
+
+use util::*;
+
+fn artemis() -> String {
+    env_or_hint("MSGBENCH_IT_ARTEMIS_URL")
+}
+
+fn rabbitmq() -> String {
+    env_or_hint("MSGBENCH_IT_RMQ_AMQP10_URL")
+}
+
+/// Writes a scenario holding `[amqp10]` settings `toml` into `d`; returns its path.
+fn scenario(d: &TempDir, name: &str, toml: &str) -> String {
+    let p = d.path(name);
+    std::fs::write(&p, format!("[amqp10]\n{toml}\n")).unwrap();
+    p.to_string_lossy().into_owned()
+}
+
+/// `run [SCENARIO --target] URL ... --warmup 0s --no-output`.
+fn run_args<'a>(scenario: Option<&'a str>, url: &'a str, extra: &[&'a str]) -> Vec<&'a str> {
+    let mut v = vec!["run"];
+    if let Some(s) = scenario {
+        v.extend([s, "--target"]);
+    }
+    v.extend([url, "--warmup", "0s", "--no-output"]);
+    v.extend_from_slice(extra);
+    v
+}
+
+/// Every message arrives once; each one's outcome is an ack with its publish latency; e2e
+/// latencies are recorded for every delivery.
+fn assert_exact(r: &serde_json::Value, n: u64, what: &str) {
+    let m = measure(r);
+    let i = &r["integrity"];
+    assert_eq!(u(&i["expected"]), n, "{what}: {i}");
+    assert_eq!(
+        (u(&i["delivered"]), u(&i["lost"]), u(&i["duplicated"])),
+        (n, 0, 0),
+        "{what}: {i}"
+    );
+    assert_eq!(u(&m["counters"]["acked"]), n, "{what}: {}", m["counters"]);
+    assert_eq!(u(&m["publish"]["count"]), n, "{what}");
+    assert!(u(&m["publish"]["p50"]) > 0, "{what}: publish latency");
+    assert_eq!(
+        u(&m["e2e"]["count"]),
+        u(&m["counters"]["received"]),
+        "{what}"
+    );
+    assert!(u(&m["e2e"]["p50"]) > 0, "{what}: e2e latency");
+    assert_eq!(u(&m["counters"]["errors"]["send"]), 0, "{what}");
+}
+
+/// Artemis: two producers into one anycast queue (the `queue` capability, the default),
+/// durable messages, a consumer; every outcome is `accepted`.
+#[test]
+fn artemis_pub_sub_is_exact() {
+    let d = TempDir::new("amqp10-artemis");
+    let s = scenario(&d, "a.toml", "durable = true");
+    let url = artemis();
+    let r = run_json(
+        &d.0,
+        &run_args(
+            Some(&s),
+            &url,
+            &[
+                "-p",
+                "2",
+                "-n",
+                "20000",
+                "-s",
+                "1KiB",
+                "--topic",
+                "it10.exact",
+            ],
+        ),
+    );
+    assert_exact(&r, 20_000, "artemis");
+}
+
+/// RabbitMQ's AMQP 1.0 plugin, addressing the queue as `/queue/NAME`.
+#[test]
+fn rabbitmq_pub_sub_is_exact() {
+    let d = TempDir::new("amqp10-rabbit");
+    let s = scenario(&d, "r.toml", "address = \"/queue/{topic}\"\ndurable = true");
+    let url = rabbitmq();
+    let r = run_json(
+        &d.0,
+        &run_args(
+            Some(&s),
+            &url,
+            &[
+                "-p",
+                "2",
+                "-n",
+                "20000",
+                "-s",
+                "1KiB",
+                "--topic",
+                "it10.exact",
+            ],
+        ),
+    );
+    assert_exact(&r, 20_000, "rabbitmq");
+}
+
+/// Pre-settled sends: no outcomes, so no acks and no publish latency; still every message
+/// arrives.
+#[test]
+fn settled_sends_have_no_acks() {
+    let d = TempDir::new("amqp10-settled");
+    let s = scenario(&d, "s.toml", "settled = true");
+    let url = artemis();
+    let r = run_json(
+        &d.0,
+        &run_args(
+            Some(&s),
+            &url,
+            &["-n", "10000", "--rate", "20000", "--topic", "it10.settled"],
+        ),
+    );
+    let m = measure(&r);
+    assert_eq!(u(&m["counters"]["acked"]), 0, "{}", m["counters"]);
+    assert_eq!(u(&m["publish"]["count"]), 0);
+    let i = &r["integrity"];
+    assert_eq!((u(&i["delivered"]), u(&i["lost"])), (10_000, 0), "{i}");
+}
+
+/// Receivers on one queue compete (each message once, whatever the group); with the `topic`
+/// capability each receiver gets everything (Artemis subscriptions, RabbitMQ `/topic/`), and
+/// a group on a topic shares one subscription (Artemis).
+#[test]
+fn queues_compete_and_topics_fan_out() {
+    let d = TempDir::new("amqp10-groups");
+    let (a, rmq) = (artemis(), rabbitmq());
+    let r = run_json(
+        &d.0,
+        &run_args(
+            None,
+            &a,
+            &["-c", "3", "-n", "9000", "--topic", "it10.compete"],
+        ),
+    );
+    let i = &r["integrity"];
+    assert_eq!((u(&i["delivered"]), u(&i["duplicated"])), (9000, 0), "{i}");
+    let q = scenario(&d, "q.toml", "address = \"/queue/{topic}\"");
+    let r = run_json(
+        &d.0,
+        &run_args(
+            Some(&q),
+            &rmq,
+            &[
+                "-c",
+                "2",
+                "--queue-group",
+                "g",
+                "-n",
+                "6000",
+                "--topic",
+                "it10.compete",
+            ],
+        ),
+    );
+    let i = &r["integrity"];
+    assert_eq!((u(&i["delivered"]), u(&i["duplicated"])), (6000, 0), "{i}");
+
+    let t = scenario(&d, "t.toml", "capabilities = [\"topic\"]");
+    let r = run_json(
+        &d.0,
+        &run_args(
+            Some(&t),
+            &a,
+            &["-c", "3", "-n", "3000", "--topic", "it10.fan"],
+        ),
+    );
+    assert_eq!(u(&r["integrity"]["delivered"]), 9000, "{}", r["integrity"]);
+    let r = run_json(
+        &d.0,
+        &run_args(
+            Some(&t),
+            &a,
+            &[
+                "-c",
+                "3",
+                "--queue-group",
+                "g",
+                "-n",
+                "3000",
+                "--topic",
+                "it10.shared",
+            ],
+        ),
+    );
+    let i = &r["integrity"];
+    assert_eq!((u(&i["delivered"]), u(&i["duplicated"])), (3000, 0), "{i}");
+    let rt = scenario(
+        &d,
+        "rt.toml",
+        "address = \"/topic/{topic}\"\ncapabilities = []",
+    );
+    let r = run_json(
+        &d.0,
+        &run_args(
+            Some(&rt),
+            &rmq,
+            &["-c", "2", "-n", "3000", "--topic", "it10.fan"],
+        ),
+    );
+    assert_eq!(u(&r["integrity"]["delivered"]), 6000, "{}", r["integrity"]);
+}
+
+/// `on_receive = "release"`: the broker takes each message back and hands it out again, so
+/// the consumer sees it more than once; `reject` consumes it (Artemis dead-letters it).
+#[test]
+fn what_receivers_answer() {
+    let d = TempDir::new("amqp10-release");
+    let url = artemis();
+    let s = scenario(&d, "rel.toml", "on_receive = \"release\"\ncredit = 100");
+    let r = run_json(
+        &d.0,
+        &run_args(
+            Some(&s),
+            &url,
+            &["-n", "20", "--drain", "1s", "--topic", "it10.release"],
+        ),
+    );
+    let i = &r["integrity"];
+    assert_eq!(u(&i["delivered"]), 20, "{i}");
+    assert!(u(&i["duplicated"]) > 0, "released messages come again: {i}");
+    let s = scenario(&d, "rej.toml", "on_receive = \"reject\"");
+    let r = run_json(
+        &d.0,
+        &run_args(Some(&s), &url, &["-n", "200", "--topic", "it10.reject"]),
+    );
+    let i = &r["integrity"];
+    assert_eq!((u(&i["delivered"]), u(&i["duplicated"])), (200, 0), "{i}");
+}
+
+/// Wrong passwords, anonymous logins where a login is required, missing addresses, closed
+/// ports and unverifiable certificates are clear errors with a failing exit code, and no
+/// password is printed.
+#[test]
+fn clear_errors() {
+    let d = TempDir::new("amqp10-errors");
+    let fails = |args: &[&str], wants: &[&str]| {
+        let o = msgbench(&d.0, args);
+        assert_eq!(o.status.code(), Some(1), "{args:?}: {}", stderr(&o));
+        let e = stderr(&o);
+        for w in wants {
+            assert!(e.contains(w), "{args:?}: `{w}` missing from: {e}");
+        }
+        assert!(!e.contains("wrong-pass"), "the password is printed: {e}");
+        e
+    };
+    let a = artemis();
+    let bad = a.replace("msgbench-secret", "wrong-pass");
+    fails(
+        &run_args(None, &bad, &["-n", "10"]),
+        &["authentication failed", "user `msgbench`"],
+    );
+    let bad = rabbitmq().replace("guest:guest", "guest:wrong-pass");
+    fails(
+        &run_args(None, &bad, &["-n", "10"]),
+        &["authentication failed"],
+    );
+    let anon = a.replace("msgbench:msgbench-secret@", "");
+    fails(
+        &run_args(None, &anon, &["-n", "10"]),
+        &["authentication failed", "anonymous"],
+    );
+    // Artemis creates nothing under `noauto.`: the receiver, then (without consumers) the
+    // sender is refused, naming the address and what the broker said.
+    fails(
+        &run_args(None, &a, &["-n", "10", "--topic", "noauto.missing"]),
+        &["`noauto.missing`", "amqp:not-found"],
+    );
+    fails(
+        &run_args(
+            None,
+            &a,
+            &["-n", "10", "-c", "0", "--topic", "noauto.missing"],
+        ),
+        &["sender link to `noauto.missing`", "amqp:not-found"],
+    );
+    let closed = format!("amqp10://127.0.0.1:{}", free_port());
+    let t0 = std::time::Instant::now();
+    fails(
+        &run_args(None, &closed, &["-n", "10"]),
+        &["cannot connect", "refused"],
+    );
+    assert!(t0.elapsed() < std::time::Duration::from_secs(10));
+    let tls = env_or_hint("MSGBENCH_IT_ARTEMIS_TLS_URL");
+    fails(
+        &run_args(None, &tls, &["-n", "10"]),
+        &["TLS", "certificate"],
+    );
+    // TLS to the plain port: the handshake never completes; the connect timeout ends it.
+    let plain = tls.replace("26671", "26672");
+    fails(
+        &run_args(
+            None,
+            &plain,
+            &["-n", "10", "--insecure", "--connect-timeout", "2s"],
+        ),
+        &["cannot connect", "within"],
+    );
+}
+
+/// TLS with the test CA: verified, and every message arrives.
+#[test]
+fn tls_with_verification() {
+    let d = TempDir::new("amqp10-tls");
+    let url = env_or_hint("MSGBENCH_IT_ARTEMIS_TLS_URL");
+    let ca = env_or_hint("MSGBENCH_IT_ARTEMIS_CA");
+    let r = run_json(
+        &d.0,
+        &run_args(
+            None,
+            &url,
+            &["--ca-file", &ca, "-n", "5000", "--topic", "it10.tls"],
+        ),
+    );
+    assert_exact(&r, 5000, "artemis over TLS");
+}
+
+/// Connection workloads: held connections (SASL + open + begin) and a connect storm with a
+/// pre-settled message per connection.
+#[test]
+fn connection_workloads() {
+    let d = TempDir::new("amqp10-conns");
+    let url = artemis();
+    let r = run_json(
+        &d.0,
+        &[
+            "run",
+            &url,
+            "--connections",
+            "100",
+            "--hold",
+            "1s",
+            "--no-output",
+        ],
+    );
+    assert_eq!(
+        u(&r["connections"]["peak_held"]),
+        100,
+        "{}",
+        r["connections"]
+    );
+    let r = run_json(
+        &d.0,
+        &[
+            "run",
+            &url,
+            "--storm",
+            "--concurrency",
+            "4",
+            "--duration",
+            "1s",
+            "--messages-per-connection",
+            "1",
+            "--topic",
+            "it10.storm",
+            "--no-output",
+        ],
+    );
+    let m = measure(&r);
+    assert!(u(&m["counters"]["connects"]) > 5, "{m}");
+    assert_eq!(
+        m["counters"]["connect_failures"]
+            .as_object()
+            .map_or(0, |f| f.values().map(u).sum()),
+        0,
+        "{m}"
+    );
+}
