@@ -131,6 +131,18 @@ pub struct EcpServeArgs {
     /// Do not verify amqp10s:// brokers' certificates.
     #[arg(long)]
     pub insecure: bool,
+    /// Outbox queue (default ecp.endpoint.outbox).
+    #[arg(long, value_name = "QUEUE")]
+    pub outbox_queue: Option<String>,
+    /// Reply queue (default ecp.endpoint.outbox.reply).
+    #[arg(long, value_name = "QUEUE")]
+    pub reply_queue: Option<String>,
+    /// Send-event queue (default ecp.endpoint.send.event).
+    #[arg(long, value_name = "QUEUE")]
+    pub send_event_queue: Option<String>,
+    /// Inbox queue (default ecp.endpoint.inbox).
+    #[arg(long, value_name = "QUEUE")]
+    pub inbox_queue: Option<String>,
 }
 
 /// Servers `msgbench serve` can run.

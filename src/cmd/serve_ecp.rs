@@ -26,7 +26,12 @@ pub fn config(args: &ServeArgs) -> Result<EcpEndpointConfig> {
         ..Amqp10Section::default()
     })
     .map_err(|e| anyhow!("{e}"))?;
+    let d = EcpEndpointConfig::default();
     Ok(EcpEndpointConfig {
+        outbox: e.outbox_queue.clone().unwrap_or(d.outbox),
+        reply: e.reply_queue.clone().unwrap_or(d.reply),
+        send_event: e.send_event_queue.clone().unwrap_or(d.send_event),
+        inbox: e.inbox_queue.clone().unwrap_or(d.inbox),
         inbox_url: e.inbox_broker.clone().unwrap_or_else(|| broker.clone()),
         outbox_url: broker,
         tls: TlsPlan {
@@ -42,7 +47,7 @@ pub fn config(args: &ServeArgs) -> Result<EcpEndpointConfig> {
         error_reply_ratio: e.error_ratio,
         failed_ratio: e.failed_ratio,
         duplicate_every: e.duplicate_every,
-        ..EcpEndpointConfig::default()
+        ..d
     })
 }
 

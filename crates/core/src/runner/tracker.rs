@@ -228,25 +228,28 @@ impl Tracker {
         let bit = 1u32 << stage;
         self.apply(keys, rekey, |e| {
             if (e.pending | e.expired) & bit != 0 {
-                Some((bit, Seen::Reached(now_ns.saturating_sub(e.intended_ns))))
+                Some((
+                    bit,
+                    Seen::Reached(now_ns.saturating_sub(e.intended_ns)),
+                    false,
+                ))
             } else {
-                Some((0, Seen::Duplicate))
+                Some((0, Seen::Duplicate, false))
             }
         })
     }
 
-    /// A failure event for the message known by one of `keys`: it will reach no further stage
-    /// and is retired as failed. `Some(Reached)` the first time (the latency is when it
-    /// failed), `Some(Duplicate)` for a repeated failure or a message already complete.
+    /// A failure event for the message known by one of `keys`: it is retired as failed (never
+    /// missing; its window place is freed). Events of other stages that still come for it (a
+    /// reply racing the FAILED event on another queue) are recorded as usual. `Some(Reached)`
+    /// the first time (the latency is when it failed), `Some(Duplicate)` for a repeated
+    /// failure or a message already complete.
     pub fn fail<'k>(&self, keys: impl IntoIterator<Item = &'k str>, now_ns: u64) -> Option<Seen> {
         self.apply(keys, None, |e| {
             if e.retired {
-                Some((0, Seen::Duplicate))
+                Some((0, Seen::Duplicate, false))
             } else {
-                Some((
-                    u32::MAX,
-                    Seen::Reached(now_ns.saturating_sub(e.intended_ns)),
-                ))
+                Some((0, Seen::Reached(now_ns.saturating_sub(e.intended_ns)), true))
             }
         })
     }
@@ -258,7 +261,7 @@ impl Tracker {
         &self,
         keys: impl IntoIterator<Item = &'k str>,
         rekey: Option<&str>,
-        f: impl FnOnce(&Entry) -> Option<(u32, Seen)>,
+        f: impl FnOnce(&Entry) -> Option<(u32, Seen, bool)>,
     ) -> Option<Seen> {
         let primary = keys.into_iter().find_map(|k| self.primary(k))?;
         let mut forget = Vec::new();
@@ -267,11 +270,11 @@ impl Tracker {
             // Forgotten between the two lookups.
             return None;
         };
-        let (clear, seen) = f(e)?;
+        let (clear, seen, failed) = f(e)?;
         let before = e.pending;
         e.pending &= !clear;
         e.expired &= !clear;
-        let done = !e.retired && (e.pending | e.expired) & self.required == 0;
+        let done = !e.retired && (failed || (e.pending | e.expired) & self.required == 0);
         // The window place is freed when the window stage is reached, or when the message is
         // done without reaching it (it failed); not when it was already freed by expiry.
         let mut release = false;
@@ -421,6 +424,9 @@ mod tests {
         assert_eq!(t.fail(["a"], 5), Some(Seen::Reached(5)));
         assert_eq!(t.fail(["a"], 6), Some(Seen::Duplicate));
         assert_eq!(t.live(), 0);
+        // A reply that raced the failure on another queue still counts for its stage.
+        assert_eq!(t.observe(["a"], 1, 7, None), Some(Seen::Reached(7)));
+        assert_eq!(t.missing(4), vec![0, 0, 0, 0], "failed, not missing");
         // The window place came back.
         futures_lite_block_on(g.acquire());
         assert!(t.register("b", 0));
