@@ -82,10 +82,28 @@ fn describe(plan: &RunPlan) -> String {
         Measure::Duration(d) => format_duration(d),
         Measure::Messages(n) => format!("{n} messages"),
     };
-    let subs = match &plan.subscription {
+    let mut subs = match &plan.subscription {
         SubscriptionMode::Fanout => "fan-out".to_string(),
         SubscriptionMode::Queue { group } => format!("queue group `{group}`"),
     };
+    if let Some(t) = &plan.tracking {
+        // Stage listeners replace consumers; name the stages in order (s1, s2... in the table).
+        let names: Vec<String> = t
+            .stages
+            .iter()
+            .enumerate()
+            .map(|(i, s)| format!("s{}={}", i + 1, s.name))
+            .collect();
+        subs = format!(
+            "{} stages on {} queues: {}{}",
+            t.stages.len(),
+            t.queues().len(),
+            names.join(", "),
+            t.window_stage()
+                .map(|w| format!("; window {} before s{}", plan.max_in_flight, w + 1))
+                .unwrap_or_default()
+        );
+    }
     let r = plan.redacted();
     let to = match &r.consume_from {
         Some(c) => format!("{} -> {c} (producers -> consumers)", r.target),

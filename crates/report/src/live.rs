@@ -45,7 +45,24 @@ pub fn line(iv: &IntervalStats, open_gaps_total: u64) -> String {
         c.reordered,
         c.errors.total(),
         iv.cpu_s / d * 100.0,
-    )
+    ) + &stages_suffix(iv)
+}
+
+/// Multi-stage runs: each stage's arrivals per second this interval, in stage order (`s1=..`),
+/// so a long tracked run shows its progress through every stage.
+fn stages_suffix(iv: &IntervalStats) -> String {
+    if iv.stages.is_empty() {
+        return String::new();
+    }
+    let d = iv.duration_s();
+    let mut out = String::from("  stages/s");
+    for (i, s) in iv.stages.iter().enumerate() {
+        out.push_str(&format!(" s{}={:.0}", i + 1, s.counts.reached as f64 / d));
+        if s.counts.failed > 0 {
+            out.push_str(&format!("(!{})", s.counts.failed));
+        }
+    }
+    out
 }
 
 /// A latency in the most readable unit (`-` when nothing was recorded).
