@@ -6,7 +6,8 @@
 //!   ANONYMOUS without one, and a display form without the password.
 //! - [`Client`]: one connection with one session, opened within a timeout. TCP (NODELAY) and
 //!   TLS come from `msgbench-net`; fe2o3 speaks AMQP over the stream it is handed
-//!   (`open_with_stream`), so it needs none of its own TLS features.
+//!   (`open_with_stream`), so it needs none of its own TLS features. Its per-frame writes are
+//!   gathered into one write per batch (`gather`).
 //! - [`Sender`] / [`Receiver`]: links on an address with terminus capabilities (`queue` makes
 //!   Artemis create an anycast queue; Qpid Broker-J wants `create-on-demand`...). Sending
 //!   unsettled returns at once with a [`Pending`] outcome, so many transfers can be in flight.
@@ -19,6 +20,7 @@
 //! Credentials never appear in them.
 
 use crate::convert;
+use crate::gather::Gathered;
 use bytes::Bytes;
 use fe2o3_amqp::connection::{ConnectionHandle, OpenError};
 use fe2o3_amqp::link::delivery::{DeliveryFut, DeliveryInfo};
@@ -258,9 +260,10 @@ impl Client {
                 .container_id(container_id)
                 .hostname(ep.target.host.as_str())
                 .sasl_profile(ep.sasl());
+            // fe2o3 flushes every frame; `Gathered` turns that into one write per batch.
             let mut conn = match stream {
-                Stream::Tcp(s) => builder.open_with_stream(s).await,
-                Stream::Tls(s) => builder.open_with_stream(s).await,
+                Stream::Tcp(s) => builder.open_with_stream(Gathered::new(s)).await,
+                Stream::Tls(s) => builder.open_with_stream(Gathered::new(s)).await,
             }
             .map_err(|e| ep.open_error(e))?;
             let session = Session::begin(&mut conn)

@@ -32,12 +32,14 @@
 //! # Layout
 //! - [`client`]: the connection, links and messages (public: simulators use it too).
 //! - `convert`: `Meta` and bodies ↔ AMQP message sections.
+//! - `gather`: one socket write per batch of frames instead of one per frame.
 //! - `producer`, `consumer`: the runner's producers and consumers, with reconnection.
 //! - this file: the `Driver` and the held session of connection workloads.
 
 pub mod client;
 mod consumer;
 mod convert;
+mod gather;
 mod producer;
 
 pub use consumer::Amqp10Consumer;
