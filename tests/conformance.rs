@@ -9,9 +9,15 @@ mod util;
 
 use util::*;
 
-/// Targets, each with whether its driver supports request/reply. The returned server and the
-/// directory of scenario files live as long as the list.
-fn targets() -> (Vec<(&'static str, String, bool)>, (Server, TempDir)) {
+/// A target: its name, its URL (or a scenario file naming it), whether its driver supports
+/// request/reply.
+type Target = (&'static str, String, bool);
+
+/// What lives as long as the targets: msgbench's MQTT broker and the scenario files.
+type Keep = (Server, TempDir);
+
+/// Every target.
+fn targets() -> (Vec<Target>, Keep) {
     let serve = Server::mqtt();
     let files = TempDir::new("conf-targets");
     let with = |name: &str, url: String, toml: &str| {
