@@ -55,7 +55,8 @@
 #     ${MSGBENCH_ARTEMIS_TLS_PORT:-26671}  TLS (the test server certificate above)
 #     Addresses and anycast queues are created on demand (a `queue` capability asks for anycast)
 #     and deleted when empty and unused, except under `noauto.`, where nothing is created (the
-#     missing-address tests). Artemis takes several seconds to start.
+#     missing-address tests); an address under `full.` rejects messages once it holds 256 KiB
+#     (the refused-outcome tests). Artemis takes several seconds to start.
 # State (PID files, configs, logs, certificates) lives in
 # ${MSGBENCH_BROKERS_DIR:-$HOME/.cache/msgbench-brokers}.
 # Set MSGBENCH_NO_INSTALL=1 to forbid installing packages.
@@ -541,8 +542,9 @@ artemis_create() {
     -passout "pass:$ARTEMIS_PASS" -out "$ARTEMIS/server.p12") 2>>"$ARTEMIS/create.log" \
     || { log "could not write the PKCS#12 key store (see $ARTEMIS/create.log)"; return 1; }
   xml="$inst/etc/broker.xml"
-  # Our acceptors instead of the generated ones; no auto-creation under `noauto.` (the setting
-  # with the longer match wins over the catch-all `#`).
+  # Our acceptors instead of the generated ones; no auto-creation under `noauto.`, and
+  # addresses under `full.` refuse messages past 256 KiB (the settings with the longer match win
+  # over the catch-all `#`).
   awk -v acceptors="$(artemis_acceptors)" '
     /<acceptors>/ { print acceptors; skip = 1; next }
     /<\/acceptors>/ { skip = 0; next }
@@ -553,10 +555,14 @@ artemis_create() {
       print "            <auto-create-queues>false</auto-create-queues>"
       print "            <auto-create-addresses>false</auto-create-addresses>"
       print "         </address-setting>"
+      print "         <address-setting match=\"full.#\">"
+      print "            <max-size-bytes>262144</max-size-bytes>"
+      print "            <address-full-policy>FAIL</address-full-policy>"
+      print "         </address-setting>"
       next
     }
     { print }' "$xml" >"$xml.new" && mv "$xml.new" "$xml" || return 1
-  grep -q "name=\"amqps\"" "$xml" && grep -q 'match="noauto.#"' "$xml" \
+  grep -q "name=\"amqps\"" "$xml" && grep -q 'match="noauto.#"' "$xml" && grep -q 'match="full.#"' "$xml" \
     || { log "could not configure $xml"; return 1; }
 }
 

@@ -242,6 +242,39 @@ fn what_receivers_answer() {
     assert_eq!((u(&i["delivered"]), u(&i["duplicated"])), (200, 0), "{i}");
 }
 
+/// Messages the broker refuses (Artemis rejects what an address under `full.` cannot hold)
+/// are counted as nacked, not acked, and reported once as a warning with the broker's error.
+#[test]
+fn refused_messages_are_nacked() {
+    let d = TempDir::new("amqp10-full");
+    let url = artemis();
+    // An address of its own: a full one stays full until the broker is recreated.
+    let topic = format!("full.{}", d.0.file_name().unwrap().to_string_lossy());
+    let r = run_json(
+        &d.0,
+        &run_args(
+            None,
+            &url,
+            &["-c", "0", "-n", "1000", "-s", "1KiB", "--topic", &topic],
+        ),
+    );
+    let c = &measure(&r)["counters"];
+    assert_eq!(u(&c["acked"]) + u(&c["nacked"]), 1000, "{c}");
+    assert!(u(&c["acked"]) > 0 && u(&c["nacked"]) > 0, "{c}");
+    let warnings: Vec<&serde_json::Value> = r["events"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|e| e["kind"] == "warning")
+        .collect();
+    assert_eq!(warnings.len(), 1, "{}", r["events"]);
+    let w = warnings[0]["detail"].as_str().unwrap();
+    assert!(
+        w.contains(&format!("`{topic}`")) && w.contains("amqp:resource-limit-exceeded"),
+        "{w}"
+    );
+}
+
 /// Wrong passwords, anonymous logins where a login is required, missing addresses, closed
 /// ports and unverifiable certificates are clear errors with a failing exit code, and no
 /// password is printed.
