@@ -27,6 +27,13 @@
 #                               package) in the same session: requests/s and CPU-s per million
 #                               (target: >= wrk's rate at <= 1.2x its CPU); then a fixed rate of
 #                               half msgbench's maximum: latency p50/p99
+#   scripts/bench.sh ecp        AMQP 1.0 and the ecp preset: (1) plain loop-back (`--ecp-mode amqp`,
+#                               3,000-byte durable messages, 2 senders, in-flight 1,000) on
+#                               RabbitMQ's AMQP 1.0 plugin and on Artemis: msgs/s and CPU-s per
+#                               million (target on RabbitMQ: >= 3,045 msgs/s at <= 30 CPU-s/M,
+#                               5x go-mades-bench's 609 msgs/s at 161); (2) endpoint mode through
+#                               `msgbench serve ecp-endpoint` on Artemis: msgs/s per stage and
+#                               msgbench's CPU-s per million
 #
 # RUNS (default 5) sets the repetitions. The NATS benchmark starts nats-server via
 # scripts/brokers.sh; if the Go `nats` CLI is on PATH (or in ~/.cache/gobin), `nats bench`
@@ -355,6 +362,54 @@ bench_zmq() {
   echo "  median: $(printf '%s\n' "${rates[@]}" | median) msgs/s (aim >= 1,000,000)"
 }
 
+# ecp_run ARGS... -> prints "rate_of_last_required_stage cpu_s_per_million stage_table"
+ecp_run() {
+  local out tm
+  out=$(mktemp); tm=$(mktemp)
+  /usr/bin/time -f "%U %S" -o "$tm" "$B" run --preset ecp "$@" --no-output --quiet --format json >"$out"
+  python3 - "$out" "$tm" <<'PY'
+import json, sys
+r = json.load(open(sys.argv[1])); u, s = open(sys.argv[2]).read().split()[-2:]
+sent = sum(p["counters"]["sent"] for p in r["phases"])
+st = r["stages"]
+win = next((x for x in st if x["window"]), st[-1])
+table = "; ".join(f'{x["name"]} {x["msgs_per_s"]:.0f}/s p50 {x["latency"]["p50"]/1e6:.1f}ms p99 {x["latency"]["p99"]/1e6:.1f}ms missing {x["missing"]}' for x in st if x["reached"] or not x["optional"])
+print(f'{win["msgs_per_s"]:.0f} {(float(u) + float(s)) / max(sent, 1) * 1e6:.2f} {table}')
+PY
+  rm -f "$out" "$tm"
+}
+
+bench_ecp() {
+  scripts/brokers.sh up >/dev/null
+  eval "$(scripts/brokers.sh env)"
+  local n=${ECP_MESSAGES:-30000}
+  for broker in rabbitmq artemis; do
+    local url extra=()
+    if [ "$broker" = rabbitmq ]; then url=$MSGBENCH_IT_RMQ_AMQP10_URL; extra=(--address '/queue/{topic}'); else url=$MSGBENCH_IT_ARTEMIS_URL; fi
+    echo "== AMQP 1.0 loop-back (ecp amqp mode) on $broker: $n x 3,000-byte durable messages, 2 senders, in-flight 1,000 ($RUNS runs)"
+    local rates=() cpus=()
+    for i in $(seq "$RUNS"); do
+      read -r rate cpu table < <(ecp_run --ecp-mode amqp --inbox-url "$url" --inbox-queue "bench.ecp.amqp.$i" "${extra[@]}" \
+        -p 2 --size 3000 --max-in-flight 1000 -n "$n")
+      echo "  $rate msgs/s received, $cpu CPU-s per million ($table)"
+      rates+=("$rate"); cpus+=("$cpu")
+    done
+    echo "  median: $(printf '%s\n' "${rates[@]}" | median) msgs/s at $(printf '%s\n' "${cpus[@]}" | median) CPU-s per million"
+  done
+  echo "== ECP endpoint mode through serve ecp-endpoint on Artemis: $n x 3,000-byte messages, in-flight 1,000 ($RUNS runs)"
+  local rates=() cpus=()
+  for i in $(seq "$RUNS"); do
+    local q=(--outbox-queue "bench.ecp.$i.outbox" --reply-queue "bench.ecp.$i.reply" --send-event-queue "bench.ecp.$i.event" --inbox-queue "bench.ecp.$i.inbox")
+    "$B" serve ecp-endpoint --quiet --broker "$MSGBENCH_IT_ARTEMIS_URL" "${q[@]}" 2>/dev/null &
+    local sim=$!
+    read -r rate cpu table < <(ecp_run --outbox-url "$MSGBENCH_IT_ARTEMIS_URL" "${q[@]}" --size 3000 --max-in-flight 1000 -n "$n")
+    kill -INT "$sim"; wait "$sim" 2>/dev/null || true
+    echo "  $rate msgs/s through RECEIVED, msgbench $cpu CPU-s per million ($table)"
+    rates+=("$rate"); cpus+=("$cpu")
+  done
+  echo "  median: $(printf '%s\n' "${rates[@]}" | median) msgs/s at $(printf '%s\n' "${cpus[@]}" | median) CPU-s per million (msgbench only; the simulator runs on the same 2 cores)"
+}
+
 case "${1:-all}" in
   mem) bench_mem ;;
   nats) bench_nats ;;
@@ -368,6 +423,7 @@ case "${1:-all}" in
   ws) bench_ws ;;
   http) bench_http ;;
   zmq) bench_zmq ;;
-  all) bench_mem; bench_nats; bench_memory; bench_mqtt; bench_demo; bench_storm; bench_conns; bench_amqp; bench_sink; bench_ws; bench_http; bench_zmq ;;
+  ecp) bench_ecp ;;
+  all) bench_mem; bench_nats; bench_memory; bench_mqtt; bench_demo; bench_storm; bench_conns; bench_amqp; bench_sink; bench_ws; bench_http; bench_zmq; bench_ecp ;;
   *) echo "usage: $0 [mem|nats|memory|mqtt|demo|storm|conns|amqp|sink|ws|http|zmq|all]" >&2; exit 2 ;;
 esac
