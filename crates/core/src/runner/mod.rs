@@ -306,24 +306,22 @@ pub async fn run<D: Driver>(
         .map(|t| t.queues())
         .unwrap_or_default();
     let base = plan.consumers();
-    let listener_specs = stage_queues
-        .iter()
-        .enumerate()
-        .map(|(i, ((queue, target), _))| ConsumerSpec {
-            id: base + i as u32,
-            topic: queue.clone(),
-            group: None,
-            respond: false,
-            meta: true,
-            target: target.clone(),
-        });
+    let listener_specs = stage_queues.iter().enumerate().map(|(i, q)| ConsumerSpec {
+        id: base + i as u32,
+        topic: q.queue.clone(),
+        group: None,
+        respond: false,
+        meta: true,
+        target: q.target.clone(),
+    });
     let (mut listeners, listener_homes) = tokio::select! {
         r = connect_all(&mut workers, listener_specs, "stage listener", plan.connect_timeout,
                         |d, spec: ConsumerSpec| async move { d.consumer(&spec).await }, &driver) => r?,
         _ = shutdown.reached(1) => return Err(RunError::Interrupted),
     };
     if plan.tracking.as_ref().is_some_and(|t| t.clean) {
-        for (c, ((queue, _), _)) in listeners.iter_mut().zip(&stage_queues) {
+        for (c, q) in listeners.iter_mut().zip(&stage_queues) {
+            let queue = &q.queue;
             let n = tokio::select! {
                 n = stages::clean(c, Duration::from_secs(1), Duration::from_secs(60)) => n,
                 _ = shutdown.reached(1) => return Err(RunError::Interrupted),
@@ -412,12 +410,12 @@ pub async fn run<D: Driver>(
     let mut listener_tasks = JoinSet::new();
     if let (Some(t), Some(tr)) = (&plan.tracking, &tracker) {
         let all = Arc::new(t.stages.clone());
-        for (i, (c, ((queue, _), mine))) in listeners.into_iter().zip(&stage_queues).enumerate() {
+        for (i, (c, q)) in listeners.into_iter().zip(&stage_queues).enumerate() {
             let task = stages::StageListener {
                 id: base + i as u32,
-                queue: queue.clone(),
+                queue: q.queue.clone(),
                 stages: all.clone(),
-                mine: mine.clone(),
+                mine: q.stages.clone(),
                 key: t.key.clone(),
                 tracker: tr.clone(),
                 run_id: plan.run_id,

@@ -56,8 +56,8 @@ pub use plan::{
     resolve,
 };
 pub use stages::{
-    KeySource, MessagePlan, MessageSection, PropertyTemplate, StagePlan, StageSection, StageSource,
-    Template, TemplateVars, TrackingPlan, TrackingSection,
+    KeySource, MessagePlan, MessageSection, PropertyTemplate, StagePlan, StageQueue, StageSection,
+    StageSource, Template, TemplateVars, TrackingPlan, TrackingSection,
 };
 
 use crate::pacer::RateShape;

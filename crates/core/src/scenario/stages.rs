@@ -299,19 +299,36 @@ impl TrackingPlan {
 
     /// The distinct queues stages are observed on, with the stages of each, in order of first
     /// appearance.
-    pub fn queues(&self) -> Vec<((String, Option<String>), Vec<u16>)> {
-        let mut out: Vec<((String, Option<String>), Vec<u16>)> = Vec::new();
+    pub fn queues(&self) -> Vec<StageQueue> {
+        let mut out: Vec<StageQueue> = Vec::new();
         for (i, s) in self.stages.iter().enumerate() {
             if let StageSource::Queue { queue, target } = &s.source {
-                let k = (queue.clone(), target.clone());
-                match out.iter_mut().find(|(q, _)| *q == k) {
-                    Some((_, v)) => v.push(i as u16),
-                    None => out.push((k, vec![i as u16])),
+                match out
+                    .iter_mut()
+                    .find(|q| q.queue == *queue && q.target == *target)
+                {
+                    Some(q) => q.stages.push(i as u16),
+                    None => out.push(StageQueue {
+                        queue: queue.clone(),
+                        target: target.clone(),
+                        stages: vec![i as u16],
+                    }),
                 }
             }
         }
         out
     }
+}
+
+/// A queue stages are observed on: one listener each.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StageQueue {
+    /// Queue (topic, address).
+    pub queue: String,
+    /// Another URL of the same protocol, if not the run's target.
+    pub target: Option<String>,
+    /// The stages observed on it, in plan order.
+    pub stages: Vec<u16>,
 }
 
 /// Most stages a run can track (one bit each per message).
@@ -569,8 +586,8 @@ mod tests {
         assert!(!p.stages[3].required());
         let q = p.queues();
         assert_eq!(q.len(), 2);
-        assert_eq!(q[0].1, vec![1]);
-        assert_eq!(q[1].1, vec![2, 3]);
+        assert_eq!(q[0].stages, vec![1]);
+        assert_eq!(q[1].stages, vec![2, 3]);
     }
 
     #[test]
