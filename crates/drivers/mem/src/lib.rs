@@ -447,6 +447,8 @@ mod tests {
             topic: "t".into(),
             group: group.map(Into::into),
             respond: false,
+            meta: false,
+            target: None,
         };
         let mut a = d.consumer(&spec(0, None)).await.unwrap();
         let mut b = d.consumer(&spec(1, None)).await.unwrap();
@@ -466,6 +468,7 @@ mod tests {
                 stream: 0,
                 token: i as u64,
                 payload: &[i],
+                meta: None,
             })
             .await
             .unwrap();

@@ -380,6 +380,8 @@ async fn consumer_filters_topics_exactly_unless_starred() {
         topic: topic.into(),
         group: None,
         respond: false,
+        meta: false,
+        target: None,
     };
     let mut exact = d.consumer(&spec(0, "m1")).await.unwrap();
     let mut prefix = d.consumer(&spec(1, "m*")).await.unwrap();
