@@ -1,8 +1,8 @@
 //! AMQP 1.0 behaviour against real brokers started by `scripts/brokers.sh`: ActiveMQ Artemis
 //! (queues and topics by capability, TLS, login required) and RabbitMQ's AMQP 1.0 plugin
 //! (addresses `/queue/NAME`, `/topic/KEY`): exact pub/sub with broker outcomes as acks,
-//! pre-settled sends, competing consumers, fan-out, what receivers answer, clear errors, and
-//! the connection workloads.
+//! pre-settled sends, competing consumers, fan-out, pipelines to and from other protocols,
+//! refused messages, what receivers answer, clear errors, and the connection workloads.
 
 mod util;
 
@@ -240,6 +240,53 @@ fn what_receivers_answer() {
     );
     let i = &r["integrity"];
     assert_eq!((u(&i["delivered"]), u(&i["duplicated"])), (200, 0), "{i}");
+}
+
+/// Cross-protocol pipelines through RabbitMQ: AMQP 0-9-1 publishes to the default exchange,
+/// AMQP 1.0 consumes the queue (`/queue/NAME`); AMQP 1.0 publishes to amq.topic (`/topic/KEY`),
+/// MQTT subscribers receive it. Every message arrives once.
+#[test]
+fn pipelines_across_protocols() {
+    let d = TempDir::new("amqp10-pipe");
+    let q = scenario(&d, "q.toml", "address = \"/queue/{topic}\"");
+    let (a091, a10) = (amqp_url(), rabbitmq());
+    let r = run_json(
+        &d.0,
+        &run_args(
+            Some(&q),
+            &a091,
+            &[
+                "--exchange",
+                "",
+                "--confirm",
+                "--consume-from",
+                &a10,
+                "-n",
+                "5000",
+                "--topic",
+                "it10.pipe",
+            ],
+        ),
+    );
+    let i = &r["integrity"];
+    assert_eq!((u(&i["delivered"]), u(&i["duplicated"])), (5000, 0), "{i}");
+    let t = scenario(
+        &d,
+        "t.toml",
+        "address = \"/topic/{topic}\"\ncapabilities = []",
+    );
+    let mqtt = env_or_hint("MSGBENCH_IT_RMQ_MQTT_URL");
+    let r = run_json(
+        &d.0,
+        &run_args(
+            Some(&t),
+            &a10,
+            &["--consume-from", &mqtt, "-n", "5000", "--topic", "it10pipe"],
+        ),
+    );
+    let i = &r["integrity"];
+    assert_eq!((u(&i["delivered"]), u(&i["duplicated"])), (5000, 0), "{i}");
+    assert_eq!(u(&measure(&r)["counters"]["acked"]), 5000);
 }
 
 /// Messages the broker refuses (Artemis rejects what an address under `full.` cannot hold)
