@@ -88,6 +88,24 @@ pub struct ServeArgs {
     pub ecp: EcpServeArgs,
 }
 
+/// The ECP queue names, shared by `run --preset ecp` and `serve ecp-endpoint` (defaults are
+/// go-mades-bench's).
+#[derive(Debug, Args, Default, PartialEq, Eq)]
+pub struct EcpQueues {
+    /// Outbox queue (default ecp.endpoint.outbox).
+    #[arg(long, value_name = "QUEUE")]
+    pub outbox_queue: Option<String>,
+    /// Reply queue (default ecp.endpoint.outbox.reply).
+    #[arg(long, value_name = "QUEUE")]
+    pub reply_queue: Option<String>,
+    /// Send-event queue (default ecp.endpoint.send.event).
+    #[arg(long, value_name = "QUEUE")]
+    pub send_event_queue: Option<String>,
+    /// Inbox queue (default ecp.endpoint.inbox).
+    #[arg(long, value_name = "QUEUE")]
+    pub inbox_queue: Option<String>,
+}
+
 /// `msgbench serve ecp-endpoint`.
 #[derive(Debug, Args)]
 #[command(next_help_heading = "ecp-endpoint")]
@@ -131,18 +149,8 @@ pub struct EcpServeArgs {
     /// Do not verify amqp10s:// brokers' certificates.
     #[arg(long)]
     pub insecure: bool,
-    /// Outbox queue (default ecp.endpoint.outbox).
-    #[arg(long, value_name = "QUEUE")]
-    pub outbox_queue: Option<String>,
-    /// Reply queue (default ecp.endpoint.outbox.reply).
-    #[arg(long, value_name = "QUEUE")]
-    pub reply_queue: Option<String>,
-    /// Send-event queue (default ecp.endpoint.send.event).
-    #[arg(long, value_name = "QUEUE")]
-    pub send_event_queue: Option<String>,
-    /// Inbox queue (default ecp.endpoint.inbox).
-    #[arg(long, value_name = "QUEUE")]
-    pub inbox_queue: Option<String>,
+    #[command(flatten)]
+    pub queues: EcpQueues,
 }
 
 /// Servers `msgbench serve` can run.
@@ -474,18 +482,8 @@ pub struct EcpArgs {
     /// messageType and businessType (default TEST-MESSAGE).
     #[arg(long)]
     pub message_type: Option<String>,
-    /// Outbox queue (default ecp.endpoint.outbox).
-    #[arg(long, value_name = "QUEUE")]
-    pub outbox_queue: Option<String>,
-    /// Reply queue (default ecp.endpoint.outbox.reply).
-    #[arg(long, value_name = "QUEUE")]
-    pub reply_queue: Option<String>,
-    /// Send-event queue (default ecp.endpoint.send.event).
-    #[arg(long, value_name = "QUEUE")]
-    pub send_event_queue: Option<String>,
-    /// Inbox queue (default ecp.endpoint.inbox).
-    #[arg(long, value_name = "QUEUE")]
-    pub inbox_queue: Option<String>,
+    #[command(flatten)]
+    pub queues: EcpQueues,
     /// Do not drain the stage queues before the run.
     #[arg(long)]
     pub no_clean: bool,

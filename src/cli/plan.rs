@@ -85,10 +85,10 @@ fn preset(name: &str, args: &RunArgs) -> Result<Scenario> {
         outbox_url,
         receiver: e.receiver_code.clone().unwrap_or(d.receiver),
         message_type: e.message_type.clone().unwrap_or(d.message_type),
-        outbox: e.outbox_queue.clone().unwrap_or(d.outbox),
-        reply: e.reply_queue.clone().unwrap_or(d.reply),
-        send_event: e.send_event_queue.clone().unwrap_or(d.send_event),
-        inbox: e.inbox_queue.clone().unwrap_or(d.inbox),
+        outbox: e.queues.outbox_queue.clone().unwrap_or(d.outbox),
+        reply: e.queues.reply_queue.clone().unwrap_or(d.reply),
+        send_event: e.queues.send_event_queue.clone().unwrap_or(d.send_event),
+        inbox: e.queues.inbox_queue.clone().unwrap_or(d.inbox),
         clean: !e.no_clean,
     };
     Ok(scenario(&o))

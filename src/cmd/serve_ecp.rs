@@ -3,6 +3,7 @@
 
 use crate::cli::args::ServeArgs;
 use anyhow::{Context, Result, anyhow};
+use msgbench_core::scenario::plan::redact_url;
 use msgbench_core::scenario::{Amqp10Section, TlsPlan, amqp10::resolve_amqp10};
 use msgbench_core::units::parse_duration;
 use msgbench_serve::ecp::{EcpCounters, EcpEndpointConfig, run_with};
@@ -28,10 +29,10 @@ pub fn config(args: &ServeArgs) -> Result<EcpEndpointConfig> {
     .map_err(|e| anyhow!("{e}"))?;
     let d = EcpEndpointConfig::default();
     Ok(EcpEndpointConfig {
-        outbox: e.outbox_queue.clone().unwrap_or(d.outbox),
-        reply: e.reply_queue.clone().unwrap_or(d.reply),
-        send_event: e.send_event_queue.clone().unwrap_or(d.send_event),
-        inbox: e.inbox_queue.clone().unwrap_or(d.inbox),
+        outbox: e.queues.outbox_queue.clone().unwrap_or(d.outbox),
+        reply: e.queues.reply_queue.clone().unwrap_or(d.reply),
+        send_event: e.queues.send_event_queue.clone().unwrap_or(d.send_event),
+        inbox: e.queues.inbox_queue.clone().unwrap_or(d.inbox),
         inbox_url: e.inbox_broker.clone().unwrap_or_else(|| broker.clone()),
         outbox_url: broker,
         tls: TlsPlan {
@@ -56,13 +57,13 @@ pub async fn run(args: &ServeArgs, stop: impl Future<Output = ()> + Send) -> Res
     let cfg = config(args)?;
     eprintln!(
         "msgbench serve: ECP endpoint simulator on {} (outbox {}, reply {}, send events {}, inbox {}{}); Ctrl-C to stop",
-        redact(&cfg.outbox_url),
+        redact_url(&cfg.outbox_url),
         cfg.outbox,
         cfg.reply,
         cfg.send_event,
         cfg.inbox,
         if cfg.inbox_url != cfg.outbox_url {
-            format!(" on {}", redact(&cfg.inbox_url))
+            format!(" on {}", redact_url(&cfg.inbox_url))
         } else {
             String::new()
         }
@@ -109,16 +110,4 @@ pub async fn run(args: &ServeArgs, stop: impl Future<Output = ()> + Send) -> Res
         s.reconnects
     );
     r.map_err(|e| anyhow!("{e}"))
-}
-
-/// The URL without its password.
-fn redact(url: &str) -> String {
-    match (url.find("://"), url.rfind('@')) {
-        (Some(s), Some(at)) if at > s => {
-            let user = &url[s + 3..at];
-            let user = user.split(':').next().unwrap_or("");
-            format!("{}{user}:***@{}", &url[..s + 3], &url[at + 1..])
-        }
-        _ => url.to_string(),
-    }
 }
