@@ -3,6 +3,7 @@
 
 mod cli;
 mod cmd;
+mod live;
 mod output;
 mod registry;
 

@@ -3,6 +3,7 @@
 //! report is computed from exactly the records written (the results file is the contract), in
 //! memory that does not grow with the length of the run.
 
+use crate::live::LiveView;
 use msgbench_core::runner::{Observer, RunEvent};
 use msgbench_metrics::IntervalStats;
 use msgbench_report::{EventRecord, Record, ReportBuilder, ResultsWriter, live};
@@ -20,6 +21,8 @@ pub struct RunOutput {
     gaps_filled: u64,
     /// The first failure to write the results file (the run goes on; the report says so).
     pub write_error: Option<String>,
+    /// Live views (TUI, dashboard, metrics endpoint); each sees every record written.
+    views: Vec<Box<dyn LiveView>>,
 }
 
 impl RunOutput {
@@ -35,6 +38,19 @@ impl RunOutput {
             gaps_opened: 0,
             gaps_filled: 0,
             write_error: None,
+            views: Vec::new(),
+        }
+    }
+
+    /// Adds a live view; it sees every record from the next one written on.
+    pub fn add_view(&mut self, view: Box<dyn LiveView>) {
+        self.views.push(view);
+    }
+
+    /// Tells every view the run is over (after the `end` record).
+    pub fn finish_views(&mut self) {
+        for v in &mut self.views {
+            v.finish();
         }
     }
 
@@ -48,6 +64,9 @@ impl RunOutput {
             eprintln!("msgbench: cannot write the results file: {e}");
         }
         self.report.add(&r);
+        for v in &mut self.views {
+            v.record(&r);
+        }
     }
 
     /// Flushes the results file.

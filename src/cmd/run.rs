@@ -175,6 +175,7 @@ pub fn run(args: RunArgs) -> Result<ExitCode> {
     };
     let fanout = matches!(plan.subscription, SubscriptionMode::Fanout);
     let mut out = RunOutput::new(writer, args.quiet, fanout);
+    // Live views are added here, before `begin` is written, so each sees every record.
     let redacted = plan.redacted();
     out.push(Record::Begin(Begin {
         version: FORMAT_VERSION,
@@ -225,6 +226,7 @@ pub fn run(args: RunArgs) -> Result<ExitCode> {
         stages: outcome.stages.clone(),
     }));
     out.flush();
+    out.finish_views();
     if let Some(b) = broker {
         let _ = stop_broker.send(());
         let _ = rt.block_on(b);
