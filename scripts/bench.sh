@@ -34,6 +34,17 @@
 #                               5x go-mades-bench's 609 msgs/s at 161); (2) endpoint mode through
 #                               `msgbench serve ecp-endpoint` on Artemis: msgs/s per stage and
 #                               msgbench's CPU-s per million
+#   scripts/bench.sh views      the live views never slow the hot path: mem:// 64 B unlimited,
+#                               10 s, on a pty (`script`), plain table versus --tui --dashboard
+#                               (a client streaming the dashboard's events); runs interleaved;
+#                               msgs/s of each and the ratio (target >= 0.95)
+#   scripts/bench.sh merge      `msgbench merge` of 4 segments of a 10-minute run with 1 s
+#                               intervals (600 intervals each, built from a real 4-segment NATS
+#                               run's lines): seconds and peak RSS (target < 2 s, memory
+#                               independent of message count)
+#   scripts/bench.sh segments   the same NATS workload (4 topics, 1 producer + 1 consumer each,
+#                               64 B, unlimited, 10 s) in one process versus 4 segments released
+#                               together: msgs/s received (target: segments >= 0.9x single)
 #
 # RUNS (default 5) sets the repetitions. The NATS benchmark starts nats-server via
 # scripts/brokers.sh; if the Go `nats` CLI is on PATH (or in ~/.cache/gobin), `nats bench`
@@ -42,8 +53,13 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 export CARGO_TARGET_DIR=${CARGO_TARGET_DIR:-$HOME/.cache/msgbench-target}
 RUNS=${RUNS:-5}
-cargo build --release --locked -q
-B="$CARGO_TARGET_DIR/release/msgbench"
+# MSGBENCH_BIN benchmarks a binary built earlier (no build).
+if [ -n "${MSGBENCH_BIN:-}" ]; then
+  B=$MSGBENCH_BIN
+else
+  cargo build --release --locked -q
+  B="$CARGO_TARGET_DIR/release/msgbench"
+fi
 PATH="$PATH:$HOME/.cache/gobin"
 
 median() { sort -g | awk '{a[NR]=$1} END {print (NR%2) ? a[(NR+1)/2] : (a[NR/2]+a[NR/2+1])/2}'; }
@@ -410,6 +426,120 @@ bench_ecp() {
   echo "  median: $(printf '%s\n' "${rates[@]}" | median) msgs/s at $(printf '%s\n' "${cpus[@]}" | median) CPU-s per million (msgbench only; the simulator runs on the same 2 cores)"
 }
 
+# views_run ARGS... -> prints the run's received msgs/s (measure phase and its drain). The run
+# gets a 120x36 pseudo-terminal from `script`, so the table, the progress line or the TUI draw as
+# they would for a person; what they draw is thrown away.
+views_run() {
+  local res; res=$(mktemp --suffix=.jsonl)
+  local cmd; cmd="stty cols 120 rows 36; TERM=xterm-256color $(printf '%q ' "$B" run "$@" -o "$res")"
+  timeout 120 script -qfec "$cmd" /dev/null </dev/null >/dev/null 2>&1
+  "$B" report "$res" --format json | python3 -c 'import json, sys; print(round(json.load(sys.stdin)["result"]["received_per_s"]))'
+  rm -f "$res"
+}
+
+bench_views() {
+  command -v script >/dev/null || { echo "script is missing: apt-get install bsdutils" >&2; return 1; }
+  local help common=(mem://views --size 64 --warmup 1s --duration 10s) views=(--tui) dash=0
+  help=$("$B" run --help)
+  # The dashboard flag comes with the web dashboard; until a build has it, the TUI alone is measured.
+  if grep -q -- '--dashboard' <<<"$help"; then dash=1; fi
+  if grep -q -- '--no-history' <<<"$help"; then common+=(--no-history); fi
+  echo "== live views: mem:// 1 -> 1, 64 B, unlimited, 10 s on a pty: plain table versus --tui$([ $dash = 1 ] && echo ' --dashboard (with a client on its event stream)') ($RUNS runs each, interleaved)"
+  [ $dash = 1 ] || echo "  note: this build has no --dashboard; measuring --tui alone"
+  local plain=() with=()
+  for _ in $(seq "$RUNS"); do
+    plain+=("$(views_run "${common[@]}")")
+    local port="" watcher=""
+    if [ $dash = 1 ]; then
+      port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
+      # A browser's worth of load: one client streaming the live events for the whole run.
+      ( for _ in $(seq 100); do
+          curl -sN --max-time 60 "http://127.0.0.1:$port/api/live/events" >/dev/null 2>&1 && break
+          sleep 0.1
+        done ) &
+      watcher=$!
+      with+=("$(views_run "${common[@]}" "${views[@]}" --dashboard "127.0.0.1:$port")")
+      kill "$watcher" 2>/dev/null || true; wait "$watcher" 2>/dev/null || true
+    else
+      with+=("$(views_run "${common[@]}" "${views[@]}")")
+    fi
+    echo "  run: plain ${plain[-1]} msgs/s, with views ${with[-1]} msgs/s"
+  done
+  local a b
+  a=$(printf '%s\n' "${plain[@]}" | median); b=$(printf '%s\n' "${with[@]}" | median)
+  echo "  median: plain $a msgs/s, with views $b msgs/s, ratio $(python3 -c "print(f'{$b/$a:.3f}')") (target >= 0.95)"
+}
+
+# seg_run DIR I N ARGS...: segment I of N into DIR/seg-I.jsonl, in the background
+seg_run() {
+  local dir=$1 i=$2 n=$3; shift 3
+  "$B" run "$@" --segment "$i/$n" -o "$dir/seg-$i.jsonl" --quiet --format json >"$dir/out-$i.json" 2>"$dir/err-$i.txt" &
+}
+
+bench_segments() {
+  scripts/brokers.sh up >/dev/null
+  eval "$(scripts/brokers.sh env)"
+  local common=("$MSGBENCH_IT_NATS_URL" --topics 4 --topic 'segbench.{i}' -p 1 -c 1 --size 64 --warmup 1s --duration 10s --no-history)
+  "$B" run --help | grep -q -- '--no-history' || common=("${common[@]:0:${#common[@]}-1}")
+  echo "== segments: NATS, 4 topics x (1 producer + 1 consumer), 64 B, unlimited, 10 s: one process versus 4 segments ($RUNS runs each, interleaved)"
+  local single=() segs=()
+  for _ in $(seq "$RUNS"); do
+    local d; d=$(mktemp -d)
+    "$B" run "${common[@]}" -o "$d/single.jsonl" --quiet --format json >"$d/single.json"
+    single+=("$(python3 -c 'import json,sys; print(round(json.load(open(sys.argv[1]))["result"]["received_per_s"]))' "$d/single.json")")
+    local start=$(( $(date +%s%3N) + 3000 ))
+    for i in 0 1 2 3; do seg_run "$d" "$i" 4 "${common[@]}" --start-at "$start"; done
+    wait
+    "$B" merge "$d"/seg-*.jsonl -o "$d/run.jsonl" --format json 2>/dev/null >"$d/merged.json"
+    segs+=("$(python3 -c 'import json,sys; print(round(json.load(open(sys.argv[1]))["result"]["received_per_s"]))' "$d/merged.json")")
+    echo "  run: one process ${single[-1]} msgs/s, 4 segments merged ${segs[-1]} msgs/s"
+    rm -rf "$d"
+  done
+  local a b
+  a=$(printf '%s\n' "${single[@]}" | median); b=$(printf '%s\n' "${segs[@]}" | median)
+  echo "  median: one process $a msgs/s, 4 segments $b msgs/s, ratio $(python3 -c "print(f'{$b/$a:.3f}')") (target >= 0.90)"
+}
+
+bench_merge() {
+  scripts/brokers.sh up >/dev/null
+  eval "$(scripts/brokers.sh env)"
+  local d; d=$(mktemp -d)
+  echo "== merge: 4 segments x 600 one-second intervals (a 10-minute run) ($RUNS runs)"
+  # A real 4-segment run supplies the lines (histograms full of real latencies); each file is
+  # then stretched to 600 intervals by repeating its measure intervals with their index moved.
+  local start=$(( $(date +%s%3N) + 3000 ))
+  for i in 0 1 2 3; do
+    seg_run "$d" "$i" 4 "$MSGBENCH_IT_NATS_URL" --topics 4 --topic 'mergebench.{i}' -p 1 -c 1 --size 64 --rate 200000 --warmup 0 --duration 10s --start-at "$start"
+  done
+  wait
+  for i in 0 1 2 3; do
+    python3 - "$d/seg-$i.jsonl" "$d/long-$i.jsonl" <<'PY'
+import json, sys
+lines = [json.loads(l) for l in open(sys.argv[1])]
+begin = lines[0]
+ivs = [l for l in lines if l["type"] == "interval" and l["phase"] == "measure" and l["counters"]["received"] > 0]
+end = [l for l in lines if l["type"] == "end"][0]
+with open(sys.argv[2], "w") as out:
+    out.write(json.dumps(begin) + "\n")
+    for k in range(600):
+        iv = dict(ivs[k % len(ivs)], index=k, start_s=float(k), end_s=float(k + 1))
+        out.write(json.dumps(iv) + "\n")
+    out.write(json.dumps(end) + "\n")
+PY
+  done
+  local secs=() rss=()
+  for _ in $(seq "$RUNS"); do
+    local tm; tm=$(mktemp)
+    /usr/bin/time -f "%e %M" -o "$tm" "$B" merge "$d"/long-*.jsonl -o "$d/merged.jsonl" 2>/dev/null
+    read -r e m <"$tm"; rm -f "$tm"
+    secs+=("$e"); rss+=("$m")
+    echo "  run: ${e} s, peak RSS $((m / 1024)) MiB"
+  done
+  echo "  inputs: $(du -ch "$d"/long-*.jsonl | tail -1 | cut -f1) in 4 files, $(grep -c '"interval"' "$d/merged.jsonl") merged intervals"
+  echo "  median: $(printf '%s\n' "${secs[@]}" | median) s (target < 2 s), peak RSS $(( $(printf '%s\n' "${rss[@]}" | median | cut -d. -f1) / 1024 )) MiB"
+  rm -rf "$d"
+}
+
 case "${1:-all}" in
   mem) bench_mem ;;
   nats) bench_nats ;;
@@ -424,6 +554,9 @@ case "${1:-all}" in
   http) bench_http ;;
   zmq) bench_zmq ;;
   ecp) bench_ecp ;;
-  all) bench_mem; bench_nats; bench_memory; bench_mqtt; bench_demo; bench_storm; bench_conns; bench_amqp; bench_sink; bench_ws; bench_http; bench_zmq; bench_ecp ;;
-  *) echo "usage: $0 [mem|nats|memory|mqtt|demo|storm|conns|amqp|sink|ws|http|zmq|all]" >&2; exit 2 ;;
+  views) bench_views ;;
+  merge) bench_merge ;;
+  segments) bench_segments ;;
+  all) bench_mem; bench_nats; bench_memory; bench_mqtt; bench_demo; bench_storm; bench_conns; bench_amqp; bench_sink; bench_ws; bench_http; bench_zmq; bench_ecp; bench_views; bench_merge; bench_segments ;;
+  *) echo "usage: $0 [mem|nats|memory|mqtt|demo|storm|conns|amqp|sink|ws|http|zmq|ecp|views|merge|segments|all]" >&2; exit 2 ;;
 esac

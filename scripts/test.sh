@@ -43,7 +43,14 @@ if grep -qv ': running,' <<<"$brokers_status"; then
   fi
 fi
 eval "$(scripts/brokers.sh env)"
+# Runs the tests make are recorded in a history of their own, not the user's.
+MSGBENCH_RESULTS_DB="$(mktemp -d)/runs.db"
+export MSGBENCH_RESULTS_DB
 
+# The browser test's tools (Chromium, playwright-core) are installed before anything runs, so a
+# machine that cannot have them fails here, not after the whole suite.
+echo "test: browser test tools (scripts/browser-test.sh install)"
+scripts/browser-test.sh install
 echo "test: cargo fmt --check"
 cargo fmt --all -- --check
 echo "test: cargo clippy (warnings are errors)"
@@ -52,9 +59,17 @@ echo "test: cargo test --workspace (brokers: $MSGBENCH_IT_NATS_URL $MSGBENCH_IT_
 log=$(mktemp)
 status=0
 cargo test --workspace --locked --no-fail-fast "$@" 2>&1 | tee "$log" || status=$?
+# The web dashboard as a person sees it: headless Chromium on a live run and the run history.
+# It runs the binary `cargo test` just built; its TAP totals join the closing line.
+echo "test: browser (scripts/browser-test.sh run)"
+scripts/browser-test.sh run 2>&1 | tee -a "$log" || status=$?
+# The Kubernetes manifests against the Kubernetes schemas, and their wiring (no cluster here).
+echo "test: deploy/kubernetes (scripts/check-deploy.sh)"
+scripts/check-deploy.sh "$CARGO_TARGET_DIR/debug/msgbench" || status=$?
 # One closing line with the totals over every test binary (cargo prints one summary per binary,
 # the last ones being doc tests with nothing to run).
 summary=$(awk '/^test result:/ { for (i = 1; i <= NF; i++) { if ($(i+1) ~ /^passed/) p += $i; if ($(i+1) ~ /^failed/) f += $i } }
+     /^# pass [0-9]+$/ { p += $3 } /^# fail [0-9]+$/ { f += $3 }
      END { printf "tests: %d passed, %d failed", p, f }' "$log")
 rm -f "$log"
 exit "$status"

@@ -22,8 +22,11 @@ fn main() -> ExitCode {
         Command::Run(a) => cmd::run::run(a),
         Command::Validate(a) => cmd::validate::run(a),
         Command::Report(a) => cmd::report::run(a),
+        Command::Compare(a) => cmd::compare::run(a),
+        Command::Merge(a) => cmd::merge::run(a),
         Command::Drivers => Ok(cmd::drivers::run()),
         Command::Serve(a) => cmd::serve::run(a),
+        Command::Dashboard(a) => cmd::dashboard::run(a),
     };
     match result {
         Ok(code) => code,

@@ -23,6 +23,10 @@ pub struct RunOutput {
     pub write_error: Option<String>,
     /// Live views (TUI, dashboard, metrics endpoint); each sees every record written.
     views: Vec<Box<dyn LiveView>>,
+    /// Plain mode on a terminal: the progress line kept below the table.
+    progress: Option<msgbench_tui::ProgressLine>,
+    /// A full-screen view owns the terminal: print nothing on stderr until it is gone.
+    terminal_taken: bool,
 }
 
 impl RunOutput {
@@ -39,6 +43,31 @@ impl RunOutput {
             gaps_filled: 0,
             write_error: None,
             views: Vec::new(),
+            progress: None,
+            terminal_taken: false,
+        }
+    }
+
+    /// Shows a progress line below the table on long runs (call only when stderr is a
+    /// terminal and the table is shown).
+    pub fn show_progress(&mut self) {
+        self.progress = Some(msgbench_tui::ProgressLine::new());
+    }
+
+    /// A full-screen view (the TUI) draws on the terminal: nothing else may print there.
+    pub fn terminal_taken(&mut self) {
+        self.terminal_taken = true;
+    }
+
+    /// Prints one line of the live output on stderr: above the progress line if there is one,
+    /// not at all while a full-screen view owns the terminal.
+    fn say(&self, line: &str) {
+        if self.terminal_taken {
+            return;
+        }
+        match &self.progress {
+            Some(p) => p.println(line),
+            None => eprintln!("{line}"),
         }
     }
 
@@ -49,6 +78,9 @@ impl RunOutput {
 
     /// Tells every view the run is over (after the `end` record).
     pub fn finish_views(&mut self) {
+        if let Some(p) = &mut self.progress {
+            p.finish();
+        }
         for v in &mut self.views {
             v.finish();
         }
@@ -61,9 +93,12 @@ impl RunOutput {
             && self.write_error.is_none()
         {
             self.write_error = Some(e.to_string());
-            eprintln!("msgbench: cannot write the results file: {e}");
+            self.say(&format!("msgbench: cannot write the results file: {e}"));
         }
         self.report.add(&r);
+        if let Some(p) = &mut self.progress {
+            p.record(&r);
+        }
         for v in &mut self.views {
             v.record(&r);
         }
@@ -89,7 +124,7 @@ impl Observer for RunOutput {
                 } else {
                     live::header()
                 };
-                eprintln!("{h}");
+                self.say(&h);
             }
             let lost = if self.fanout {
                 self.gaps_opened.saturating_sub(self.gaps_filled)
@@ -97,9 +132,9 @@ impl Observer for RunOutput {
                 0
             };
             if conn {
-                eprintln!("{}", live::conn_line(iv));
+                self.say(&live::conn_line(iv));
             } else {
-                eprintln!("{}", live::line(iv, lost));
+                self.say(&live::line(iv, lost));
             }
             self.lines += 1;
         }
@@ -113,7 +148,7 @@ impl Observer for RunOutput {
                 "reconnected" | "disconnected" | "error" | "warning"
             )
         {
-            eprintln!("[{:>7.1}s] {}: {}", ev.at_s, ev.kind, ev.detail);
+            self.say(&format!("[{:>7.1}s] {}: {}", ev.at_s, ev.kind, ev.detail));
         }
         self.push(Record::Event(EventRecord {
             at_s: ev.at_s,

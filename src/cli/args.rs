@@ -27,6 +27,12 @@ pub enum Command {
     /// Re-render a results file.
     #[command(after_help = REPORT_EXAMPLES)]
     Report(ReportArgs),
+    /// Compare two runs: per-stage deltas in throughput, latency and integrity, B against A.
+    #[command(after_help = COMPARE_EXAMPLES)]
+    Compare(CompareArgs),
+    /// Merge the results files of a segmented run (--segment I/N) into one, exactly.
+    #[command(after_help = MERGE_EXAMPLES)]
+    Merge(MergeArgs),
     /// List the available drivers and what they support.
     #[command(after_help = DRIVERS_EXAMPLES)]
     Drivers,
@@ -34,6 +40,50 @@ pub enum Command {
     /// target is given).
     #[command(after_help = SERVE_EXAMPLES)]
     Serve(ServeArgs),
+    /// Serve the run history in the browser: runs list with search, run pages, comparison.
+    #[command(after_help = DASHBOARD_EXAMPLES)]
+    Dashboard(DashboardArgs),
+}
+
+const DASHBOARD_EXAMPLES: &str = "\
+Examples:
+  msgbench dashboard
+      The run history on http://127.0.0.1:8642/: every `msgbench run` that wrote a results
+      file, searchable by name, tag and target (name:x tag:x target:x narrow a word to one
+      field); a page per run with its charts; tick two runs to compare them side by side.
+  msgbench dashboard --results-db ./runs.db --listen 127.0.0.1:0
+  msgbench dashboard --listen 0.0.0.0:8642
+      Reachable from other machines: a token is generated and printed (or give --token);
+      every request must carry it as ?token=... or Authorization: Bearer ...
+  msgbench dashboard --import old/*.jsonl
+      Add existing results files to the history, then exit.
+  msgbench run mem:// --duration 1m --dashboard
+      The live page of a run instead (see `msgbench run --help`).
+
+The history lives in $MSGBENCH_RESULTS_DB, else $XDG_DATA_HOME/msgbench/runs.db, else
+~/.local/share/msgbench/runs.db. It indexes results files; pages are computed from the files.";
+
+/// `msgbench dashboard`.
+#[derive(Debug, Args)]
+pub struct DashboardArgs {
+    /// Address to serve on (loopback by default; any other address requires a token).
+    #[arg(
+        long,
+        short = 'l',
+        default_value = "127.0.0.1:8642",
+        value_name = "ADDR"
+    )]
+    pub listen: String,
+    /// Run history database (default: see below).
+    #[arg(long, value_name = "PATH")]
+    pub results_db: Option<PathBuf>,
+    /// Token every request must carry (?token= or Authorization: Bearer); generated and
+    /// printed when listening beyond loopback without one.
+    #[arg(long, value_name = "TOKEN")]
+    pub token: Option<String>,
+    /// Add these results files to the history and exit.
+    #[arg(long, value_name = "FILE", num_args = 1..)]
+    pub import: Vec<PathBuf>,
 }
 
 const SERVE_EXAMPLES: &str = "\
@@ -54,7 +104,36 @@ Examples:
   msgbench serve ecp-endpoint --broker amqp10://artemis:secret@127.0.0.1:5672 --extra-events
       An ECP endpoint on an AMQP 1.0 broker: outbox -> reply (messageID), inbox, send events
       (--error-ratio, --failed-ratio, --duplicate-every inject faults; --*-delay add latency):
-  msgbench run --preset ecp --outbox-url amqp10://artemis:secret@127.0.0.1:5672 -n 100000";
+  msgbench run --preset ecp --outbox-url amqp10://artemis:secret@127.0.0.1:5672 -n 100000
+  msgbench serve time --listen 0.0.0.0:7123
+      A time reference for segments on several hosts (UDP; default 127.0.0.1:7123):
+  msgbench run nats://broker:4222 --segment auto/8 --start-at 2026-11-22T10:00:00Z --time-reference ref:7123";
+
+const MERGE_EXAMPLES: &str = "\
+Examples:
+  msgbench merge seg-0.jsonl seg-1.jsonl seg-2.jsonl seg-3.jsonl -o run.jsonl
+      Counts summed, histograms merged (exact percentiles), loss and duplicates joined across
+      segments; refuses files of different runs or plans.
+  msgbench merge /results/seg-*.jsonl -o /results/run.jsonl && msgbench report /results/run.jsonl
+  msgbench merge seg-*.jsonl -o run.jsonl --partial
+      Merge what there is when a segment is missing or was killed (said in the warnings).";
+
+/// `msgbench merge`.
+#[derive(Debug, Args)]
+pub struct MergeArgs {
+    /// The segments' results files (one per segment of one run).
+    #[arg(required = true, value_name = "SEGMENT.jsonl")]
+    pub files: Vec<PathBuf>,
+    /// Where to write the merged results file.
+    #[arg(long, short = 'o', value_name = "FILE")]
+    pub output: PathBuf,
+    /// Merge even when segments are missing or incomplete (the warnings say what is missing).
+    #[arg(long)]
+    pub partial: bool,
+    /// Also print the merged report in this format.
+    #[arg(long, short = 'f', value_enum)]
+    pub format: Option<FormatArg>,
+}
 
 /// `msgbench serve`.
 #[derive(Debug, Args)]
@@ -169,6 +248,9 @@ pub enum ServerArg {
     /// ECP endpoint simulator on an AMQP 1.0 broker (--broker): consumes the outbox, replies,
     /// delivers to the inbox, emits send events (the target of `run --preset ecp`).
     EcpEndpoint,
+    /// Time reference (UDP) for segmented runs on several hosts: `run --time-reference`
+    /// measures each host's clock offset against it.
+    Time,
 }
 
 const RUN_EXAMPLES: &str = "\
@@ -211,6 +293,21 @@ Examples:
       A linear ramp (other shapes: poisson, steps:1000/10s,5000/10s, burst:500/1s).
   msgbench run scenario.toml --duration 1m -o results.jsonl
       A scenario file, with flags overriding it.
+  msgbench run nats://127.0.0.1:4222 --rate 50k --duration 1h --metrics 127.0.0.1:9464
+      Prometheus metrics at http://127.0.0.1:9464/metrics while the run lasts (counters,
+      latency summaries per phase and per interval; deploy/grafana/ has a dashboard).
+  msgbench run nats://127.0.0.1:4222 --rate 50k --duration 10m --tui
+      Full-screen live view: msgs/s and latency p50/p99/max over time, lost/dup/reordered,
+      errors, generator CPU and send delay, phase and time left (p pauses the display,
+      s/Tab switches the latency series, q stops the run cleanly and prints the report).
+      Without --tui, long runs on a terminal show a progress line below the table.
+  msgbench run mem:// --rate 50k --duration 10m --dashboard
+      Live charts in the browser (the URL is printed; --dashboard 0.0.0.0:8643 serves other
+      machines, with a printed token). Every run is also recorded for `msgbench dashboard`
+      (--results-db PATH elsewhere, --no-history not at all).
+  msgbench run nats://broker:4222 -p 8 -c 8 -n 1M --segment 0/4 --start-at 2026-11-22T10:00:00Z -o seg-0.jsonl
+      One of four segments of one run (run 1/4, 2/4, 3/4 alike, on other machines), then:
+      msgbench merge seg-*.jsonl -o run.jsonl
 
 Rates are messages per second for all producers together; --producers and --consumers are
 per topic. Latencies are measured from each message's intended send time (coordinated
@@ -225,7 +322,24 @@ const REPORT_EXAMPLES: &str = "\
 Examples:
   msgbench report results.jsonl
   msgbench report results.jsonl --format json
-  msgbench report results.jsonl --format csv > intervals.csv";
+  msgbench report results.jsonl --format csv > intervals.csv
+  msgbench report results.jsonl --format html -o report.html
+      One self-contained page (opens without a network): configuration, summary, charts of
+      throughput, latency percentiles, errors, integrity and CPU over time, and the latency
+      percentile distribution.";
+
+const COMPARE_EXAMPLES: &str = "\
+Examples:
+  msgbench compare baseline.jsonl candidate.jsonl
+      For each stage (throughput, publish, end-to-end, send delay, connect, each stage of a
+      multi-stage run), integrity and generator CPU: A, B, the delta, the change in percent and
+      whether B is better or worse (higher throughput, lower latency, loss and CPU are better).
+  msgbench compare a.jsonl b.jsonl --format html -o compare.html
+      The same tables, with A and B overlaid on the charts.
+  msgbench compare a.jsonl b.jsonl --format json -o compare.json
+      The comparison model: per group, rows of metric, a, b, delta, percent, better, verdict.
+
+Runs with different plans (target, size, rate...) are compared all the same, with a warning.";
 
 const DRIVERS_EXAMPLES: &str = "\
 Examples:
@@ -304,6 +418,10 @@ pub struct RunArgs {
     /// Run name shown in reports.
     #[arg(long)]
     pub name: Option<String>,
+    /// A label for finding the run again in the dashboard's history (repeatable; replaces the
+    /// scenario's `tags`).
+    #[arg(long, value_name = "TAG")]
+    pub tag: Vec<String>,
     /// Results file (default: msgbench-<UTC time>.jsonl in the current directory).
     #[arg(long, short = 'o')]
     pub output: Option<PathBuf>,
@@ -313,9 +431,18 @@ pub struct RunArgs {
     /// No live table on stderr.
     #[arg(long, short = 'q')]
     pub quiet: bool,
+    /// Full-screen live view on the terminal instead of the table: throughput and latency
+    /// charts, integrity, errors, generator health, phase and time left. Keys: p pause the
+    /// display, s/Tab switch the latency series, q/Esc stop the run (the report is written).
+    #[arg(long, conflicts_with = "quiet")]
+    pub tui: bool,
     /// Format of the final report on stdout.
     #[arg(long, value_enum, default_value_t = FormatArg::Text)]
     pub format: FormatArg,
+    /// Serve live Prometheus metrics at http://ADDR/metrics while the run lasts. ADDR is PORT
+    /// or :PORT (on 127.0.0.1) or HOST:PORT; port 0 picks a free port (the URL is printed).
+    #[arg(long, value_name = "ADDR")]
+    pub metrics: Option<String>,
 
     /// Consumers subscribe to this filter instead of their topic (e.g. 'bench/+', 'bench/#').
     #[arg(long, help_heading = "Protocol client")]
@@ -461,6 +588,54 @@ pub struct RunArgs {
     pub preset: Option<String>,
     #[command(flatten)]
     pub ecp: EcpArgs,
+    #[command(flatten)]
+    pub segment: SegmentArgs,
+    #[command(flatten)]
+    pub dashboard: DashboardRunArgs,
+}
+
+/// The live web dashboard of a run and its record in the run history.
+#[derive(Debug, Args, Default, PartialEq, Eq)]
+#[command(next_help_heading = "Dashboard and history")]
+pub struct DashboardRunArgs {
+    /// Serve live charts of the run in the browser (default 127.0.0.1:0: a free loopback port;
+    /// the URL is printed). Put it after the target, or write --dashboard=ADDR.
+    #[arg(long, num_args = 0..=1, default_missing_value = "127.0.0.1:0", value_name = "ADDR")]
+    pub dashboard: Option<String>,
+    /// Token every dashboard request must carry (?token= or Authorization: Bearer); generated
+    /// and printed when --dashboard listens beyond loopback without one.
+    #[arg(long, value_name = "TOKEN", requires = "dashboard")]
+    pub dashboard_token: Option<String>,
+    /// Run history to record this run in (default: $MSGBENCH_RESULTS_DB, else
+    /// $XDG_DATA_HOME/msgbench/runs.db, else ~/.local/share/msgbench/runs.db).
+    #[arg(long, value_name = "PATH")]
+    pub results_db: Option<PathBuf>,
+    /// Do not record this run in the history.
+    #[arg(long, conflicts_with = "results_db")]
+    pub no_history: bool,
+}
+
+/// Splitting one run over several processes or machines (`msgbench merge` joins the files).
+#[derive(Debug, Args, Default, PartialEq, Eq)]
+#[command(next_help_heading = "Segments (one run over several processes or machines)")]
+pub struct SegmentArgs {
+    /// Run only slice I of N (I from 0) of the workload: producers, consumers and connections
+    /// by global index, rates and message counts split; `auto/N` reads I from
+    /// JOB_COMPLETION_INDEX (Kubernetes Indexed Jobs).
+    #[arg(long, value_name = "I/N")]
+    pub segment: Option<String>,
+    /// Connect early, then release the load at this wall-clock instant (RFC 3339 such as
+    /// 2026-11-22T10:00:00Z, or Unix milliseconds), so all segments start together.
+    #[arg(long, value_name = "TIME")]
+    pub start_at: Option<String>,
+    /// Measure this host's clock offset against `msgbench serve time` at HOST:PORT and correct
+    /// for it (cross-host end-to-end latency then carries the measured uncertainty).
+    #[arg(long, value_name = "HOST:PORT")]
+    pub time_reference: Option<String>,
+    /// The run id stamped into every message (segments of one run must share it; by default
+    /// it is derived from the plan and --start-at, so identical command lines agree).
+    #[arg(long, value_name = "N")]
+    pub run_id: Option<u32>,
 }
 
 /// The `ecp` preset's settings (go-mades-bench's flags; defaults are its defaults).
@@ -505,6 +680,35 @@ pub struct ReportArgs {
     /// Output format.
     #[arg(long, short = 'f', value_enum, default_value_t = FormatArg::Text)]
     pub format: FormatArg,
+    /// Write the report to this file instead of stdout.
+    #[arg(long, short = 'o', value_name = "FILE")]
+    pub output: Option<PathBuf>,
+}
+
+/// `msgbench compare`.
+#[derive(Debug, Args)]
+pub struct CompareArgs {
+    /// Run A, the baseline (a results file).
+    pub a: PathBuf,
+    /// Run B, compared with A.
+    pub b: PathBuf,
+    /// Output format.
+    #[arg(long, short = 'f', value_enum, default_value_t = CompareFormatArg::Text)]
+    pub format: CompareFormatArg,
+    /// Write the comparison to this file instead of stdout.
+    #[arg(long, short = 'o', value_name = "FILE")]
+    pub output: Option<PathBuf>,
+}
+
+/// `msgbench compare` formats.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum CompareFormatArg {
+    /// Tables.
+    Text,
+    /// One self-contained HTML page with the tables and overlaid charts.
+    Html,
+    /// The comparison model as JSON.
+    Json,
 }
 
 /// Report formats.
@@ -516,6 +720,8 @@ pub enum FormatArg {
     Json,
     /// One CSV row per interval.
     Csv,
+    /// One self-contained HTML page with charts.
+    Html,
 }
 
 /// `--pacing` values.

@@ -1,10 +1,14 @@
 //! The one place where command-line flags and a scenario file become a validated `RunPlan`.
 
-use super::args::{EcpArgs, PacingArg, RunArgs};
+use super::args::{EcpArgs, PacingArg, RunArgs, SegmentArgs};
 use anyhow::{Context, Result, anyhow, bail};
 use msgbench_core::pacer::{RateShape, Step};
 use msgbench_core::scenario::plan::Pacing;
-use msgbench_core::scenario::{ConnectionMode, ConsumerMode, RateSpec, RunPlan, Scenario, resolve};
+use msgbench_core::scenario::segment::INDEX_ENV;
+use msgbench_core::scenario::{
+    ConnectionMode, ConsumerMode, RateSpec, RunPlan, Scenario, Segment, parse_start_at, resolve,
+    segment_run_id,
+};
 use msgbench_core::units::{parse_count, parse_duration};
 use std::path::Path;
 
@@ -63,8 +67,34 @@ pub fn build(args: &RunArgs, run_id: u32) -> Result<(RunPlan, bool)> {
     }
     let mut scenario = file.overlay(over);
     http_defaults(&mut scenario);
-    let plan = resolve(&scenario, run_id).map_err(|e| anyhow!("invalid run: {e}"))?;
+    let mut plan = resolve(&scenario, run_id).map_err(|e| anyhow!("invalid run: {e}"))?;
+    apply_segment(&mut plan, &args.segment)?;
     Ok((plan, demo))
+}
+
+/// `--segment`, `--start-at`, `--run-id`: which slice of the run this process runs, when the
+/// load is released, and the run id every segment shares.
+fn apply_segment(plan: &mut RunPlan, a: &SegmentArgs) -> Result<()> {
+    if let Some(s) = &a.segment {
+        let env = std::env::var(INDEX_ENV).ok();
+        let seg = Segment::parse(s, env.as_deref()).map_err(|e| anyhow!("--segment {e}"))?;
+        if plan.tracking.is_some() {
+            bail!(
+                "--segment: multi-stage tracking ([[stages]]) follows each message through one process and cannot be split; run it unsegmented"
+            );
+        }
+        plan.segment = Some(seg);
+    }
+    if let Some(t) = &a.start_at {
+        plan.start_at_unix_ms = Some(parse_start_at(t).map_err(|e| anyhow!("--start-at {e}"))?);
+    }
+    if let Some(id) = a.run_id {
+        plan.run_id = id;
+    } else if plan.segment.is_some() {
+        let json = serde_json::to_value(plan.redacted()).context("encoding the plan")?;
+        plan.run_id = segment_run_id(&json, plan.start_at_unix_ms);
+    }
+    Ok(())
 }
 
 /// The scenario layer of `--preset NAME`.
@@ -115,6 +145,9 @@ fn http_defaults(s: &mut Scenario) {
 fn flags_to_scenario(a: &RunArgs) -> Result<Scenario> {
     let mut s = Scenario::default();
     s.name = a.name.clone();
+    if !a.tag.is_empty() {
+        s.tags = Some(a.tag.clone());
+    }
     s.topics.count = a.topics;
     s.topics.pattern = a.topic.clone();
     s.producers.per_topic = a.producers;

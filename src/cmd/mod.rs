@@ -1,6 +1,9 @@
 //! One module per subcommand.
 
+pub mod compare;
+pub mod dashboard;
 pub mod drivers;
+pub mod merge;
 pub mod report;
 pub mod run;
 pub mod serve;
@@ -16,5 +19,6 @@ pub fn format(f: FormatArg) -> Format {
         FormatArg::Text => Format::Text,
         FormatArg::Json => Format::Json,
         FormatArg::Csv => Format::Csv,
+        FormatArg::Html => Format::Html,
     }
 }

@@ -4,7 +4,7 @@ use crate::cli::args::RunArgs;
 use crate::output::RunOutput;
 use crate::registry;
 use anyhow::{Context, Result};
-use msgbench_core::clock::{now_ns, unix_ms};
+use msgbench_core::clock::{ClockState, anchor_to_wall, now_ns, unix_ms};
 use msgbench_core::pacer::RateShape;
 use msgbench_core::payload::SizeSpec;
 use msgbench_core::scenario::{ConnectionMode, Measure, RunPlan, SubscriptionMode};
@@ -13,6 +13,7 @@ use msgbench_core::units::format_duration;
 use msgbench_report::records::{ClockInfo, FORMAT_VERSION, Host};
 use msgbench_report::{Begin, End, Record, ResultsWriter};
 use msgbench_serve::mqtt::{Broker, BrokerConfig};
+use std::io::IsTerminal;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
@@ -23,24 +24,8 @@ fn new_run_id() -> u32 {
 
 /// `YYYYmmdd-HHMMSS` (UTC) for default file names.
 fn utc_stamp(unix_s: u64) -> String {
-    let days = (unix_s / 86_400) as i64;
-    let secs = unix_s % 86_400;
-    // Civil-from-days (Howard Hinnant's algorithm).
-    let z = days + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z - era * 146_097;
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let d = doy - (153 * mp + 2) / 5 + 1;
-    let m = if mp < 10 { mp + 3 } else { mp - 9 };
-    let y = yoe + era * 400 + i64::from(m <= 2);
-    format!(
-        "{y:04}{m:02}{d:02}-{:02}{:02}{:02}",
-        secs / 3600,
-        secs / 60 % 60,
-        secs % 60
-    )
+    let (y, m, d, hh, mm, ss) = msgbench_report::html::civil(unix_s);
+    format!("{y:04}{m:02}{d:02}-{hh:02}{mm:02}{ss:02}")
 }
 
 fn describe(plan: &RunPlan) -> String {
@@ -128,16 +113,97 @@ fn describe(plan: &RunPlan) -> String {
     )
 }
 
+/// Chooses the clock of this run and describes it for `begin`. Segments (and runs given a time
+/// reference) measure in wall-clock time, corrected against the reference if there is one, so
+/// stamps compare across hosts; everything else uses the host's monotonic clock.
+fn setup_clock(plan: &RunPlan, reference: Option<&str>, quiet: bool) -> Result<ClockInfo> {
+    let kernel = ClockState::read();
+    let mut info = ClockInfo {
+        source: "CLOCK_MONOTONIC".into(),
+        scope: "host".into(),
+        synchronized: kernel.as_ref().map(|k| k.synchronized),
+        est_error_us: kernel.as_ref().map(|k| k.est_error_us),
+        max_error_us: kernel.as_ref().map(|k| k.max_error_us),
+        ..ClockInfo::default()
+    };
+    if plan.segment.is_none() && reference.is_none() {
+        return Ok(info);
+    }
+    let mut correction = 0i64;
+    if let Some(r) = reference {
+        let off = msgbench_serve::time::measure(r, 16, std::time::Duration::from_millis(500))
+            .with_context(|| format!("--time-reference {r}"))?;
+        correction = off.offset_ns;
+        info.reference = Some(r.to_string());
+        info.reference_offset_ns = Some(off.offset_ns);
+        info.reference_rtt_ns = Some(off.rtt_ns);
+        info.uncertainty_us = Some(off.rtt_ns.div_ceil(2000));
+        if !quiet {
+            eprintln!(
+                "msgbench: clock offset to {r}: {:+.3} ms (± {:.3} ms, best of {} probes)",
+                off.offset_ns as f64 / 1e6,
+                off.rtt_ns as f64 / 2e6,
+                off.answered
+            );
+        }
+    } else {
+        info.uncertainty_us = kernel.as_ref().map(|k| k.bound_us());
+        if !quiet && kernel.as_ref().is_none_or(|k| !k.synchronized) {
+            eprintln!(
+                "msgbench: this host's clock is not synchronized (adjtimex): end-to-end latency between segments on different hosts is uncertain by up to {}; give --time-reference to measure the offset",
+                kernel
+                    .as_ref()
+                    .map_or("an unknown amount".to_string(), |k| format!(
+                        "{:.1} ms",
+                        k.max_error_us as f64 / 1e3
+                    ))
+            );
+        }
+    }
+    anchor_to_wall(correction);
+    info.source = "CLOCK_MONOTONIC anchored to CLOCK_REALTIME".into();
+    info.scope = "wall".into();
+    Ok(info)
+}
+
 fn hostname() -> String {
     std::fs::read_to_string("/proc/sys/kernel/hostname")
         .map(|s| s.trim().to_string())
         .unwrap_or_else(|_| "unknown".into())
 }
 
+/// `--dashboard` takes an optional value, so `run --dashboard mem://` reads the target as the
+/// address: say so before anything starts.
+fn check_dashboard_addr(addr: &str) -> Result<()> {
+    if addr.contains("://") || addr.ends_with(".toml") {
+        anyhow::bail!(
+            "--dashboard {addr}: that looks like the target; put the target before --dashboard, or write --dashboard=ADDR"
+        );
+    }
+    Ok(())
+}
+
+/// Starts the live dashboard on `addr` and prints its URL (with the token, if one is needed).
+fn start_dashboard(addr: &str, token: Option<&str>) -> Result<msgbench_dashboard::LiveDashboard> {
+    let d = msgbench_dashboard::LiveDashboard::start(addr, token)?;
+    if d.generated_token() {
+        eprintln!(
+            "msgbench: the dashboard listens on {} (beyond loopback): every request needs the token in this URL",
+            d.local_addr()
+        );
+    }
+    eprintln!("msgbench: dashboard on {}", d.url());
+    Ok(d)
+}
+
 /// Runs the benchmark; the exit code is 0 on a completed run, 130 when interrupted.
 pub fn run(args: RunArgs) -> Result<ExitCode> {
+    if let Some(addr) = &args.dashboard.dashboard {
+        check_dashboard_addr(addr)?;
+    }
     let (mut plan, demo) = crate::cli::plan::build(&args, new_run_id())?;
     registry::check_scheme(&plan)?;
+    let clock = setup_clock(&plan, args.segment.time_reference.as_deref(), args.quiet)?;
     let rt = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
@@ -167,6 +233,30 @@ pub fn run(args: RunArgs) -> Result<ExitCode> {
             PathBuf::from(format!("msgbench-{}.jsonl", utc_stamp(unix_ms() / 1000)))
         }))
     };
+    // The dashboard binds before the results file is created: a bad address fails the run
+    // before it leaves anything behind.
+    let dashboard = match &args.dashboard.dashboard {
+        Some(addr) => Some(start_dashboard(
+            addr,
+            args.dashboard.dashboard_token.as_deref(),
+        )?),
+        None => None,
+    };
+    // So does the Prometheus endpoint (it serves on the run's runtime until the run ends).
+    let metrics = match &args.metrics {
+        Some(addr) => {
+            let view = crate::live::metrics::MetricsView::start(
+                &rt,
+                crate::live::metrics::parse_addr(addr)?,
+            )?;
+            eprintln!(
+                "msgbench: Prometheus metrics at http://{}/metrics",
+                view.local_addr()
+            );
+            Some(view)
+        }
+        None => None,
+    };
     let writer = match &path {
         Some(p) => Some(ResultsWriter::new(std::fs::File::create(p).with_context(
             || format!("cannot create results file {}", p.display()),
@@ -174,8 +264,41 @@ pub fn run(args: RunArgs) -> Result<ExitCode> {
         None => None,
     };
     let fanout = matches!(plan.subscription, SubscriptionMode::Fanout);
-    let mut out = RunOutput::new(writer, args.quiet, fanout);
-    // Live views are added here, before `begin` is written, so each sees every record.
+    // One stop handle for Ctrl-C, SIGTERM and the TUI's `q`.
+    let shutdown = Shutdown::new();
+    // --tui takes over the terminal (when stderr is one; otherwise the plain table shows).
+    let tui = if args.tui {
+        let mut notes = Vec::new();
+        if let Some(d) = &dashboard {
+            notes.push(format!("dashboard {}", d.url()));
+        }
+        if let Some(m) = &metrics {
+            notes.push(format!("metrics http://{}/metrics", m.local_addr()));
+        }
+        crate::live::tui::TuiView::start(&shutdown, notes)
+    } else {
+        None
+    };
+    let quiet = args.quiet || tui.is_some();
+    let mut out = RunOutput::new(writer, quiet, fanout);
+    if tui.is_some() {
+        out.terminal_taken();
+    } else if !quiet && std::io::stderr().is_terminal() {
+        out.show_progress();
+    }
+    // Live views are added here, before `begin` is written, so each sees every record. The
+    // TUI goes first so it has given the terminal back before other views print at the end.
+    if let Some(t) = tui {
+        out.add_view(Box::new(t));
+    }
+    if let Some(d) = &dashboard {
+        out.add_view(Box::new(crate::live::dashboard::DashboardView::new(
+            d.feed(),
+        )));
+    }
+    if let Some(m) = metrics {
+        out.add_view(Box::new(m));
+    }
     let redacted = plan.redacted();
     out.push(Record::Begin(Begin {
         version: FORMAT_VERSION,
@@ -188,18 +311,15 @@ pub fn run(args: RunArgs) -> Result<ExitCode> {
                 .unwrap_or(1),
             os: std::env::consts::OS.to_string(),
         },
-        clock: ClockInfo {
-            source: "CLOCK_MONOTONIC".into(),
-            scope: "host".into(),
-        },
+        clock,
         plan: serde_json::to_value(&redacted)?,
+        segments: Vec::new(),
     }));
-    if !args.quiet {
+    if !quiet {
         eprintln!("msgbench: {}", describe(&plan));
     }
 
     let outcome = rt.block_on(async {
-        let shutdown = Shutdown::new();
         shutdown.listen_for_signals();
         registry::run_plan(&plan, &mut out, shutdown).await
     });
@@ -221,7 +341,13 @@ pub fn run(args: RunArgs) -> Result<ExitCode> {
         drain_complete: outcome.drain_complete,
         phases: outcome.phases.clone(),
         integrity: outcome.integrity,
-        warnings: outcome.warnings.clone(),
+        warnings: {
+            let mut w = outcome.warnings.clone();
+            if plan.segment.is_some_and(|s| s.count > 1) {
+                w.push(msgbench_report::merge::PARTIAL_INTEGRITY_WARNING.to_string());
+            }
+            w
+        },
         connections: outcome.connections.clone(),
         stages: outcome.stages.clone(),
     }));
@@ -247,7 +373,15 @@ pub fn run(args: RunArgs) -> Result<ExitCode> {
             }
         );
     }
-    if outcome.producers_failed >= plan.producers() {
+    if let Some(p) = &path
+        && !args.dashboard.no_history
+    {
+        super::dashboard::record_run(args.dashboard.results_db.as_deref(), &report, p);
+    }
+    let local_producers = plan.segment.map_or(plan.producers(), |s| {
+        s.share(plan.producers() as u64) as u32
+    });
+    if local_producers > 0 && outcome.producers_failed >= local_producers {
         eprintln!(
             "error: every producer stopped on an error that retrying cannot fix (see the warnings above)"
         );

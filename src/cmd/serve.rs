@@ -94,6 +94,20 @@ pub fn run(args: ServeArgs) -> Result<ExitCode> {
                 status.abort();
             }
             ServerArg::EcpEndpoint => super::serve_ecp::run(&args, stop).await?,
+            ServerArg::Time => {
+                let listen = args.listen.as_deref().unwrap_or("127.0.0.1:7123");
+                let socket = tokio::net::UdpSocket::bind(listen)
+                    .await
+                    .with_context(|| format!("cannot listen on {listen} (UDP)"))?;
+                eprintln!(
+                    "msgbench serve: time reference on udp://{} (use --time-reference {0} on each segment; Ctrl-C to stop)",
+                    socket.local_addr()?
+                );
+                let answered = msgbench_serve::time::serve(socket, stop).await?;
+                if !args.quiet {
+                    eprintln!("msgbench serve: answered {answered} probes");
+                }
+            }
             ServerArg::WsBroadcast => {
                 if args.tls_cert.is_some() {
                     bail!("ws-broadcast has no TLS listener yet (put a TLS proxy in front)");

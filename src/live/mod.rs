@@ -6,6 +6,10 @@
 //! file is the contract). Views are called on the aggregation thread once per interval, never on
 //! the hot path; a view must not block (hand the record to its own task or thread and return).
 
+pub mod dashboard;
+pub mod metrics;
+pub mod tui;
+
 use msgbench_report::Record;
 
 /// One live view of a run.

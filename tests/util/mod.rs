@@ -37,11 +37,13 @@ pub fn bin() -> &'static str {
     env!("CARGO_BIN_EXE_msgbench")
 }
 
-/// Runs msgbench with `args` in `dir`.
+/// Runs msgbench with `args` in `dir` (runs are recorded in `dir`'s own history, not the
+/// user's).
 pub fn msgbench(dir: &Path, args: &[&str]) -> Output {
     Command::new(bin())
         .args(args)
         .current_dir(dir)
+        .env("MSGBENCH_RESULTS_DB", dir.join("runs.db"))
         .output()
         .expect("running msgbench")
 }

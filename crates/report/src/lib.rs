@@ -9,17 +9,29 @@
 //! - [`records`]: the line types ([`Record`]) and reading/writing them.
 //! - [`model`]: [`RunReport`], computed from records.
 //! - [`stages`]: the stage table of multi-stage runs.
-//! - [`text`], [`csv`], [`live`]: renderers (JSON is `serde_json` of the `RunReport`).
+//! - [`merge`]: the segments of a segmented run merged into one results file, exactly.
+//! - [`text`], [`csv`], [`live`], [`html`]: renderers (JSON is `serde_json` of the
+//!   `RunReport`); [`chart`] and [`distribution`] hold the chart series and percentile curves
+//!   the HTML report draws.
+//! - [`compare`]: the [`Comparison`] of two runs and its text/JSON/HTML renderings.
+//! - [`prometheus`]: the live figures in the Prometheus text exposition format.
 //! - `schema/results.schema.json`: the JSON Schema every line satisfies (enforced by tests).
 #![deny(missing_docs)]
 
+pub mod chart;
+pub mod compare;
 pub mod csv;
+pub mod distribution;
+pub mod html;
 pub mod live;
+pub mod merge;
 pub mod model;
+pub mod prometheus;
 pub mod records;
 pub mod stages;
 pub mod text;
 
+pub use compare::Comparison;
 pub use model::{PhaseReport, ReportBuilder, RunReport};
 pub use records::{Begin, End, EventRecord, Record, ResultsWriter, for_each_record, read_records};
 
@@ -35,6 +47,8 @@ pub enum Format {
     Json,
     /// One row per interval.
     Csv,
+    /// One self-contained HTML page with charts.
+    Html,
 }
 
 /// Why a report could not be produced.
@@ -72,6 +86,7 @@ pub fn render(
             writeln!(out)?;
         }
         Format::Csv => csv::write(report, out)?,
+        Format::Html => html::write(report, out)?,
     }
     Ok(())
 }

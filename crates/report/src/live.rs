@@ -70,6 +70,11 @@ pub fn fmt_ns(ns: u64, count: u64) -> String {
     if count == 0 {
         return "-".into();
     }
+    latency(ns)
+}
+
+/// A latency in nanoseconds in the most readable unit (`870ns`, `12.3us`, `4.56ms`, `1.20s`).
+pub fn latency(ns: u64) -> String {
     let v = ns as f64;
     if v < 1e3 {
         format!("{ns}ns")

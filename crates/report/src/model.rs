@@ -1,6 +1,7 @@
 //! [`RunReport`]: everything a report shows, computed only from the records of a results file.
 
 use crate::ReportError;
+use crate::distribution::Distributions;
 use crate::records::{Begin, End, EventRecord, Record};
 use msgbench_metrics::aggregate::Integrity;
 use msgbench_metrics::{ConnectionSummary, Counters, Gauges, Histograms, LatencySummary, Phase};
@@ -80,6 +81,9 @@ pub struct RunReport {
     /// Multi-stage runs: the stage table.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub stages: Vec<crate::stages::StageReport>,
+    /// Percentile curves of the result's latencies (the HdrHistogram percentile plot).
+    #[serde(default, skip_serializing_if = "Distributions::is_empty")]
+    pub distributions: Distributions,
 }
 
 fn no_values(l: &LatencySummary) -> bool {
@@ -111,6 +115,20 @@ pub struct IntervalRow {
     /// Levels at the end of the window (connection workloads).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub gauges: Option<Gauges>,
+    /// Multi-stage runs: each stage's figures in the window, by stage index.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub stages: Vec<IntervalStage>,
+}
+
+/// One stage of a multi-stage run in one interval.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
+pub struct IntervalStage {
+    /// Messages that reached the stage in the window.
+    pub reached: u64,
+    /// Messages that failed at the stage in the window.
+    pub failed: u64,
+    /// Latency from the intended send time, ns.
+    pub latency: LatencySummary,
 }
 
 impl PhaseReport {
@@ -226,6 +244,15 @@ impl ReportBuilder {
                     cpu_s: i.cpu_s,
                     connect: LatencySummary::of(&i.histograms.connect),
                     gauges: i.gauges,
+                    stages: i
+                        .stages
+                        .iter()
+                        .map(|s| IntervalStage {
+                            reached: s.counts.reached,
+                            failed: s.counts.failed,
+                            latency: LatencySummary::of(&s.latency),
+                        })
+                        .collect(),
                 });
             }
         }
@@ -263,6 +290,7 @@ impl ReportBuilder {
             .iter()
             .map(|(p, d, c, h, cpu)| PhaseReport::build(*p, *d, *d, *c, h, *cpu))
             .collect();
+        let mut distributions = Distributions::default();
         let result = recorded.iter().find(|r| r.0 == Phase::Measure).map(|m| {
             let (mut c, mut h, mut cpu, mut rd) = (m.2, m.3.clone(), m.4, m.1);
             if let Some(drain) = recorded.iter().find(|r| r.0 == Phase::Drain) {
@@ -271,6 +299,7 @@ impl ReportBuilder {
                 cpu += drain.4;
                 rd += drain.1;
             }
+            distributions = Distributions::of(&h);
             PhaseReport::build(Phase::Measure, m.1, rd, c, &h, cpu)
         });
 
@@ -294,6 +323,10 @@ impl ReportBuilder {
                 }
             }
         };
+        warnings.extend(crate::merge::clock_warnings(
+            &begin,
+            result.as_ref().map(|r| &r.e2e),
+        ));
         if self.events_dropped > 0 {
             warnings.push(format!(
                 "{} more events are in the results file than the report lists",
@@ -341,6 +374,7 @@ impl ReportBuilder {
             events: self.events,
             intervals: self.rows,
             connections: end.and_then(|e| e.connections.clone()),
+            distributions,
             begin,
         })
     }

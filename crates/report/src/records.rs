@@ -33,6 +33,9 @@ pub struct Begin {
     pub clock: ClockInfo,
     /// The resolved run plan, credentials removed.
     pub plan: serde_json::Value,
+    /// A merged run (`msgbench merge`): the segments it was merged from.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub segments: Vec<SegmentInfo>,
 }
 
 /// The machine the generator ran on.
@@ -48,13 +51,53 @@ pub struct Host {
 }
 
 /// How latencies were measured.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct ClockInfo {
-    /// `CLOCK_MONOTONIC`.
+    /// `CLOCK_MONOTONIC`, or `CLOCK_MONOTONIC anchored to CLOCK_REALTIME` (segmented runs).
     pub source: String,
-    /// `host`: stamps compare directly only between processes on one host.
+    /// `host`: stamps compare directly only between processes on one host; `wall`: stamps are
+    /// wall-clock time and compare across hosts within [`ClockInfo::uncertainty_us`].
     pub scope: String,
+    /// The kernel considers the wall clock synchronized (adjtimex).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub synchronized: Option<bool>,
+    /// The kernel's estimated wall-clock error, µs.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub est_error_us: Option<u64>,
+    /// The kernel's maximum wall-clock error, µs.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_error_us: Option<u64>,
+    /// The time reference the clock was corrected against (`--time-reference`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reference: Option<String>,
+    /// The correction applied: the reference's time minus this host's, ns.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reference_offset_ns: Option<i64>,
+    /// Round trip of the best probe to the reference, ns.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reference_rtt_ns: Option<u64>,
+    /// `wall` scope: how far this clock may be off, µs (half the reference round trip, or the
+    /// kernel's error without a reference). In a merged file: the bound on a latency measured
+    /// between two segments (0 when all ran on one host, which shares one clock).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub uncertainty_us: Option<u64>,
+}
+
+/// One segment of a merged run, as its own `begin` described it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SegmentInfo {
+    /// Segment index, from 0.
+    pub index: u32,
+    /// Where it ran.
+    pub hostname: String,
+    /// Its target (segments may reach different nodes of one cluster; credentials removed).
+    pub target: String,
+    /// Its clock, as recorded in its `begin`.
+    pub clock: ClockInfo,
+    /// Wall-clock start of its `begin`, Unix ms.
+    pub started_unix_ms: u64,
 }
 
 /// Something that happened during the run.

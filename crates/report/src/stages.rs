@@ -37,6 +37,9 @@ pub struct StageReport {
     pub window: bool,
     /// Latency from the intended send time, ns.
     pub latency: LatencySummary,
+    /// The latency's percentile curve.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub percentiles: Vec<crate::distribution::PercentilePoint>,
 }
 
 /// Accumulates stage figures from intervals (warm-up excluded).
@@ -106,6 +109,7 @@ impl StageAcc {
                     failure: end.is_some_and(|e| e.failure),
                     window: end.is_some_and(|e| e.window),
                     latency: LatencySummary::of(&s.latency),
+                    percentiles: crate::distribution::percentile_curve(&s.latency),
                 }
             })
             .collect()

@@ -126,6 +126,32 @@ pub fn write(r: &RunReport, out: &mut dyn Write) -> std::io::Result<()> {
         r.duration_s,
         r.begin.tool
     )?;
+    if !r.begin.segments.is_empty() {
+        let hosts: std::collections::BTreeSet<&str> = r
+            .begin
+            .segments
+            .iter()
+            .map(|s| s.hostname.as_str())
+            .collect();
+        writeln!(
+            out,
+            "merged from {} segments on {} host(s); clock: {}",
+            r.begin.segments.len(),
+            hosts.len(),
+            match r.begin.clock.uncertainty_us {
+                Some(0) => "one host, one clock".to_string(),
+                Some(u) => format!("cross-host latency ± {:.3} ms", u as f64 / 1e3),
+                None => "cross-host error unknown".to_string(),
+            }
+        )?;
+    } else if let Some(seg) = r.begin.plan.get("segment") {
+        writeln!(
+            out,
+            "segment {}/{} of a segmented run (merge the segments for the whole run)",
+            seg.get("index").and_then(|v| v.as_u64()).unwrap_or(0),
+            seg.get("count").and_then(|v| v.as_u64()).unwrap_or(0)
+        )?;
+    }
     writeln!(out)?;
     if let Some(cs) = &r.connections {
         connections_block(out, r, cs)?;

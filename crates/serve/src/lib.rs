@@ -14,6 +14,8 @@
 //! - [`ecp`]: an ECP endpoint simulator (`msgbench serve ecp-endpoint`): on an AMQP 1.0
 //!   broker, answers what a business application sends to the ECP outbox with replies, inbox
 //!   deliveries and status events, with configurable delays and deterministic faults.
+//! - [`time`]: a time reference for segmented runs (`msgbench serve time`) and the client that
+//!   measures a host's clock offset against it.
 //! - [`ws`]: a WebSocket broadcast server (`msgbench serve ws-broadcast`): every message a client
 //!   sends, or that is relayed from a broker, goes to every other client.
 #![warn(missing_docs)]
@@ -22,4 +24,5 @@ pub mod amqp;
 pub mod ecp;
 mod listen;
 pub mod mqtt;
+pub mod time;
 pub mod ws;

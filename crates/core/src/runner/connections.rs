@@ -139,6 +139,22 @@ pub async fn run_connections<D: Driver>(
     observer: &mut dyn Observer,
     shutdown: Shutdown,
 ) -> Result<RunOutcome, RunError> {
+    // A segment opens its share of the connections at its share of the rate; connection ids
+    // interleave (`n * N + I`) so client ids never collide across segments.
+    let segment_cp;
+    let (cp, id_of): (&ConnectionPlan, Box<dyn Fn(u64) -> u64 + Send>) = match plan.segment {
+        Some(s) => {
+            segment_cp = ConnectionPlan {
+                count: cp.count.map(|c| s.share(c)),
+                rate: cp.rate.map(|r| r / s.count as f64),
+                concurrency: (s.share(cp.concurrency as u64) as u32).max(1),
+                ..cp.clone()
+            };
+            let (n, i) = (s.count as u64, s.index as u64);
+            (&segment_cp, Box::new(move |k| k * n + i))
+        }
+        None => (cp, Box::new(|k| k)),
+    };
     let hold_mode = cp.mode == ConnectionMode::Hold;
     let mut warnings = Vec::new();
     let needed = if hold_mode {
@@ -152,7 +168,15 @@ pub async fn run_connections<D: Driver>(
             .map_err(RunError::Unsupported)?;
     }
     let tick_ns = plan.tick.as_nanos() as u64;
-    let t0 = now_ns() + 10_000_000;
+    let (t0, late) = super::release::release_instant(plan, 10_000_000);
+    if let Some(w) = late {
+        observer.event(&RunEvent {
+            at_s: 0.0,
+            kind: "warning".into(),
+            detail: w.clone(),
+        });
+        warnings.push(w);
+    }
     let started_unix_ms = unix_ms() + 10;
     let ev = |kind: &str, detail: String, at: u64| RunEvent {
         at_s: secs(t0, at),
@@ -188,7 +212,7 @@ pub async fn run_connections<D: Driver>(
     // Storm: `count` cycles, or `--messages N` cycles, or the measure duration.
     let limit = match (cp.count, plan.measure) {
         (Some(n), _) => n,
-        (None, crate::scenario::Measure::Messages(n)) => n,
+        (None, crate::scenario::Measure::Messages(n)) => plan.segment.map_or(n, |s| s.share(n)),
         (None, _) => u64::MAX,
     };
     let (mut launched, mut answered, mut opened) = (0u64, 0u64, 0u64);
@@ -218,7 +242,7 @@ pub async fn run_connections<D: Driver>(
                     break;
                 }
                 let spec = SessionSpec {
-                    id: launched,
+                    id: id_of(launched),
                     topic: topic.clone(),
                     source: (!cp.source_addrs.is_empty()).then(|| {
                         cp.source_addrs[(launched % cp.source_addrs.len() as u64) as usize]
@@ -234,7 +258,7 @@ pub async fn run_connections<D: Driver>(
                         payload: payload.clone(),
                         messages: cp.messages,
                         publish_interval: cp.publish_interval,
-                        id: launched,
+                        id: id_of(launched),
                     };
                     tokio::spawn(async move {
                         if let Some(s) = attempt(&*d, &spec, timeout, &tx).await {

@@ -7,6 +7,10 @@
 //! - `consume`: the consumer loop (recv → unstamp → record + integrity).
 //! - `inflight`: the ack window.
 //! - `timer`: precise waits for paced sends.
+//! - `release`: when the load is released (`--start-at`) and when a segment stops waiting.
+//!
+//! A segmented run (`plan.segment`) starts only the tasks whose global index is its own; they
+//! keep their global ids, and rates and quotas stay split over the whole run's producers.
 //!
 //! Timeline of a run: connect consumers (subscriptions are live before anything is sent) →
 //! connect producers → start barrier at `t0` → warm-up → measure (a duration, or until the
@@ -17,6 +21,7 @@ pub mod connections;
 mod consume;
 mod inflight;
 mod produce;
+mod release;
 mod stages;
 pub mod state;
 mod tagging;
@@ -38,6 +43,7 @@ use msgbench_metrics::{
     Aggregator, Counters, ErrorKind, IntervalStats, Phase, PhaseTotals, Role, Snapshot,
 };
 use produce::ProducerTask;
+use release::{SEGMENT_QUIET_NS, release_instant};
 use serde::{Deserialize, Serialize};
 use state::{OwnedCounter, RunState};
 use std::future::Future;
@@ -274,14 +280,23 @@ pub async fn run<D: Driver>(
         .topics
         .iter()
         .flat_map(|t| std::iter::repeat_n(t, plan.consumers_per_topic as usize));
-    let consumer_specs = consumer_specs.enumerate().map(|(id, topic)| ConsumerSpec {
-        id: id as u32,
-        topic: plan.subscribe.clone().unwrap_or_else(|| topic.clone()),
-        group: group.clone(),
-        respond: plan.request_reply,
-        meta: false,
-        target: None,
-    });
+    // A segment runs only its slice; every task keeps its global index (see `scenario::segment`).
+    let segment = plan.segment;
+    let mine = move |g: &(usize, &String)| segment.is_none_or(|s| s.owns(g.0 as u64));
+    let consumer_ids: Vec<u32> = (0..plan.consumers())
+        .filter(|g| segment.is_none_or(|s| s.owns(*g as u64)))
+        .collect();
+    let consumer_specs = consumer_specs
+        .enumerate()
+        .filter(mine)
+        .map(|(id, topic)| ConsumerSpec {
+            id: id as u32,
+            topic: plan.subscribe.clone().unwrap_or_else(|| topic.clone()),
+            group: group.clone(),
+            respond: plan.request_reply,
+            meta: false,
+            target: None,
+        });
     let (consumers, consumer_homes) = tokio::select! {
         r = connect_all(&mut workers, consumer_specs, "consumer", plan.connect_timeout,
                         |d, spec: ConsumerSpec| async move { d.consumer(&spec).await }, &driver) => r?,
@@ -340,12 +355,18 @@ pub async fn run<D: Driver>(
         .topics
         .iter()
         .flat_map(|t| std::iter::repeat_n(t, plan.producers_per_topic as usize));
-    let producer_specs = producer_specs.enumerate().map(|(id, topic)| ProducerSpec {
-        id: id as u32,
-        topics: vec![topic.clone()],
-        request_reply: plan.request_reply,
-        max_in_flight: plan.max_in_flight,
-    });
+    let producer_ids: Vec<u32> = (0..plan.producers())
+        .filter(|g| segment.is_none_or(|s| s.owns(*g as u64)))
+        .collect();
+    let producer_specs = producer_specs
+        .enumerate()
+        .filter(mine)
+        .map(|(id, topic)| ProducerSpec {
+            id: id as u32,
+            topics: vec![topic.clone()],
+            request_reply: plan.request_reply,
+            max_in_flight: plan.max_in_flight,
+        });
     let (producers, producer_homes) = tokio::select! {
         r = connect_all(&mut workers, producer_specs, "producer", plan.connect_timeout,
                         |d, spec: ProducerSpec| async move { d.producer(&spec).await }, &driver) => r?,
@@ -354,8 +375,8 @@ pub async fn run<D: Driver>(
 
     // Start barrier: every task waits for t0, so none gets a head start.
     let tick_ns = plan.tick.as_nanos() as u64;
-    let t0 = now_ns() + 20_000_000;
-    let started_unix_ms = unix_ms() + 20;
+    let (t0, late) = release_instant(plan, 20_000_000);
+    let started_unix_ms = unix_ms() + (t0.saturating_sub(now_ns())) / 1_000_000;
     observer.event(&ev(
         "connected",
         format!(
@@ -394,7 +415,7 @@ pub async fn run<D: Driver>(
         let counter = Arc::new(OwnedCounter::default());
         distinct.push(counter.clone());
         let task = ConsumerTask {
-            id: i as u32,
+            id: consumer_ids[i],
             run_id: plan.run_id,
             t0_ns: t0,
             tick_ns,
@@ -441,11 +462,12 @@ pub async fn run<D: Driver>(
         n: Arc::new(std::sync::atomic::AtomicU64::new(0)),
         run: plan.run_id,
     });
-    let nprod = producers.len() as u32;
+    // Rates and quotas split over the whole run's producers (all segments together).
+    let nprod = plan.producers();
     let mut producer_tasks = JoinSet::new();
     let mut sent = Vec::new();
-    for (i, p) in producers.into_iter().enumerate() {
-        let i = i as u32;
+    for (local, p) in producers.into_iter().enumerate() {
+        let i = producer_ids[local];
         agg.register_producer(i, receivers);
         let counter = Arc::new(OwnedCounter::default());
         sent.push(counter.clone());
@@ -479,7 +501,7 @@ pub async fn run<D: Driver>(
         };
         producer_tasks.spawn_on(
             task.run(p, PayloadBuilder::new(plan.size, seed)),
-            &producer_homes[i as usize],
+            &producer_homes[local],
         );
     }
     drop(snap_tx);
@@ -495,9 +517,18 @@ pub async fn run<D: Driver>(
     let mut phase = first_phase;
     let mut drain_deadline: Option<u64> = None;
     let mut interrupted = false;
-    let mut producers_done = false;
+    // A segment may have no producers of its own (only consumers).
+    let local_producers = !producer_ids.is_empty();
+    let mut producers_done = !local_producers;
     let mut extra = Counters::default();
     let mut warnings = Vec::new();
+    if let Some(w) = late {
+        observer.event(&ev("warning", w.clone(), t0, t0));
+        warnings.push(w);
+    }
+    // Segments cannot know what the other segments send: their drain ends once deliveries
+    // stopped for a while (or at the drain timeout).
+    let mut last_got = (0u64, 0u64);
     let mut producers_failed = 0u32;
     let mut expired_places = 0u64;
     let mut cpu_mark = process_cpu_s();
@@ -532,8 +563,22 @@ pub async fn run<D: Driver>(
         // Count-bounded: when every producer sent its share. Time-bounded: at the end time, or
         // earlier if every producer had to stop.
         let measure_over = match measure_end {
-            Some(end) => now >= end || producers_done,
-            None => producers_done,
+            Some(end) => now >= end || (local_producers && producers_done),
+            None if local_producers => producers_done,
+            // A consumer-only segment of a count-bounded run: over once deliveries came and
+            // stopped (or none came at all for a long while).
+            None => {
+                let got: u64 = distinct.iter().map(|d| d.get()).sum();
+                if got != last_got.0 {
+                    last_got = (got, now);
+                }
+                if got > 0 {
+                    now.saturating_sub(last_got.1) >= SEGMENT_QUIET_NS
+                } else {
+                    now.saturating_sub(t0)
+                        >= plan.drain.max(Duration::from_secs(10)).as_nanos() as u64
+                }
+            }
         };
         if phase == Phase::Measure && (measure_over || interrupted) {
             let at = measure_end.map_or(now, |e| e.min(now));
@@ -579,8 +624,14 @@ pub async fn run<D: Driver>(
         if let Some(deadline) = drain_deadline {
             let expected: u64 = sent.iter().map(|s| s.get()).sum::<u64>() * receivers;
             let got: u64 = distinct.iter().map(|d| d.get()).sum();
-            let complete =
-                producers_done && got >= expected && tracker.as_ref().is_none_or(|t| t.live() == 0);
+            if got != last_got.0 || last_got.1 == 0 {
+                last_got = (got, now);
+            }
+            let complete = if plan.segment.is_some() {
+                producers_done && now.saturating_sub(last_got.1) >= SEGMENT_QUIET_NS
+            } else {
+                producers_done && got >= expected && tracker.as_ref().is_none_or(|t| t.live() == 0)
+            };
             if complete || now >= deadline || shutdown.requests() >= 2 {
                 if !complete {
                     warnings.push(if now >= deadline && let Some(t) = &tracker {

@@ -70,17 +70,18 @@ impl PreciseTimer {
             if now >= at_ns {
                 return;
             }
+            let mono = crate::clock::to_monotonic(at_ns);
             let spec = libc::itimerspec {
                 it_interval: libc::timespec {
                     tv_sec: 0,
                     tv_nsec: 0,
                 },
                 it_value: libc::timespec {
-                    tv_sec: (at_ns / 1_000_000_000) as libc::time_t,
-                    tv_nsec: (at_ns % 1_000_000_000) as libc::c_long,
+                    tv_sec: (mono / 1_000_000_000) as libc::time_t,
+                    tv_nsec: (mono % 1_000_000_000) as libc::c_long,
                 },
             };
-            // SAFETY: valid fd and itimerspec; TFD_TIMER_ABSTIME uses the same clock as now_ns.
+            // SAFETY: valid fd and itimerspec; TFD_TIMER_ABSTIME on CLOCK_MONOTONIC, as `mono`.
             let rc = unsafe {
                 libc::timerfd_settime(
                     self.fd.as_raw_fd(),

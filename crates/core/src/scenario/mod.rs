@@ -4,6 +4,7 @@
 //!
 //! ```toml
 //! name = "nats-4x4-1k"
+//! tags = ["nightly"]        # for finding the run in the dashboard's history
 //! target = "nats://127.0.0.1:4222"
 //!
 //! [topics]
@@ -48,6 +49,7 @@
 
 pub mod amqp10;
 pub mod plan;
+pub mod segment;
 pub mod stages;
 
 pub use amqp10::{Amqp10Plan, Amqp10Section, Disposition};
@@ -55,6 +57,7 @@ pub use plan::{
     AmqpPlan, ClientPlan, ConnectionPlan, HttpPlan, Measure, RunPlan, SubscriptionMode, TlsPlan,
     resolve,
 };
+pub use segment::{Segment, parse_start_at, segment_run_id};
 pub use stages::{
     KeySource, MessagePlan, MessageSection, PropertyTemplate, StagePlan, StageQueue, StageSection,
     StageSource, Template, TemplateVars, TrackingPlan, TrackingSection,
@@ -71,6 +74,9 @@ use std::path::Path;
 pub struct Scenario {
     /// A name for the run, shown in reports.
     pub name: Option<String>,
+    /// Labels for finding the run again (the dashboard's history searches them):
+    /// `tags = ["nightly", "rabbitmq-3.13"]`.
+    pub tags: Option<Vec<String>>,
     /// The system under test, as a URL (`nats://host:4222`, `mem://`).
     pub target: Option<String>,
     /// Topics (subjects, routing keys, queues).
@@ -388,6 +394,7 @@ impl Scenario {
         // compile error, not a flag that silently does nothing.
         let Scenario {
             name,
+            tags,
             target,
             topics: TopicsSection { count, pattern },
             producers:
@@ -501,6 +508,7 @@ impl Scenario {
         pick(&mut self.amqp10.credit, credit);
         pick(&mut self.amqp10.on_receive, on_receive);
         pick(&mut self.name, name);
+        pick(&mut self.tags, tags);
         pick(&mut self.target, target);
         pick(&mut self.topics.count, count);
         pick(&mut self.topics.pattern, pattern);

@@ -156,6 +156,9 @@ pub struct ConnectionPlan {
 pub struct RunPlan {
     /// Name shown in reports.
     pub name: String,
+    /// Labels for finding the run again (scenario `tags`, `--tag`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub tags: Vec<String>,
     /// Target URL. May contain credentials: use [`RunPlan::redacted`] before printing or writing.
     pub target: String,
     /// Where consumers connect when it is not `target` (a cross-protocol pipeline); may
@@ -227,6 +230,14 @@ pub struct RunPlan {
     /// Multi-stage tracking (runs with `[[stages]]`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tracking: Option<super::stages::TrackingPlan>,
+    /// Segmented runs: which slice of the whole plan this process runs (the rest of the plan
+    /// always describes the whole run).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub segment: Option<super::segment::Segment>,
+    /// Release the load at this wall-clock instant (Unix ms) instead of as soon as connected,
+    /// so the segments of a run start together.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub start_at_unix_ms: Option<u64>,
 }
 
 /// HTTP request settings (used by the `http://` driver only).
@@ -461,6 +472,7 @@ pub fn resolve(s: &Scenario, run_id: u32) -> Result<RunPlan, PlanError> {
 
     Ok(RunPlan {
         name: s.name.clone().unwrap_or_else(|| "msgbench".to_string()),
+        tags: s.tags.clone().unwrap_or_default(),
         target,
         consume_from,
         run_id,
@@ -490,6 +502,8 @@ pub fn resolve(s: &Scenario, run_id: u32) -> Result<RunPlan, PlanError> {
         amqp10,
         message,
         tracking,
+        segment: None,
+        start_at_unix_ms: None,
     })
 }
 
