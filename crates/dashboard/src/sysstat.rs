@@ -36,29 +36,20 @@ pub fn parse_cpu_times(stat: &str) -> Option<CpuTimes> {
 
 /// Bytes in use on the host (`MemTotal - MemAvailable`) and `MemTotal`, from `/proc/meminfo`.
 pub fn parse_meminfo(meminfo: &str) -> Option<(u64, u64)> {
-    let field = |name: &str| {
-        meminfo
-            .lines()
-            .find_map(|l| l.strip_prefix(name))
-            .and_then(|rest| {
-                rest.trim()
-                    .trim_end_matches("kB")
-                    .trim()
-                    .parse::<u64>()
-                    .ok()
-            })
-            .map(|kib| kib * 1024)
-    };
-    let total = field("MemTotal:")?;
-    let available = field("MemAvailable:")?;
+    let total = kib_field(meminfo, "MemTotal:")?;
+    let available = kib_field(meminfo, "MemAvailable:")?;
     Some((total.saturating_sub(available), total))
 }
 
 /// Resident memory in bytes (`VmRSS`) from a `/proc/<pid>/status` file.
 pub fn parse_rss(status: &str) -> Option<u64> {
-    status
-        .lines()
-        .find_map(|l| l.strip_prefix("VmRSS:"))
+    kib_field(status, "VmRSS:")
+}
+
+/// The `NAME:   1234 kB` line of a /proc file, in bytes.
+fn kib_field(text: &str, name: &str) -> Option<u64> {
+    text.lines()
+        .find_map(|l| l.strip_prefix(name))
         .and_then(|rest| {
             rest.trim()
                 .trim_end_matches("kB")

@@ -344,16 +344,7 @@ impl ReportBuilder {
                 .unwrap_or("")
                 .to_string()
         };
-        let stage_names: Vec<String> = begin
-            .plan
-            .pointer("/tracking/stages")
-            .and_then(|v| v.as_array())
-            .map(|a| {
-                a.iter()
-                    .map(|s| s["name"].as_str().unwrap_or("?").to_string())
-                    .collect()
-            })
-            .unwrap_or_default();
+        let stage_names = begin.stage_names();
         let stages = self.stages.finish(
             &stage_names,
             end.map(|e| e.stages.as_slice()),

@@ -290,16 +290,7 @@ impl Exporter {
                 self.tool = b.tool.clone();
                 self.host = b.host.hostname.clone();
                 self.fanout = matches!(s("/subscription/mode"), "fanout" | "");
-                self.stage_names = b
-                    .plan
-                    .pointer("/tracking/stages")
-                    .and_then(|v| v.as_array())
-                    .map(|a| {
-                        a.iter()
-                            .map(|s| s["name"].as_str().unwrap_or("?").to_string())
-                            .collect()
-                    })
-                    .unwrap_or_default();
+                self.stage_names = b.stage_names();
             }
             Record::Interval(i) => {
                 let k = match self.phases.iter().position(|p| p.phase == i.phase) {

@@ -38,6 +38,21 @@ pub struct Begin {
     pub segments: Vec<SegmentInfo>,
 }
 
+impl Begin {
+    /// The names of a multi-stage run's stages, in order (empty for other runs).
+    pub fn stage_names(&self) -> Vec<String> {
+        self.plan
+            .pointer("/tracking/stages")
+            .and_then(|v| v.as_array())
+            .map(|a| {
+                a.iter()
+                    .map(|s| s["name"].as_str().unwrap_or("?").to_string())
+                    .collect()
+            })
+            .unwrap_or_default()
+    }
+}
+
 /// The machine the generator ran on.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
