@@ -227,7 +227,18 @@ fn what_receivers_answer() {
         &run_args(
             Some(&s),
             &url,
-            &["-n", "20", "--drain", "1s", "--topic", "it10.release"],
+            // Paced over a second: released messages come back while the later ones are
+            // still being sent (unpaced, all 20 arrive and the drain ends before any returns).
+            &[
+                "-n",
+                "20",
+                "--rate",
+                "20",
+                "--drain",
+                "1s",
+                "--topic",
+                "it10.release",
+            ],
         ),
     );
     let i = &r["integrity"];
