@@ -376,6 +376,25 @@ bench_zmq() {
     rates+=("$rate")
   done
   echo "  median: $(printf '%s\n' "${rates[@]}" | median) msgs/s (aim >= 1,000,000)"
+  echo "== ZeroMQ PUSH/PULL 1 -> 1, 64 B, unlimited, between two msgbench processes (--segment consumers | producers, merged; $RUNS runs)"
+  rates=()
+  for _ in $(seq "$RUNS"); do
+    local dir port start
+    dir=$(mktemp -d); port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
+    start=$(( $(date +%s%3N) + 2000 ))
+    "$B" run "zmq://127.0.0.1:$port" --size 64 --warmup 1s --duration 5s --segment consumers \
+      --start-at "$start" --quiet -o "$dir/rx.jsonl" >/dev/null 2>&1 &
+    local rx=$!
+    "$B" run "zmq://127.0.0.1:$port" --size 64 --warmup 1s --duration 5s --segment producers \
+      --start-at "$start" --quiet -o "$dir/tx.jsonl" >/dev/null 2>&1
+    wait "$rx" || true
+    read -r rate lost < <("$B" merge "$dir/rx.jsonl" "$dir/tx.jsonl" -o "$dir/all.jsonl" --format json 2>/dev/null | python3 -c "
+import json, sys; r = json.load(sys.stdin); print(f'{r[\"result\"][\"received_per_s\"]:.0f} {r[\"integrity\"][\"lost\"]}')")
+    echo "  run: $rate msgs/s received in the measure phase, lost $lost"
+    rates+=("$rate")
+    rm -rf "$dir"
+  done
+  echo "  median: $(printf '%s\n' "${rates[@]}" | median) msgs/s between two processes (aim >= 1,000,000)"
 }
 
 # ecp_run ARGS... -> prints "rate_of_last_required_stage cpu_s_per_million stage_table"

@@ -324,6 +324,7 @@ fn bad_segment_flags_are_clear_errors() {
         (vec!["--segment", "4/4"], "count from 0"),
         (vec!["--segment", "auto/4"], "JOB_COMPLETION_INDEX"),
         (vec!["--segment", "two"], "expected I/N"),
+        (vec!["--segment", "consumers", "-c", "0"], "no consumers"),
         (vec!["--start-at", "tomorrow"], "RFC 3339"),
         (vec!["--start-at", "1795000000"], "milliseconds"),
     ] {

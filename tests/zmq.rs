@@ -34,6 +34,61 @@ fn push_pull_in_one_process() {
     assert_valid_and_pure(&d.0, "r.jsonl", &r);
 }
 
+/// Between two msgbench processes: one runs the consumers (which bind), the other the
+/// producers (which connect, retrying until the consumers have bound), and the merged files
+/// account for every message end to end. PUSH/PULL, then PUB/SUB to two subscribers.
+#[test]
+fn between_two_processes() {
+    let d = TempDir::new("zmq-two");
+    for (name, query, consumers, n) in [
+        ("pushpull", "", "1", 20_000u64),
+        ("pubsub", "?pattern=pubsub&peers=2", "2", 10_000),
+    ] {
+        let url = format!("zmq://127.0.0.1:{}{query}", free_port());
+        let count = n.to_string();
+        let (rx, tx) = (format!("{name}-rx.jsonl"), format!("{name}-tx.jsonl"));
+        let common = [
+            "-n", &count, "-s", "64", "-c", consumers, "--warmup", "0s", "--drain", "10s",
+        ];
+        let side = |segment: &str, out: &str| {
+            let mut args = vec!["run", url.as_str()];
+            args.extend_from_slice(&common);
+            args.extend(["--segment", segment, "-o", out]);
+            spawn_run(&d.0, &args)
+        };
+        // The producers first: their connects wait for the consumers to bind.
+        let producers = side("producers", &tx);
+        std::thread::sleep(std::time::Duration::from_millis(300));
+        let receivers = side("consumers", &rx);
+        let (p, c) = (finish_json(producers), finish_json(receivers));
+        assert_eq!(u(&measure(&p)["counters"]["sent"]), n, "{name}: {p}");
+        assert_eq!(u(&measure(&c)["counters"]["sent"]), 0, "{name}");
+        let o = msgbench(
+            &d.0,
+            &[
+                "merge",
+                &tx,
+                &rx,
+                "-o",
+                &format!("{name}.jsonl"),
+                "--format",
+                "json",
+            ],
+        );
+        assert!(o.status.success(), "{name}: merge failed: {}", stderr(&o));
+        let m: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+        let i = &m["integrity"];
+        let receivers: u64 = consumers.parse().unwrap();
+        assert_eq!(
+            (u(&i["expected"]), u(&i["delivered"]), u(&i["lost"])),
+            (n * receivers, n * receivers, 0),
+            "{name}: {i}"
+        );
+        assert_eq!(u(&measure(&m)["e2e"]["count"]), n * receivers, "{name}");
+        assert_valid_and_pure(&d.0, &format!("{name}.jsonl"), &m);
+    }
+}
+
 /// PUB/SUB fan-out to 3 subscribers (the producer waits until their subscriptions arrived).
 #[test]
 fn pub_sub_fan_out() {

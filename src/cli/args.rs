@@ -621,8 +621,9 @@ pub struct DashboardRunArgs {
 pub struct SegmentArgs {
     /// Run only slice I of N (I from 0) of the workload: producers, consumers and connections
     /// by global index, rates and message counts split; `auto/N` reads I from
-    /// JOB_COMPLETION_INDEX (Kubernetes Indexed Jobs).
-    #[arg(long, value_name = "I/N")]
+    /// JOB_COMPLETION_INDEX (Kubernetes Indexed Jobs). `producers` or `consumers` splits by
+    /// role instead: one process sends, the other receives (e.g. ZeroMQ between two processes).
+    #[arg(long, value_name = "I/N|producers|consumers")]
     pub segment: Option<String>,
     /// Connect early, then release the load at this wall-clock instant (RFC 3339 such as
     /// 2026-11-22T10:00:00Z, or Unix milliseconds), so all segments start together.

@@ -4,7 +4,7 @@ use super::args::{EcpArgs, PacingArg, RunArgs, SegmentArgs};
 use anyhow::{Context, Result, anyhow, bail};
 use msgbench_core::pacer::{RateShape, Step};
 use msgbench_core::scenario::plan::Pacing;
-use msgbench_core::scenario::segment::INDEX_ENV;
+use msgbench_core::scenario::segment::{INDEX_ENV, Split};
 use msgbench_core::scenario::{
     ConnectionMode, ConsumerMode, RateSpec, RunPlan, Scenario, Segment, parse_start_at, resolve,
     segment_run_id,
@@ -82,6 +82,20 @@ fn apply_segment(plan: &mut RunPlan, a: &SegmentArgs) -> Result<()> {
             bail!(
                 "--segment: multi-stage tracking ([[stages]]) follows each message through one process and cannot be split; run it unsegmented"
             );
+        }
+        if seg.split == Split::Roles {
+            if plan.connections.is_some() {
+                bail!(
+                    "--segment {}: a connection workload has no producers and consumers to split by role; split it with --segment I/N",
+                    seg.label()
+                );
+            }
+            if plan.consumers() == 0 {
+                bail!(
+                    "--segment {}: the run has no consumers (-c 0), so there is nothing to split by role; run it unsegmented",
+                    seg.label()
+                );
+            }
         }
         plan.segment = Some(seg);
     }

@@ -379,7 +379,7 @@ pub fn run(args: RunArgs) -> Result<ExitCode> {
         super::dashboard::record_run(args.dashboard.results_db.as_deref(), &report, p);
     }
     let local_producers = plan.segment.map_or(plan.producers(), |s| {
-        s.share(plan.producers() as u64) as u32
+        s.producer_share(plan.producers() as u64) as u32
     });
     if local_producers > 0 && outcome.producers_failed >= local_producers {
         eprintln!(

@@ -57,6 +57,9 @@ pub enum MergeError {
 struct SegmentField {
     index: u32,
     count: u32,
+    /// `roles` for `--segment producers|consumers`; absent for `I/N`.
+    #[serde(default)]
+    split: Option<String>,
 }
 
 /// Parsed lines of one file: (line number, record), or the error that ended the file.
@@ -269,6 +272,7 @@ pub fn merge(
     }
     // Every file must be a segment of the same run and plan, each segment once.
     let mut count = None;
+    let mut split: Option<Option<String>> = None;
     for r in &mut readers {
         let seg: SegmentField = r
             .begin
@@ -290,6 +294,15 @@ pub fn merge(
                 seg.count,
                 readers_first(paths),
                 count.unwrap_or(0)
+            )));
+        }
+        if *split.get_or_insert(seg.split.clone()) != seg.split {
+            return Err(MergeError::Refused(format!(
+                "{}: the run was split by {} here and by {} in {}: a role split (--segment producers|consumers) and a task split (--segment I/N) overlap",
+                r.path.display(),
+                if seg.split.is_some() { "role" } else { "task" },
+                if seg.split.is_some() { "task" } else { "role" },
+                readers_first(paths),
             )));
         }
         r.index = seg.index;
@@ -321,27 +334,40 @@ pub fn merge(
             )));
         }
     }
+    let by_role = split.flatten().is_some();
+    let label = |i: u32| match (by_role, i) {
+        (true, 0) => "producers".to_string(),
+        (true, _) => "consumers".to_string(),
+        (false, i) => format!("{i}/{count}"),
+    };
     readers.sort_by_key(|r| r.index);
     for w in readers.windows(2) {
         if w[0].index == w[1].index {
             return Err(MergeError::Refused(format!(
-                "{} and {} are both segment {}/{count}",
+                "{} and {} are both segment {}",
                 w[0].path.display(),
                 w[1].path.display(),
-                w[0].index
+                label(w[0].index)
             )));
         }
     }
     let mut warnings = Vec::new();
     let missing: Vec<String> = (0..count)
         .filter(|i| !readers.iter().any(|r| r.index == *i))
-        .map(|i| i.to_string())
+        .map(|i| if by_role { label(i) } else { i.to_string() })
         .collect();
     if !missing.is_empty() {
-        let msg = format!(
-            "segments {} of {count} are missing: the merged figures cover only part of the run",
-            missing.join(", ")
-        );
+        let msg = if by_role {
+            format!(
+                "the {} segment is missing: the merged figures cover only part of the run",
+                missing.join(", ")
+            )
+        } else {
+            format!(
+                "segments {} of {count} are missing: the merged figures cover only part of the run",
+                missing.join(", ")
+            )
+        };
         if !allow_partial {
             return Err(MergeError::Refused(format!(
                 "{msg} (pass --partial to merge anyway)"

@@ -145,11 +145,18 @@ pub fn write(r: &RunReport, out: &mut dyn Write) -> std::io::Result<()> {
             }
         )?;
     } else if let Some(seg) = r.begin.plan.get("segment") {
+        let index = seg.get("index").and_then(|v| v.as_u64()).unwrap_or(0);
+        let label = match seg.get("split").and_then(|v| v.as_str()) {
+            Some("roles") if index == 0 => "producers".to_string(),
+            Some("roles") => "consumers".to_string(),
+            _ => format!(
+                "{index}/{}",
+                seg.get("count").and_then(|v| v.as_u64()).unwrap_or(0)
+            ),
+        };
         writeln!(
             out,
-            "segment {}/{} of a segmented run (merge the segments for the whole run)",
-            seg.get("index").and_then(|v| v.as_u64()).unwrap_or(0),
-            seg.get("count").and_then(|v| v.as_u64()).unwrap_or(0)
+            "segment {label} of a segmented run (merge the segments for the whole run)"
         )?;
     }
     writeln!(out)?;

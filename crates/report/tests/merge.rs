@@ -200,6 +200,9 @@ fn refuses_mixed_runs_plans_duplicates_and_gaps() {
     let mut plain = begin(1, 2, 7, "h", 10);
     plain.plan.as_object_mut().unwrap().remove("segment");
     let not_seg = seg("f.jsonl", plain);
+    let mut consumers = begin(1, 2, 7, "h", 10);
+    consumers.plan["segment"]["split"] = serde_json::json!("roles");
+    let by_role = seg("g.jsonl", consumers);
     let err = |files: &[&PathBuf]| {
         let v: Vec<PathBuf> = files.iter().map(|p| (*p).clone()).collect();
         merge(&v, &mut Vec::new(), false).unwrap_err().to_string()
@@ -209,8 +212,15 @@ fn refuses_mixed_runs_plans_duplicates_and_gaps() {
     assert!(err(&[&a, &dup]).contains("both segment 0/2"));
     assert!(err(&[&a, &other_count]).contains("run of 3 segments"));
     assert!(err(&[&a, &not_seg]).contains("not a segment"));
+    let mixed = err(&[&a, &by_role]);
+    assert!(mixed.contains("split by role here and by task"), "{mixed}");
     let missing = err(&[&a]);
     assert!(missing.contains("segments 1 of 2 are missing"), "{missing}");
+    let no_producers = err(&[&by_role]);
+    assert!(
+        no_producers.contains("the producers segment is missing"),
+        "{no_producers}"
+    );
     // --partial merges what there is, and says so.
     let mut out = Vec::new();
     let s = merge(std::slice::from_ref(&a), &mut out, true).unwrap();

@@ -194,7 +194,12 @@ where
                 return Err(RunError::Connect {
                     role,
                     id: id32,
-                    error: DriverError::Timeout(format!("no connection within {timeout:?}")),
+                    // The driver's own connect timeout (same length) usually fires first; this
+                    // one ends a handshake that hangs after the socket opened. Either way the
+                    // user reads "cannot connect".
+                    error: DriverError::Timeout(format!(
+                        "cannot connect: no connection and handshake within {timeout:?}"
+                    )),
                 });
             }
         }
@@ -282,13 +287,12 @@ pub async fn run<D: Driver>(
         .flat_map(|t| std::iter::repeat_n(t, plan.consumers_per_topic as usize));
     // A segment runs only its slice; every task keeps its global index (see `scenario::segment`).
     let segment = plan.segment;
-    let mine = move |g: &(usize, &String)| segment.is_none_or(|s| s.owns(g.0 as u64));
     let consumer_ids: Vec<u32> = (0..plan.consumers())
-        .filter(|g| segment.is_none_or(|s| s.owns(*g as u64)))
+        .filter(|g| segment.is_none_or(|s| s.owns_consumer(*g as u64)))
         .collect();
     let consumer_specs = consumer_specs
         .enumerate()
-        .filter(mine)
+        .filter(|(g, _)| segment.is_none_or(|s| s.owns_consumer(*g as u64)))
         .map(|(id, topic)| ConsumerSpec {
             id: id as u32,
             topic: plan.subscribe.clone().unwrap_or_else(|| topic.clone()),
@@ -356,11 +360,11 @@ pub async fn run<D: Driver>(
         .iter()
         .flat_map(|t| std::iter::repeat_n(t, plan.producers_per_topic as usize));
     let producer_ids: Vec<u32> = (0..plan.producers())
-        .filter(|g| segment.is_none_or(|s| s.owns(*g as u64)))
+        .filter(|g| segment.is_none_or(|s| s.owns_producer(*g as u64)))
         .collect();
     let producer_specs = producer_specs
         .enumerate()
-        .filter(mine)
+        .filter(|(g, _)| segment.is_none_or(|s| s.owns_producer(*g as u64)))
         .map(|(id, topic)| ProducerSpec {
             id: id as u32,
             topics: vec![topic.clone()],

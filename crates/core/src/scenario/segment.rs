@@ -8,6 +8,12 @@
 //! global producer count (a producer paces `1/P` of the whole run's rate and sends its global
 //! share of `--messages`), so the N segments together are exactly the whole run.
 //!
+//! A run can also be split by role (`--segment producers` and `--segment consumers`, two
+//! segments): one process runs every producer, the other every consumer. That is how a
+//! brokerless protocol (ZeroMQ) is measured between two processes, or how the sending and the
+//! receiving side of a broker are put on different machines. Stamps carry the wall-anchored
+//! send time, so end-to-end latency is measured across the two processes as within one.
+//!
 //! Every segment of a run must share its run id (consumers ignore stamps of other runs): it is
 //! derived from the plan and the start time, so identical command lines agree without talking
 //! to each other (see [`segment_run_id`]).
@@ -25,15 +31,47 @@ pub struct Segment {
     pub index: u32,
     /// How many segments the run has.
     pub count: u32,
+    /// How the run is cut (absent in results files of task-split runs).
+    #[serde(default, skip_serializing_if = "Split::is_tasks")]
+    pub split: Split,
+}
+
+/// How a segmented run is cut into segments.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Split {
+    /// Every task by global index, `g % N == I` (`--segment I/N`).
+    #[default]
+    Tasks,
+    /// By role, two segments: 0 runs every producer, 1 every consumer (`--segment producers`,
+    /// `--segment consumers`).
+    Roles,
+}
+
+impl Split {
+    /// Whether this is the default cut (kept out of results files, which then read as before).
+    pub fn is_tasks(&self) -> bool {
+        *self == Split::Tasks
+    }
 }
 
 impl Segment {
     /// Parses `I/N` (I from 0 to N-1) or `auto/N`, which reads I from `index_env` (the value of
     /// [`INDEX_ENV`], passed in so tests do not depend on the environment).
     pub fn parse(s: &str, index_env: Option<&str>) -> Result<Segment, String> {
-        let (i, n) = s
-            .split_once('/')
-            .ok_or_else(|| format!("`{s}`: expected I/N (e.g. 0/4) or auto/N"))?;
+        let role = |index| Segment {
+            index,
+            count: 2,
+            split: Split::Roles,
+        };
+        match s.trim() {
+            "producers" => return Ok(role(0)),
+            "consumers" => return Ok(role(1)),
+            _ => {}
+        }
+        let (i, n) = s.split_once('/').ok_or_else(|| {
+            format!("`{s}`: expected I/N (e.g. 0/4), auto/N, producers or consumers")
+        })?;
         let count: u32 = n
             .trim()
             .parse()
@@ -61,25 +99,61 @@ impl Segment {
                 count - 1
             ));
         }
-        Ok(Segment { index, count })
+        Ok(Segment {
+            index,
+            count,
+            split: Split::Tasks,
+        })
     }
 
-    /// Whether the task with global index `global` runs in this segment.
+    /// Whether producer `global` (its index in the whole run) runs in this segment.
+    #[inline]
+    pub fn owns_producer(&self, global: u64) -> bool {
+        match self.split {
+            Split::Tasks => self.owns(global),
+            Split::Roles => self.index == 0,
+        }
+    }
+
+    /// Whether consumer `global` (its index in the whole run) runs in this segment.
+    #[inline]
+    pub fn owns_consumer(&self, global: u64) -> bool {
+        match self.split {
+            Split::Tasks => self.owns(global),
+            Split::Roles => self.index == 1,
+        }
+    }
+
+    /// How many of the run's `total` producers run in this segment.
+    pub fn producer_share(&self, total: u64) -> u64 {
+        match self.split {
+            Split::Tasks => self.share(total),
+            Split::Roles if self.index == 0 => total,
+            Split::Roles => 0,
+        }
+    }
+
+    /// Whether the task with global index `global` runs in this segment of a task split
+    /// (connections, whose runs cannot be split by role).
     #[inline]
     pub fn owns(&self, global: u64) -> bool {
         global % self.count as u64 == self.index as u64
     }
 
     /// This segment's share of `total` whole things spread round-robin (the first `total % N`
-    /// segments get one more).
+    /// segments get one more) in a task split.
     pub fn share(&self, total: u64) -> u64 {
         let n = self.count as u64;
         total / n + u64::from((self.index as u64) < total % n)
     }
 
-    /// `I/N` as the user wrote it.
+    /// `I/N`, `producers` or `consumers`, as the user wrote it.
     pub fn label(&self) -> String {
-        format!("{}/{}", self.index, self.count)
+        match (self.split, self.index) {
+            (Split::Roles, 0) => "producers".to_string(),
+            (Split::Roles, _) => "consumers".to_string(),
+            (Split::Tasks, i) => format!("{i}/{}", self.count),
+        }
     }
 }
 
@@ -195,12 +269,29 @@ mod tests {
     fn parses_segments() {
         assert_eq!(
             Segment::parse("2/4", None),
-            Ok(Segment { index: 2, count: 4 })
+            Ok(Segment {
+                index: 2,
+                count: 4,
+                split: Split::Tasks
+            })
         );
         assert_eq!(
             Segment::parse("auto/3", Some("1")),
-            Ok(Segment { index: 1, count: 3 })
+            Ok(Segment {
+                index: 1,
+                count: 3,
+                split: Split::Tasks
+            })
         );
+        let p = Segment::parse("producers", None).unwrap();
+        let c = Segment::parse("consumers", None).unwrap();
+        assert_eq!(
+            (p.label().as_str(), c.label().as_str()),
+            ("producers", "consumers")
+        );
+        assert!((0..5).all(|g| p.owns_producer(g) && !p.owns_consumer(g)));
+        assert!((0..5).all(|g| c.owns_consumer(g) && !c.owns_producer(g)));
+        assert_eq!((p.producer_share(7), c.producer_share(7)), (7, 0));
         assert!(
             Segment::parse("4/4", None)
                 .unwrap_err()
@@ -212,6 +303,11 @@ mod tests {
                 .contains(INDEX_ENV)
         );
         assert!(Segment::parse("1", None).unwrap_err().contains("I/N"));
+        assert!(
+            Segment::parse("senders", None)
+                .unwrap_err()
+                .contains("producers or consumers")
+        );
         assert!(Segment::parse("0/0", None).is_err());
         assert!(Segment::parse("auto/2", Some("x")).is_err());
     }
@@ -219,7 +315,13 @@ mod tests {
     #[test]
     fn segments_partition_everything() {
         for n in 1..6u32 {
-            let segs: Vec<Segment> = (0..n).map(|index| Segment { index, count: n }).collect();
+            let segs: Vec<Segment> = (0..n)
+                .map(|index| Segment {
+                    index,
+                    count: n,
+                    split: Split::Tasks,
+                })
+                .collect();
             for total in 0..20u64 {
                 assert_eq!(segs.iter().map(|s| s.share(total)).sum::<u64>(), total);
                 for g in 0..total {

@@ -238,6 +238,7 @@ impl Driver for ZmqDriver {
 
     async fn producer(&self, spec: &ProducerSpec) -> Result<ZmqProducer, DriverError> {
         let who = who("producer", spec.id);
+        self.registry.set_producing();
         if spec.request_reply {
             return Err(DriverError::Config(
                 "request/reply is not supported by the zmq driver".into(),

@@ -77,6 +77,8 @@ pub struct Registry {
     consumers: Mutex<Vec<LocalConsumer>>,
     producers: watch::Sender<Vec<BoundProducer>>,
     closing: AtomicBool,
+    /// Whether this process runs producers at all (not so in a consumers-only segment).
+    producing: AtomicBool,
 }
 
 impl Default for Registry {
@@ -85,6 +87,7 @@ impl Default for Registry {
             consumers: Mutex::new(Vec::new()),
             producers: watch::Sender::new(Vec::new()),
             closing: AtomicBool::new(false),
+            producing: AtomicBool::new(false),
         }
     }
 }
@@ -130,6 +133,18 @@ impl Registry {
     /// See [`Registry::set_closing`].
     pub fn is_closing(&self) -> bool {
         self.closing.load(Ordering::Relaxed)
+    }
+
+    /// A producer is being set up in this process.
+    pub fn set_producing(&self) {
+        self.producing.store(true, Ordering::Relaxed);
+    }
+
+    /// Whether any producer runs in this process: if none, every peer a consumer has is a
+    /// producer of another process (`--segment consumers`), whose end this process cannot
+    /// tell from a failure.
+    pub fn is_producing(&self) -> bool {
+        self.producing.load(Ordering::Relaxed)
     }
 }
 

@@ -221,7 +221,10 @@ pub async fn wait_subscribed(
 }
 
 /// Reports peers leaving (and failed accepts) to the runner for as long as the socket lives.
-/// Peers leaving once producers close are the end of the run and are not reported.
+/// Peers leaving once producers close are the end of the run and are not reported. In a
+/// process without producers every peer is a producer elsewhere, which leaves when its run
+/// ends: a warning (what it sent and what arrived is settled by `msgbench merge`), not an
+/// error.
 pub fn forward_events(
     mut mon: mpsc::Receiver<SocketEvent>,
     events: EventSink,
@@ -231,6 +234,12 @@ pub fn forward_events(
     tokio::spawn(async move {
         while let Some(ev) = mon.next().await {
             match ev {
+                SocketEvent::Disconnected(_) if !registry.is_producing() => {
+                    events.emit(
+                        DriverEventKind::Warning,
+                        format!("{who}: a producer of another process disconnected (its run ended, or it failed)"),
+                    );
+                }
                 SocketEvent::Disconnected(_) if !registry.is_closing() => {
                     events.emit(
                         DriverEventKind::Disconnected,
