@@ -81,6 +81,31 @@ fn clients_relay_through_the_server() {
     );
 }
 
+/// `wss://`: the broadcast server over TLS, verified with the CA that signed its certificate;
+/// without that CA the client refuses the server's certificate.
+#[test]
+fn wss_through_the_broadcast_server() {
+    let relay = Server::wss_broadcast();
+    let ca = env_or_hint("MSGBENCH_IT_MQTT_CA");
+    let d = TempDir::new("wss-relay");
+    let r = run_json(
+        &d.0,
+        &[
+            "run", &relay.url, "-p", "1", "-c", "3", "-n", "2000", "--warmup", "0s", "--ca-file",
+            &ca,
+        ],
+    );
+    let i = &r["integrity"];
+    assert_eq!(
+        (u(&i["expected"]), u(&i["delivered"]), u(&i["lost"])),
+        (6_000, 6_000, 0),
+        "{i}"
+    );
+    let o = msgbench(&d.0, &["run", &relay.url, "-n", "10", "--no-output"]);
+    assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
+    assert!(stderr(&o).contains("certificate"), "{}", stderr(&o));
+}
+
 /// A server that answers the upgrade with 403, and one that is not there: clear errors.
 #[test]
 fn refused_upgrades_and_closed_ports() {

@@ -144,10 +144,10 @@ pub struct ServeArgs {
     /// Address to listen on (default: 127.0.0.1 on the protocol's port).
     #[arg(long, short = 'l')]
     pub listen: Option<String>,
-    /// TLS certificate chain (PEM) for the listener (amqp-sink).
+    /// TLS certificate chain (PEM) for the listener (amqp-sink, ws-broadcast).
     #[arg(long, requires = "tls_key")]
     pub tls_cert: Option<std::path::PathBuf>,
-    /// TLS private key (PEM) for the listener (amqp-sink).
+    /// TLS private key (PEM) for the listener (amqp-sink, ws-broadcast).
     #[arg(long, requires = "tls_cert")]
     pub tls_key: Option<std::path::PathBuf>,
     /// ws-broadcast: relay what this broker delivers on --topic to every client

@@ -2,7 +2,8 @@
 
 use crate::cli::args::{ServeArgs, ServerArg};
 use anyhow::{Context, Result, bail};
-use msgbench_serve::amqp::{Sink, SinkConfig, tls_acceptor};
+use msgbench_serve::amqp::{Sink, SinkConfig};
+use msgbench_serve::tls::tls_acceptor;
 use msgbench_serve::mqtt::{Broker, BrokerConfig};
 use msgbench_serve::ws::{Broadcast, BroadcastConfig};
 use std::process::ExitCode;
@@ -109,11 +110,17 @@ pub fn run(args: ServeArgs) -> Result<ExitCode> {
                 }
             }
             ServerArg::WsBroadcast => {
-                if args.tls_cert.is_some() {
-                    bail!("ws-broadcast has no TLS listener yet (put a TLS proxy in front)");
-                }
+                let tls = match (&args.tls_cert, &args.tls_key) {
+                    (Some(c), Some(k)) => Some(tls_acceptor(c, k).map_err(anyhow::Error::msg)?),
+                    _ => None,
+                };
+                let scheme = if tls.is_some() { "wss" } else { "ws" };
                 let listen = args.listen.as_deref().unwrap_or("127.0.0.1:8080");
-                let server = Broadcast::bind(listen, BroadcastConfig::default())
+                let config = BroadcastConfig {
+                    tls,
+                    ..BroadcastConfig::default()
+                };
+                let server = Broadcast::bind(listen, config)
                     .await
                     .with_context(|| format!("cannot listen on {listen}"))?;
                 let from = match &args.from {
@@ -129,7 +136,7 @@ pub fn run(args: ServeArgs) -> Result<ExitCode> {
                     None => None,
                 };
                 eprintln!(
-                    "msgbench serve: WebSocket broadcast on ws://{}{} (Ctrl-C to stop)",
+                    "msgbench serve: WebSocket broadcast on {scheme}://{}{} (Ctrl-C to stop)",
                     server.local_addr(),
                     match &from {
                         Some(p) => format!(

@@ -156,6 +156,24 @@ impl Server {
         Server::start("ws-broadcast", "ws", extra)
     }
 
+    /// msgbench's WebSocket broadcast server serving `wss://` with the test CA's server
+    /// certificate (the CA is `MSGBENCH_IT_MQTT_CA`).
+    pub fn wss_broadcast() -> Server {
+        let ca = env_or_hint("MSGBENCH_IT_MQTT_CA");
+        let dir = std::path::Path::new(&ca).parent().unwrap();
+        let (cert, key) = (dir.join("server.pem"), dir.join("server.key"));
+        Server::start(
+            "ws-broadcast",
+            "wss",
+            &[
+                "--tls-cert",
+                cert.to_str().unwrap(),
+                "--tls-key",
+                key.to_str().unwrap(),
+            ],
+        )
+    }
+
     fn start(server: &str, scheme: &str, extra: &[&str]) -> Server {
         let port = free_port();
         let child = Command::new(bin())

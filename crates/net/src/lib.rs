@@ -29,7 +29,7 @@ use std::time::Duration;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::{TcpSocket, TcpStream};
 use tokio_rustls::TlsConnector;
-use tokio_rustls::client::TlsStream;
+use tokio_rustls::TlsStream;
 
 /// Why a connection could not be made, with the classified cause.
 #[derive(Debug, thiserror::Error)]
@@ -104,6 +104,13 @@ impl Tls {
     /// Builds the client configuration: roots from `ca_file` (or the system's), an optional
     /// client certificate, verification unless `insecure`.
     pub fn new(plan: &TlsPlan) -> Result<Tls, String> {
+        Tls::with_alpn(plan, &[])
+    }
+
+    /// As [`Tls::new`], offering `protocols` by ALPN (most preferred first), e.g. `h2` for
+    /// HTTP/2, which is negotiated in the TLS handshake; [`Stream::alpn_protocol`] says what
+    /// the server chose.
+    pub fn with_alpn(plan: &TlsPlan, protocols: &[&[u8]]) -> Result<Tls, String> {
         let provider = Arc::new(rustls::crypto::ring::default_provider());
         let builder = rustls::ClientConfig::builder_with_provider(provider.clone())
             .with_safe_default_protocol_versions()
@@ -149,6 +156,7 @@ impl Tls {
             (None, None) => builder.with_no_client_auth(),
             _ => return Err("a client certificate needs both --cert and --key".into()),
         };
+        config.alpn_protocols = protocols.iter().map(|p| p.to_vec()).collect();
         if plan.insecure {
             config
                 .dangerous()
@@ -277,7 +285,7 @@ pub async fn connect(
                     };
                     NetError::new(cause, format!("TLS handshake failed: {e}"))
                 })?;
-                Ok(Stream::Tls(Box::new(s)))
+                Ok(Stream::Tls(Box::new(s.into())))
             }
         }
     };
@@ -436,15 +444,25 @@ impl Wire {
     }
 }
 
-/// A client connection, plain or TLS.
+/// A connection, plain or TLS: a client's (from [`connect`]) or, in msgbench's own servers, an
+/// accepted one (a server-side TLS stream converts with `.into()`).
 pub enum Stream {
     /// Plain TCP.
     Tcp(TcpStream),
-    /// TLS over TCP.
+    /// TLS over TCP, client or server side.
     Tls(Box<TlsStream<TcpStream>>),
 }
 
 impl Stream {
+    /// The protocol the server chose by ALPN in the TLS handshake (`None` for plain TCP, or
+    /// when the server chose none).
+    pub fn alpn_protocol(&self) -> Option<&[u8]> {
+        match self {
+            Stream::Tcp(_) => None,
+            Stream::Tls(s) => s.get_ref().1.alpn_protocol(),
+        }
+    }
+
     /// Reads what is available into the spare capacity of `buf` (reserving `chunk` bytes if it
     /// has less than `chunk / 4` free). `Ready(Ok(0))` means the peer closed.
     pub fn poll_read_into(

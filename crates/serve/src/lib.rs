@@ -17,7 +17,8 @@
 //! - [`time`]: a time reference for segmented runs (`msgbench serve time`) and the client that
 //!   measures a host's clock offset against it.
 //! - [`ws`]: a WebSocket broadcast server (`msgbench serve ws-broadcast`): every message a client
-//!   sends, or that is relayed from a broker, goes to every other client.
+//!   sends, or that is relayed from a broker, goes to every other client; `ws://` or `wss://`.
+//! - [`tls`]: the TLS acceptor the AMQP sink and the broadcast server share.
 #![warn(missing_docs)]
 
 pub mod amqp;
@@ -25,4 +26,5 @@ pub mod ecp;
 mod listen;
 pub mod mqtt;
 pub mod time;
+pub mod tls;
 pub mod ws;

@@ -9,6 +9,9 @@
 //! [`BroadcastConfig::queue`] messages; a client that falls that far behind skips what it
 //! missed, which is counted (`lagged`) and shows up as loss in msgbench's integrity figures.
 //!
+//! With [`BroadcastConfig::tls`] it serves `wss://` (TLS 1.2/1.3; a handshake that fails or
+//! takes more than 10 s counts as refused).
+//!
 //! Upgrades must be RFC 6455 (`GET`, `Upgrade: websocket`, `Connection: Upgrade`, version 13,
 //! a key); anything else gets `400 Bad Request` (`426` for another version) and is closed.
 
@@ -26,12 +29,25 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{broadcast, watch};
 
 /// Settings.
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 pub struct BroadcastConfig {
     /// Messages a client may fall behind before it skips some.
     pub queue: usize,
     /// Largest frame accepted from a client.
     pub max_frame: u64,
+    /// Serve `wss://` with this acceptor (from [`crate::tls::tls_acceptor`]) instead of
+    /// `ws://`. Default none.
+    pub tls: Option<tokio_rustls::TlsAcceptor>,
+}
+
+impl std::fmt::Debug for BroadcastConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("BroadcastConfig")
+            .field("queue", &self.queue)
+            .field("max_frame", &self.max_frame)
+            .field("tls", &self.tls.is_some())
+            .finish()
+    }
 }
 
 impl Default for BroadcastConfig {
@@ -39,6 +55,7 @@ impl Default for BroadcastConfig {
         BroadcastConfig {
             queue: 65_536,
             max_frame: 16 * 1024 * 1024,
+            tls: None,
         }
     }
 }
@@ -56,7 +73,7 @@ pub struct BroadcastStats {
     pub frames_out: AtomicU64,
     /// Messages clients skipped because they fell behind.
     pub lagged: AtomicU64,
-    /// Upgrade requests refused.
+    /// Upgrade requests refused, and TLS handshakes that failed or timed out.
     pub refused: AtomicU64,
     /// Text messages from clients (requests; not relayed).
     pub requests: AtomicU64,
@@ -74,6 +91,7 @@ struct Shared {
     stats: Arc<BroadcastStats>,
     next_id: AtomicU64,
     max_frame: u64,
+    tls: Option<tokio_rustls::TlsAcceptor>,
 }
 
 /// Feeds messages into the broadcast from outside (e.g. a broker consumer).
@@ -123,6 +141,7 @@ impl Broadcast {
                 stats: Arc::default(),
                 next_id: AtomicU64::new(1),
                 max_frame: config.max_frame,
+                tls: config.tls,
             }),
         })
     }
@@ -155,12 +174,27 @@ impl Broadcast {
     }
 }
 
+/// How long a client has for its TLS handshake and its upgrade request.
+const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
+
 async fn serve(shared: Arc<Shared>, sock: TcpStream, shutdown: watch::Receiver<bool>) {
     // Small buffers: a broadcast server holds tens of thousands of these.
     let mut wire = Wire::new(4 * 1024);
-    wire.attach(Stream::Tcp(sock));
+    match &shared.tls {
+        None => wire.attach(Stream::Tcp(sock)),
+        Some(acceptor) => {
+            match tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(sock)).await {
+                Ok(Ok(tls)) => wire.attach(Stream::Tls(Box::new(tls.into()))),
+                // A client that cannot complete the handshake is a refused connection.
+                _ => {
+                    shared.stats.refused.fetch_add(1, Relaxed);
+                    return;
+                }
+            }
+        }
+    }
     let head = tokio::time::timeout(
-        Duration::from_secs(10),
+        HANDSHAKE_TIMEOUT,
         poll_fn(|cx| wire.poll_next(cx, false, |b| codec::parse_head(b, 16 * 1024))),
     )
     .await;

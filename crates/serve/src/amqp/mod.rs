@@ -36,7 +36,7 @@
 //!   and close the channel with 406.
 //! - Heartbeats: sent when the sink has written nothing for the negotiated interval; a
 //!   connection silent for two intervals is closed.
-//! - TLS, when [`SinkConfig::tls`] is set (see [`tls_acceptor`]).
+//! - TLS, when [`SinkConfig::tls`] is set (see [`crate::tls::tls_acceptor`]).
 //!
 //! # Errors and robustness
 //!
@@ -68,7 +68,6 @@ mod tests;
 use std::future::Future;
 use std::io;
 use std::net::SocketAddr;
-use std::path::Path;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::time::Duration;
@@ -84,7 +83,8 @@ pub struct SinkConfig {
     pub heartbeat_s: u16,
     /// Highest channel number offered in tune; 0 means 65535. Default 2047.
     pub channel_max: u16,
-    /// Serve TLS with this acceptor (from [`tls_acceptor`]) instead of plain TCP. Default none.
+    /// Serve TLS with this acceptor (from [`crate::tls::tls_acceptor`]) instead of plain TCP.
+    /// Default none.
     pub tls: Option<tokio_rustls::TlsAcceptor>,
 }
 
@@ -152,37 +152,6 @@ impl SinkStats {
             confirms: self.confirms.load(Relaxed),
         }
     }
-}
-
-/// Builds a TLS acceptor for [`SinkConfig::tls`] from PEM files: the certificate chain (leaf
-/// first) and its private key (PKCS#8, PKCS#1 or SEC1). TLS 1.2 and 1.3, no client
-/// certificates. Errors name the file and the cause.
-pub fn tls_acceptor(cert_pem: &Path, key_pem: &Path) -> Result<tokio_rustls::TlsAcceptor, String> {
-    use rustls_pki_types::pem::PemObject;
-    use rustls_pki_types::{CertificateDer, PrivateKeyDer};
-    let read_err = |what: &str, path: &Path, e: &dyn std::fmt::Display| {
-        format!("cannot read {what} {}: {e}", path.display())
-    };
-    let chain = CertificateDer::pem_file_iter(cert_pem)
-        .map_err(|e| read_err("certificate", cert_pem, &e))?
-        .collect::<Result<Vec<_>, _>>()
-        .map_err(|e| read_err("certificate", cert_pem, &e))?;
-    if chain.is_empty() {
-        return Err(format!(
-            "certificate file {} holds no PEM certificate",
-            cert_pem.display()
-        ));
-    }
-    let key =
-        PrivateKeyDer::from_pem_file(key_pem).map_err(|e| read_err("private key", key_pem, &e))?;
-    let provider = Arc::new(rustls::crypto::ring::default_provider());
-    let config = rustls::ServerConfig::builder_with_provider(provider)
-        .with_safe_default_protocol_versions()
-        .map_err(|e| e.to_string())?
-        .with_no_client_auth()
-        .with_single_cert(chain, key)
-        .map_err(|e| format!("certificate {}: {e}", cert_pem.display()))?;
-    Ok(tokio_rustls::TlsAcceptor::from(Arc::new(config)))
 }
 
 /// State every connection of one sink shares: the limits and the frames every connection

@@ -6,9 +6,11 @@ mod client;
 mod robust;
 
 use super::*;
+use crate::tls::tls_acceptor;
 use amq_protocol::frame::AMQPFrame;
 use amq_protocol::protocol::{AMQPClass, basic, channel, connection, exchange, queue, tx};
 use client::{Client, T, method, tcp};
+use std::path::Path;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
