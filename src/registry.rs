@@ -108,7 +108,7 @@ pub fn drivers() -> Vec<DriverInfo> {
         DriverInfo {
             name: "http",
             schemes: &["http", "https"],
-            about: "HTTP/1.1 keep-alive and HTTP/2 (h2c): a producer is a connection, a response its request's ack (2xx/3xx ok), status codes counted, TLS (hyper connection API); no consumers",
+            about: "HTTP/1.1 keep-alive (msgbench's own allocation-free client) and HTTP/2 (h2c, or ALPN h2 over TLS; hyper): a producer is a connection, a response its request's ack (2xx/3xx ok), status codes counted, TLS; no consumers",
             caps: Capabilities {
                 acks: true,
                 queue_groups: false,

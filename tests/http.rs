@@ -133,4 +133,28 @@ fn bad_http_runs_are_refused() {
         ],
     );
     assert!(stderr(&o).contains("cannot connect"), "{}", stderr(&o));
+    // A TLS server that does not offer HTTP/2 by ALPN (msgbench's wss:// server): --http2
+    // says so instead of falling back to HTTP/1.1.
+    let wss = Server::wss_broadcast();
+    let https = wss.url.replace("wss://", "https://");
+    let ca = env_or_hint("MSGBENCH_IT_MQTT_CA");
+    let o = msgbench(
+        &d.0,
+        &[
+            "run",
+            &https,
+            "--http2",
+            "--ca-file",
+            &ca,
+            "-n",
+            "10",
+            "--no-output",
+        ],
+    );
+    assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("did not agree to HTTP/2"),
+        "{}",
+        stderr(&o)
+    );
 }

@@ -91,7 +91,17 @@ fn wss_through_the_broadcast_server() {
     let r = run_json(
         &d.0,
         &[
-            "run", &relay.url, "-p", "1", "-c", "3", "-n", "2000", "--warmup", "0s", "--ca-file",
+            "run",
+            &relay.url,
+            "-p",
+            "1",
+            "-c",
+            "3",
+            "-n",
+            "2000",
+            "--warmup",
+            "0s",
+            "--ca-file",
             &ca,
         ],
     );

@@ -561,7 +561,8 @@ pub struct RunArgs {
     /// Extra request header, repeatable: --header 'Authorization: Bearer x'.
     #[arg(long, value_name = "'NAME: VALUE'", help_heading = "HTTP")]
     pub header: Vec<String>,
-    /// HTTP/2 with prior knowledge (h2c): many requests in flight per connection.
+    /// HTTP/2: many requests in flight per connection (h2c with prior knowledge on http://,
+    /// ALPN h2 on https://).
     #[arg(long, help_heading = "HTTP")]
     pub http2: bool,
 

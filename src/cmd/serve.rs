@@ -3,8 +3,8 @@
 use crate::cli::args::{ServeArgs, ServerArg};
 use anyhow::{Context, Result, bail};
 use msgbench_serve::amqp::{Sink, SinkConfig};
-use msgbench_serve::tls::tls_acceptor;
 use msgbench_serve::mqtt::{Broker, BrokerConfig};
+use msgbench_serve::tls::tls_acceptor;
 use msgbench_serve::ws::{Broadcast, BroadcastConfig};
 use std::process::ExitCode;
 use std::time::Duration;

@@ -34,4 +34,3 @@ pub fn tls_acceptor(cert_pem: &Path, key_pem: &Path) -> Result<tokio_rustls::Tls
         .map_err(|e| format!("certificate {}: {e}", cert_pem.display()))?;
     Ok(tokio_rustls::TlsAcceptor::from(Arc::new(config)))
 }
-

@@ -1,7 +1,8 @@
-//! The one body type of this crate, for requests (the runner's payload) and for the built-in
-//! server's answers: zero or one chunk of [`Bytes`], with its exact length known up front so
-//! hyper writes a `Content-Length` (HTTP/1.1) or ends the stream with the data (HTTP/2) instead
-//! of chunking.
+//! The one body type of this crate's hyper code, for HTTP/2 requests (the runner's payload)
+//! and for the built-in server's answers: zero or one chunk of [`Bytes`], with its exact
+//! length known up front so hyper writes a `Content-Length` (HTTP/1.1 answers) or ends the
+//! stream with the data (HTTP/2) instead of chunking. (HTTP/1.1 requests do not use it: the
+//! client in `h1` copies the payload straight into its write buffer.)
 
 use bytes::Bytes;
 use hyper::body::{Body, Frame, SizeHint};

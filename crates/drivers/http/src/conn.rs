@@ -1,27 +1,31 @@
-//! One HTTP connection on hyper's connection-level API, driven inline by its owner.
-//!
-//! hyper splits a connection into a `SendRequest` handle and a `Connection` future that does
-//! the I/O. Its examples spawn the future; here the owning producer (or session) polls it
-//! itself, whenever it sends and whenever the runner asks for acks, so an HTTP/1.1 response is
+//! One HTTP connection, driven inline by its owner: the producer (or session) that sends on it
+//! also reads it, whenever it sends and whenever the runner asks for acks, so a response is
 //! read, parsed and turned into an ack in one poll of the producer task, with no hop through
-//! another task. (HTTP/2 in hyper always runs the socket in a task of its own, spawned on the
-//! producer's worker at the handshake; the future polled here is only its request dispatcher.)
+//! another task.
 //!
-//! Each request becomes an [`Exchange`]: a future resolving to the response status once the
-//! whole response body has been read (latency is request → full response), or to the error
-//! that ended it. Exchanges always resolve: when a connection dies, hyper fails what was in
-//! flight on it.
+//! - **HTTP/1.1** runs on this crate's own client ([`crate::h1`]): the connection holds its one
+//!   request in flight, and when the response is complete (or the exchange fails) it keeps the
+//!   [`Done`] for its owner to take ([`Conn::take_done`]). A request outstanding when the
+//!   connection is dropped for any reason resolves as a failure, exactly once, unless its owner
+//!   gave up on it first ([`Conn::forget_request`]).
+//! - **HTTP/2** runs on hyper's connection-level API, which always runs the socket in a task of
+//!   its own (spawned on the producer's worker at the handshake); the future polled here is
+//!   only its request dispatcher. Each request is an [`Exchange`], a future resolving to the
+//!   response status once the whole body has been read (latency is request → full response),
+//!   or to the error that ended it; hyper fails what is in flight when a connection dies.
 
 use crate::body::Payload;
 use crate::endpoint::Endpoint;
+use crate::h1::{Client, Event};
 use crate::stats::HttpStats;
 use hyper::body::{Body, Incoming};
-use hyper::client::conn::{http1, http2};
+use hyper::client::conn::http2;
 use hyper::{Request, Response};
 use hyper_util::rt::{TokioExecutor, TokioIo};
 use msgbench_core::driver::{ConnectFailure, DriverError, DriverEventKind, EventSink};
 use msgbench_net::Stream;
-use std::future::Future;
+use std::fmt;
+use std::future::{Future, poll_fn};
 use std::io;
 use std::net::IpAddr;
 use std::pin::Pin;
@@ -31,7 +35,7 @@ use std::time::Duration;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 
 /// [`msgbench_net::Stream`] (plain or TLS) with tokio's I/O traits, which
-/// [`TokioIo`] turns into hyper's.
+/// [`TokioIo`] turns into hyper's (HTTP/2).
 pub(crate) struct NetIo(Stream);
 
 impl AsyncRead for NetIo {
@@ -97,13 +101,44 @@ type Io = TokioIo<NetIo>;
 /// The response head on its way (hyper's future is unnameable, hence the box).
 type ResponseFut = Pin<Box<dyn Future<Output = hyper::Result<Response<Incoming>>> + Send>>;
 
-/// An open connection: hyper's handle and its connection future (HTTP/1.1's holds its
-/// buffers inline, hence the box: one allocation per connection).
+/// Why an exchange or a connection failed. Built only on failures: the success path never
+/// allocates one.
+#[derive(Debug, Clone)]
+pub(crate) enum Error {
+    /// The socket failed (shared: an outcome and the connection's end both carry it).
+    Io(Arc<io::Error>),
+    /// The server's bytes are not a valid HTTP/1.1 response.
+    Parse(&'static str),
+    /// The server closed the connection before the response was complete.
+    Closed,
+    /// The request went down with a connection dropped by its owner.
+    Abandoned,
+    /// An HTTP/2 failure, as hyper reports it.
+    Hyper(Arc<hyper::Error>),
+}
+
+impl Error {
+    /// An I/O failure.
+    pub fn io(e: io::Error) -> Error {
+        Error::Io(Arc::new(e))
+    }
+}
+
+impl fmt::Display for Error {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Error::Io(e) => e.fmt(f),
+            Error::Parse(what) => write!(f, "invalid HTTP response: {what}"),
+            Error::Closed => f.write_str("connection closed before the response was complete"),
+            Error::Abandoned => f.write_str("request abandoned with its connection"),
+            Error::Hyper(e) => e.fmt(f),
+        }
+    }
+}
+
+/// An open connection: our HTTP/1.1 client, or hyper's HTTP/2 handle and dispatcher future.
 enum Live {
-    H1 {
-        tx: http1::SendRequest<Payload>,
-        conn: Box<http1::Connection<Io, Payload>>,
-    },
+    H1(Client),
     H2 {
         tx: http2::SendRequest<Payload>,
         conn: http2::Connection<Io, Payload, TokioExecutor>,
@@ -131,12 +166,14 @@ pub(crate) struct Conn {
     timeout: Duration,
     source: Option<IpAddr>,
     live: Option<Live>,
+    /// The finished HTTP/1.1 exchange its owner has not taken yet.
+    done: Option<Done>,
     /// Number of the current (or last) connection; 0 before the first.
     generation: u64,
     /// The highest generation whose loss was reported.
     lost_gen: u64,
-    /// A generation that ended without error while requests were in flight on it: orderly
-    /// unless one of them fails (decided at the next connect).
+    /// An HTTP/2 generation that ended without error while requests were in flight on it:
+    /// orderly unless one of them fails (decided at the next connect).
     ended_busy: Option<u64>,
     /// Report disconnects and reconnects as events (producers; not the thousands of sessions
     /// of a connection workload, whose drops the runner counts itself).
@@ -149,7 +186,7 @@ pub(crate) enum End {
     /// The server closed it without error.
     Orderly,
     /// It failed.
-    Failed(hyper::Error),
+    Failed(Error),
 }
 
 impl Conn {
@@ -169,6 +206,7 @@ impl Conn {
             timeout,
             source,
             live: None,
+            done: None,
             generation: 0,
             lost_gen: 0,
             ended_busy: None,
@@ -191,11 +229,11 @@ impl Conn {
         self.timeout
     }
 
-    /// Opens a connection: TCP (NODELAY), TLS for https://, then the HTTP handshake (for
-    /// HTTP/2 the client preface and SETTINGS are written; hyper does not wait for the
-    /// server's). All within the connect timeout.
+    /// Opens a connection: TCP (NODELAY), TLS for https://, then for HTTP/2 the handshake
+    /// (the client preface and SETTINGS are written; hyper does not wait for the server's).
+    /// All within the connect timeout.
     pub async fn connect(&mut self) -> Result<(), DriverError> {
-        self.live = None;
+        self.drop_live(Error::Abandoned);
         if let Some(g) = self.ended_busy.take()
             && self.lost_gen < g
         {
@@ -211,28 +249,27 @@ impl Conn {
                         reason: e.detail,
                         cause: e.cause,
                     })?;
-            let io = TokioIo::new(NetIo(stream));
-            let handshake_err = |e: hyper::Error| DriverError::Connect {
-                target: ep.display.clone(),
-                reason: format!("HTTP handshake failed: {e}"),
-                cause: ConnectFailure::Rejected,
-            };
-            if ep.http2 {
-                let (tx, conn) = http2::Builder::new(TokioExecutor::new())
-                    .handshake(io)
-                    .await
-                    .map_err(handshake_err)?;
-                Ok(Live::H2 { tx, conn })
-            } else {
-                let (tx, conn) = http1::Builder::new()
-                    .handshake(io)
-                    .await
-                    .map_err(handshake_err)?;
-                Ok(Live::H1 {
-                    tx,
-                    conn: Box::new(conn),
-                })
+            if !ep.http2 {
+                return Ok(Live::H1(Client::new(stream)));
             }
+            if ep.tls.is_some() && stream.alpn_protocol() != Some(b"h2") {
+                return Err(DriverError::Connect {
+                    target: ep.display.clone(),
+                    reason: "the server did not agree to HTTP/2 in the TLS handshake (ALPN h2); \
+                             without --http2 the run uses HTTP/1.1"
+                        .into(),
+                    cause: ConnectFailure::Rejected,
+                });
+            }
+            let (tx, conn) = http2::Builder::new(TokioExecutor::new())
+                .handshake(TokioIo::new(NetIo(stream)))
+                .await
+                .map_err(|e| DriverError::Connect {
+                    target: ep.display.clone(),
+                    reason: format!("HTTP handshake failed: {e}"),
+                    cause: ConnectFailure::Rejected,
+                })?;
+            Ok(Live::H2 { tx, conn })
         };
         let live = match tokio::time::timeout(self.timeout, work).await {
             Ok(r) => r?,
@@ -256,14 +293,18 @@ impl Conn {
         Ok(())
     }
 
-    /// Polls the connection future (reads responses, writes requests); `busy` says whether
-    /// requests are in flight. `Some` when the connection ended during this poll, accounted
-    /// for as the type's docs say. Exchanges still in flight resolve on their own (HTTP/2
-    /// streams below a GOAWAY's last stream id even complete).
+    /// Drives the connection: writes the pending request and reads what arrived (HTTP/1.1,
+    /// leaving a finished exchange for [`Conn::take_done`]), or polls hyper's dispatcher
+    /// (HTTP/2; `busy` says whether requests are in flight). `Some` when the connection ended
+    /// during this poll, accounted for as the type's docs say. HTTP/2 exchanges still in
+    /// flight resolve on their own (streams below a GOAWAY's last stream id even complete).
     pub fn poll_drive(&mut self, cx: &mut Context<'_>, busy: bool) -> Option<End> {
         let r = match self.live.as_mut() {
             None => return None,
-            Some(Live::H1 { conn, .. }) => Pin::new(&mut **conn).poll(cx),
+            Some(Live::H1(client)) => match client.poll_event(cx) {
+                Poll::Pending => return None,
+                Poll::Ready(event) => return self.h1_event(event),
+            },
             Some(Live::H2 { conn, .. }) => Pin::new(conn).poll(cx),
         };
         match r {
@@ -275,7 +316,45 @@ impl Conn {
             Poll::Ready(Err(e)) => {
                 self.live = None;
                 self.lose(self.generation, &e);
-                Some(End::Failed(e))
+                Some(End::Failed(Error::Hyper(Arc::new(e))))
+            }
+        }
+    }
+
+    /// Accounts for what the HTTP/1.1 client reported.
+    fn h1_event(&mut self, event: Event) -> Option<End> {
+        let generation = self.generation;
+        let done = |token, outcome| {
+            Some(Done {
+                token,
+                generation,
+                outcome,
+            })
+        };
+        match event {
+            Event::Response {
+                token,
+                status,
+                last,
+            } => {
+                self.done = done(token, Outcome::Status(status));
+                if !last {
+                    return None;
+                }
+                self.ended(false);
+                Some(End::Orderly)
+            }
+            Event::Closed => {
+                self.ended(false);
+                Some(End::Orderly)
+            }
+            Event::Failed { token, error } => {
+                self.live = None;
+                if let Some(token) = token {
+                    self.done = done(token, Outcome::Failed(error.clone()));
+                }
+                self.lose(generation, &error);
+                Some(End::Failed(error))
             }
         }
     }
@@ -287,6 +366,25 @@ impl Conn {
             self.ended_busy = Some(self.generation);
         } else {
             self.stats.server_closed();
+        }
+    }
+
+    /// Drops the current connection, if any (true if there was one). An HTTP/1.1 request in
+    /// flight on it fails with `error` (HTTP/2's fail inside hyper).
+    fn drop_live(&mut self, error: Error) -> bool {
+        match self.live.take() {
+            None => false,
+            Some(Live::H1(client)) => {
+                if let Some(token) = client.in_flight() {
+                    self.done = Some(Done {
+                        token,
+                        generation: self.generation,
+                        outcome: Outcome::Failed(error),
+                    });
+                }
+                true
+            }
+            Some(Live::H2 { .. }) => true,
         }
     }
 
@@ -307,26 +405,27 @@ impl Conn {
     /// An exchange sent on connection `generation` got no response. On HTTP/1.1 that always
     /// means its connection is lost (it is dropped if still held); on HTTP/2 only if the
     /// connection is gone (otherwise the server reset just that stream).
-    pub fn exchange_failed(&mut self, generation: u64, e: &hyper::Error) {
+    pub fn exchange_failed(&mut self, generation: u64, e: &Error) {
         let current = generation == self.generation && self.live.is_some();
         if current && self.ep.http2 {
             return;
         }
         if current {
-            self.live = None;
+            self.drop_live(Error::Abandoned);
         }
         self.lose(generation, e);
     }
 
-    /// Ready when the connection takes a request now (HTTP/1.1: the previous exchange is
-    /// complete). Drives the connection while it waits.
+    /// Ready when the connection takes a request now (HTTP/1.1: no request in flight).
+    /// Drives the connection while it waits.
     pub fn poll_ready(&mut self, cx: &mut Context<'_>, busy: bool) -> Poll<Result<(), NotReady>> {
         if self.poll_drive(cx, busy).is_some() {
             return Poll::Ready(Err(NotReady::Gone));
         }
         let r = match self.live.as_mut() {
             None => return Poll::Ready(Err(NotReady::Gone)),
-            Some(Live::H1 { tx, .. }) => tx.poll_ready(cx),
+            Some(Live::H1(client)) if client.is_busy() => return Poll::Pending,
+            Some(Live::H1(_)) => return Poll::Ready(Ok(())),
             Some(Live::H2 { tx, .. }) => tx.poll_ready(cx),
         };
         match r {
@@ -345,13 +444,30 @@ impl Conn {
         }
     }
 
-    /// Hands `req` to the connection (call after [`Conn::poll_ready`]); it goes out when the
-    /// connection is next driven. `Closed` when there is no connection.
-    pub fn submit(&mut self, token: u64, req: Request<Payload>) -> Result<Exchange, DriverError> {
+    /// HTTP/1.1: queues request `token` carrying `payload` (call after [`Conn::poll_ready`]);
+    /// it goes out when the connection is next driven, and its outcome comes from
+    /// [`Conn::take_done`]. `Closed` when there is no connection.
+    pub fn submit_h1(&mut self, token: u64, payload: &[u8]) -> Result<(), DriverError> {
+        match self.live.as_mut() {
+            Some(Live::H1(client)) => {
+                debug_assert!(self.done.is_none(), "the last outcome was not taken");
+                client.send(token, &self.ep.h1, payload);
+                Ok(())
+            }
+            _ => Err(DriverError::Closed),
+        }
+    }
+
+    /// HTTP/2: hands `req` to the connection (call after [`Conn::poll_ready`]); it goes out
+    /// when the connection is next driven. `Closed` when there is no connection.
+    pub fn submit_h2(
+        &mut self,
+        token: u64,
+        req: Request<Payload>,
+    ) -> Result<Exchange, DriverError> {
         let head: ResponseFut = match self.live.as_mut() {
-            Some(Live::H1 { tx, .. }) => Box::pin(tx.send_request(req)),
             Some(Live::H2 { tx, .. }) => Box::pin(tx.send_request(req)),
-            None => return Err(DriverError::Closed),
+            _ => return Err(DriverError::Closed),
         };
         Ok(Exchange {
             token,
@@ -360,28 +476,49 @@ impl Conn {
         })
     }
 
+    /// HTTP/1.1: the outcome of the last request, once it has one.
+    pub fn take_done(&mut self) -> Option<Done> {
+        self.done.take()
+    }
+
+    /// HTTP/1.1: whether a request was submitted whose outcome has not been taken.
+    pub fn h1_outstanding(&self) -> bool {
+        self.done.is_some() || matches!(&self.live, Some(Live::H1(c)) if c.is_busy())
+    }
+
+    /// HTTP/1.1: gives up on the outstanding request, which will have no outcome (its owner
+    /// accounts for it); the connection cannot carry another until it is replaced.
+    pub fn forget_request(&mut self) {
+        self.done = None;
+        if let Some(Live::H1(client)) = self.live.as_mut() {
+            client.forget();
+        }
+    }
+
     /// Drops the connection at once, as lost (`why` is reported); what is in flight on it
     /// fails.
     pub fn abandon(&mut self, why: &str) {
-        if self.live.take().is_some() {
+        if self.drop_live(Error::Abandoned) {
             self.lose(self.generation, &why);
         }
     }
 
-    /// Closes politely: HTTP/1.1 shuts the socket down once idle, HTTP/2 sends GOAWAY (from
-    /// hyper's connection task, once every handle is gone). Bounded to one second.
+    /// Closes politely, bounded to one second: HTTP/1.1 reads the response in flight, if any,
+    /// then shuts the socket down; HTTP/2 sends GOAWAY (from hyper's connection task, once
+    /// every handle is gone). Outcomes not taken yet are dropped.
     pub async fn close(&mut self) {
+        let limit = Duration::from_secs(1);
         match self.live.take() {
             None => {}
-            Some(Live::H1 { tx, mut conn }) => {
-                drop(tx);
-                let _ = tokio::time::timeout(Duration::from_secs(1), &mut *conn).await;
+            Some(Live::H1(mut client)) => {
+                let _ = tokio::time::timeout(limit, poll_fn(|cx| client.poll_close(cx))).await;
             }
             Some(Live::H2 { tx, conn }) => {
                 drop(tx);
-                let _ = tokio::time::timeout(Duration::from_secs(1), conn).await;
+                let _ = tokio::time::timeout(limit, conn).await;
             }
         }
+        self.done = None;
     }
 }
 
@@ -391,7 +528,7 @@ pub(crate) enum Outcome {
     /// A complete response with this status.
     Status(u16),
     /// No complete response: the request or the connection failed.
-    Failed(hyper::Error),
+    Failed(Error),
 }
 
 enum Stage {
@@ -400,7 +537,8 @@ enum Stage {
     Done,
 }
 
-/// One request on its way: resolves to the status once the response body has been read.
+/// One HTTP/2 request on its way: resolves to the status once the response body has been
+/// read.
 pub(crate) struct Exchange {
     token: u64,
     /// The connection it went out on.
@@ -409,6 +547,7 @@ pub(crate) struct Exchange {
 }
 
 /// A finished exchange.
+#[derive(Debug)]
 pub(crate) struct Done {
     /// The runner's token.
     pub token: u64,
@@ -434,6 +573,7 @@ impl Future for Exchange {
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Done> {
         let this = self.get_mut();
+        let failed = |e| Outcome::Failed(Error::Hyper(Arc::new(e)));
         loop {
             match &mut this.state {
                 Stage::Head(head) => match head.as_mut().poll(cx) {
@@ -445,15 +585,13 @@ impl Future for Exchange {
                             body: resp.into_body(),
                         };
                     }
-                    Poll::Ready(Err(e)) => return Poll::Ready(this.finish(Outcome::Failed(e))),
+                    Poll::Ready(Err(e)) => return Poll::Ready(this.finish(failed(e))),
                 },
                 Stage::Body { status, body } => match Pin::new(&mut *body).poll_frame(cx) {
                     Poll::Pending => return Poll::Pending,
                     // Data is dropped as it comes: nothing of the response is kept.
                     Poll::Ready(Some(Ok(_frame))) => {}
-                    Poll::Ready(Some(Err(e))) => {
-                        return Poll::Ready(this.finish(Outcome::Failed(e)));
-                    }
+                    Poll::Ready(Some(Err(e))) => return Poll::Ready(this.finish(failed(e))),
                     Poll::Ready(None) => {
                         let status = *status;
                         return Poll::Ready(this.finish(Outcome::Status(status)));

@@ -1,10 +1,13 @@
 //! What every request of a run looks like, worked out once from the target URL and the options:
 //! where to connect, TLS or not, HTTP/1.1 or HTTP/2, and the method, URI and headers each
-//! request reuses. Every check happens here, at construction, so a wrong option is a
-//! [`DriverError::Config`] before anything connects and the hot path never validates.
+//! request reuses (for HTTP/1.1, the request head already serialized). Every check happens
+//! here, at construction, so a wrong option is a [`DriverError::Config`] before anything
+//! connects and the hot path never validates.
 
 use bytes::BytesMut;
-use hyper::header::{CONTENT_TYPE, HOST, HeaderName, HeaderValue};
+use hyper::header::{
+    CONTENT_LENGTH, CONTENT_TYPE, HOST, HeaderName, HeaderValue, TRANSFER_ENCODING,
+};
 use hyper::{HeaderMap, Method, Request, Uri};
 use msgbench_core::driver::DriverError;
 use msgbench_core::scenario::TlsPlan;
@@ -13,8 +16,9 @@ use msgbench_net::{Target, Tls};
 
 use crate::HttpOptions;
 use crate::body::Payload;
+use crate::h1::Template;
 
-/// Request bodies are copied into buffers of this size, which are reused once hyper has
+/// HTTP/2 request bodies are copied into buffers of this size, which are reused once hyper has
 /// dropped every request cut from them (one allocation per this many bytes, not per request).
 const BODY_CHUNK: usize = 64 * 1024;
 
@@ -29,11 +33,13 @@ pub(crate) struct Endpoint {
     pub http2: bool,
     /// The URL with credentials removed, for messages.
     pub display: String,
+    /// HTTP/1.1 requests: method, origin-form target (`/path?query`) and headers (Host, the
+    /// user's, content type), serialized. Built for HTTP/2 endpoints too, and unused there.
+    pub h1: Template,
+    /// HTTP/2 requests (hyper's): method, absolute-form URI (hyper derives the `:scheme` and
+    /// `:authority` pseudo-headers from it), and headers (the user's, content type).
     method: Method,
-    /// Origin-form (`/path?query`) for HTTP/1.1, absolute-form for HTTP/2 (hyper derives the
-    /// `:scheme` and `:authority` pseudo-headers from it).
     uri: Uri,
-    /// Host (HTTP/1.1 only; HTTP/2 carries `:authority`), user headers, content type.
     headers: HeaderMap,
     /// Whether requests carry the runner's payload as their body.
     with_body: bool,
@@ -67,17 +73,12 @@ impl Endpoint {
                 "{display}: credentials in the URL are not sent; give an Authorization header instead"
             )));
         }
-        if secure && opts.http2 {
-            return Err(config(format!(
-                "{display}: HTTP/2 over TLS needs ALPN, which msgbench's TLS client does not \
-                 negotiate yet; use HTTP/2 over cleartext (http://, prior knowledge) or \
-                 HTTP/1.1 over https://"
-            )));
-        }
         let target = Target::parse(authority.as_str(), if secure { 443 } else { 80 })
             .map_err(|e| config(format!("{display}: {e}")))?;
         let tls = if secure {
-            Some(Tls::new(tls).map_err(|e| config(format!("{display}: TLS: {e}")))?)
+            // HTTP/2 over TLS is agreed in the handshake (ALPN `h2`); HTTP/1.1 needs nothing.
+            let alpn: &[&[u8]] = if opts.http2 { &[b"h2"] } else { &[] };
+            Some(Tls::with_alpn(tls, alpn).map_err(|e| config(format!("{display}: TLS: {e}")))?)
         } else {
             None
         };
@@ -106,7 +107,8 @@ impl Endpoint {
                 .map_or_else(|| "/".to_string(), |pq| pq.as_str().to_string()),
         };
         let request_uri = if opts.http2 {
-            format!("http://{}{path_and_query}", authority.as_str())
+            let scheme = if secure { "https" } else { "http" };
+            format!("{scheme}://{}{path_and_query}", authority.as_str())
         } else {
             path_and_query.clone()
         };
@@ -127,6 +129,12 @@ impl Endpoint {
                 .map_err(|_| config(format!("`{name}` is not a valid header name")))?;
             let v = HeaderValue::from_str(value.trim())
                 .map_err(|_| config(format!("header `{name}`: `{value}` is not a valid value")))?;
+            if !opts.http2 && (n == CONTENT_LENGTH || n == TRANSFER_ENCODING) {
+                return Err(config(format!(
+                    "header `{name}`: the HTTP/1.1 body framing is the driver's (each request \
+                     carries its payload with a Content-Length)"
+                )));
+            }
             // A header given by the user replaces the default (Host); repeated names add up.
             if n == HOST {
                 headers.insert(n, v);
@@ -140,11 +148,19 @@ impl Endpoint {
                 HeaderValue::from_static("application/octet-stream"),
             );
         }
+        // hyper wrote headers in this order and with these (lower-case) names: so do we.
+        let h1 = Template::new(
+            method.as_str(),
+            &path_and_query,
+            headers.iter().map(|(n, v)| (n.as_str(), v.as_bytes())),
+            with_body,
+        );
         Ok(Endpoint {
             target,
             tls,
             http2: opts.http2,
             display,
+            h1,
             method,
             uri,
             headers,
@@ -152,8 +168,8 @@ impl Endpoint {
         })
     }
 
-    /// One request carrying `payload` (dropped for GET and HEAD). `buf` is the caller's body
-    /// buffer: the payload is copied into it and split off, so its memory is reused.
+    /// One HTTP/2 request carrying `payload` (dropped for GET and HEAD). `buf` is the caller's
+    /// body buffer: the payload is copied into it and split off, so its memory is reused.
     pub fn request(&self, payload: &[u8], buf: &mut BytesMut) -> Request<Payload> {
         let body = if self.with_body && !payload.is_empty() {
             if buf.capacity() - buf.len() < payload.len() {
@@ -197,13 +213,48 @@ mod tests {
             (ep.target.host.as_str(), ep.target.port),
             ("127.0.0.1", 8080)
         );
-        let mut buf = BytesMut::new();
-        let req = ep.request(b"hello", &mut buf);
-        assert_eq!(req.method(), Method::POST);
-        assert_eq!(req.uri().to_string(), "/a/b?x=1");
-        assert_eq!(req.headers()[HOST], "127.0.0.1:8080");
-        assert_eq!(req.headers()["x-test"], "1");
-        assert_eq!(req.headers()[CONTENT_TYPE], "application/octet-stream");
+        let mut out = Vec::new();
+        ep.h1.encode(b"hello", &mut out);
+        assert_eq!(
+            String::from_utf8(out.clone()).unwrap(),
+            "POST /a/b?x=1 HTTP/1.1\r\nhost: 127.0.0.1:8080\r\nx-test: 1\r\n\
+             content-type: application/octet-stream\r\ncontent-length: 5\r\n\r\nhello"
+        );
+        // The buffer is rewritten, not appended to.
+        let head = out.len() - "content-length: 5\r\n\r\nhello".len();
+        ep.h1.encode(&[7; 1234], &mut out);
+        let tail = "content-length: 1234\r\n\r\n".len();
+        assert_eq!(out.len(), head + tail + 1234);
+        assert_eq!(&out[head..head + tail], b"content-length: 1234\r\n\r\n");
+        assert!(out[head + tail..].iter().all(|&b| b == 7));
+    }
+
+    #[test]
+    fn http1_user_headers_replace_host_and_content_type_and_get_has_no_body() {
+        let mut o = opts("get", false);
+        o.headers = vec![
+            ("Host".into(), " example.org ".into()),
+            ("Content-Type".into(), "text/plain".into()),
+            ("X-A".into(), "1".into()),
+            ("x-a".into(), "2".into()),
+        ];
+        o.path = Some("/p".into());
+        let ep = Endpoint::parse("http://127.0.0.1:8080/ignored", &o, &TlsPlan::default()).unwrap();
+        let mut out = Vec::new();
+        ep.h1.encode(b"stamp", &mut out);
+        assert_eq!(
+            String::from_utf8(out).unwrap(),
+            "GET /p HTTP/1.1\r\nhost: example.org\r\ncontent-type: text/plain\r\n\
+             x-a: 1\r\nx-a: 2\r\n\r\n"
+        );
+        // POST: the user's content type, not the default; an empty payload sends no body.
+        o.method = "POST".into();
+        let ep = Endpoint::parse("http://h/", &o, &TlsPlan::default()).unwrap();
+        let mut out = Vec::new();
+        ep.h1.encode(b"", &mut out);
+        let text = String::from_utf8(out).unwrap();
+        assert_eq!(text.matches("content-type").count(), 1, "{text}");
+        assert!(text.ends_with("x-a: 2\r\n\r\n"), "{text}");
     }
 
     #[test]
@@ -227,7 +278,6 @@ mod tests {
         for (url, o) in [
             ("nats://h:1", opts("POST", false)),
             ("http://u:secret@h/", opts("POST", false)),
-            ("https://h/", opts("POST", true)),
             ("http://h/", opts("BAD METHOD", false)),
             ("http://h/", opts("CONNECT", false)),
         ] {
@@ -238,6 +288,11 @@ mod tests {
         let mut o = opts("POST", false);
         o.headers = vec![("bad name".into(), "v".into())];
         assert!(Endpoint::parse("http://h/", &o, &t).is_err());
+        for framing in ["Content-Length", "transfer-encoding"] {
+            o.headers = vec![(framing.into(), "5".into())];
+            let e = Endpoint::parse("http://h/", &o, &t).unwrap_err();
+            assert!(e.to_string().contains("framing"), "{e}");
+        }
         o.headers.clear();
         o.path = Some("relative".into());
         assert!(Endpoint::parse("http://h/", &o, &t).is_err());

@@ -2,53 +2,66 @@
 //!
 //! HTTP load: each producer is one keep-alive connection that sends requests and takes each
 //! response as the acknowledgement of its request, so the runner's publish latency is
-//! request → complete response and its ack window bounds the requests in flight. Built on
-//! hyper 1.x's connection-level API over msgbench-net's sockets (TCP_NODELAY, rustls).
+//! request → complete response and its ack window bounds the requests in flight. Connections
+//! are driven inline by the producer that owns them (no task per connection for HTTP/1.1), over
+//! msgbench-net's sockets (TCP_NODELAY, rustls).
 //!
-//! - **HTTP/1.1** (`http://`, `https://`): one request in flight per connection; hyper does not
-//!   pipeline, so producers need `max_in_flight = 1` ([`HttpDriver::max_in_flight`]) and
-//!   concurrency comes from connections (`--producers`). A larger window is refused at connect
-//!   time: the runner would stamp requests that can only wait for the one before them, and
-//!   their latency would include that wait.
-//! - **HTTP/2** ([`HttpOptions::http2`]) over cleartext with prior knowledge (h2c): many
+//! - **HTTP/1.1** (`http://`, `https://`) runs on a client of this crate's own, because what a
+//!   load generator sends is the same request over and over: the request head is serialized
+//!   once per run, each request is one copy into a reused buffer and normally one write, and
+//!   responses are framed in a reused read buffer (Content-Length, chunked, or until the
+//!   server closes) with their bodies skipped: the client allocates nothing per request, and
+//!   a request costs little more than its write and its read. One request in flight per
+//!   connection; the client does not pipeline, so producers need `max_in_flight = 1`
+//!   ([`HttpDriver::max_in_flight`]) and concurrency comes from connections (`--producers`).
+//!   A larger window is refused at connect time: the runner would stamp requests that can
+//!   only wait for the one before them, and their latency would include that wait.
+//! - **HTTP/2** ([`HttpOptions::http2`]) runs on hyper 1.x's connection-level API: many
 //!   concurrent streams per connection, up to the window (and the server's
 //!   `SETTINGS_MAX_CONCURRENT_STREAMS`; requests beyond it queue in the client and their wait
-//!   counts as latency). HTTP/2 over TLS needs ALPN, which msgbench-net's TLS does not offer:
-//!   refused with a configuration error.
+//!   counts as latency). Over cleartext (`http://`) with prior knowledge (h2c); over TLS
+//!   (`https://`) agreed by ALPN (`h2`) in the handshake — a server that does not agree is a
+//!   connect error, not a silent fallback to HTTP/1.1.
 //!
 //! Requests carry the runner's stamped payload as their body (`Content-Type:
-//! application/octet-stream` unless a header says otherwise). GET and HEAD carry no body: the
-//! stamp is not sent, which costs nothing here because latency comes from the ack window (send
-//! time by token), not from a stamp read back; the runner still counts the payload size as
-//! bytes sent. The default method is POST.
+//! application/octet-stream` unless a header says otherwise; on HTTP/1.1 with a
+//! `Content-Length`, which like `Transfer-Encoding` cannot be given as a header). GET and HEAD
+//! carry no body: the stamp is not sent, which costs nothing here because latency comes from
+//! the ack window (send time by token), not from a stamp read back; the runner still counts
+//! the payload size as bytes sent. The default method is POST.
 //!
 //! What "ok" means: a 2xx or 3xx response confirms its request (redirects are not followed);
-//! 1xx (as a final status), 4xx and 5xx are refusals (nacks). Responses are counted by status
-//! in [`HttpStats`] (shared, allocation-free per response), and error statuses produce a
-//! rate-limited summary event. A request that gets no complete response (connection reset,
-//! server closed mid-response) is a nack too, counted as "without response".
+//! 1xx as a final status (101), 4xx and 5xx are refusals (nacks); interim responses (100
+//! Continue, 103...) are skipped. Responses are counted by status in [`HttpStats`] (shared,
+//! allocation-free per response), and error statuses produce a rate-limited summary event. A
+//! request that gets no complete response (connection reset, server closed mid-response, a
+//! malformed response) is a nack too, counted as "without response".
 //!
 //! Failures: a refused or unreachable endpoint is a [`DriverError::Connect`] with the
 //! classified cause; a connection that fails, or ends under a request, is reported
 //! (`disconnected`) and the producer reconnects on its next send (`reconnected`). A server that
-//! closes an idle connection in good order (keep-alive limits, `Connection: close`, HTTP/2
-//! GOAWAY) is not an error: the next request opens a new connection, counted in
-//! [`HttpStats::server_closes`]; that connect then counts in the request's latency, as it
-//! would for any client. An HTTP/1.1 request still unanswered when the runner gives up on it
-//! (ack timeout) costs its connection: the next send closes it and opens another.
+//! ends a connection in good order (keep-alive limits, `Connection: close` or an HTTP/1.0
+//! response, a body delimited by the close, HTTP/2 GOAWAY) is not an error: the next request
+//! opens a new connection, counted in [`HttpStats::server_closes`]; that connect then counts in
+//! the request's latency, as it would for any client. An HTTP/1.1 request still unanswered
+//! when the runner gives up on it (ack timeout) costs its connection: the next send closes it
+//! and opens another.
 //!
-//! Connection workloads ([`Driver::session`]): a session is one connection with the HTTP
-//! handshake done; a publish is one full request/response; keep-alive waits for the server to
+//! Connection workloads ([`Driver::session`]): a session is one open connection (HTTP/2: with
+//! its handshake done); a publish is one full request/response; keep-alive waits for the server to
 //! close it (idle timeouts are the server's to enforce).
 //!
 //! HTTP has no consumers: runs use `-c 0` (no consumers per topic).
 //!
 //! # Layout
-//! - `endpoint`: URL and options, checked once; the request template.
-//! - `conn`: one connection driven inline by its owner; `Exchange`, one request on its way.
+//! - `endpoint`: URL and options, checked once; the request templates.
+//! - `conn`: one connection driven inline by its owner, HTTP/1.1 or HTTP/2; `Exchange`, one
+//!   HTTP/2 request on its way.
+//! - `h1`: the HTTP/1.1 client (`h1::parse`: response framing).
 //! - [`stats`]: [`HttpStats`], responses by status.
-//! - [`body`]: the body type of requests and of the server's answers.
-//! - [`server`]: a small built-in HTTP/1.1 + h2c server for tests and `msgbench serve http`.
+//! - [`body`]: the body type of HTTP/2 requests and of the server's answers.
+//! - [`server`]: a small built-in HTTP/1.1 + h2c server (hyper) for tests and `msgbench serve
+//!   http`.
 //! - this file: the `Driver`, `Producer` and `Session` implementations.
 
 #![warn(missing_docs)]
@@ -56,6 +69,7 @@
 pub mod body;
 mod conn;
 mod endpoint;
+mod h1;
 pub mod server;
 pub mod stats;
 
@@ -75,7 +89,7 @@ use std::collections::VecDeque;
 use std::future::{Future, poll_fn};
 use std::pin::Pin;
 use std::sync::Arc;
-use std::task::{Context, Poll, Waker};
+use std::task::{Context, Poll, Waker, ready};
 use std::time::Duration;
 
 /// Request settings the CLI fills from its flags.
@@ -83,7 +97,8 @@ use std::time::Duration;
 pub struct HttpOptions {
     /// Request method, case-insensitive (`GET`, `POST`, `PUT`...); empty means POST.
     pub method: String,
-    /// Extra headers, in order (a `Host` given here replaces the URL's).
+    /// Extra headers, in order (a `Host` given here replaces the URL's). On HTTP/1.1 the body
+    /// framing is the driver's: `Content-Length` and `Transfer-Encoding` are refused.
     pub headers: Vec<(String, String)>,
     /// HTTP/2 with prior knowledge (cleartext only) instead of HTTP/1.1.
     pub http2: bool,
@@ -172,7 +187,7 @@ impl Driver for HttpDriver {
         let in_flight = if self.ep.http2 {
             InFlight::Many(FuturesUnordered::new())
         } else {
-            InFlight::One(None)
+            InFlight::One
         };
         Ok(HttpProducer {
             tally: TallyGuard::new(self.stats.clone()),
@@ -250,43 +265,12 @@ impl Drop for TallyGuard {
     }
 }
 
-/// The requests a producer has in flight: at most one on HTTP/1.1, any number on HTTP/2.
+/// The requests a producer has in flight.
 enum InFlight {
-    One(Option<Exchange>),
+    /// HTTP/1.1: at most one, held by the connection itself (see [`Conn::take_done`]).
+    One,
+    /// HTTP/2: any number of exchanges.
     Many(FuturesUnordered<Exchange>),
-}
-
-impl InFlight {
-    fn push(&mut self, ex: Exchange) {
-        match self {
-            InFlight::One(slot) => *slot = Some(ex),
-            InFlight::Many(set) => set.push(ex),
-        }
-    }
-
-    fn is_empty(&self) -> bool {
-        match self {
-            InFlight::One(slot) => slot.is_none(),
-            InFlight::Many(set) => set.is_empty(),
-        }
-    }
-
-    /// The next finished exchange, if any.
-    fn poll_next(&mut self, cx: &mut Context<'_>) -> Poll<Option<Done>> {
-        match self {
-            InFlight::One(slot) => match slot.as_mut() {
-                None => Poll::Ready(None),
-                Some(ex) => match Pin::new(ex).poll(cx) {
-                    Poll::Ready(done) => {
-                        *slot = None;
-                        Poll::Ready(Some(done))
-                    }
-                    Poll::Pending => Poll::Pending,
-                },
-            },
-            InFlight::Many(set) => Pin::new(set).poll_next(cx),
-        }
-    }
 }
 
 /// The sending side: one connection, reopened on the next send when lost.
@@ -295,7 +279,7 @@ pub struct HttpProducer {
     in_flight: InFlight,
     /// Acks found outside `poll_ack`.
     acks: VecDeque<Ack>,
-    /// Request bodies are cut from this buffer (see `Endpoint::request`).
+    /// HTTP/2 request bodies are cut from this buffer (see `Endpoint::request`).
     buf: BytesMut,
     tally: TallyGuard,
 }
@@ -312,6 +296,14 @@ impl HttpProducer {
         }
     }
 
+    /// Whether requests are waiting for their outcome.
+    fn busy(&self) -> bool {
+        match &self.in_flight {
+            InFlight::One => self.conn.h1_outstanding(),
+            InFlight::Many(set) => !set.is_empty(),
+        }
+    }
+
     /// Waits (bounded by the connect timeout) until a connection takes a request, opening one
     /// if there is none or the server closed the last.
     async fn ready(&mut self) -> Result<(), DriverError> {
@@ -319,9 +311,18 @@ impl HttpProducer {
             if !self.conn.is_connected() {
                 self.conn.connect().await?;
             }
+            let busy = self.busy();
             let limit = self.conn.timeout();
-            let busy = !self.in_flight.is_empty();
-            match tokio::time::timeout(limit, poll_fn(|cx| self.conn.poll_ready(cx, busy))).await {
+            // Usually ready at once: no timer unless it has to wait.
+            let now = poll_fn(|cx| Poll::Ready(self.conn.poll_ready(cx, busy))).await;
+            let r = match now {
+                Poll::Ready(r) => Ok(r),
+                Poll::Pending => {
+                    let wait = poll_fn(|cx| self.conn.poll_ready(cx, busy));
+                    tokio::time::timeout(limit, wait).await
+                }
+            };
+            match r {
                 Ok(Ok(())) => return Ok(()),
                 Ok(Err(NotReady::Gone)) => continue,
                 Err(_) => {
@@ -340,7 +341,9 @@ impl HttpProducer {
 
 impl Producer for HttpProducer {
     async fn send(&mut self, msg: Outbound<'_>) -> Result<(), DriverError> {
-        if let InFlight::One(Some(_)) = self.in_flight {
+        if let InFlight::One = self.in_flight
+            && self.conn.h1_outstanding()
+        {
             // HTTP/1.1 with the previous request outstanding: the runner sends now only
             // because it gave up on that request (ack timeout, already counted). Its answer
             // may have just come in: take it if so (the runner counts a late ack)...
@@ -348,25 +351,30 @@ impl Producer for HttpProducer {
             if let Poll::Ready(Some(ack)) = self.poll_exchanges(&mut cx) {
                 self.acks.push_back(ack);
             }
-        }
-        if let InFlight::One(slot) = &mut self.in_flight
-            && slot.take().is_some()
-        {
-            // ...else give up on its connection too: it cannot carry another request until
-            // that answer comes.
-            self.tally
-                .tally
-                .no_response(&self.tally.stats, self.conn.events());
-            self.conn
-                .abandon("no response within the ack timeout; closed to send the next request");
+            if self.conn.h1_outstanding() {
+                // ...else give up on its connection too: it cannot carry another request
+                // until that answer comes.
+                self.tally
+                    .tally
+                    .no_response(&self.tally.stats, self.conn.events());
+                self.conn.forget_request();
+                self.conn
+                    .abandon("no response within the ack timeout; closed to send the next request");
+            }
         }
         self.ready().await?;
-        let req = self.conn.ep.request(msg.payload, &mut self.buf);
-        let ex = self.conn.submit(msg.token, req)?;
-        self.in_flight.push(ex);
-        // hyper writes when its connection is polled: now, not when the runner next waits.
+        match &mut self.in_flight {
+            InFlight::One => self.conn.submit_h1(msg.token, msg.payload)?,
+            InFlight::Many(set) => {
+                let req = self.conn.ep.request(msg.payload, &mut self.buf);
+                set.push(self.conn.submit_h2(msg.token, req)?);
+            }
+        }
+        // The request goes out when the connection is driven: now, not when the runner next
+        // waits.
+        let busy = self.busy();
         poll_fn(|cx| {
-            let _ = self.conn.poll_drive(cx, true);
+            let _ = self.conn.poll_drive(cx, busy);
             Poll::Ready(())
         })
         .await;
@@ -374,7 +382,7 @@ impl Producer for HttpProducer {
     }
 
     async fn flush(&mut self) -> Result<(), DriverError> {
-        let busy = !self.in_flight.is_empty();
+        let busy = self.busy();
         poll_fn(|cx| {
             let _ = self.conn.poll_drive(cx, busy);
             Poll::Ready(())
@@ -405,29 +413,29 @@ impl HttpProducer {
     /// Drives the connection and returns the next finished exchange as an ack; `Ready(None)`
     /// when nothing is in flight.
     fn poll_exchanges(&mut self, cx: &mut Context<'_>) -> Poll<Option<Ack>> {
-        // HTTP/1.1: reading the response head lets the body be read on the next poll of the
-        // connection, so a few rounds finish a small response in one call. HTTP/2 responses
-        // arrive through hyper's own tasks: one round.
-        let rounds = match self.in_flight {
-            InFlight::One(_) => 3,
-            InFlight::Many(_) => 1,
+        let busy = self.busy();
+        let _ = self.conn.poll_drive(cx, busy);
+        let done = match &mut self.in_flight {
+            // One drive reads and parses whatever has arrived of the response.
+            InFlight::One => match self.conn.take_done() {
+                Some(done) => done,
+                None if self.conn.h1_outstanding() => return Poll::Pending,
+                None => return Poll::Ready(None),
+            },
+            // Responses arrive through hyper's own tasks.
+            InFlight::Many(set) => match ready!(Pin::new(set).poll_next(cx)) {
+                Some(done) => done,
+                None => return Poll::Ready(None),
+            },
         };
-        for _ in 0..rounds {
-            let busy = !self.in_flight.is_empty();
-            let _ = self.conn.poll_drive(cx, busy);
-            match self.in_flight.poll_next(cx) {
-                Poll::Ready(Some(done)) => return Poll::Ready(Some(self.ack(done))),
-                Poll::Ready(None) => return Poll::Ready(None),
-                Poll::Pending => {}
-            }
-        }
-        Poll::Pending
+        Poll::Ready(Some(self.ack(done)))
     }
 }
 
 /// A held connection of a connection workload.
 pub struct HttpSession {
     conn: Conn,
+    /// HTTP/2 request bodies are cut from this buffer.
     buf: BytesMut,
     tally: TallyGuard,
 }
@@ -447,15 +455,36 @@ impl Session for HttpSession {
                 )));
             }
         }
-        let req = self.conn.ep.request(payload, &mut self.buf);
-        let mut ex = self.conn.submit(0, req)?;
-        let exchange = poll_fn(|cx| {
-            let _ = self.conn.poll_drive(cx, true);
-            Pin::new(&mut ex).poll(cx)
-        });
-        let Done { outcome, .. } = tokio::time::timeout(limit, exchange)
+        let conn = &mut self.conn;
+        let exchange = if conn.ep.http2 {
+            let req = conn.ep.request(payload, &mut self.buf);
+            let mut ex = conn.submit_h2(0, req)?;
+            tokio::time::timeout(
+                limit,
+                poll_fn(|cx| {
+                    let _ = conn.poll_drive(cx, true);
+                    Pin::new(&mut ex).poll(cx)
+                }),
+            )
             .await
-            .map_err(|_| DriverError::Timeout(format!("no response within {limit:?}")))?;
+        } else {
+            // The late answer to a publish that timed out, if any: not this one's.
+            drop(conn.take_done());
+            conn.submit_h1(0, payload)?;
+            tokio::time::timeout(
+                limit,
+                poll_fn(|cx| {
+                    let _ = conn.poll_drive(cx, true);
+                    match conn.take_done() {
+                        Some(done) => Poll::Ready(done),
+                        None => Poll::Pending,
+                    }
+                }),
+            )
+            .await
+        };
+        let Done { outcome, .. } =
+            exchange.map_err(|_| DriverError::Timeout(format!("no response within {limit:?}")))?;
         let ok = self.tally.record(&outcome, self.conn.events());
         match outcome {
             Outcome::Status(_) if ok => Ok(()),

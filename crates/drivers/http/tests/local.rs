@@ -288,6 +288,12 @@ enum Raw {
     CutAfter(u32),
     /// Answer each request with `Connection: close` and close (orderly).
     CloseEach,
+    /// Keep-alive, but every nth response of a connection carries `Connection: close`.
+    CloseEvery(u32),
+    /// Chunked responses (extension, trailer), each written in pieces, after a 100 Continue.
+    Chunked,
+    /// HTTP/1.0 responses without a length: the body ends when the server closes.
+    Http10UntilClose,
 }
 
 /// Reads one HTTP/1.1 request (head and Content-Length body); false at end of stream.
@@ -324,6 +330,8 @@ async fn raw_server(mode: Raw) -> (String, Arc<AtomicU64>, tokio::task::JoinHand
                 return;
             };
             count.fetch_add(1, Relaxed);
+            // Responses written in pieces must not wait for the client's delayed ACK.
+            sock.set_nodelay(true).unwrap();
             tokio::spawn(async move {
                 let mut buf = Vec::new();
                 let mut answered = 0;
@@ -338,6 +346,35 @@ async fn raw_server(mode: Raw) -> (String, Arc<AtomicU64>, tokio::task::JoinHand
                         }
                         Raw::CloseEach => {
                             let r = b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\nconnection: close\r\n\r\nok";
+                            let _ = sock.write_all(r).await;
+                            return;
+                        }
+                        Raw::CloseEvery(n) if (answered + 1) % n == 0 => {
+                            let r = b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\nConnection: close\r\n\r\nok";
+                            let _ = sock.write_all(r).await;
+                            return;
+                        }
+                        Raw::CloseEvery(_) => {
+                            let r = b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok";
+                            if sock.write_all(r).await.is_err() {
+                                return;
+                            }
+                        }
+                        Raw::Chunked => {
+                            for piece in [
+                                &b"HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 200 OK\r\n"[..],
+                                b"Transfer-Encoding: chunked\r\n\r\n5;ext=1\r\nhel",
+                                b"lo\r\n1A\r\nabcdefghijklmnopqrstuvwxyz\r",
+                                b"\n0\r\nX-Trailer: 1\r\n",
+                                b"\r\n",
+                            ] {
+                                if sock.write_all(piece).await.is_err() {
+                                    return;
+                                }
+                            }
+                        }
+                        Raw::Http10UntilClose => {
+                            let r = b"HTTP/1.0 200 OK\r\nContent-Type: text/plain\r\n\r\nthe body ends with the connection";
                             let _ = sock.write_all(r).await;
                             return;
                         }
@@ -366,7 +403,8 @@ async fn a_server_dying_mid_exchange_fails_that_request_and_the_producer_reconne
     assert_eq!(stats.count(200), 30);
     assert_eq!(stats.connections(), 10);
     assert_eq!(accepted.load(Relaxed), 10);
-    let lost = obs.mentioning("connection lost: connection closed before message");
+    let lost =
+        obs.mentioning("connection lost: connection closed before the response was complete");
     assert_eq!(lost.len(), 10, "{:?}", obs.events);
     assert_eq!(obs.mentioning(": reconnected").len(), 9, "{:?}", obs.events);
     task.abort();
@@ -385,6 +423,52 @@ async fn a_server_closing_in_good_order_is_not_an_error() {
     assert!(stats.server_closes() >= 19, "{}", stats.server_closes());
     assert!(obs.driver_events().is_empty(), "{:?}", obs.events);
     task.abort();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn chunked_responses_split_across_writes_are_read_to_their_end() {
+    let (url, accepted, task) = raw_server(Raw::Chunked).await;
+    let (out, obs, stats) = run(&plan(&url, 2, 600, 1), opts("POST", false)).await;
+    let m = measure(out.as_ref().expect("run"));
+    assert_eq!(
+        (m.counters.sent, m.counters.acked, m.counters.nacked),
+        (600, 600, 0)
+    );
+    assert_eq!(m.counters.errors.total(), 0, "{:?}", m.counters.errors);
+    assert_eq!(m.histograms.publish.len(), 600);
+    assert_eq!(stats.codes(), vec![(200, 600)], "the 100s are not counted");
+    assert_eq!((stats.no_response(), stats.server_closes()), (0, 0));
+    assert_eq!(stats.connections(), 2, "keep-alive through chunked bodies");
+    assert_eq!(accepted.load(Relaxed), 2);
+    assert!(obs.driver_events().is_empty(), "{:?}", obs.events);
+    task.abort();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn responses_that_end_their_connection_are_acked_and_counted() {
+    // Every third response says `Connection: close`; HTTP/1.0 bodies end with the connection.
+    for (mode, connections) in [(Raw::CloseEvery(3), 10), (Raw::Http10UntilClose, 30)] {
+        let (url, accepted, task) = raw_server(mode).await;
+        let (out, obs, stats) = run(&plan(&url, 1, 30, 1), opts("POST", false)).await;
+        let m = measure(out.as_ref().expect("run"));
+        assert_eq!(
+            (m.counters.sent, m.counters.acked, m.counters.nacked),
+            (30, 30, 0)
+        );
+        assert_eq!(m.counters.errors.total(), 0, "{:?}", m.counters.errors);
+        assert_eq!(m.histograms.publish.len(), 30);
+        assert_eq!(stats.count(200), 30);
+        assert_eq!(stats.no_response(), 0);
+        assert_eq!(stats.connections(), connections);
+        assert_eq!(accepted.load(Relaxed), connections);
+        assert_eq!(
+            stats.server_closes(),
+            connections,
+            "each ended by the server after a response"
+        );
+        assert!(obs.driver_events().is_empty(), "{:?}", obs.events);
+        task.abort();
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

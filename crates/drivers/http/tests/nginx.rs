@@ -99,6 +99,20 @@ async fn nginx_https_verifies_the_server() {
     }
 }
 
+/// HTTP/2 over TLS, agreed by ALPN: a window of 50 requests per connection, every one answered
+/// (an HTTP/2 client would fail against a server speaking HTTP/1.1).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn nginx_http2_over_tls_by_alpn() {
+    let url = env("MSGBENCH_IT_HTTPS_URL");
+    let mut p = plan(&url, 2, 4000, 50);
+    p.tls.ca_file = Some(env("MSGBENCH_IT_HTTPS_CA").into());
+    let (out, _, stats) = run(&p, opts("POST", true)).await;
+    let m = measure(out.as_ref().expect("run"));
+    assert_eq!((m.counters.acked, m.counters.nacked), (4000, 0));
+    assert_eq!(stats.codes(), vec![(200, 4000)]);
+    assert_eq!(stats.connections(), 2);
+}
+
 /// CPU seconds (user + system) of this process, or of its waited-for children.
 fn cpu_s(who: libc::c_int) -> f64 {
     // SAFETY: getrusage fills the struct we own.
