@@ -153,6 +153,17 @@ impl Hub {
         let _ = self.tx.send(Arc::new(Message { kind, data }));
     }
 
+    /// Adds a finished chart row to the history and streams it to every viewer.
+    fn point(&self, series: &mut Downsampler, row: Vec<f64>, totals: Totals, phase: &str) {
+        let msg = json(&Point {
+            row: &row,
+            totals,
+            phase,
+        });
+        series.push(row);
+        self.send("point", msg);
+    }
+
     /// Applies one record of the run (the ingest task calls this for every record in order).
     pub fn apply(&self, r: &Record, sampler: &mut Sampler) {
         let mut st = self.lock();
@@ -207,13 +218,7 @@ impl Hub {
                 t.open_gaps = (t.open_gaps + c.gaps_opened).saturating_sub(c.gaps_filled);
                 // A short window is carried into the next point: no point for it yet.
                 if let Some(row) = row {
-                    let msg = json(&Point {
-                        row: &row,
-                        totals: st.totals,
-                        phase: &st.phase,
-                    });
-                    series.push(row);
-                    self.send("point", msg);
+                    self.point(series, row, st.totals, &st.phase);
                 }
             }
             Record::Event(e) => {
@@ -233,13 +238,7 @@ impl Hub {
                 if let (Some(frame), Some(series)) = (st.frame.as_mut(), st.series.as_mut())
                     && let Some(row) = frame.flush()
                 {
-                    let msg = json(&Point {
-                        row: &row,
-                        totals: st.totals,
-                        phase: &st.phase,
-                    });
-                    series.push(row);
-                    self.send("point", msg);
+                    self.point(series, row, st.totals, &st.phase);
                 }
                 let info = EndInfo {
                     duration_s: e.duration_s,
