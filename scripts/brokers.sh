@@ -26,12 +26,12 @@
 #   Test CA, server and client certificates are generated once with openssl into $STATE/tls/.
 #   A system mosquitto service (port 1883), if the package started one, is left alone.
 #   rabbitmq-server (AMQP 0-9-1, package 'rabbitmq-server'): our own node msgbench@localhost,
-#     AMQP on 127.0.0.1:${MSGBENCH_AMQP_PORT:-35672}, user guest / password guest (loopback only),
-#     MQTT plugin on 127.0.0.1:${MSGBENCH_RMQ_MQTT_PORT:-31883} (cross-protocol pipelines: MQTT
+#     AMQP on 127.0.0.1:${MSGBENCH_AMQP_PORT:-20672}, user guest / password guest (loopback only),
+#     MQTT plugin on 127.0.0.1:${MSGBENCH_RMQ_MQTT_PORT:-21883} (cross-protocol pipelines: MQTT
 #     topics a/b are AMQP routing keys a.b on amq.topic), AMQP 1.0 plugin on the same AMQP port
 #     (addresses /queue/NAME, /topic/KEY, /exchange/X/KEY), no management UI. Its Erlang distribution listens on
-#     127.0.0.1:${MSGBENCH_AMQP_DIST_PORT:-35673}, our rabbitmqctl calls on the 11 ports after it,
-#     and it registers with an epmd of ours on 127.0.0.1:${MSGBENCH_EPMD_PORT:-34369}. A system
+#     127.0.0.1:${MSGBENCH_AMQP_DIST_PORT:-20673}, our rabbitmqctl calls on the 11 ports after it,
+#     and it registers with an epmd of ours on 127.0.0.1:${MSGBENCH_EPMD_PORT:-24369}. A system
 #     RabbitMQ (5672, 25672, 15672) or epmd (4369), if the package started one, is left alone.
 #     The node runs as whoever runs this script (the /usr/sbin wrappers, which switch to the user
 #     'rabbitmq', are bypassed), from $STATE/rabbitmq/ (config, Erlang cookie, data, logs); its
@@ -63,14 +63,17 @@
 set -euo pipefail
 
 STATE=${MSGBENCH_BROKERS_DIR:-$HOME/.cache/msgbench-brokers}
+# Every fixed port sits below Linux's ephemeral range (32768-60999 by default): a port inside it
+# can be taken, between our check and the broker's bind, by any outgoing connection's local end
+# (RabbitMQ's own start-up makes several), and the broker then fails with "address in use".
 NATS_PORT=${MSGBENCH_NATS_PORT:-14222}
 MQTT_PORT=${MSGBENCH_MQTT_PORT:-11883}
 MQTT_AUTH_PORT=${MSGBENCH_MQTT_AUTH_PORT:-11884}
 MQTTS_PORT=${MSGBENCH_MQTTS_PORT:-18883}
-AMQP_PORT=${MSGBENCH_AMQP_PORT:-35672}
-AMQP_DIST_PORT=${MSGBENCH_AMQP_DIST_PORT:-35673}
-EPMD_PORT=${MSGBENCH_EPMD_PORT:-34369}
-RMQ_MQTT_PORT=${MSGBENCH_RMQ_MQTT_PORT:-31883}
+AMQP_PORT=${MSGBENCH_AMQP_PORT:-20672}
+AMQP_DIST_PORT=${MSGBENCH_AMQP_DIST_PORT:-20673}
+EPMD_PORT=${MSGBENCH_EPMD_PORT:-24369}
+RMQ_MQTT_PORT=${MSGBENCH_RMQ_MQTT_PORT:-21883}
 NGINX_PORT=${MSGBENCH_NGINX_PORT:-18080}
 NGINX_H2C_PORT=${MSGBENCH_NGINX_H2C_PORT:-18081}
 NGINX_TLS_PORT=${MSGBENCH_NGINX_TLS_PORT:-18443}
@@ -623,8 +626,22 @@ stop() { # stop NAME
   rm -f "$pidf" "$STATE/$1.start"
 }
 
+# ephemeral_ports_note: says which of our ports an outgoing connection may take from under us.
+ephemeral_ports_note() {
+  local lo hi p clash=()
+  read -r lo hi </proc/sys/net/ipv4/ip_local_port_range 2>/dev/null || return 0
+  for p in "$NATS_PORT" "$MQTT_PORT" "$MQTT_AUTH_PORT" "$MQTTS_PORT" "$AMQP_PORT" "$AMQP_DIST_PORT" \
+    "$EPMD_PORT" "$RMQ_MQTT_PORT" "$NGINX_PORT" "$NGINX_H2C_PORT" "$NGINX_TLS_PORT" "$ARTEMIS_PORT" "$ARTEMIS_TLS_PORT"; do
+    if [ "$p" -ge "$lo" ] && [ "$p" -le "$hi" ]; then clash+=("$p"); fi
+  done
+  [ "${#clash[@]}" -eq 0 ] && return 0
+  log "note: port(s) ${clash[*]} lie in the ephemeral range $lo-$hi (net.ipv4.ip_local_port_range);" \
+    "an outgoing connection may hold one when its broker binds; choose ports below $lo"
+}
+
 case "${1:-}" in
   up)
+    ephemeral_ports_note
     failed=()
     nats_up || failed+=(nats-server)
     mosquitto_up || failed+=(mosquitto)

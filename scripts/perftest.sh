@@ -4,7 +4,7 @@
 #
 #   scripts/perftest.sh [perf-test args...]     e.g. 1 producer, 1 consumer, 1 KB messages,
 #     publisher confirms (window 100), 10 s:
-#     scripts/perftest.sh --uri amqp://guest:guest@127.0.0.1:35672/%2f -x 1 -y 1 -s 1000 --confirm 100 -z 10
+#     scripts/perftest.sh --uri amqp://guest:guest@127.0.0.1:20672/%2f -x 1 -y 1 -s 1000 --confirm 100 -z 10
 #   scripts/perftest.sh --help
 #
 # Maven Central has only PerfTest's plain jar (its executable uber jar is not published there),
