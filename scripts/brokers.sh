@@ -2,6 +2,7 @@
 # Starts, stops and reports the real brokers msgbench's tests run against, on loopback only.
 #
 #   scripts/brokers.sh up       install (Debian packages, when missing and allowed) and start
+#                               the brokers; install the peer libraries below
 #   scripts/brokers.sh down     stop what `up` started (by PID)
 #   scripts/brokers.sh status   show what runs and where
 #   scripts/brokers.sh env      print the environment variables tests read (eval "$(... env)")
@@ -57,6 +58,10 @@
 #     and deleted when empty and unused, except under `noauto.`, where nothing is created (the
 #     missing-address tests); an address under `full.` rejects messages once it holds 256 KiB
 #     (the refused-outcome tests). Artemis takes several seconds to start.
+# Peer libraries (installed, nothing to start or stop):
+#   libzmq 4.3.4, the reference ZeroMQ implementation, through pyzmq (package 'python3-zmq') for
+#     the system Python /usr/bin/python3 (`env` exports it as MSGBENCH_IT_LIBZMQ_PYTHON once it
+#     imports zmq): tests/libzmq.rs relays msgbench's ZeroMQ traffic through it.
 # State (PID files, configs, logs, certificates) lives in
 # ${MSGBENCH_BROKERS_DIR:-$HOME/.cache/msgbench-brokers}.
 # Set MSGBENCH_NO_INSTALL=1 to forbid installing packages.
@@ -103,8 +108,7 @@ find_bin() { # find_bin NAME: print its path; also looks in the sbin/bin dirs no
   return 1
 }
 
-need_pkg() { # need_pkg BINARY PACKAGE
-  find_bin "$1" >/dev/null && return 0
+install_pkg() { # install_pkg WHAT PACKAGE: installs PACKAGE because WHAT is missing
   if [ "${MSGBENCH_NO_INSTALL:-0}" = 1 ]; then
     log "$1 is missing and MSGBENCH_NO_INSTALL=1: install the Debian package '$2'"; return 1
   fi
@@ -117,6 +121,27 @@ need_pkg() { # need_pkg BINARY PACKAGE
     DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "$2" >>"$STATE/apt.log" 2>&1 \
       || { log "could not install $2 (see $STATE/apt.log)"; return 1; }
   fi
+}
+
+need_pkg() { # need_pkg BINARY PACKAGE
+  find_bin "$1" >/dev/null && return 0
+  install_pkg "$1" "$2"
+}
+
+# The Debian python3-zmq package (pyzmq on the system's libzmq) serves the system Python only:
+# a `python3` earlier on PATH (pyenv, a virtualenv) would not see it, or would see a pip pyzmq
+# with a libzmq of its own.
+SYS_PYTHON=/usr/bin/python3
+
+libzmq_python_ok() { # the system Python imports zmq (pyzmq on Debian's libzmq)
+  [ -x "$SYS_PYTHON" ] && "$SYS_PYTHON" -c 'import zmq' >/dev/null 2>&1
+}
+
+libzmq_up() { # a peer library for the interop tests (tests/libzmq.rs): nothing to start
+  libzmq_python_ok && return 0
+  install_pkg "python3 module zmq" python3-zmq || return 1
+  libzmq_python_ok || { log "python3-zmq is installed but $SYS_PYTHON cannot import zmq"; return 1; }
+  log "python3-zmq installed: $SYS_PYTHON imports zmq (libzmq $("$SYS_PYTHON" -c 'import zmq; print(zmq.zmq_version())'))"
 }
 
 # A PID file alone cannot tell our broker from an unrelated process that got the same PID after
@@ -547,8 +572,11 @@ artemis_create() {
   xml="$inst/etc/broker.xml"
   # Our acceptors instead of the generated ones; no auto-creation under `noauto.`, and
   # addresses under `full.` refuse messages past 256 KiB (the settings with the longer match win
-  # over the catch-all `#`).
+  # over the catch-all `#`). No disk-usage limit: by default Artemis blocks every producer once
+  # the file system is 90% full (whoever filled it), which turns a busy build machine into
+  # hung test runs; our data is small and wiped on every `up`.
   awk -v acceptors="$(artemis_acceptors)" '
+    /<max-disk-usage>/ { sub(/<max-disk-usage>[^<]*</, "<max-disk-usage>-1<") }
     /<acceptors>/ { print acceptors; skip = 1; next }
     /<\/acceptors>/ { skip = 0; next }
     skip { next }
@@ -566,6 +594,7 @@ artemis_create() {
     }
     { print }' "$xml" >"$xml.new" && mv "$xml.new" "$xml" || return 1
   grep -q "name=\"amqps\"" "$xml" && grep -q 'match="noauto.#"' "$xml" && grep -q 'match="full.#"' "$xml" \
+    && grep -q '<max-disk-usage>-1<' "$xml" \
     || { log "could not configure $xml"; return 1; }
 }
 
@@ -648,6 +677,7 @@ case "${1:-}" in
     rabbitmq_up || failed+=(rabbitmq)
     nginx_up || failed+=(nginx)
     artemis_up || failed+=(artemis)
+    libzmq_up || failed+=(python3-zmq)
     if [ "${#failed[@]}" -gt 0 ]; then log "FAILED to start: ${failed[*]}"; exit 1; fi ;;
   down) stop nats; stop mosquitto; rabbitmq_down; stop nginx; stop artemis ;;
   status)
@@ -680,6 +710,7 @@ case "${1:-}" in
     echo "export MSGBENCH_IT_HTTP_URL=http://127.0.0.1:$NGINX_PORT/"
     echo "export MSGBENCH_IT_HTTP_H2C_URL=http://127.0.0.1:$NGINX_H2C_PORT/"
     echo "export MSGBENCH_IT_HTTPS_URL=https://127.0.0.1:$NGINX_TLS_PORT/"
-    echo "export MSGBENCH_IT_HTTPS_CA=$(printf %q "$TLS/ca.pem")" ;;
+    echo "export MSGBENCH_IT_HTTPS_CA=$(printf %q "$TLS/ca.pem")"
+    if libzmq_python_ok; then echo "export MSGBENCH_IT_LIBZMQ_PYTHON=$SYS_PYTHON"; fi ;;
   *) echo "usage: $0 up|down|status|env|restart-rabbitmq [SECONDS]|restart-artemis [SECONDS]|rabbitmqctl ARGS..." >&2; exit 2 ;;
 esac

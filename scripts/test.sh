@@ -19,6 +19,24 @@ if ! command -v cargo >/dev/null 2>&1; then
   exit 1
 fi
 
+# Old builds of this workspace's own crates pile up in the shared target folder (every change
+# of the dependency graph hashes them anew; 50 GiB within days of CI runs), and a nearly full
+# disk makes brokers refuse messages. Those untouched for 12 hours go; third-party builds stay.
+prune_target() {
+  local deps="$CARGO_TARGET_DIR/debug/deps" names n
+  [ -d "$deps" ] || return 0
+  names=$(for f in tests/*.rs crates/*/tests/*.rs crates/drivers/*/tests/*.rs; do
+    [ -e "$f" ] && basename "$f" .rs; done | sort -u)
+  find "$deps" -maxdepth 1 -type f -mmin +720 \( -name 'msgbench*' -o -name 'libmsgbench*' \) -delete
+  for n in $names; do
+    find "$deps" -maxdepth 1 -type f -mmin +720 -name "$n-*" -delete
+  done
+  [ -d "$CARGO_TARGET_DIR/debug/incremental" ] &&
+    find "$CARGO_TARGET_DIR/debug/incremental" -mindepth 1 -maxdepth 1 -mmin +720 -exec rm -rf {} +
+  return 0
+}
+prune_target
+
 started=0
 summary=""
 cleanup() {
