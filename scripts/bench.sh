@@ -22,7 +22,8 @@
 #                               `msgbench serve ws-broadcast` to WS_CLIENTS (default 10,000)
 #                               WebSocket clients; completeness and generator RSS per client
 #   scripts/bench.sh zmq        ZeroMQ PUSH/PULL, 64 B, both ends in one msgbench process over
-#                               loopback TCP (aim >= 1M msgs/s)
+#                               loopback TCP (aim >= 1M msgs/s); PUB/SUB to 2 subscribers; PUSH/PULL
+#                               between two msgbench processes
 #   scripts/bench.sh http       nginx, 50 connections, closed loop 10 s, against wrk (Debian
 #                               package) in the same session: requests/s and CPU-s per million
 #                               (target: >= wrk's rate at <= 1.2x its CPU); then a fixed rate of
@@ -376,6 +377,14 @@ bench_zmq() {
     rates+=("$rate")
   done
   echo "  median: $(printf '%s\n' "${rates[@]}" | median) msgs/s (aim >= 1,000,000)"
+  echo "== ZeroMQ PUB/SUB 1 -> 2 subscribers, 64 B, unlimited, both ends in one process ($RUNS runs)"
+  rates=()
+  for _ in $(seq "$RUNS"); do
+    read -r rate cpu rss lost < <(measure "zmq://127.0.0.1:0?pattern=pubsub" -c 2 --size 64 --warmup 1s --duration 5s)
+    echo "  run: $rate deliveries/s end to end, $cpu CPU-s per million deliveries, lost $lost"
+    rates+=("$rate")
+  done
+  echo "  median: $(printf '%s\n' "${rates[@]}" | median) deliveries/s"
   echo "== ZeroMQ PUSH/PULL 1 -> 1, 64 B, unlimited, between two msgbench processes (--segment consumers | producers, merged; $RUNS runs)"
   rates=()
   for _ in $(seq "$RUNS"); do

@@ -1,11 +1,56 @@
-//! The target URL: `zmq://HOST:PORT?pattern=...&bind=...&peers=N`, parsed once, strictly.
+//! The target URL: `zmq://HOST:PORT?pattern=...&bind=...&peers=N&sndhwm=N&onhwm=...`,
+//! parsed once, strictly.
 //!
 //! Every option is checked here, so a typo fails the run before anything binds or connects,
 //! with an error that names the option.
 
 use msgbench_core::driver::DriverError;
+use std::fmt;
 use std::net::{IpAddr, Ipv6Addr};
-use zeromq::{Endpoint, Host};
+
+/// ZeroMQ's default send high-water mark (`ZMQ_SNDHWM`), in messages.
+pub const DEFAULT_SNDHWM: u32 = 1000;
+
+/// A TCP endpoint: where a client binds or connects.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Endpoint {
+    /// Host name or IP address (IPv6 without brackets).
+    pub host: String,
+    /// Port.
+    pub port: u16,
+}
+
+impl Endpoint {
+    /// As a connect target.
+    pub fn target(&self) -> msgbench_net::Target {
+        msgbench_net::Target {
+            host: self.host.clone(),
+            port: self.port,
+        }
+    }
+}
+
+impl fmt::Display for Endpoint {
+    /// ZeroMQ's notation: `tcp://HOST:PORT`, IPv6 in brackets.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if self.host.contains(':') {
+            write!(f, "tcp://[{}]:{}", self.host, self.port)
+        } else {
+            write!(f, "tcp://{}:{}", self.host, self.port)
+        }
+    }
+}
+
+/// What a PUB producer does with a message for a subscriber that already has `sndhwm`
+/// messages waiting in the generator.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum OnHwm {
+    /// Wait until the subscriber takes more (backpressure: nothing is lost in the generator).
+    Wait,
+    /// Drop it for that subscriber, as libzmq's PUB socket does; counted and reported, and lost
+    /// at the consumer.
+    Drop,
+}
 
 /// The socket pair a run uses.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -38,8 +83,8 @@ impl BindSide {
 /// Everything the URL says.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Options {
-    /// Host to bind on and connect to.
-    pub host: Host,
+    /// Host to bind on and connect to (IPv6 without brackets).
+    pub host: String,
     /// Base port: the binding client `i` uses `port + i`; 0 lets the system pick a free port for
     /// each (only useful when both sides run in this process).
     pub port: u16,
@@ -50,6 +95,10 @@ pub struct Options {
     /// Peers in another process, for a topic that has no client of the other side in this one
     /// (see the crate docs).
     pub peers: u16,
+    /// Messages that may wait in the generator for one peer (ZeroMQ's `ZMQ_SNDHWM`).
+    pub sndhwm: u32,
+    /// What PUB does at the high-water mark (PUSH always goes to another peer or waits).
+    pub onhwm: OnHwm,
 }
 
 fn config(msg: impl Into<String>) -> DriverError {
@@ -102,6 +151,8 @@ impl Options {
             pattern: Pattern::PushPull,
             bind: BindSide::Consumer,
             peers: 1,
+            sndhwm: DEFAULT_SNDHWM,
+            onhwm: OnHwm::Wait,
         };
         let mut seen: Vec<&str> = Vec::new();
         for pair in query.unwrap_or("").split('&').filter(|p| !p.is_empty()) {
@@ -140,18 +191,46 @@ impl Options {
                         ))
                     })?;
                 }
-                "sndhwm" | "rcvhwm" | "hwm" => {
-                    return Err(config(format!(
-                        "zmq option `{key}` is not supported: the zeromq crate (0.7) has no \
-                         high-water marks; its per-peer queues hold a fixed 100,000 messages"
-                    )));
+                "sndhwm" | "hwm" => {
+                    o.sndhwm = value.parse().ok().filter(|&n| n > 0).ok_or_else(|| {
+                        config(format!(
+                            "zmq option {key}=`{value}`: expected a number of messages, at \
+                             least 1 (libzmq's 0 for \"no limit\" is not offered: the \
+                             generator's memory would be the limit)"
+                        ))
+                    })?;
+                }
+                "onhwm" => {
+                    o.onhwm = match value {
+                        "wait" | "block" => OnHwm::Wait,
+                        "drop" => OnHwm::Drop,
+                        _ => {
+                            return Err(config(format!(
+                                "zmq option onhwm=`{value}`: expected wait or drop"
+                            )));
+                        }
+                    }
+                }
+                "rcvhwm" => {
+                    return Err(config(
+                        "zmq option `rcvhwm` is not supported: msgbench's consumers keep no \
+                         receive queue (they read at most 64 KiB ahead of the run and hand each \
+                         message over as it is parsed), so the socket's kernel buffer is the \
+                         only one; use sndhwm on the producer's side",
+                    ));
                 }
                 _ => {
                     return Err(config(format!(
-                        "unknown zmq option `{key}` (known: pattern, bind, peers)"
+                        "unknown zmq option `{key}` (known: pattern, bind, peers, sndhwm, onhwm)"
                     )));
                 }
             }
+        }
+        if o.onhwm == OnHwm::Drop && o.pattern == Pattern::PushPull {
+            return Err(config(
+                "zmq option onhwm=drop applies to pattern=pubsub: a PUSH socket never drops, \
+                 at the high-water mark it sends to another consumer or waits",
+            ));
         }
         Ok(o)
     }
@@ -162,7 +241,10 @@ impl Options {
     /// [`DriverError::Config`] when `port + i` leaves the port range.
     pub fn endpoint(&self, i: u32) -> Result<Endpoint, DriverError> {
         if self.port == 0 {
-            return Ok(Endpoint::Tcp(self.host.clone(), 0));
+            return Ok(Endpoint {
+                host: self.host.clone(),
+                port: 0,
+            });
         }
         let port = u32::from(self.port) + i;
         let port = u16::try_from(port).map_err(|_| {
@@ -172,7 +254,10 @@ impl Options {
                 self.port
             ))
         })?;
-        Ok(Endpoint::Tcp(self.host.clone(), port))
+        Ok(Endpoint {
+            host: self.host.clone(),
+            port,
+        })
     }
 
     /// Endpoints of peers in another process: `PORT .. PORT + peers`.
@@ -193,18 +278,18 @@ impl Options {
 }
 
 /// `127.0.0.1`, `[::1]`, `localhost`: an IP literal or a plausible host name.
-fn parse_host(s: &str) -> Option<Host> {
+fn parse_host(s: &str) -> Option<String> {
     if let Some(v6) = s.strip_prefix('[').and_then(|r| r.strip_suffix(']')) {
-        return v6.parse::<Ipv6Addr>().ok().map(Host::Ipv6);
+        return v6.parse::<Ipv6Addr>().ok().map(|ip| ip.to_string());
     }
     if let Ok(ip) = s.parse::<IpAddr>() {
-        return Some(ip.into());
+        return Some(ip.to_string());
     }
     if !s.is_empty()
         && s.chars()
             .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '.' || c == '_')
     {
-        return Some(Host::Domain(s.to_string()));
+        return Some(s.to_string());
     }
     None
 }
@@ -219,6 +304,10 @@ mod tests {
         assert_eq!(o.pattern, Pattern::PushPull);
         assert_eq!(o.bind, BindSide::Consumer);
         assert_eq!(o.peers, 1);
+        assert_eq!((o.sndhwm, o.onhwm), (DEFAULT_SNDHWM, OnHwm::Wait));
+        let o = Options::parse("zmq://127.0.0.1:5555?pattern=pubsub&sndhwm=10&onhwm=drop").unwrap();
+        assert_eq!((o.sndhwm, o.onhwm), (10, OnHwm::Drop));
+        let o = Options::parse("zmq://127.0.0.1:5555").unwrap();
         assert_eq!(o.endpoint(2).unwrap().to_string(), "tcp://127.0.0.1:5557");
         let o = Options::parse("zmq://[::1]:6000/?pattern=pubsub&bind=producer&peers=3").unwrap();
         assert_eq!(o.pattern, Pattern::PubSub);
@@ -236,7 +325,10 @@ mod tests {
         assert!(e("zmq://127.0.0.1:1?pattern=reqrep").contains("pattern=`reqrep`"));
         assert!(e("zmq://127.0.0.1:1?bind=both").contains("bind=`both`"));
         assert!(e("zmq://127.0.0.1:1?peers=x").contains("peers=`x`"));
-        assert!(e("zmq://127.0.0.1:1?sndhwm=10").contains("`sndhwm` is not supported"));
+        assert!(e("zmq://127.0.0.1:1?sndhwm=0").contains("sndhwm=`0`"));
+        assert!(e("zmq://127.0.0.1:1?sndhwm=lots").contains("sndhwm=`lots`"));
+        assert!(e("zmq://127.0.0.1:1?onhwm=maybe").contains("onhwm=`maybe`"));
+        assert!(e("zmq://127.0.0.1:1?onhwm=drop").contains("PUSH socket never drops"));
         assert!(e("zmq://127.0.0.1:1?rcvhwm=10").contains("`rcvhwm` is not supported"));
         assert!(e("zmq://127.0.0.1:1?colour=red").contains("unknown zmq option `colour`"));
         assert!(e("zmq://127.0.0.1:1?bind=consumer&bind=producer").contains("twice"));

@@ -6,6 +6,7 @@
 //! small registry: consumers enter their topic filter (and, when they bind, their endpoint);
 //! producers that bind enter their endpoint, and consumers connect to them as they appear.
 
+use crate::options::Endpoint;
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, Ordering};
 use tokio::sync::watch;
@@ -59,7 +60,7 @@ pub struct LocalConsumer {
     /// Member of a queue group (competing consumers) rather than a fan-out subscriber.
     pub competing: bool,
     /// Where it listens, when consumers bind.
-    pub endpoint: Option<String>,
+    pub endpoint: Option<Endpoint>,
 }
 
 /// A producer of this process that binds.
@@ -68,7 +69,7 @@ pub struct BoundProducer {
     /// Its topics.
     pub topics: Vec<String>,
     /// Where it listens.
-    pub endpoint: String,
+    pub endpoint: Endpoint,
 }
 
 /// The registry, shared by every client the driver creates.

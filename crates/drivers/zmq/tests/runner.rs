@@ -421,7 +421,9 @@ fn bad_options_are_config_errors_naming_the_option() {
     };
     assert!(err("zmq://127.0.0.1:5555?pattern=pair").contains("pattern=`pair`"));
     assert!(err("zmq://127.0.0.1:5555?bind=nobody").contains("bind=`nobody`"));
-    assert!(err("zmq://127.0.0.1:5555?sndhwm=1000").contains("sndhwm"));
+    assert!(err("zmq://127.0.0.1:5555?sndhwm=0").contains("sndhwm"));
+    assert!(err("zmq://127.0.0.1:5555?rcvhwm=1000").contains("rcvhwm"));
+    assert!(err("zmq://127.0.0.1:5555?onhwm=drop").contains("pubsub"));
     assert!(err("zmq://127.0.0.1:5555?linger=0").contains("`linger`"));
     assert!(err("zmq://127.0.0.1").contains("port"));
     let ok = ZmqDriver::new(

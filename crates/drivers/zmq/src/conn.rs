@@ -1,0 +1,388 @@
+//! One ZMTP connection and the ways it comes to be: dialled (retrying while nothing listens, as
+//! a ZeroMQ `connect` does), accepted by a listener, or dialled again after it was lost.
+//!
+//! A [`Conn`] is a handshaken TCP stream (NODELAY) with a read buffer that messages are split
+//! off without copying and a write buffer that messages are encoded into. Reads and writes are
+//! non-blocking `try_*` calls plus poll-style readiness, so a client owns all its connections
+//! on its own task: no writer tasks, no queues between the client and its sockets, no locks.
+
+use crate::options::Endpoint;
+use crate::zmtp::{self, GREETING_LEN, SocketType, Unit, ZmtpError};
+use bytes::{Buf, BytesMut};
+use msgbench_core::driver::{ConnectFailure, DriverError, DriverEventKind, EventSink};
+use std::io;
+use std::net::SocketAddr;
+use std::task::{Context, Poll};
+use std::time::Duration;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::mpsc;
+use tokio::time::Instant;
+
+/// Largest frame accepted from a peer (ZeroMQ's own default, `ZMQ_MAXMSGSIZE`, is unlimited;
+/// a bound keeps a confused peer from making us buffer without end).
+pub const MAX_FRAME: u64 = 256 << 20;
+
+/// Bytes a read reserves when the read buffer runs low.
+pub const READ_CHUNK: usize = 64 * 1024;
+
+/// How long a failed dial waits before the next attempt (ZeroMQ's `ZMQ_RECONNECT_IVL` is 100 ms).
+pub const REDIAL: Duration = Duration::from_millis(100);
+
+/// A handshaken connection.
+pub struct Conn {
+    tcp: TcpStream,
+    /// Received bytes not yet split into units.
+    pub rbuf: BytesMut,
+    /// Encoded bytes not yet written.
+    pub wbuf: BytesMut,
+    /// The peer's address, for messages.
+    pub peer: SocketAddr,
+}
+
+/// A connection that just came up, and where it was dialled to (`None`: accepted), so that a
+/// lost one can be dialled again.
+pub struct Link {
+    /// The connection.
+    pub conn: Conn,
+    /// The endpoint it was dialled to.
+    pub dialled: Option<Endpoint>,
+}
+
+/// Where new connections of one client arrive: its listener's, its dials' and its redials'.
+pub type Incoming = mpsc::UnboundedReceiver<Link>;
+/// The sending end of [`Incoming`].
+pub type LinkTx = mpsc::UnboundedSender<Link>;
+
+impl Conn {
+    /// The ZMTP handshake on a fresh TCP stream: greetings, then READY both ways, checking that
+    /// the peer's socket type fits `ours`. `hello` (a subscription) follows our READY. Bytes the
+    /// peer sent after its READY stay in the read buffer.
+    ///
+    /// # Errors
+    /// The I/O error, or what was wrong with the peer's side ([`ZmtpError`]).
+    pub async fn handshake(
+        mut tcp: TcpStream,
+        ours: SocketType,
+        hello: &[u8],
+    ) -> Result<Conn, HandshakeError> {
+        let peer = tcp.peer_addr()?;
+        tcp.write_all(&zmtp::greeting()).await?;
+        let mut g = [0u8; GREETING_LEN];
+        tcp.read_exact(&mut g).await?;
+        zmtp::check_greeting(&g)?;
+        let mut wbuf = BytesMut::with_capacity(128 + hello.len());
+        zmtp::put_ready(&mut wbuf, ours);
+        wbuf.extend_from_slice(hello);
+        tcp.write_all(&wbuf).await?;
+        wbuf.clear();
+        let mut rbuf = BytesMut::with_capacity(512);
+        let ready = loop {
+            if let Some(u) = zmtp::next_unit(&mut rbuf, 1 << 16)? {
+                break u;
+            }
+            if tcp.read_buf(&mut rbuf).await? == 0 {
+                return Err(io::Error::from(io::ErrorKind::UnexpectedEof).into());
+            }
+        };
+        zmtp::check_ready(&ready, ours)?;
+        Ok(Conn {
+            tcp,
+            rbuf,
+            wbuf,
+            peer,
+        })
+    }
+
+    /// Writes what the socket takes now, without waiting; `Ok(true)` when the write buffer is
+    /// empty.
+    #[inline]
+    pub fn try_flush(&mut self) -> io::Result<bool> {
+        while !self.wbuf.is_empty() {
+            match self.tcp.try_write(&self.wbuf) {
+                Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
+                Ok(n) => self.wbuf.advance(n),
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(false),
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(true)
+    }
+
+    /// Writes until the write buffer is empty, waiting for the socket as needed.
+    pub fn poll_flush(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        loop {
+            if self.try_flush()? {
+                return Poll::Ready(Ok(()));
+            }
+            match self.tcp.poll_write_ready(cx) {
+                Poll::Ready(Ok(())) => {}
+                Poll::Ready(Err(e)) => return Poll::Ready(Err(e)),
+                Poll::Pending => return Poll::Pending,
+            }
+        }
+    }
+
+    /// The next unit, reading as needed. A closed connection is `UnexpectedEof`.
+    pub fn poll_unit(&mut self, cx: &mut Context<'_>) -> Poll<Result<Unit, ConnError>> {
+        loop {
+            if let Some(u) = zmtp::next_unit(&mut self.rbuf, MAX_FRAME)? {
+                return Poll::Ready(Ok(u));
+            }
+            match self.read_some() {
+                Ok(true) => {}
+                Ok(false) => match self.tcp.poll_read_ready(cx) {
+                    Poll::Ready(Ok(())) => {}
+                    Poll::Ready(Err(e)) => return Poll::Ready(Err(e.into())),
+                    Poll::Pending => return Poll::Pending,
+                },
+                Err(e) => return Poll::Ready(Err(e.into())),
+            }
+        }
+    }
+
+    /// Ready once the socket has something to read (or has closed).
+    pub fn poll_read_ready(&self, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        self.tcp.poll_read_ready(cx)
+    }
+
+    /// The next unit if one is buffered or readable now, without waiting.
+    pub fn try_unit(&mut self) -> Result<Option<Unit>, ConnError> {
+        loop {
+            if let Some(u) = zmtp::next_unit(&mut self.rbuf, MAX_FRAME)? {
+                return Ok(Some(u));
+            }
+            if !self.read_some()? {
+                return Ok(None);
+            }
+        }
+    }
+
+    /// Reads what is there: `Ok(true)` if something was read, `Ok(false)` if nothing was ready.
+    fn read_some(&mut self) -> io::Result<bool> {
+        if self.rbuf.capacity() - self.rbuf.len() < READ_CHUNK / 4 {
+            self.rbuf.reserve(READ_CHUNK);
+        }
+        match self.tcp.try_read_buf(&mut self.rbuf) {
+            Ok(0) => Err(io::ErrorKind::UnexpectedEof.into()),
+            Ok(_) => Ok(true),
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => Ok(false),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Ends the connection in an orderly way once what is buffered is written (bounded by
+    /// `until`): the peer reads everything, then the end of the stream.
+    pub async fn close(mut self, until: Instant) -> bool {
+        let flushed =
+            tokio::time::timeout_at(until, std::future::poll_fn(|cx| self.poll_flush(cx)))
+                .await
+                .is_ok_and(|r| r.is_ok());
+        let _ = self.tcp.shutdown().await;
+        flushed
+    }
+}
+
+/// Why a handshake failed.
+#[derive(Debug, thiserror::Error)]
+pub enum HandshakeError {
+    /// The connection failed.
+    #[error("{0}")]
+    Io(#[from] io::Error),
+    /// The peer's side of the protocol was wrong.
+    #[error("{0}")]
+    Zmtp(#[from] ZmtpError),
+}
+
+/// Why an established connection ended.
+#[derive(Debug, thiserror::Error)]
+pub enum ConnError {
+    /// Closed or failed.
+    #[error("{0}")]
+    Io(#[from] io::Error),
+    /// The peer broke the protocol.
+    #[error("{0}")]
+    Zmtp(#[from] ZmtpError),
+}
+
+impl ConnError {
+    /// An orderly close by the peer (as opposed to a failure).
+    pub fn is_eof(&self) -> bool {
+        matches!(self, ConnError::Io(e) if e.kind() == io::ErrorKind::UnexpectedEof)
+    }
+}
+
+/// Dials `ep` and handshakes, retrying every [`REDIAL`] while the connection is refused (the
+/// other side has not bound yet), until `deadline`.
+///
+/// # Errors
+/// [`DriverError::Connect`] with the last failure, classified.
+pub async fn dial(
+    ep: &Endpoint,
+    ours: SocketType,
+    hello: &[u8],
+    deadline: Instant,
+) -> Result<Conn, DriverError> {
+    let target = ep.target();
+    loop {
+        let left = deadline.saturating_duration_since(Instant::now());
+        let failure = match msgbench_net::connect(&target, None, None, left).await {
+            Ok(msgbench_net::Stream::Tcp(tcp)) => {
+                match tokio::time::timeout_at(deadline, Conn::handshake(tcp, ours, hello)).await {
+                    Ok(Ok(conn)) => return Ok(conn),
+                    Ok(Err(HandshakeError::Zmtp(e))) => {
+                        return Err(DriverError::Connect {
+                            target: ep.to_string(),
+                            reason: format!("ZMTP handshake with {ep} failed: {e}"),
+                            cause: ConnectFailure::Rejected,
+                        });
+                    }
+                    Ok(Err(HandshakeError::Io(e))) => (
+                        msgbench_net::classify(&e),
+                        format!("the ZMTP handshake with {ep} failed: {e}"),
+                    ),
+                    Err(_) => (
+                        ConnectFailure::Timeout,
+                        format!(
+                            "{ep} accepted the connection but did not complete the ZMTP handshake"
+                        ),
+                    ),
+                }
+            }
+            Ok(msgbench_net::Stream::Tls(_)) => unreachable!("no TLS was asked for"),
+            Err(e) => (e.cause, format!("cannot connect to {ep}: {}", e.detail)),
+        };
+        let retry = matches!(failure.0, ConnectFailure::Refused | ConnectFailure::Reset);
+        if !retry || Instant::now() + REDIAL >= deadline {
+            let (cause, mut reason) = failure;
+            if cause == ConnectFailure::Refused {
+                reason.push_str(" (nothing listened there before the connect timeout)");
+            }
+            return Err(DriverError::Connect {
+                target: ep.to_string(),
+                reason,
+                cause,
+            });
+        }
+        tokio::time::sleep(REDIAL).await;
+    }
+}
+
+/// Dials `ep` again after its connection was lost, in the background, until it succeeds or
+/// nobody takes connections from `tx` any more. Each attempt may take up to `attempt`.
+pub fn redial(
+    ep: Endpoint,
+    ours: SocketType,
+    hello: Vec<u8>,
+    attempt: Duration,
+    tx: LinkTx,
+    events: EventSink,
+    who: String,
+) {
+    tokio::spawn(async move {
+        let mut pause = REDIAL;
+        while !tx.is_closed() {
+            tokio::time::sleep(pause).await;
+            match dial(&ep, ours, &hello, Instant::now() + attempt).await {
+                Ok(conn) => {
+                    events.emit(
+                        DriverEventKind::Reconnected,
+                        format!("{who}: connected to {ep} again"),
+                    );
+                    let _ = tx.send(Link {
+                        conn,
+                        dialled: Some(ep),
+                    });
+                    return;
+                }
+                Err(_) => pause = (pause * 2).min(Duration::from_secs(1)),
+            }
+        }
+    });
+}
+
+/// Binds `ep` and returns the listener with the address actually bound (port 0 resolved).
+///
+/// # Errors
+/// [`DriverError::Connect`] saying why (usually: the port is taken).
+pub async fn bind(ep: &Endpoint, who: &str) -> Result<(TcpListener, Endpoint), DriverError> {
+    let fail = |e: io::Error| {
+        let reason = match e.kind() {
+            io::ErrorKind::AddrInUse => format!(
+                "{who} cannot bind {ep}: the port is already in use (by another program, or by \
+                 another client of this run: the binding side's client i uses PORT + i)"
+            ),
+            io::ErrorKind::AddrNotAvailable => {
+                format!("{who} cannot bind {ep}: that address is not one of this host's")
+            }
+            _ => format!("{who} cannot bind {ep}: {e}"),
+        };
+        DriverError::Connect {
+            target: ep.to_string(),
+            reason,
+            cause: ConnectFailure::Other,
+        }
+    };
+    let listener = TcpListener::bind((ep.host.as_str(), ep.port))
+        .await
+        .map_err(fail)?;
+    let local = listener.local_addr().map_err(fail)?;
+    Ok((
+        listener,
+        Endpoint {
+            host: local.ip().to_string(),
+            port: local.port(),
+        },
+    ))
+}
+
+/// Accepts connections on `listener` for as long as anyone takes them from `tx`, handshaking
+/// each on a task of its own (a slow peer holds up no other) within `timeout`. Failed
+/// handshakes are reported as errors: they are peers that could not join.
+pub fn accept(
+    listener: TcpListener,
+    ours: SocketType,
+    hello: Vec<u8>,
+    timeout: Duration,
+    tx: LinkTx,
+    events: EventSink,
+    who: String,
+) -> tokio::task::JoinHandle<()> {
+    tokio::spawn(async move {
+        loop {
+            let accepted = tokio::select! {
+                a = listener.accept() => a,
+                () = tx.closed() => return,
+            };
+            let (tcp, from) = match accepted {
+                Ok(a) => a,
+                Err(e) => {
+                    events.emit(DriverEventKind::Error, format!("{who}: accept failed: {e}"));
+                    // Out of descriptors, typically: do not spin.
+                    tokio::time::sleep(REDIAL).await;
+                    continue;
+                }
+            };
+            let _ = tcp.set_nodelay(true);
+            let (tx, events, who, hello) = (tx.clone(), events.clone(), who.clone(), hello.clone());
+            tokio::spawn(async move {
+                match tokio::time::timeout(timeout, Conn::handshake(tcp, ours, &hello)).await {
+                    Ok(Ok(conn)) => {
+                        let _ = tx.send(Link {
+                            conn,
+                            dialled: None,
+                        });
+                    }
+                    Ok(Err(e)) => events.emit(
+                        DriverEventKind::Error,
+                        format!("{who}: the ZMTP handshake with {from} failed: {e}"),
+                    ),
+                    Err(_) => events.emit(
+                        DriverEventKind::Error,
+                        format!("{who}: {from} connected but did not complete the ZMTP handshake within {timeout:?}"),
+                    ),
+                }
+            });
+        }
+    })
+}

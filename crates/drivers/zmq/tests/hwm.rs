@@ -1,0 +1,208 @@
+//! High-water marks (`sndhwm`, `onhwm`) against hand-driven ZeroMQ peers on 127.0.0.1: peers
+//! that read, and peers that stop reading, so the generator's queues really fill.
+//!
+//! Every test accounts for each message exactly: received by some peer, or dropped and counted.
+
+use bytes::BytesMut;
+use msgbench_core::driver::{Driver, DriverEvent, EventSink, Outbound, Producer, ProducerSpec};
+use msgbench_driver_zmq::ZmqDriver;
+use msgbench_driver_zmq::zmtp::{self, GREETING_LEN, SocketType, Unit};
+use std::time::Duration;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::{mpsc, oneshot};
+
+/// Messages of this size fill loopback socket buffers quickly.
+const SIZE: usize = 1000;
+
+/// Two consecutive free ports (below the ephemeral range).
+fn free_ports() -> u16 {
+    let mut x = std::process::id() as u64 ^ msgbench_core::clock::now_ns();
+    for _ in 0..1000 {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        let p = 20_000 + (x % 10_000) as u16;
+        if std::net::TcpListener::bind(("127.0.0.1", p)).is_ok()
+            && std::net::TcpListener::bind(("127.0.0.1", p + 1)).is_ok()
+        {
+            return p;
+        }
+    }
+    panic!("no two consecutive free ports");
+}
+
+/// A ZeroMQ peer driven by hand: it accepts one connection on `port`, handshakes as `ours`
+/// (subscribing to everything if a SUB), and counts the messages it reads once `go` fires
+/// until the connection ends; returns the count.
+fn peer(port: u16, ours: SocketType, go: oneshot::Receiver<()>) -> tokio::task::JoinHandle<u64> {
+    let listener = std::net::TcpListener::bind(("127.0.0.1", port)).unwrap();
+    listener.set_nonblocking(true).unwrap();
+    let listener = TcpListener::from_std(listener).unwrap();
+    tokio::spawn(async move {
+        let (mut s, _) = listener.accept().await.unwrap();
+        let mut rbuf = handshake(&mut s, ours).await;
+        go.await.unwrap();
+        let mut n = 0u64;
+        loop {
+            while let Some(u) = zmtp::next_unit(&mut rbuf, 1 << 20).unwrap() {
+                if let Unit::Message { last, .. } = u {
+                    assert_eq!(last.len(), SIZE);
+                    n += 1;
+                }
+            }
+            rbuf.reserve(64 * 1024);
+            if s.read_buf(&mut rbuf).await.unwrap() == 0 {
+                return n;
+            }
+        }
+    })
+}
+
+async fn handshake(s: &mut TcpStream, ours: SocketType) -> BytesMut {
+    s.write_all(&zmtp::greeting()).await.unwrap();
+    let mut g = [0u8; GREETING_LEN];
+    s.read_exact(&mut g).await.unwrap();
+    zmtp::check_greeting(&g).unwrap();
+    let mut out = BytesMut::new();
+    zmtp::put_ready(&mut out, ours);
+    if ours == SocketType::Sub {
+        zmtp::put_subscribe(&mut out, b"");
+    }
+    s.write_all(&out).await.unwrap();
+    let mut rbuf = BytesMut::new();
+    loop {
+        if let Some(u) = zmtp::next_unit(&mut rbuf, 1 << 16).unwrap() {
+            zmtp::check_ready(&u, ours).unwrap();
+            return rbuf;
+        }
+        assert!(
+            s.read_buf(&mut rbuf).await.unwrap() > 0,
+            "closed in the handshake"
+        );
+    }
+}
+
+async fn send_all<P: Producer>(p: &mut P, n: u64) {
+    let payload = vec![7u8; SIZE];
+    for i in 0..n {
+        p.send(Outbound {
+            stream: 0,
+            token: i,
+            payload: &payload,
+            meta: None,
+        })
+        .await
+        .unwrap();
+    }
+}
+
+fn spec() -> ProducerSpec {
+    ProducerSpec {
+        id: 0,
+        topics: vec!["t".into()],
+        request_reply: false,
+        max_in_flight: 1000,
+    }
+}
+
+fn drain(rx: &mut mpsc::UnboundedReceiver<DriverEvent>) -> Vec<String> {
+    let mut v = Vec::new();
+    while let Ok(e) = rx.try_recv() {
+        v.push(format!("{:?}: {}", e.kind, e.detail));
+    }
+    v
+}
+
+/// PUSH at the high-water mark gives messages to the peer with room: one consumer that stops
+/// reading holds up nothing, and nothing is dropped (what it was given, it gets once it reads).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn push_passes_a_stuck_peer_by_and_drops_nothing() {
+    let port = free_ports();
+    let (go_a, a_go) = oneshot::channel();
+    let (go_b, b_go) = oneshot::channel();
+    let a = peer(port, SocketType::Pull, a_go);
+    let b = peer(port + 1, SocketType::Pull, b_go);
+    let (sink, mut events) = EventSink::channel();
+    let url = format!("zmq://127.0.0.1:{port}?peers=2&sndhwm=10");
+    let d = ZmqDriver::new(&url, sink, Duration::from_secs(5)).unwrap();
+    let mut p = d.producer(&spec()).await.unwrap();
+    go_a.send(()).unwrap();
+    let n = 100_000u64;
+    tokio::time::timeout(Duration::from_secs(60), send_all(&mut p, n))
+        .await
+        .expect("a stuck peer does not stop a PUSH producer that has another");
+    go_b.send(()).unwrap();
+    p.close().await.unwrap();
+    let (a, b) = (a.await.unwrap(), b.await.unwrap());
+    assert_eq!(a + b, n, "PUSH drops nothing: a {a}, b {b}");
+    assert!(a > n / 2, "the reading peer took most: a {a}, b {b}");
+    assert!(drain(&mut events).is_empty());
+}
+
+/// PUB with `onhwm=drop` drops for a subscriber that stopped reading, like libzmq, and counts
+/// what it dropped: received plus dropped is every message times every subscriber.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pub_drops_for_a_stuck_subscriber_and_counts_it() {
+    let port = free_ports();
+    let (go_a, a_go) = oneshot::channel();
+    let (go_b, b_go) = oneshot::channel();
+    let a = peer(port, SocketType::Sub, a_go);
+    let b = peer(port + 1, SocketType::Sub, b_go);
+    let (sink, mut events) = EventSink::channel();
+    let url = format!("zmq://127.0.0.1:{port}?pattern=pubsub&peers=2&sndhwm=10&onhwm=drop");
+    let d = ZmqDriver::new(&url, sink, Duration::from_secs(5)).unwrap();
+    let mut p = d.producer(&spec()).await.unwrap();
+    go_a.send(()).unwrap();
+    let n = 50_000u64;
+    tokio::time::timeout(Duration::from_secs(60), send_all(&mut p, n))
+        .await
+        .expect("a stuck subscriber does not stop a dropping PUB producer");
+    go_b.send(()).unwrap();
+    p.close().await.unwrap();
+    let (a, b) = (a.await.unwrap(), b.await.unwrap());
+    let ev = drain(&mut events);
+    let summary = ev
+        .iter()
+        .find(|e| e.contains("were dropped at the high-water mark"))
+        .unwrap_or_else(|| panic!("no drop summary in {ev:?}"));
+    let dropped: u64 = summary
+        .split_once("producer 0: ")
+        .and_then(|(_, r)| r.split(' ').next())
+        .and_then(|d| d.parse().ok())
+        .unwrap_or_else(|| panic!("no count in {summary}"));
+    assert!(b < n && dropped > 0, "b {b}, dropped {dropped}");
+    assert_eq!(a + b + dropped, 2 * n, "a {a}, b {b}, dropped {dropped}");
+    assert!(
+        ev.iter().any(|e| e.contains("messages for it are dropped")),
+        "the first drop is reported as it happens: {ev:?}"
+    );
+}
+
+/// PUB with the default `onhwm=wait` loses nothing: a subscriber that reads late makes the
+/// producer wait, and then gets everything.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pub_waits_for_a_late_subscriber_by_default() {
+    let port = free_ports();
+    let (go_a, a_go) = oneshot::channel();
+    let (go_b, b_go) = oneshot::channel();
+    let a = peer(port, SocketType::Sub, a_go);
+    let b = peer(port + 1, SocketType::Sub, b_go);
+    let (sink, mut events) = EventSink::channel();
+    let url = format!("zmq://127.0.0.1:{port}?pattern=pubsub&peers=2&sndhwm=10");
+    let d = ZmqDriver::new(&url, sink, Duration::from_secs(5)).unwrap();
+    let mut p = d.producer(&spec()).await.unwrap();
+    go_a.send(()).unwrap();
+    let n = 30_000u64;
+    let late = tokio::spawn(async move {
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        go_b.send(()).unwrap();
+    });
+    tokio::time::timeout(Duration::from_secs(60), send_all(&mut p, n))
+        .await
+        .expect("the producer resumes once the late subscriber reads");
+    late.await.unwrap();
+    p.close().await.unwrap();
+    assert_eq!((a.await.unwrap(), b.await.unwrap()), (n, n));
+    assert!(drain(&mut events).is_empty());
+}
