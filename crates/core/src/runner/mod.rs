@@ -23,6 +23,7 @@ mod inflight;
 mod produce;
 mod release;
 mod stages;
+mod stall;
 pub mod state;
 mod tagging;
 mod timer;
@@ -470,11 +471,14 @@ pub async fn run<D: Driver>(
     let nprod = plan.producers();
     let mut producer_tasks = JoinSet::new();
     let mut sent = Vec::new();
+    let mut busy = Vec::new();
     for (local, p) in producers.into_iter().enumerate() {
         let i = producer_ids[local];
         agg.register_producer(i, receivers);
         let counter = Arc::new(OwnedCounter::default());
         sent.push(counter.clone());
+        let in_send = Arc::new(OwnedCounter::default());
+        busy.push((i, in_send.clone()));
         let quota = match plan.measure {
             Measure::Messages(n) => {
                 Some(n / nprod as u64 + u64::from((i as u64) < n % nprod as u64))
@@ -499,6 +503,7 @@ pub async fn run<D: Driver>(
             state: state.clone(),
             snapshots: snap_tx.clone(),
             sent: counter,
+            busy: in_send,
             fatal: fatal_tx.clone(),
             tagging: tagging.clone(),
             tagger: None,
@@ -535,6 +540,7 @@ pub async fn run<D: Driver>(
     let mut last_got = (0u64, 0u64);
     let mut producers_failed = 0u32;
     let mut expired_places = 0u64;
+    let mut stalls = stall::StallWatch::new(busy);
     let mut cpu_mark = process_cpu_s();
     // When each phase began, for crediting CPU samples to the right phase.
     let mut timeline: Vec<(u64, Phase)> = vec![(t0, first_phase)];
@@ -734,6 +740,9 @@ pub async fn run<D: Driver>(
                                 plan.ack_timeout), now, t0));
                         }
                     }
+                    if let Some(m) = stalls.check(now) {
+                        observer.event(&ev("warning", m, now, t0));
+                    }
                     if emitted.is_none_or(|e| upto > e) || emitted.is_none() {
                         emit(&mut agg, upto, &mut emitted, observer);
                     }
@@ -753,8 +762,25 @@ pub async fn run<D: Driver>(
     state.set_drain_deadline_ns(end);
     state.stop_consumers();
     let _ = stop_tx.send(true);
-    while producer_tasks.join_next().await.is_some() {}
-    while consumer_tasks.join_next().await.is_some() {}
+    // Producers flush and close, consumers close: each bounded by the driver, normally within a
+    // connect timeout or two. A producer blocked in a send the system under test never takes,
+    // or a client that never closes, is stopped by force rather than hang the run.
+    let grace = plan.connect_timeout * 2 + Duration::from_secs(2);
+    for (what, set) in [
+        ("producers", &mut producer_tasks),
+        ("consumers", &mut consumer_tasks),
+    ] {
+        let (_, stuck) = stall::join_or_abort(set, grace, shutdown.reached(2)).await;
+        if stuck > 0 {
+            let why = format!(
+                "{what}: {stuck} still running {grace:?} after the end (or at a second \
+                 interrupt), blocked in the client: stopped by force; what they recorded since \
+                 their last interval is missing"
+            );
+            observer.event(&ev("warning", why.clone(), now_ns(), t0));
+            warnings.push(why);
+        }
+    }
     let mut unmatched = Vec::new();
     while let Some(r) = listener_tasks.join_next().await {
         if let Ok(u) = r

@@ -38,6 +38,8 @@ pub(crate) struct ProducerTask {
     pub state: Arc<RunState>,
     pub snapshots: UnboundedSender<Snapshot>,
     pub sent: Arc<OwnedCounter>,
+    /// When the `send` in progress began (ns; 0 when none is): read by the stall watch.
+    pub busy: Arc<OwnedCounter>,
     /// Where a producer that has to give up says why.
     pub fatal: UnboundedSender<String>,
     /// Keys, metadata and the stage window (runs with `[message]` or stages).
@@ -387,15 +389,17 @@ impl ProducerTask {
                     }
                 },
             };
-            match p
+            this.busy.set(sent_ns.max(1));
+            let r = p
                 .send(Outbound {
                     stream,
                     token,
                     payload: body,
                     meta,
                 })
-                .await
-            {
+                .await;
+            this.busy.set(0);
+            match r {
                 Ok(()) => {
                     consecutive_errors = 0;
                     rec.record_send(intended_ns, sent_ns, len);
