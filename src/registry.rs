@@ -96,7 +96,7 @@ pub fn drivers() -> Vec<DriverInfo> {
         DriverInfo {
             name: "zmq",
             schemes: &["zmq"],
-            about: "ZeroMQ, brokerless: PUSH/PULL (competing consumers) and PUB/SUB (fan-out), either side binds; zmq://HOST:PORT?pattern=pushpull|pubsub&bind=consumer|producer&peers=N (pure-Rust zeromq crate)",
+            about: "ZeroMQ, brokerless: PUSH/PULL (competing consumers) and PUB/SUB (fan-out), either side binds; zmq://HOST:PORT?pattern=pushpull|pubsub&bind=consumer|producer&peers=N&sndhwm=N&onhwm=wait|drop (own ZMTP 3, libzmq-compatible)",
             caps: Capabilities {
                 acks: false,
                 queue_groups: true,
