@@ -150,7 +150,7 @@ fn setup_clock(plan: &RunPlan, reference: Option<&str>, quiet: bool) -> Result<C
         info.uncertainty_us = kernel.as_ref().map(|k| k.bound_us());
         if !quiet && kernel.as_ref().is_none_or(|k| !k.synchronized) {
             eprintln!(
-                "msgbench: this host's clock is not synchronized (adjtimex): end-to-end latency between segments on different hosts is uncertain by up to {}; give --time-reference to measure the offset",
+                "msgbench: this host's clock is not synchronized (adjtimex): end-to-end latency between segments on different hosts is uncertain by up to {}; give --time-reference to measure the offset (segments on this one host share its clock and need nothing)",
                 kernel
                     .as_ref()
                     .map_or("an unknown amount".to_string(), |k| format!(
