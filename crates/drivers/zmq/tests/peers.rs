@@ -1,7 +1,9 @@
-//! High-water marks (`sndhwm`, `onhwm`) against hand-driven ZeroMQ peers on 127.0.0.1: peers
-//! that read, and peers that stop reading, so the generator's queues really fill.
+//! High-water marks (`sndhwm`, `onhwm`) and lost connections against hand-driven ZeroMQ peers
+//! on 127.0.0.1: peers that read, peers that stop reading (so the generator's queues really
+//! fill), and a peer that hangs up and comes back.
 //!
-//! Every test accounts for each message exactly: received by some peer, or dropped and counted.
+//! Every high-water-mark test accounts for each message exactly: received by some peer, or
+//! dropped and counted.
 
 use bytes::BytesMut;
 use msgbench_core::driver::{Driver, DriverEvent, EventSink, Outbound, Producer, ProducerSpec};
@@ -205,4 +207,75 @@ async fn pub_waits_for_a_late_subscriber_by_default() {
     p.close().await.unwrap();
     assert_eq!((a.await.unwrap(), b.await.unwrap()), (n, n));
     assert!(drain(&mut events).is_empty());
+}
+
+/// A PUSH producer whose consumer hangs up reports it, dials it again, and sends on over the new
+/// connection; what was in flight on the old one is lost, nothing more.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn push_dials_a_lost_consumer_again() {
+    let port = free_ports();
+    let listener = std::net::TcpListener::bind(("127.0.0.1", port)).unwrap();
+    listener.set_nonblocking(true).unwrap();
+    let listener = TcpListener::from_std(listener).unwrap();
+    let (hung_up_tx, hung_up) = oneshot::channel();
+    let first = 100u64;
+    let peer = tokio::spawn(async move {
+        // The first connection takes `first` messages and hangs up.
+        let (mut s, _) = listener.accept().await.unwrap();
+        let mut rbuf = handshake(&mut s, SocketType::Pull).await;
+        let mut n = 0u64;
+        while n < first {
+            while n < first
+                && let Some(u) = zmtp::next_unit(&mut rbuf, 1 << 20).unwrap()
+            {
+                n += u64::from(matches!(u, Unit::Message { .. }));
+            }
+            if n < first {
+                assert!(s.read_buf(&mut rbuf).await.unwrap() > 0);
+            }
+        }
+        drop(s);
+        hung_up_tx.send(()).unwrap();
+        // The second counts what comes until the producer closes.
+        let (mut s, _) = listener.accept().await.unwrap();
+        let mut rbuf = handshake(&mut s, SocketType::Pull).await;
+        let mut again = 0u64;
+        loop {
+            while let Some(u) = zmtp::next_unit(&mut rbuf, 1 << 20).unwrap() {
+                again += u64::from(matches!(u, Unit::Message { .. }));
+            }
+            rbuf.reserve(64 * 1024);
+            if s.read_buf(&mut rbuf).await.unwrap() == 0 {
+                return again;
+            }
+        }
+    });
+    let (sink, mut events) = EventSink::channel();
+    let url = format!("zmq://127.0.0.1:{port}?peers=1");
+    let d = ZmqDriver::new(&url, sink, Duration::from_secs(5)).unwrap();
+    let mut p = d.producer(&spec()).await.unwrap();
+    send_all(&mut p, first).await;
+    p.flush().await.unwrap();
+    hung_up.await.unwrap();
+    let rest = 5_000u64;
+    tokio::time::timeout(Duration::from_secs(30), send_all(&mut p, rest))
+        .await
+        .expect("sends go on once the consumer is dialled again");
+    p.close().await.unwrap();
+    let again = peer.await.unwrap();
+    let ev = drain(&mut events);
+    assert!(
+        // Seen as the end of the stream, or as a failed write (EPIPE), whichever comes first.
+        ev.iter()
+            .any(|e| e.starts_with("Disconnected") && e.contains("the peer at")),
+        "{ev:?}"
+    );
+    assert!(
+        ev.iter()
+            .any(|e| e.starts_with("Reconnected") && e.contains("connected to")),
+        "{ev:?}"
+    );
+    // Lost: what was written to the dead connection before its end was noticed (one batch).
+    assert!(again > 0 && again <= rest, "again {again} of {rest}");
+    assert!(rest - again <= 1000, "lost {} in the hang-up", rest - again);
 }
