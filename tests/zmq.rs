@@ -114,7 +114,8 @@ fn pub_sub_fan_out() {
     );
 }
 
-/// Options the driver does not know, and a port that is taken, are clear errors.
+/// Options the driver does not know, a port that is taken, and a peer of the other pattern are
+/// clear errors.
 #[test]
 fn bad_zmq_runs_are_refused() {
     let d = TempDir::new("zmq-bad");
@@ -132,4 +133,40 @@ fn bad_zmq_runs_are_refused() {
     );
     assert_eq!(o.status.code(), Some(1));
     assert!(stderr(&o).contains(&port.to_string()), "{}", stderr(&o));
+    // Two processes that disagree on the pattern: the ZMTP handshake says so, on both sides.
+    let port = free_port();
+    let url = format!("zmq://127.0.0.1:{port}");
+    let mut subs = spawn_run(
+        &d.0,
+        &[
+            "run",
+            &format!("{url}?pattern=pubsub"),
+            "--segment",
+            "consumers",
+            "-d",
+            "20s",
+            "--no-output",
+        ],
+    );
+    // The producer's connect retries until the consumer has bound.
+    let o = msgbench(
+        &d.0,
+        &[
+            "run",
+            &url,
+            "--segment",
+            "producers",
+            "-n",
+            "10",
+            "--no-output",
+        ],
+    );
+    let _ = subs.kill();
+    let _ = subs.wait();
+    assert_eq!(o.status.code(), Some(1));
+    assert!(
+        stderr(&o).contains("the peer is a SUB socket; a PUSH socket talks to PULL"),
+        "{}",
+        stderr(&o)
+    );
 }
