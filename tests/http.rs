@@ -107,6 +107,27 @@ fn fixed_rate_against_nginx() {
     assert_eq!(u(&m["counters"]["nacked"]), 0);
 }
 
+/// msgbench's own server over TLS: HTTP/1.1, and HTTP/2 agreed by ALPN, every request
+/// answered; without the CA the certificate is refused.
+#[test]
+fn https_against_the_builtin_server() {
+    let s = Server::https();
+    let d = TempDir::new("http-tls");
+    let ca = env_or_hint("MSGBENCH_IT_MQTT_CA");
+    for extra in [&[][..], &["--http2", "--max-in-flight", "32"][..]] {
+        let mut args = vec!["run", &s.url, "--ca-file", &ca, "-p", "2", "-n", "2000"];
+        args.extend_from_slice(extra);
+        args.extend(["--warmup", "0s"]);
+        let r = run_json(&d.0, &args);
+        let m = measure(&r);
+        assert_eq!(u(&m["counters"]["acked"]), 2000, "{extra:?}: {m}");
+        assert_eq!(u(&m["counters"]["nacked"]), 0, "{extra:?}: {m}");
+    }
+    let o = msgbench(&d.0, &["run", &s.url, "-n", "10", "--no-output"]);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(stderr(&o).contains("certificate"), "{}", stderr(&o));
+}
+
 /// A window HTTP/1.1 cannot carry, a bad method, a closed port: clear errors.
 #[test]
 fn bad_http_runs_are_refused() {

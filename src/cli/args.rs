@@ -101,6 +101,9 @@ Examples:
   msgbench serve ws-broadcast --listen 127.0.0.1:8080 --from nats://127.0.0.1:4222 --topic feed
       Relays what NATS delivers on `feed` to every WebSocket client (the rango scenario):
   msgbench run nats://127.0.0.1:4222 --topic feed --consume-from ws://127.0.0.1:8080/ -c 1000
+  msgbench serve http --listen 127.0.0.1:8443 --tls-cert server.pem --tls-key server.key
+      200 to every request over HTTPS, HTTP/2 by ALPN (without TLS: HTTP/1.1 and h2c):
+  msgbench run https://127.0.0.1:8443/ --ca-file ca.pem --http2 -p 4 --max-in-flight 64
   msgbench serve ecp-endpoint --broker amqp10://artemis:secret@127.0.0.1:5672 --extra-events
       An ECP endpoint on an AMQP 1.0 broker: outbox -> reply (messageID), inbox, send events
       (--error-ratio, --failed-ratio, --duplicate-every inject faults; --*-delay add latency):
@@ -144,10 +147,10 @@ pub struct ServeArgs {
     /// Address to listen on (default: 127.0.0.1 on the protocol's port).
     #[arg(long, short = 'l')]
     pub listen: Option<String>,
-    /// TLS certificate chain (PEM) for the listener (amqp-sink, ws-broadcast).
+    /// TLS certificate chain (PEM) for the listener (amqp-sink, ws-broadcast, http).
     #[arg(long, requires = "tls_key")]
     pub tls_cert: Option<std::path::PathBuf>,
-    /// TLS private key (PEM) for the listener (amqp-sink, ws-broadcast).
+    /// TLS private key (PEM) for the listener (amqp-sink, ws-broadcast, http).
     #[arg(long, requires = "tls_cert")]
     pub tls_key: Option<std::path::PathBuf>,
     /// ws-broadcast: relay what this broker delivers on --topic to every client

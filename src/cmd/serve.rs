@@ -22,7 +22,7 @@ pub fn run(args: ServeArgs) -> Result<ExitCode> {
         match args.server {
             ServerArg::Mqtt => {
                 if args.tls_cert.is_some() {
-                    bail!("the MQTT broker has no TLS listener yet (--tls-cert is for amqp-sink)");
+                    bail!("the MQTT broker has no TLS listener yet (--tls-cert is for amqp-sink, ws-broadcast and http)");
                 }
                 let listen = args.listen.as_deref().unwrap_or("127.0.0.1:1883");
                 let broker = Broker::bind(listen, BrokerConfig::default())
@@ -68,18 +68,30 @@ pub fn run(args: ServeArgs) -> Result<ExitCode> {
                 status.abort();
             }
             ServerArg::Http => {
-                if args.tls_cert.is_some() {
-                    bail!("the HTTP server has no TLS listener yet");
-                }
+                let tls = match (&args.tls_cert, &args.tls_key) {
+                    (Some(c), Some(k)) => Some(
+                        msgbench_serve::tls::tls_acceptor_alpn(c, k, &[b"h2", b"http/1.1"])
+                            .map_err(anyhow::Error::msg)?,
+                    ),
+                    _ => None,
+                };
                 let listen = args.listen.as_deref().unwrap_or("127.0.0.1:8080");
                 let listener = tokio::net::TcpListener::bind(listen)
                     .await
                     .with_context(|| format!("cannot listen on {listen}"))?;
+                let what = if tls.is_some() {
+                    "HTTP/1.1 + HTTP/2 (ALPN) server on https"
+                } else {
+                    "HTTP/1.1 + h2c server on http"
+                };
                 eprintln!(
-                    "msgbench serve: HTTP/1.1 + h2c server on http://{} (200 to every request; Ctrl-C to stop)",
+                    "msgbench serve: {what}://{} (200 to every request; Ctrl-C to stop)",
                     listener.local_addr()?
                 );
                 let mut server = msgbench_driver_http::server::HttpServer::new();
+                if let Some(t) = tls {
+                    server = server.with_tls(t);
+                }
                 if let Some(d) = &args.delay {
                     let d = msgbench_core::units::parse_duration(d)
                         .map_err(|e| anyhow::anyhow!("--delay: {e}"))?;

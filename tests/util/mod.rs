@@ -159,12 +159,21 @@ impl Server {
     /// msgbench's WebSocket broadcast server serving `wss://` with the test CA's server
     /// certificate (the CA is `MSGBENCH_IT_MQTT_CA`).
     pub fn wss_broadcast() -> Server {
+        Server::with_test_cert("ws-broadcast", "wss")
+    }
+
+    /// msgbench's HTTP server over TLS (HTTP/2 by ALPN) with the test CA's server certificate.
+    pub fn https() -> Server {
+        Server::with_test_cert("http", "https")
+    }
+
+    fn with_test_cert(server: &str, scheme: &str) -> Server {
         let ca = env_or_hint("MSGBENCH_IT_MQTT_CA");
         let dir = std::path::Path::new(&ca).parent().unwrap();
         let (cert, key) = (dir.join("server.pem"), dir.join("server.key"));
         Server::start(
-            "ws-broadcast",
-            "wss",
+            server,
+            scheme,
             &[
                 "--tls-cert",
                 cert.to_str().unwrap(),

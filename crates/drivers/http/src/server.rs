@@ -4,7 +4,10 @@
 //! requests; nothing is echoed, logged or allocated per request beyond what hyper needs.
 //!
 //! HTTP/1.1 and HTTP/2 with prior knowledge (h2c) on the same port: hyper-util's auto
-//! connection looks at the first bytes of each connection. No TLS.
+//! connection looks at the first bytes of each connection. With a TLS acceptor
+//! ([`HttpServer::with_tls`]) the same over TLS (`https://`), HTTP/2 agreed by ALPN when the
+//! acceptor offers `h2`; a handshake that fails or takes longer than [`TLS_HANDSHAKE`] just
+//! ends that connection.
 
 use crate::body::Payload;
 use bytes::Bytes;
@@ -31,6 +34,9 @@ pub const MAX_CONCURRENT_STREAMS: u32 = 1024;
 /// How long connections get to finish after a stop before they are cut.
 const STOP_GRACE: Duration = Duration::from_secs(2);
 
+/// Time a client has for its TLS handshake.
+pub const TLS_HANDSHAKE: Duration = Duration::from_secs(10);
+
 /// What the server has received, shared: read it while the server runs or after.
 #[derive(Debug, Default)]
 pub struct ServerCounts {
@@ -43,12 +49,13 @@ pub struct ServerCounts {
 }
 
 /// The server's settings and counters.
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 pub struct HttpServer {
     status: StatusCode,
     body: Bytes,
     delay: Option<Duration>,
     counts: Arc<ServerCounts>,
+    tls: Option<tokio_rustls::TlsAcceptor>,
 }
 
 impl Default for HttpServer {
@@ -58,6 +65,7 @@ impl Default for HttpServer {
             body: Bytes::from_static(b"ok\n"),
             delay: None,
             counts: Arc::new(ServerCounts::default()),
+            tls: None,
         }
     }
 }
@@ -84,6 +92,12 @@ impl HttpServer {
     /// Answers each request this long after its body arrived (a slow backend; zero = at once).
     pub fn with_delay(mut self, delay: Duration) -> HttpServer {
         self.delay = (!delay.is_zero()).then_some(delay);
+        self
+    }
+
+    /// Serves over TLS with `acceptor` (which should offer `h2` and `http/1.1` by ALPN).
+    pub fn with_tls(mut self, acceptor: tokio_rustls::TlsAcceptor) -> HttpServer {
+        self.tls = Some(acceptor);
         self
     }
 
@@ -123,12 +137,21 @@ impl HttpServer {
                         // Nagle's algorithm plus the client's delayed ACK would hold small
                         // responses up to 40 ms.
                         let _ = sock.set_nodelay(true);
-                        conns.spawn(connection(
-                            builder.clone(),
-                            TokioIo::new(sock),
-                            answer.clone(),
-                            shutdown_rx.clone(),
-                        ));
+                        let (builder, answer, shutdown) =
+                            (builder.clone(), answer.clone(), shutdown_rx.clone());
+                        match self.tls.clone() {
+                            None => {
+                                conns.spawn(connection(builder, TokioIo::new(sock), answer, shutdown));
+                            }
+                            Some(acceptor) => {
+                                conns.spawn(async move {
+                                    let tls = tokio::time::timeout(TLS_HANDSHAKE, acceptor.accept(sock));
+                                    if let Ok(Ok(tls)) = tls.await {
+                                        connection(builder, TokioIo::new(tls), answer, shutdown).await;
+                                    }
+                                });
+                            }
+                        }
                     }
                     Err(e) => {
                         if last_report.is_none_or(|t| t.elapsed() >= Duration::from_secs(1)) {
@@ -155,13 +178,15 @@ impl HttpServer {
     }
 }
 
-/// Serves one connection until it ends, finishing gracefully when told to stop.
-async fn connection(
+/// Serves one connection (TCP or TLS) until it ends, finishing gracefully when told to stop.
+async fn connection<S>(
     builder: Arc<auto::Builder<TokioExecutor>>,
-    io: TokioIo<tokio::net::TcpStream>,
+    io: TokioIo<S>,
     answer: Answer,
     mut shutdown: watch::Receiver<bool>,
-) {
+) where
+    S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
+{
     let conn = builder.serve_connection(io, answer);
     let mut conn = std::pin::pin!(conn);
     tokio::select! {
