@@ -128,26 +128,34 @@ fn authentication() {
 #[test]
 fn tls_verifies_by_default() {
     let d = TempDir::new("mqtt-tls");
-    let url = env_or_hint("MSGBENCH_IT_MQTTS_URL");
     let ca = env_or_hint("MSGBENCH_IT_MQTT_CA");
     let cert = env_or_hint("MSGBENCH_IT_MQTT_CLIENT_CERT");
     let key = env_or_hint("MSGBENCH_IT_MQTT_CLIENT_KEY");
+    // Mosquitto's TLS listener, then msgbench's own broker over TLS.
+    let ours = Server::mqtts();
+    for url in [env_or_hint("MSGBENCH_IT_MQTTS_URL"), ours.url.clone()] {
+        tls_run(&d, &url, &ca, &cert, &key);
+    }
+}
+
+/// Verified, with a client certificate, refused without the CA, and `--insecure`.
+fn tls_run(d: &TempDir, url: &str, ca: &str, cert: &str, key: &str) {
     let r = run_json(
         &d.0,
-        &run_args(&url, &["--ca-file", &ca, "-n", "2000", "--topic", "it/tls"]),
+        &run_args(url, &["--ca-file", ca, "-n", "2000", "--topic", "it/tls"]),
     );
     assert_eq!(u(&r["integrity"]["delivered"]), 2000);
     let r = run_json(
         &d.0,
         &run_args(
-            &url,
+            url,
             &[
                 "--ca-file",
-                &ca,
+                ca,
                 "--cert",
-                &cert,
+                cert,
                 "--key",
-                &key,
+                key,
                 "-n",
                 "500",
                 "--qos",
@@ -156,10 +164,10 @@ fn tls_verifies_by_default() {
         ),
     );
     assert_eq!(u(&measure(&r)["counters"]["acked"]), 500);
-    let o = msgbench(&d.0, &run_args(&url, &["-n", "10"]));
+    let o = msgbench(&d.0, &run_args(url, &["-n", "10"]));
     assert_eq!(o.status.code(), Some(1), "unknown CA must fail");
     assert!(stderr(&o).contains("TLS"), "{}", stderr(&o));
-    let r = run_json(&d.0, &run_args(&url, &["--insecure", "-n", "500"]));
+    let r = run_json(&d.0, &run_args(url, &["--insecure", "-n", "500"]));
     assert_eq!(u(&r["integrity"]["delivered"]), 500);
 }
 

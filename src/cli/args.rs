@@ -92,6 +92,8 @@ Examples:
       An MQTT 3.1.1/5 broker on 127.0.0.1:1883 (QoS 0-2, wildcards, $share, retained,
       persistent sessions; no authentication, no persistence to disk).
   msgbench serve mqtt --listen 0.0.0.0:11883
+  msgbench serve mqtt --tls-cert server.pem --tls-key server.key
+      The same over TLS on 127.0.0.1:8883 (clients: mqtts://HOST:8883 --ca-file ca.pem).
   msgbench run mqtt://127.0.0.1:1883 --qos 1 --producers 4 --consumers 4
   msgbench serve amqp-sink --listen 127.0.0.1:5672
       An AMQP 0-9-1 sink: handshake, channels, declares, confirms (acked), heartbeats; it
@@ -147,10 +149,10 @@ pub struct ServeArgs {
     /// Address to listen on (default: 127.0.0.1 on the protocol's port).
     #[arg(long, short = 'l')]
     pub listen: Option<String>,
-    /// TLS certificate chain (PEM) for the listener (amqp-sink, ws-broadcast, http).
+    /// TLS certificate chain (PEM) for the listener (mqtt, amqp-sink, ws-broadcast, http).
     #[arg(long, requires = "tls_key")]
     pub tls_cert: Option<std::path::PathBuf>,
-    /// TLS private key (PEM) for the listener (amqp-sink, ws-broadcast, http).
+    /// TLS private key (PEM) for the listener (mqtt, amqp-sink, ws-broadcast, http).
     #[arg(long, requires = "tls_cert")]
     pub tls_key: Option<std::path::PathBuf>,
     /// ws-broadcast: relay what this broker delivers on --topic to every client

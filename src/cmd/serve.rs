@@ -1,7 +1,7 @@
 //! `msgbench serve`: an embedded server, standalone, until Ctrl-C.
 
 use crate::cli::args::{ServeArgs, ServerArg};
-use anyhow::{Context, Result, bail};
+use anyhow::{Context, Result};
 use msgbench_serve::amqp::{Sink, SinkConfig};
 use msgbench_serve::mqtt::{Broker, BrokerConfig};
 use msgbench_serve::tls::tls_acceptor;
@@ -21,15 +21,23 @@ pub fn run(args: ServeArgs) -> Result<ExitCode> {
     rt.block_on(async {
         match args.server {
             ServerArg::Mqtt => {
-                if args.tls_cert.is_some() {
-                    bail!("the MQTT broker has no TLS listener yet (--tls-cert is for amqp-sink, ws-broadcast and http)");
-                }
-                let listen = args.listen.as_deref().unwrap_or("127.0.0.1:1883");
-                let broker = Broker::bind(listen, BrokerConfig::default())
+                let tls = match (&args.tls_cert, &args.tls_key) {
+                    (Some(c), Some(k)) => Some(tls_acceptor(c, k).map_err(anyhow::Error::msg)?),
+                    _ => None,
+                };
+                let listen = args
+                    .listen
+                    .as_deref()
+                    .unwrap_or(if tls.is_some() { "127.0.0.1:8883" } else { "127.0.0.1:1883" });
+                let mut broker = Broker::bind(listen, BrokerConfig::default())
                     .await
                     .with_context(|| format!("cannot listen on {listen}"))?;
+                let scheme = if tls.is_some() { "mqtts" } else { "mqtt" };
+                if let Some(t) = tls {
+                    broker = broker.with_tls(t);
+                }
                 eprintln!(
-                    "msgbench serve: MQTT 3.1.1/5 broker on mqtt://{} (Ctrl-C to stop)",
+                    "msgbench serve: MQTT 3.1.1/5 broker on {scheme}://{} (Ctrl-C to stop)",
                     broker.local_addr()
                 );
                 let stats = broker.stats();

@@ -162,6 +162,11 @@ impl Server {
         Server::with_test_cert("ws-broadcast", "wss")
     }
 
+    /// msgbench's MQTT broker over TLS with the test CA's server certificate.
+    pub fn mqtts() -> Server {
+        Server::with_test_cert("mqtt", "mqtts")
+    }
+
     /// msgbench's HTTP server over TLS (HTTP/2 by ALPN) with the test CA's server certificate.
     pub fn https() -> Server {
         Server::with_test_cert("http", "https")

@@ -15,14 +15,13 @@ use std::collections::VecDeque;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
+use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::TcpStream;
-use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
 use tokio::sync::{mpsc, watch};
 use tokio::time::Instant;
 
 /// Time a new connection has to send CONNECT.
-const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
+pub(crate) const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 /// Read buffer growth step.
 const READ_CHUNK: usize = 64 * 1024;
 /// The writer stops adding packets to a batch past this many bytes.
@@ -72,7 +71,11 @@ enum Handshake {
     Fail,
 }
 
-async fn read_connect(rd: &mut OwnedReadHalf, buf: &mut BytesMut, max: usize) -> Handshake {
+async fn read_connect<R: AsyncRead + Unpin>(
+    rd: &mut R,
+    buf: &mut BytesMut,
+    max: usize,
+) -> Handshake {
     loop {
         if connect_level(buf).is_some_and(|l| l != 4 && l != 5) {
             return Handshake::BadLevel;
@@ -133,14 +136,17 @@ fn put_connack_v5(
     }
 }
 
-/// Serves one accepted connection to the end.
-pub(crate) async fn serve(
-    sock: TcpStream,
+/// Serves one accepted connection (plain TCP's owned halves, or a TLS stream's split halves) to
+/// the end.
+pub(crate) async fn serve<R, W>(
+    (mut rd, mut wr): (R, W),
     shared: Arc<Shared>,
     mut shutdown: watch::Receiver<bool>,
     _open: OpenConn,
-) {
-    let (mut rd, mut wr) = sock.into_split();
+) where
+    R: AsyncRead + Unpin + Send,
+    W: AsyncWrite + Unpin + Send + 'static,
+{
     let mut buf = BytesMut::with_capacity(4096);
     let max = shared.config.max_packet;
     let hs = tokio::select! {
@@ -325,13 +331,13 @@ impl Batch {
 
 /// Runs the writer until the socket fails or the connection is closed; hands back the queue so
 /// a persistent session can keep what is still in it.
-async fn writer(
-    mut wr: OwnedWriteHalf,
+async fn writer<W: AsyncWrite + Unpin>(
+    mut wr: W,
     mut rx: mpsc::Receiver<Out>,
     mut batch: Batch,
     ctl: Arc<ConnCtl>,
     stats: Arc<BrokerStats>,
-) -> (mpsc::Receiver<Out>, OwnedWriteHalf) {
+) -> (mpsc::Receiver<Out>, W) {
     let mut close = ctl.close.subscribe();
     tokio::select! {
         () = write_loop(&mut wr, &mut rx, &mut batch, &stats) => {
@@ -342,8 +348,8 @@ async fn writer(
     (rx, wr)
 }
 
-async fn write_loop(
-    wr: &mut OwnedWriteHalf,
+async fn write_loop<W: AsyncWrite + Unpin>(
+    wr: &mut W,
     rx: &mut mpsc::Receiver<Out>,
     b: &mut Batch,
     stats: &BrokerStats,
@@ -406,7 +412,7 @@ struct Reader {
 }
 
 impl Reader {
-    async fn run(&mut self, rd: &mut OwnedReadHalf, buf: &mut BytesMut) -> Stop {
+    async fn run<R: AsyncRead + Unpin>(&mut self, rd: &mut R, buf: &mut BytesMut) -> Stop {
         let max = self.shared.config.max_packet;
         let ka = self.keep_alive;
         let mut expiry = std::pin::pin!(tokio::time::sleep(ka));

@@ -26,6 +26,7 @@
 //!   until the broker stops.
 //! - Session takeover: a second connection with a client id in use closes the first.
 //! - Keep-alive: a client silent for 1.5 × its keep-alive is disconnected.
+//! - TLS (`mqtts://`) with [`Broker::with_tls`]; plain TCP otherwise.
 //!
 //! # Not supported, and why
 //!
@@ -137,6 +138,7 @@ pub struct Broker {
     listener: TcpListener,
     addr: SocketAddr,
     shared: Arc<Shared>,
+    tls: Option<tokio_rustls::TlsAcceptor>,
 }
 
 impl std::fmt::Debug for Broker {
@@ -174,7 +176,15 @@ impl Broker {
             listener,
             addr: local,
             shared,
+            tls: None,
         })
+    }
+
+    /// Serves MQTT over TLS (`mqtts://`) with `acceptor`; a client gets
+    /// [`conn::CONNECT_TIMEOUT`] for its TLS handshake, as for its CONNECT.
+    pub fn with_tls(mut self, acceptor: tokio_rustls::TlsAcceptor) -> Broker {
+        self.tls = Some(acceptor);
+        self
     }
 
     /// The address the listener is bound to (with the real port when bound to port 0).
@@ -193,13 +203,30 @@ impl Broker {
     /// end the loop: they are reported on stderr at most once a second and retried after 10 ms.
     pub async fn run(self, stop: impl Future<Output = ()> + Send) -> io::Result<()> {
         let Broker {
-            listener, shared, ..
+            listener,
+            shared,
+            tls,
+            ..
         } = self;
         crate::listen::accept_loop(listener, "msgbench mqtt broker", stop, |sock, shutdown| {
             shared.stats.connections_total.fetch_add(1, Relaxed);
             shared.stats.connections_current.fetch_add(1, Relaxed);
             let open = conn::OpenConn(shared.stats.clone());
-            conn::serve(sock, shared.clone(), shutdown, open)
+            let (shared, tls) = (shared.clone(), tls.clone());
+            async move {
+                match tls {
+                    // Plain TCP keeps its lock-free owned halves.
+                    None => conn::serve(sock.into_split(), shared, shutdown, open).await,
+                    Some(acceptor) => {
+                        let handshake = acceptor.accept(sock);
+                        if let Ok(Ok(s)) =
+                            tokio::time::timeout(conn::CONNECT_TIMEOUT, handshake).await
+                        {
+                            conn::serve(tokio::io::split(s), shared, shutdown, open).await;
+                        }
+                    }
+                }
+            }
         })
         .await;
         Ok(())
