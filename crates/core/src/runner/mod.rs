@@ -8,6 +8,8 @@
 //! - `inflight`: the ack window.
 //! - `timer`: precise waits for paced sends.
 //! - `release`: when the load is released (`--start-at`) and when a segment stops waiting.
+//! - `stall`: producers the system under test holds back; tasks that will not end.
+//! - `connect`: connecting the clients; interval arithmetic. `outcome`: the public results.
 //!
 //! A segmented run (`plan.segment`) starts only the tasks whose global index is its own; they
 //! keep their global ids, and rates and quotas stay split over the whole run's producers.
@@ -17,9 +19,11 @@
 //! message quota is sent) → drain (until every expected delivery arrived or the drain timeout)
 //! → final snapshots → [`RunOutcome`].
 
+mod connect;
 pub mod connections;
 mod consume;
 mod inflight;
+mod outcome;
 mod produce;
 mod release;
 mod stages;
@@ -31,183 +35,24 @@ mod tracker;
 pub mod workers;
 
 use crate::clock::{now_ns, to_instant, unix_ms};
-use crate::driver::{
-    ConsumerSpec, Driver, DriverError, DriverEvent, DriverEventKind, ProducerSpec,
-};
+use crate::driver::{ConsumerSpec, Driver, DriverEvent, DriverEventKind, ProducerSpec};
 use crate::pacer::Pacer;
 use crate::payload::PayloadBuilder;
 use crate::scenario::{KeySource, Measure, RunPlan, StageSource, SubscriptionMode};
 use crate::shutdown::Shutdown;
 use consume::ConsumerTask;
-use msgbench_metrics::aggregate::Integrity;
-use msgbench_metrics::{
-    Aggregator, Counters, ErrorKind, IntervalStats, Phase, PhaseTotals, Role, Snapshot,
-};
+use msgbench_metrics::{Aggregator, Counters, ErrorKind, Phase, PhaseTotals, Role, Snapshot};
 use produce::ProducerTask;
 use release::{SEGMENT_QUIET_NS, release_instant};
-use serde::{Deserialize, Serialize};
 use state::{OwnedCounter, RunState};
-use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
-use tokio::runtime::Handle;
 use tokio::sync::{mpsc, watch};
 use tokio::task::JoinSet;
 use workers::Workers;
 
-/// Receives what happens during a run, as it happens. Implemented by the CLI (live table,
-/// results file); kept free of I/O types so tests can collect into memory.
-pub trait Observer: Send {
-    /// A merged interval is complete.
-    fn interval(&mut self, iv: &IntervalStats);
-    /// Something happened (phase change, reconnect, error, warning).
-    fn event(&mut self, ev: &RunEvent);
-}
-
-/// One notable happening, as written to the results file.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct RunEvent {
-    /// Seconds since the start of the run (negative while connecting).
-    pub at_s: f64,
-    /// `phase`, `connected`, `reconnected`, `disconnected`, `error`, `warning`.
-    pub kind: String,
-    /// Detail for humans.
-    pub detail: String,
-}
-
-/// How a run ended.
-#[derive(Debug, Clone, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct RunOutcome {
-    /// Wall-clock start (Unix ms).
-    pub started_unix_ms: u64,
-    /// Seconds from the start barrier to the end of the drain.
-    pub duration_s: f64,
-    /// Figures of every phase that ran, in order.
-    pub phases: Vec<PhaseTotals>,
-    /// The final delivery account.
-    pub integrity: Integrity,
-    /// Stopped by Ctrl-C (or SIGTERM) before the plan completed.
-    pub interrupted: bool,
-    /// Every expected delivery arrived before the drain timeout.
-    pub drain_complete: bool,
-    /// Things that make the figures less trustworthy, for the report.
-    pub warnings: Vec<String>,
-    /// Producers that stopped on an error retrying could not fix.
-    pub producers_failed: u32,
-    /// Connection workloads: peak, rate and memory per connection.
-    pub connections: Option<msgbench_metrics::ConnectionSummary>,
-    /// Multi-stage runs: each stage and the messages that never reached it.
-    pub stages: Vec<msgbench_metrics::StageEnd>,
-}
-
-/// Why a run could not start.
-#[derive(Debug, thiserror::Error)]
-pub enum RunError {
-    /// The plan asks for something this driver cannot do.
-    #[error("{0}")]
-    Unsupported(String),
-    /// A client could not connect or subscribe.
-    #[error("{role} {id}: {error}")]
-    Connect {
-        /// `producer` or `consumer`.
-        role: &'static str,
-        /// Its index.
-        id: u32,
-        /// The driver's error.
-        error: DriverError,
-    },
-    /// Stopped by Ctrl-C while connecting.
-    #[error("interrupted while connecting")]
-    Interrupted,
-}
-
-/// CPU seconds this process has used so far (user + system, all threads).
-fn process_cpu_s() -> f64 {
-    // SAFETY: getrusage fills the struct we own.
-    let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
-    if unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut ru) } != 0 {
-        return 0.0;
-    }
-    let tv = |t: libc::timeval| t.tv_sec as f64 + t.tv_usec as f64 / 1e6;
-    tv(ru.ru_utime) + tv(ru.ru_stime)
-}
-
-/// The interval that contains the instant just before `at` (so a phase ending exactly on a tick
-/// is credited to the interval it ends), never one already emitted.
-fn interval_before(at: u64, t0: u64, tick_ns: u64, emitted: Option<u64>) -> u64 {
-    let k = at.saturating_sub(1).saturating_sub(t0) / tick_ns;
-    match emitted {
-        Some(e) if k <= e => e + 1,
-        _ => k,
-    }
-}
-
-fn secs(t0: u64, now: u64) -> f64 {
-    (now as f64 - t0 as f64) / 1e9
-}
-
-/// Connects one client per spec, concurrently, each on the worker it will run on; returns the
-/// clients in spec order with their workers. The first failure (or timeout) fails the run.
-async fn connect_all<D, S, T, F, Fut>(
-    workers: &mut Workers,
-    specs: impl Iterator<Item = S>,
-    role: &'static str,
-    timeout: Duration,
-    connect: F,
-    driver: &Arc<D>,
-) -> Result<(Vec<T>, Vec<Handle>), RunError>
-where
-    D: Driver,
-    S: Send + 'static,
-    T: Send + 'static,
-    F: Fn(Arc<D>, S) -> Fut,
-    Fut: Future<Output = Result<T, DriverError>> + Send + 'static,
-{
-    let mut set = JoinSet::new();
-    let mut homes = Vec::new();
-    for (id, spec) in specs.enumerate() {
-        let home = workers.next_handle();
-        let attempt = connect(driver.clone(), spec);
-        // The timer is created on the worker, with the connection.
-        set.spawn_on(
-            async move { (id, tokio::time::timeout(timeout, attempt).await) },
-            &home,
-        );
-        homes.push(home);
-    }
-    let mut out: Vec<(usize, T)> = Vec::with_capacity(set.len());
-    while let Some(joined) = set.join_next().await {
-        let (id, r) =
-            joined.map_err(|e| RunError::Unsupported(format!("connect task failed: {e}")))?;
-        let id32 = id as u32;
-        match r {
-            Ok(Ok(v)) => out.push((id, v)),
-            Ok(Err(error)) => {
-                return Err(RunError::Connect {
-                    role,
-                    id: id32,
-                    error,
-                });
-            }
-            Err(_) => {
-                return Err(RunError::Connect {
-                    role,
-                    id: id32,
-                    // The driver's own connect timeout (same length) usually fires first; this
-                    // one ends a handshake that hangs after the socket opened. Either way the
-                    // user reads "cannot connect".
-                    error: DriverError::Timeout(format!(
-                        "cannot connect: no connection and handshake within {timeout:?}"
-                    )),
-                });
-            }
-        }
-    }
-    out.sort_by_key(|(id, _)| *id);
-    Ok((out.into_iter().map(|(_, v)| v).collect(), homes))
-}
+use connect::{connect_all, interval_before, process_cpu_s, secs};
+pub use outcome::{Observer, RunError, RunEvent, RunOutcome};
 
 /// Consumers beyond which a run without `workers` gets dedicated worker threads anyway.
 const MANY_CONSUMERS: u32 = 256;
