@@ -17,7 +17,6 @@ use std::process::ExitCode;
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 fn main() -> ExitCode {
-    no_transparent_huge_pages();
     let cli = Cli::parse();
     let result = match cli.command {
         Command::Run(a) => cmd::run::run(a),
@@ -35,18 +34,5 @@ fn main() -> ExitCode {
             eprintln!("error: {e:#}");
             ExitCode::from(1)
         }
-    }
-}
-
-/// Turns transparent huge pages off for this process (what mimalloc's `allow_thp=0` does).
-/// mimalloc asks for huge pages, and the kernel then zeroes 2 MiB at every fault on memory the
-/// allocator takes fresh after giving it back: 15% of the generator's CPU on an AMQP 1.0 run
-/// with 3 KB messages went to `clear_page`. Measured with THP off (6 runs each, interleaved):
-/// AMQP 1.0 loop-back 43 → 40 CPU-s per million and RSS 70 → 51 MB; mem:// and ZeroMQ at
-/// unchanged rates with RSS 54 → 40 MB.
-fn no_transparent_huge_pages() {
-    // SAFETY: prctl with an integer flag and no pointers; failure (old kernel) changes nothing.
-    unsafe {
-        libc::prctl(libc::PR_SET_THP_DISABLE, 1, 0, 0, 0);
     }
 }
