@@ -213,6 +213,16 @@ impl Endpoint {
         match e {
             BeginError::ConnectionStopped(C::RemoteClosedWithError(err))
             | BeginError::RemoteEndedWithError(err) => self.closed_with(&err),
+            // Artemis refuses an unauthenticated connection by closing it as the session
+            // begins; the error it closes with does not always reach us before the close does.
+            BeginError::ConnectionStopped(stop) if self.login.is_none() => self.connect_error(
+                format!(
+                    "beginning a session: the broker closed the connection ({stop:?}); for {} \
+                     that usually means authentication failed: put user:password in the URL",
+                    self.who()
+                ),
+                ConnectFailure::Rejected,
+            ),
             other => self.connect_error(
                 format!("beginning a session: {other}"),
                 ConnectFailure::Rejected,
