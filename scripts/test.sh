@@ -11,6 +11,9 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 export CARGO_TARGET_DIR=${CARGO_TARGET_DIR:-$HOME/.cache/msgbench-target}
+# A fresh clone gains nothing from incremental compilation (its caches are per checkout path)
+# and would leave gigabytes of them in the shared target folder on every run.
+export CARGO_INCREMENTAL=${CARGO_INCREMENTAL:-0}
 export CARGO_TERM_COLOR=${CARGO_TERM_COLOR:-never}
 [ "${1:-}" = "--" ] && shift
 
