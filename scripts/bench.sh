@@ -368,25 +368,26 @@ import json, sys; r = json.load(sys.stdin); m = r['result']
 print(f'  fixed rate $half req/s: sent {m[\"sent_per_s\"]:.0f}/s, response p50 {m[\"publish\"][\"p50\"]/1e3:.0f} us, p99 {m[\"publish\"][\"p99\"]/1e3:.0f} us; from the intended send time (CO-corrected) p50 {m[\"e2e\"][\"p50\"]/1e3:.0f} us, p99 {m[\"e2e\"][\"p99\"]/1e3:.0f} us')"
 }
 
+# zmq_in_one_process UNIT AIM ARGS...: RUNS runs of `measure ARGS...`, each line and the median
+# in UNIT (msgs or deliveries) per second.
+zmq_in_one_process() {
+  local unit=$1 aim=$2 rates=()
+  shift 2
+  for _ in $(seq "$RUNS"); do
+    read -r rate cpu rss lost < <(measure "$@" --size 64 --warmup 1s --duration 5s)
+    echo "  run: $rate $unit/s end to end, $cpu CPU-s per million $unit, lost $lost"
+    rates+=("$rate")
+  done
+  echo "  median: $(printf '%s\n' "${rates[@]}" | median) $unit/s$aim"
+}
+
 bench_zmq() {
   echo "== ZeroMQ PUSH/PULL 1 -> 1, 64 B, unlimited, both ends in one process over loopback TCP ($RUNS runs)"
-  local rates=()
-  for _ in $(seq "$RUNS"); do
-    read -r rate cpu rss lost < <(measure "zmq://127.0.0.1:0" --size 64 --warmup 1s --duration 5s)
-    echo "  run: $rate msgs/s end to end, $cpu CPU-s per million, lost $lost"
-    rates+=("$rate")
-  done
-  echo "  median: $(printf '%s\n' "${rates[@]}" | median) msgs/s (aim >= 1,000,000)"
+  zmq_in_one_process msgs " (aim >= 1,000,000)" "zmq://127.0.0.1:0"
   echo "== ZeroMQ PUB/SUB 1 -> 2 subscribers, 64 B, unlimited, both ends in one process ($RUNS runs)"
-  rates=()
-  for _ in $(seq "$RUNS"); do
-    read -r rate cpu rss lost < <(measure "zmq://127.0.0.1:0?pattern=pubsub" -c 2 --size 64 --warmup 1s --duration 5s)
-    echo "  run: $rate deliveries/s end to end, $cpu CPU-s per million deliveries, lost $lost"
-    rates+=("$rate")
-  done
-  echo "  median: $(printf '%s\n' "${rates[@]}" | median) deliveries/s"
+  zmq_in_one_process deliveries "" "zmq://127.0.0.1:0?pattern=pubsub" -c 2
   echo "== ZeroMQ PUSH/PULL 1 -> 1, 64 B, unlimited, between two msgbench processes (--segment consumers | producers, merged; $RUNS runs)"
-  rates=()
+  local rates=()
   for _ in $(seq "$RUNS"); do
     local dir port start
     dir=$(mktemp -d); port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')

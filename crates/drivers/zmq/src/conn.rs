@@ -1,5 +1,6 @@
-//! One ZMTP connection and the ways it comes to be: dialled (retrying while nothing listens, as
-//! a ZeroMQ `connect` does), accepted by a listener, or dialled again after it was lost.
+//! One ZMTP connection: its handshake, its buffered non-blocking I/O, and dialling it (retrying
+//! while nothing listens, as a ZeroMQ `connect` does). Listening and dialling again after a
+//! loss are `links`.
 //!
 //! A [`Conn`] is a handshaken TCP stream (NODELAY) with a read buffer that messages are split
 //! off without copying and a write buffer that messages are encoded into. Reads and writes are
@@ -9,14 +10,13 @@
 use crate::options::Endpoint;
 use crate::zmtp::{self, GREETING_LEN, SocketType, Unit, ZmtpError};
 use bytes::{Buf, BytesMut};
-use msgbench_core::driver::{ConnectFailure, DriverError, DriverEventKind, EventSink};
+use msgbench_core::driver::{ConnectFailure, DriverError};
 use std::io;
 use std::net::SocketAddr;
 use std::task::{Context, Poll};
 use std::time::Duration;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::{TcpListener, TcpStream};
-use tokio::sync::mpsc;
+use tokio::net::TcpStream;
 use tokio::time::Instant;
 
 /// Largest frame accepted from a peer (ZeroMQ's own default, `ZMQ_MAXMSGSIZE`, is unlimited;
@@ -27,7 +27,7 @@ pub const MAX_FRAME: u64 = 256 << 20;
 pub const READ_CHUNK: usize = 64 * 1024;
 
 /// How long a failed dial waits before the next attempt (ZeroMQ's `ZMQ_RECONNECT_IVL` is 100 ms).
-pub const REDIAL: Duration = Duration::from_millis(100);
+pub(crate) const REDIAL: Duration = Duration::from_millis(100);
 
 /// A handshaken connection.
 pub struct Conn {
@@ -39,20 +39,6 @@ pub struct Conn {
     /// The peer's address, for messages.
     pub peer: SocketAddr,
 }
-
-/// A connection that just came up, and where it was dialled to (`None`: accepted), so that a
-/// lost one can be dialled again.
-pub struct Link {
-    /// The connection.
-    pub conn: Conn,
-    /// The endpoint it was dialled to.
-    pub dialled: Option<Endpoint>,
-}
-
-/// Where new connections of one client arrive: its listener's, its dials' and its redials'.
-pub type Incoming = mpsc::UnboundedReceiver<Link>;
-/// The sending end of [`Incoming`].
-pub type LinkTx = mpsc::UnboundedSender<Link>;
 
 impl Conn {
     /// The ZMTP handshake on a fresh TCP stream: greetings, then READY both ways, checking that
@@ -266,123 +252,4 @@ pub async fn dial(
         }
         tokio::time::sleep(REDIAL).await;
     }
-}
-
-/// Dials `ep` again after its connection was lost, in the background, until it succeeds or
-/// nobody takes connections from `tx` any more. Each attempt may take up to `attempt`.
-pub fn redial(
-    ep: Endpoint,
-    ours: SocketType,
-    hello: Vec<u8>,
-    attempt: Duration,
-    tx: LinkTx,
-    events: EventSink,
-    who: String,
-) {
-    tokio::spawn(async move {
-        let mut pause = REDIAL;
-        while !tx.is_closed() {
-            tokio::time::sleep(pause).await;
-            match dial(&ep, ours, &hello, Instant::now() + attempt).await {
-                Ok(conn) => {
-                    events.emit(
-                        DriverEventKind::Reconnected,
-                        format!("{who}: connected to {ep} again"),
-                    );
-                    let _ = tx.send(Link {
-                        conn,
-                        dialled: Some(ep),
-                    });
-                    return;
-                }
-                Err(_) => pause = (pause * 2).min(Duration::from_secs(1)),
-            }
-        }
-    });
-}
-
-/// Binds `ep` and returns the listener with the address actually bound (port 0 resolved).
-///
-/// # Errors
-/// [`DriverError::Connect`] saying why (usually: the port is taken).
-pub async fn bind(ep: &Endpoint, who: &str) -> Result<(TcpListener, Endpoint), DriverError> {
-    let fail = |e: io::Error| {
-        let reason = match e.kind() {
-            io::ErrorKind::AddrInUse => format!(
-                "{who} cannot bind {ep}: the port is already in use (by another program, or by \
-                 another client of this run: the binding side's client i uses PORT + i)"
-            ),
-            io::ErrorKind::AddrNotAvailable => {
-                format!("{who} cannot bind {ep}: that address is not one of this host's")
-            }
-            _ => format!("{who} cannot bind {ep}: {e}"),
-        };
-        DriverError::Connect {
-            target: ep.to_string(),
-            reason,
-            cause: ConnectFailure::Other,
-        }
-    };
-    let listener = TcpListener::bind((ep.host.as_str(), ep.port))
-        .await
-        .map_err(fail)?;
-    let local = listener.local_addr().map_err(fail)?;
-    Ok((
-        listener,
-        Endpoint {
-            host: local.ip().to_string(),
-            port: local.port(),
-        },
-    ))
-}
-
-/// Accepts connections on `listener` for as long as anyone takes them from `tx`, handshaking
-/// each on a task of its own (a slow peer holds up no other) within `timeout`. Failed
-/// handshakes are reported as errors: they are peers that could not join.
-pub fn accept(
-    listener: TcpListener,
-    ours: SocketType,
-    hello: Vec<u8>,
-    timeout: Duration,
-    tx: LinkTx,
-    events: EventSink,
-    who: String,
-) -> tokio::task::JoinHandle<()> {
-    tokio::spawn(async move {
-        loop {
-            let accepted = tokio::select! {
-                a = listener.accept() => a,
-                () = tx.closed() => return,
-            };
-            let (tcp, from) = match accepted {
-                Ok(a) => a,
-                Err(e) => {
-                    events.emit(DriverEventKind::Error, format!("{who}: accept failed: {e}"));
-                    // Out of descriptors, typically: do not spin.
-                    tokio::time::sleep(REDIAL).await;
-                    continue;
-                }
-            };
-            let _ = tcp.set_nodelay(true);
-            let (tx, events, who, hello) = (tx.clone(), events.clone(), who.clone(), hello.clone());
-            tokio::spawn(async move {
-                match tokio::time::timeout(timeout, Conn::handshake(tcp, ours, &hello)).await {
-                    Ok(Ok(conn)) => {
-                        let _ = tx.send(Link {
-                            conn,
-                            dialled: None,
-                        });
-                    }
-                    Ok(Err(e)) => events.emit(
-                        DriverEventKind::Error,
-                        format!("{who}: the ZMTP handshake with {from} failed: {e}"),
-                    ),
-                    Err(_) => events.emit(
-                        DriverEventKind::Error,
-                        format!("{who}: {from} connected but did not complete the ZMTP handshake within {timeout:?}"),
-                    ),
-                }
-            });
-        }
-    })
 }

@@ -6,16 +6,15 @@
 //! the handshake, on every connection, accepted or dialled, and a dialled one that is lost is
 //! dialled again.
 
-use crate::conn::{self, ConnError, Incoming, Link, LinkTx};
+use crate::conn::{self, ConnError};
+use crate::links::{Ctx, Dialer, Link, Links};
 use crate::options::Endpoint;
-use crate::out::Ctx;
 use crate::registry::{BoundProducer, Filter};
 use crate::zmtp::{self, SocketType, Unit};
 use bytes::Bytes;
 use msgbench_core::driver::{DriverError, DriverEventKind};
 use std::task::{Context, Poll};
 use tokio::sync::watch;
-use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
 /// Messages taken from one connection in a row while others may have some.
@@ -28,19 +27,14 @@ struct InPeer {
 
 /// A PULL or SUB socket.
 pub struct InSock {
-    ours: SocketType,
     filter: Filter,
-    /// What follows our READY on every connection: a SUB's subscription.
-    hello: Vec<u8>,
     peers: Vec<InPeer>,
     /// The connection read from first.
     next: usize,
     /// Messages taken in a row from `next`.
     burst: u32,
-    incoming: Incoming,
-    tx: LinkTx,
-    task: Option<JoinHandle<()>>,
-    ctx: Ctx,
+    /// New connections; their hello is a SUB's subscription.
+    links: Links,
 }
 
 impl InSock {
@@ -50,18 +44,12 @@ impl InSock {
         if ours == SocketType::Sub {
             zmtp::put_subscribe(&mut hello, filter.subscription().as_bytes());
         }
-        let (tx, incoming) = tokio::sync::mpsc::unbounded_channel();
         InSock {
-            ours,
             filter,
-            hello: hello.to_vec(),
             peers: Vec::new(),
             next: 0,
             burst: 0,
-            incoming,
-            tx,
-            task: None,
-            ctx,
+            links: Links::new(ours, hello.to_vec(), ctx),
         }
     }
 
@@ -70,65 +58,38 @@ impl InSock {
     /// # Errors
     /// [`DriverError::Connect`] when it cannot bind.
     pub async fn bind(&mut self, ep: &Endpoint) -> Result<Endpoint, DriverError> {
-        let (listener, bound) = conn::bind(ep, &self.ctx.who).await?;
-        self.task = Some(conn::accept(
-            listener,
-            self.ours,
-            self.hello.clone(),
-            self.ctx.attempt,
-            self.tx.clone(),
-            self.ctx.events.clone(),
-            self.ctx.who.clone(),
-        ));
-        Ok(bound)
+        self.links.bind(ep).await
     }
 
     /// Dials every producer of this process that binds a topic this socket receives, as each
     /// appears (`bind=producer`), in the background.
     pub fn connect_to_producers(&mut self, producers: watch::Receiver<Vec<BoundProducer>>) {
-        self.task = Some(tokio::spawn(dial_producers(
-            self.ours,
-            self.filter.clone(),
-            self.hello.clone(),
-            producers,
-            self.tx.clone(),
-            self.ctx.clone(),
-        )));
+        let task = dial_producers(self.links.dialer().clone(), self.filter.clone(), producers);
+        self.links.run(task);
     }
 
     fn lose(&mut self, i: usize, e: &ConnError) {
         let p = self.peers.swap_remove(i);
         let peer = p.conn.peer.to_string();
-        if !self.ctx.registry.is_producing() {
-            self.ctx.events.emit(
+        let ctx = self.links.ctx();
+        if !ctx.registry.is_producing() {
+            ctx.events.emit(
                 DriverEventKind::Warning,
                 format!(
                     "{}: the producer of another process at {peer} disconnected (its run \
                      ended, or it failed)",
-                    self.ctx.who
+                    ctx.who
                 ),
             );
         } else {
-            self.ctx.peer_left(&peer, e);
+            ctx.peer_left(&peer, e);
         }
-        if let Some(ep) = p.dialled
-            && !self.ctx.registry.is_closing()
-        {
-            conn::redial(
-                ep,
-                self.ours,
-                self.hello.clone(),
-                self.ctx.attempt,
-                self.tx.clone(),
-                self.ctx.events.clone(),
-                self.ctx.who.clone(),
-            );
-        }
+        self.links.dial_again(p.dialled);
     }
 
     /// The next message's payload for this socket. Cancel-safe: everything lives in `self`.
     pub fn poll_recv(&mut self, cx: &mut Context<'_>) -> Poll<Bytes> {
-        while let Poll::Ready(Some(link)) = self.incoming.poll_recv(cx) {
+        while let Poll::Ready(Some(link)) = self.links.poll_recv(cx) {
             self.peers.push(InPeer {
                 conn: link.conn,
                 dialled: link.dialled,
@@ -152,7 +113,10 @@ impl InSock {
                     // the exact topic unless the consumer's ends in `*`. Anything else (a
                     // sender that is not msgbench) hands over its last frame, which the runner
                     // counts as foreign.
-                    if self.ours == SocketType::Sub && frames == 2 && !self.filter.matches(&first) {
+                    if self.links.dialer().ours == SocketType::Sub
+                        && frames == 2
+                        && !self.filter.matches(&first)
+                    {
                         continue;
                     }
                     return Poll::Ready(last);
@@ -177,20 +141,15 @@ impl InSock {
 
     /// Stops accepting and dialling, and drops every connection.
     pub fn close(mut self) {
-        if let Some(t) = self.task.take() {
-            t.abort();
-        }
+        self.links.stop();
     }
 }
 
 /// With `bind=producer`: dials each producer whose topics this socket receives as it binds.
 async fn dial_producers(
-    ours: SocketType,
+    d: Dialer,
     filter: Filter,
-    hello: Vec<u8>,
     mut producers: watch::Receiver<Vec<BoundProducer>>,
-    tx: LinkTx,
-    ctx: Ctx,
 ) {
     let mut seen = 0usize;
     loop {
@@ -204,22 +163,20 @@ async fn dial_producers(
                 .collect()
         };
         for ep in todo {
-            match conn::dial(&ep, ours, &hello, Instant::now() + ctx.attempt).await {
-                Ok(conn) => {
-                    let _ = tx.send(Link {
-                        conn,
-                        dialled: Some(ep),
-                    });
-                }
-                Err(e) => ctx.events.emit(
+            match conn::dial(&ep, d.ours, &d.hello, Instant::now() + d.ctx.attempt).await {
+                Ok(conn) => d.deliver(Link {
+                    conn,
+                    dialled: Some(ep),
+                }),
+                Err(e) => d.ctx.events.emit(
                     DriverEventKind::Error,
-                    format!("{} cannot connect to the producer at {ep}: {e}", ctx.who),
+                    format!("{} cannot connect to the producer at {ep}: {e}", d.ctx.who),
                 ),
             }
         }
         tokio::select! {
             changed = producers.changed() => if changed.is_err() { return },
-            () = tx.closed() => return,
+            () = d.closed() => return,
         }
     }
 }

@@ -82,13 +82,15 @@
 //! # Layout
 //! - [`options`]: the URL.
 //! - [`zmtp`]: the wire protocol (pure).
-//! - `conn`: one connection: handshake, buffered non-blocking I/O, dial, accept, redial.
+//! - `conn`: one connection: handshake, buffered non-blocking I/O, dial.
+//! - `links`: where a socket's connections come from: its listener, its dials and redials.
 //! - `out`: PUSH and PUB sockets (high-water marks); `inbound`: PULL and SUB sockets.
 //! - `registry`: who listens where within this process.
 //! - this file: the `Driver`, `Producer` and `Consumer` implementations.
 
 mod conn;
 mod inbound;
+mod links;
 pub mod options;
 mod out;
 mod registry;
@@ -96,12 +98,13 @@ pub mod zmtp;
 
 use bytes::Bytes;
 use inbound::InSock;
+use links::Ctx;
 use msgbench_core::driver::{
     Capabilities, Consumer, ConsumerSpec, Delivery, Driver, DriverError, DriverEventKind,
     EventSink, NoSession, Outbound, Producer, ProducerSpec, SessionSpec,
 };
 use options::{BindSide, Endpoint, Options, Pattern};
-use out::{Ctx, OutSock};
+use out::OutSock;
 use registry::{BoundProducer, Filter, LocalConsumer, Registry};
 use std::sync::Arc;
 use std::time::Duration;

@@ -11,52 +11,18 @@
 //! that subscriber (`onhwm=wait`, the default) or drops the message for it (`onhwm=drop`, what
 //! libzmq's PUB does), counted and reported.
 
-use crate::conn::{self, ConnError, Incoming, Link, LinkTx};
+use crate::conn::{self, ConnError};
+use crate::links::{Ctx, Link, Links};
 use crate::options::{Endpoint, OnHwm};
-use crate::registry::Registry;
 use crate::zmtp::{self, SocketType, Subscription, Unit};
 use bytes::Bytes;
-use msgbench_core::driver::{DriverError, DriverEventKind, EventSink};
+use msgbench_core::driver::{DriverError, DriverEventKind};
 use std::future::poll_fn;
-use std::sync::Arc;
 use std::task::{Context, Poll};
-use std::time::Duration;
-use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
 /// A peer's write buffer is written once it holds this many bytes.
 pub const WRITE_AT: usize = 64 * 1024;
-
-/// What every client of the driver shares to report and reconnect.
-#[derive(Clone)]
-pub struct Ctx {
-    /// Events to the runner.
-    pub events: EventSink,
-    /// Who is where in this process.
-    pub registry: Arc<Registry>,
-    /// `zmq producer 3`.
-    pub who: String,
-    /// Time allowed for one connect (the run's connect timeout, a little less).
-    pub attempt: Duration,
-}
-
-impl Ctx {
-    /// Reports a peer that left, unless the run is ending.
-    pub fn peer_left(&self, peer: &str, e: &ConnError) {
-        if self.registry.is_closing() {
-            return;
-        }
-        let how = if e.is_eof() {
-            "closed the connection".to_string()
-        } else {
-            format!("failed: {e}")
-        };
-        self.events.emit(
-            DriverEventKind::Disconnected,
-            format!("{}: the peer at {peer} {how}", self.who),
-        );
-    }
-}
 
 /// One connection of a sending socket.
 struct OutPeer {
@@ -106,38 +72,29 @@ impl OutPeer {
 
 /// A PUSH or PUB socket: its connections, and where new ones arrive.
 pub struct OutSock {
-    ours: SocketType,
     peers: Vec<OutPeer>,
     /// Round robin position (PUSH).
     next: usize,
-    incoming: Incoming,
-    tx: LinkTx,
-    acceptor: Option<JoinHandle<()>>,
+    links: Links,
     /// PUB: the topic frame of each stream.
     topics: Vec<Bytes>,
     hwm: u32,
     onhwm: OnHwm,
     /// PUB: messages dropped at the high-water mark.
     pub dropped: u64,
-    ctx: Ctx,
 }
 
 impl OutSock {
     /// A socket with no connections yet; `topics` are a PUB socket's topic frames by stream.
     pub fn new(ours: SocketType, topics: Vec<Bytes>, hwm: u32, onhwm: OnHwm, ctx: Ctx) -> Self {
-        let (tx, incoming) = tokio::sync::mpsc::unbounded_channel();
         OutSock {
-            ours,
             peers: Vec::new(),
             next: 0,
-            incoming,
-            tx,
-            acceptor: None,
+            links: Links::new(ours, Vec::new(), ctx),
             topics,
             hwm,
             onhwm,
             dropped: 0,
-            ctx,
         }
     }
 
@@ -146,7 +103,7 @@ impl OutSock {
     /// # Errors
     /// [`DriverError::Connect`].
     pub async fn connect(&mut self, ep: &Endpoint, deadline: Instant) -> Result<(), DriverError> {
-        let conn = conn::dial(ep, self.ours, &[], deadline).await?;
+        let conn = conn::dial(ep, self.links.dialer().ours, &[], deadline).await?;
         self.admit(Link {
             conn,
             dialled: Some(ep.clone()),
@@ -159,17 +116,7 @@ impl OutSock {
     /// # Errors
     /// [`DriverError::Connect`] when it cannot bind.
     pub async fn bind(&mut self, ep: &Endpoint) -> Result<Endpoint, DriverError> {
-        let (listener, bound) = conn::bind(ep, &self.ctx.who).await?;
-        self.acceptor = Some(conn::accept(
-            listener,
-            self.ours,
-            Vec::new(),
-            self.ctx.attempt,
-            self.tx.clone(),
-            self.ctx.events.clone(),
-            self.ctx.who.clone(),
-        ));
-        Ok(bound)
+        self.links.bind(ep).await
     }
 
     fn admit(&mut self, link: Link) {
@@ -187,26 +134,14 @@ impl OutSock {
     /// Drops peer `i` after `e`, reports it, and dials it again if it was dialled.
     fn lose(&mut self, i: usize, e: &ConnError) {
         let p = self.peers.swap_remove(i);
-        self.ctx.peer_left(&p.conn.peer.to_string(), e);
-        if let Some(ep) = p.dialled
-            && !self.ctx.registry.is_closing()
-        {
-            conn::redial(
-                ep,
-                self.ours,
-                Vec::new(),
-                self.ctx.attempt,
-                self.tx.clone(),
-                self.ctx.events.clone(),
-                self.ctx.who.clone(),
-            );
-        }
+        self.links.ctx().peer_left(&p.conn.peer.to_string(), e);
+        self.links.dial_again(p.dialled);
     }
 
     /// Takes in new connections and whatever peers sent (subscriptions, heartbeats, their
     /// end), and writes what is buffered as far as the sockets take it, all without waiting.
     pub fn service(&mut self) {
-        while let Ok(link) = self.incoming.try_recv() {
+        while let Some(link) = self.links.try_recv() {
             self.admit(link);
         }
         let mut i = 0;
@@ -233,7 +168,7 @@ impl OutSock {
 
     /// Peers that count as ready: connected (PUSH), or subscribed to something (PUB).
     fn ready_peers(&self) -> usize {
-        match self.ours {
+        match self.links.dialer().ours {
             SocketType::Pub => self.peers.iter().filter(|p| !p.subs.is_empty()).count(),
             _ => self.peers.len(),
         }
@@ -253,14 +188,14 @@ impl OutSock {
             }
             let woke = tokio::time::timeout_at(deadline, poll_fn(|cx| self.poll_activity(cx)));
             if woke.await.is_err() {
-                let what = if self.ours == SocketType::Pub {
+                let what = if self.links.dialer().ours == SocketType::Pub {
                     "subscriptions arrived"
                 } else {
                     "consumers connected"
                 };
                 return Err(DriverError::Timeout(format!(
                     "{}: {have} of {n} {what} before the connect timeout",
-                    self.ctx.who
+                    self.links.ctx().who
                 )));
             }
         }
@@ -268,7 +203,7 @@ impl OutSock {
 
     /// Ready when a connection arrived or a peer sent something.
     fn poll_activity(&mut self, cx: &mut Context<'_>) -> Poll<()> {
-        if let Poll::Ready(Some(link)) = self.incoming.poll_recv(cx) {
+        if let Poll::Ready(Some(link)) = self.links.poll_recv(cx) {
             self.admit(link);
             return Poll::Ready(());
         }
@@ -348,13 +283,14 @@ impl OutSock {
                     match self.onhwm {
                         OnHwm::Drop => {
                             if self.dropped == 0 {
-                                self.ctx.events.emit(
+                                let ctx = self.links.ctx();
+                                ctx.events.emit(
                                     DriverEventKind::Warning,
                                     format!(
                                         "{}: the subscriber at {} has {} messages waiting \
                                          (sndhwm): messages for it are dropped (onhwm=drop) \
                                          and counted as lost",
-                                        self.ctx.who, self.peers[i].conn.peer, self.hwm
+                                        ctx.who, self.peers[i].conn.peer, self.hwm
                                     ),
                                 );
                             }
@@ -386,22 +322,21 @@ impl OutSock {
     /// or, with `None`, any peer's buffer written out or a new peer.
     async fn wait_room(&mut self, only: Option<usize>) -> Result<bool, DriverError> {
         if self.peers.is_empty() {
-            let ctx = &self.ctx;
-            let link = tokio::time::timeout(ctx.attempt, self.incoming.recv()).await;
-            return match link {
-                Ok(Some(link)) => {
+            let within = self.links.ctx().attempt;
+            return match self.links.recv_within(within).await {
+                Some(link) => {
                     self.admit(link);
                     Ok(true)
                 }
-                _ => Err(DriverError::Send(format!(
-                    "{}: no consumer is connected, and none came within {:?}",
-                    ctx.who, ctx.attempt
+                None => Err(DriverError::Send(format!(
+                    "{}: no consumer is connected, and none came within {within:?}",
+                    self.links.ctx().who
                 ))),
             };
         }
         poll_fn(|cx| {
             if only.is_none()
-                && let Poll::Ready(Some(link)) = self.incoming.poll_recv(cx)
+                && let Poll::Ready(Some(link)) = self.links.poll_recv(cx)
             {
                 self.admit(link);
                 return Poll::Ready(Ok(true));
@@ -459,9 +394,7 @@ impl OutSock {
     /// Writes what is buffered (until `until`), then ends every connection in order and stops
     /// accepting; false if something was left unwritten.
     pub async fn close(mut self, until: Instant) -> bool {
-        if let Some(a) = self.acceptor.take() {
-            a.abort();
-        }
+        self.links.stop();
         let mut all = true;
         for p in self.peers.drain(..) {
             all &= p.conn.close(until).await;

@@ -5,10 +5,12 @@
 //! Every high-water-mark test accounts for each message exactly: received by some peer, or
 //! dropped and counted.
 
+mod common;
+
 use bytes::BytesMut;
 use msgbench_core::driver::{Driver, DriverEvent, EventSink, Outbound, Producer, ProducerSpec};
-use msgbench_driver_zmq::ZmqDriver;
 use msgbench_driver_zmq::zmtp::{self, GREETING_LEN, SocketType, Unit};
+use msgbench_driver_zmq::{ZmqDriver, ZmqProducer};
 use std::time::Duration;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
@@ -17,47 +19,44 @@ use tokio::sync::{mpsc, oneshot};
 /// Messages of this size fill loopback socket buffers quickly.
 const SIZE: usize = 1000;
 
-/// Two consecutive free ports (below the ephemeral range).
-fn free_ports() -> u16 {
-    let mut x = std::process::id() as u64 ^ msgbench_core::clock::now_ns();
-    for _ in 0..1000 {
-        x ^= x << 13;
-        x ^= x >> 7;
-        x ^= x << 17;
-        let p = 20_000 + (x % 10_000) as u16;
-        if std::net::TcpListener::bind(("127.0.0.1", p)).is_ok()
-            && std::net::TcpListener::bind(("127.0.0.1", p + 1)).is_ok()
+/// A listener on 127.0.0.1:`port`.
+fn listen(port: u16) -> TcpListener {
+    let listener = std::net::TcpListener::bind(("127.0.0.1", port)).unwrap();
+    listener.set_nonblocking(true).unwrap();
+    TcpListener::from_std(listener).unwrap()
+}
+
+/// Reads messages (each of [`SIZE`] bytes) until `upto` of them or the end of the stream;
+/// returns how many.
+async fn read_messages(s: &mut TcpStream, rbuf: &mut BytesMut, upto: u64) -> u64 {
+    let mut n = 0u64;
+    while n < upto {
+        while n < upto
+            && let Some(u) = zmtp::next_unit(rbuf, 1 << 20).unwrap()
         {
-            return p;
+            if let Unit::Message { last, .. } = u {
+                assert_eq!(last.len(), SIZE);
+                n += 1;
+            }
+        }
+        rbuf.reserve(64 * 1024);
+        if n < upto && s.read_buf(rbuf).await.unwrap() == 0 {
+            break;
         }
     }
-    panic!("no two consecutive free ports");
+    n
 }
 
 /// A ZeroMQ peer driven by hand: it accepts one connection on `port`, handshakes as `ours`
 /// (subscribing to everything if a SUB), and counts the messages it reads once `go` fires
 /// until the connection ends; returns the count.
 fn peer(port: u16, ours: SocketType, go: oneshot::Receiver<()>) -> tokio::task::JoinHandle<u64> {
-    let listener = std::net::TcpListener::bind(("127.0.0.1", port)).unwrap();
-    listener.set_nonblocking(true).unwrap();
-    let listener = TcpListener::from_std(listener).unwrap();
+    let listener = listen(port);
     tokio::spawn(async move {
         let (mut s, _) = listener.accept().await.unwrap();
         let mut rbuf = handshake(&mut s, ours).await;
         go.await.unwrap();
-        let mut n = 0u64;
-        loop {
-            while let Some(u) = zmtp::next_unit(&mut rbuf, 1 << 20).unwrap() {
-                if let Unit::Message { last, .. } = u {
-                    assert_eq!(last.len(), SIZE);
-                    n += 1;
-                }
-            }
-            rbuf.reserve(64 * 1024);
-            if s.read_buf(&mut rbuf).await.unwrap() == 0 {
-                return n;
-            }
-        }
+        read_messages(&mut s, &mut rbuf, u64::MAX).await
     })
 }
 
@@ -116,20 +115,48 @@ fn drain(rx: &mut mpsc::UnboundedReceiver<DriverEvent>) -> Vec<String> {
     v
 }
 
+/// Two hand-driven peers of type `ours` on consecutive ports and a producer connected to both
+/// (`zmq://127.0.0.1:PORT?peers=2&` + `query`): peer `a` reads from the start, `b` once `go_b`
+/// fires.
+struct TwoPeers {
+    p: ZmqProducer,
+    events: mpsc::UnboundedReceiver<DriverEvent>,
+    a: tokio::task::JoinHandle<u64>,
+    b: tokio::task::JoinHandle<u64>,
+    go_b: oneshot::Sender<()>,
+}
+
+async fn two_peers(ours: SocketType, query: &str) -> TwoPeers {
+    let port = common::free_ports(2);
+    let (go_a, a_go) = oneshot::channel();
+    let (go_b, b_go) = oneshot::channel();
+    let a = peer(port, ours, a_go);
+    let b = peer(port + 1, ours, b_go);
+    let (sink, events) = EventSink::channel();
+    let url = format!("zmq://127.0.0.1:{port}?peers=2&{query}");
+    let d = ZmqDriver::new(&url, sink, Duration::from_secs(5)).unwrap();
+    let p = d.producer(&spec()).await.unwrap();
+    go_a.send(()).unwrap();
+    TwoPeers {
+        p,
+        events,
+        a,
+        b,
+        go_b,
+    }
+}
+
 /// PUSH at the high-water mark gives messages to the peer with room: one consumer that stops
 /// reading holds up nothing, and nothing is dropped (what it was given, it gets once it reads).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn push_passes_a_stuck_peer_by_and_drops_nothing() {
-    let port = free_ports();
-    let (go_a, a_go) = oneshot::channel();
-    let (go_b, b_go) = oneshot::channel();
-    let a = peer(port, SocketType::Pull, a_go);
-    let b = peer(port + 1, SocketType::Pull, b_go);
-    let (sink, mut events) = EventSink::channel();
-    let url = format!("zmq://127.0.0.1:{port}?peers=2&sndhwm=10");
-    let d = ZmqDriver::new(&url, sink, Duration::from_secs(5)).unwrap();
-    let mut p = d.producer(&spec()).await.unwrap();
-    go_a.send(()).unwrap();
+    let TwoPeers {
+        mut p,
+        mut events,
+        a,
+        b,
+        go_b,
+    } = two_peers(SocketType::Pull, "sndhwm=10").await;
     let n = 100_000u64;
     tokio::time::timeout(Duration::from_secs(60), send_all(&mut p, n))
         .await
@@ -146,16 +173,13 @@ async fn push_passes_a_stuck_peer_by_and_drops_nothing() {
 /// what it dropped: received plus dropped is every message times every subscriber.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn pub_drops_for_a_stuck_subscriber_and_counts_it() {
-    let port = free_ports();
-    let (go_a, a_go) = oneshot::channel();
-    let (go_b, b_go) = oneshot::channel();
-    let a = peer(port, SocketType::Sub, a_go);
-    let b = peer(port + 1, SocketType::Sub, b_go);
-    let (sink, mut events) = EventSink::channel();
-    let url = format!("zmq://127.0.0.1:{port}?pattern=pubsub&peers=2&sndhwm=10&onhwm=drop");
-    let d = ZmqDriver::new(&url, sink, Duration::from_secs(5)).unwrap();
-    let mut p = d.producer(&spec()).await.unwrap();
-    go_a.send(()).unwrap();
+    let TwoPeers {
+        mut p,
+        mut events,
+        a,
+        b,
+        go_b,
+    } = two_peers(SocketType::Sub, "pattern=pubsub&sndhwm=10&onhwm=drop").await;
     let n = 50_000u64;
     tokio::time::timeout(Duration::from_secs(60), send_all(&mut p, n))
         .await
@@ -185,16 +209,13 @@ async fn pub_drops_for_a_stuck_subscriber_and_counts_it() {
 /// producer wait, and then gets everything.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn pub_waits_for_a_late_subscriber_by_default() {
-    let port = free_ports();
-    let (go_a, a_go) = oneshot::channel();
-    let (go_b, b_go) = oneshot::channel();
-    let a = peer(port, SocketType::Sub, a_go);
-    let b = peer(port + 1, SocketType::Sub, b_go);
-    let (sink, mut events) = EventSink::channel();
-    let url = format!("zmq://127.0.0.1:{port}?pattern=pubsub&peers=2&sndhwm=10");
-    let d = ZmqDriver::new(&url, sink, Duration::from_secs(5)).unwrap();
-    let mut p = d.producer(&spec()).await.unwrap();
-    go_a.send(()).unwrap();
+    let TwoPeers {
+        mut p,
+        mut events,
+        a,
+        b,
+        go_b,
+    } = two_peers(SocketType::Sub, "pattern=pubsub&sndhwm=10").await;
     let n = 30_000u64;
     let late = tokio::spawn(async move {
         tokio::time::sleep(Duration::from_millis(300)).await;
@@ -213,42 +234,21 @@ async fn pub_waits_for_a_late_subscriber_by_default() {
 /// connection; what was in flight on the old one is lost, nothing more.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn push_dials_a_lost_consumer_again() {
-    let port = free_ports();
-    let listener = std::net::TcpListener::bind(("127.0.0.1", port)).unwrap();
-    listener.set_nonblocking(true).unwrap();
-    let listener = TcpListener::from_std(listener).unwrap();
+    let port = common::free_ports(1);
+    let listener = listen(port);
     let (hung_up_tx, hung_up) = oneshot::channel();
     let first = 100u64;
     let peer = tokio::spawn(async move {
         // The first connection takes `first` messages and hangs up.
         let (mut s, _) = listener.accept().await.unwrap();
         let mut rbuf = handshake(&mut s, SocketType::Pull).await;
-        let mut n = 0u64;
-        while n < first {
-            while n < first
-                && let Some(u) = zmtp::next_unit(&mut rbuf, 1 << 20).unwrap()
-            {
-                n += u64::from(matches!(u, Unit::Message { .. }));
-            }
-            if n < first {
-                assert!(s.read_buf(&mut rbuf).await.unwrap() > 0);
-            }
-        }
+        assert_eq!(read_messages(&mut s, &mut rbuf, first).await, first);
         drop(s);
         hung_up_tx.send(()).unwrap();
         // The second counts what comes until the producer closes.
         let (mut s, _) = listener.accept().await.unwrap();
         let mut rbuf = handshake(&mut s, SocketType::Pull).await;
-        let mut again = 0u64;
-        loop {
-            while let Some(u) = zmtp::next_unit(&mut rbuf, 1 << 20).unwrap() {
-                again += u64::from(matches!(u, Unit::Message { .. }));
-            }
-            rbuf.reserve(64 * 1024);
-            if s.read_buf(&mut rbuf).await.unwrap() == 0 {
-                return again;
-            }
-        }
+        read_messages(&mut s, &mut rbuf, u64::MAX).await
     });
     let (sink, mut events) = EventSink::channel();
     let url = format!("zmq://127.0.0.1:{port}?peers=1");

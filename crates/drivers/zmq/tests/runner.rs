@@ -1,5 +1,7 @@
 //! The zmq driver under the real msgbench runner, over real TCP on 127.0.0.1.
 
+mod common;
+
 use bytes::Bytes;
 use msgbench_core::driver::{Consumer, ConsumerSpec, Driver, DriverError, EventSink, SessionSpec};
 use msgbench_core::runner::{self, Observer, RunError, RunEvent, RunOutcome};
@@ -31,25 +33,9 @@ impl Observer for Collect {
 /// Throughput measurements run one at a time.
 static PERF: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
-/// A port nothing listens on right now.
-/// The first of 16 consecutive free ports: binding clients use PORT + i. Taken below the
-/// system's ephemeral range (32768 and up), where a busy test machine's outgoing and TIME_WAIT
-/// connections leave few runs of free neighbours.
+/// The first of 16 consecutive free ports.
 fn free_port() -> u16 {
-    let mut x = std::process::id() as u64 ^ msgbench_core::clock::now_ns();
-    for _ in 0..1000 {
-        x ^= x << 13;
-        x ^= x >> 7;
-        x ^= x << 17;
-        let p = 20_000 + (x % 10_000) as u16;
-        let all: Result<Vec<_>, _> = (0..16)
-            .map(|i| std::net::TcpListener::bind(("127.0.0.1", p + i)))
-            .collect();
-        if all.is_ok() {
-            return p;
-        }
-    }
-    panic!("no 16 consecutive free ports on 127.0.0.1 between 20000 and 30015");
+    common::free_ports(16)
 }
 
 struct Setup {
