@@ -339,6 +339,15 @@ mod tests {
         poll_fn(|cx| c.poll_event(cx)).await
     }
 
+    /// The next event is the response to `token` with `status`, `last` on its connection or not.
+    async fn expect_response(c: &mut Client, token: u64, status: u16, last: bool) {
+        let ev = next(c).await;
+        assert!(
+            matches!(ev, Event::Response { token: t, status: s, last: l } if t == token && s == status && l == last),
+            "{ev:?}"
+        );
+    }
+
     #[tokio::test]
     async fn exchanges_follow_each_other_on_one_connection() {
         let (mut c, mut server) = pair().await;
@@ -348,18 +357,7 @@ mod tests {
             .write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
             .await
             .unwrap();
-        let ev = next(&mut c).await;
-        assert!(
-            matches!(
-                ev,
-                Event::Response {
-                    token: 1,
-                    status: 200,
-                    last: false
-                }
-            ),
-            "{ev:?}"
-        );
+        expect_response(&mut c, 1, 200, false).await;
         assert!(!c.is_busy());
 
         // Chunked, written in pieces; an interim 100 first.
@@ -371,18 +369,7 @@ mod tests {
         ] {
             server.write_all(piece).await.unwrap();
         }
-        let ev = next(&mut c).await;
-        assert!(
-            matches!(
-                ev,
-                Event::Response {
-                    token: 2,
-                    status: 404,
-                    last: false
-                }
-            ),
-            "{ev:?}"
-        );
+        expect_response(&mut c, 2, 404, false).await;
 
         // HEAD: the Content-Length is the resource's, no body follows.
         request(&mut c, &mut server, 3, &template("HEAD"), b"").await;
@@ -399,18 +386,7 @@ mod tests {
             .write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 0\r\nConnection: close\r\n\r\n")
             .await
             .unwrap();
-        let ev = next(&mut c).await;
-        assert!(
-            matches!(
-                ev,
-                Event::Response {
-                    token: 4,
-                    status: 200,
-                    last: true
-                }
-            ),
-            "{ev:?}"
-        );
+        expect_response(&mut c, 4, 200, true).await;
     }
 
     #[tokio::test]
@@ -423,18 +399,7 @@ mod tests {
             .unwrap();
         server.write_all(&[b'z'; 40_000]).await.unwrap();
         drop(server);
-        let ev = next(&mut c).await;
-        assert!(
-            matches!(
-                ev,
-                Event::Response {
-                    token: 7,
-                    status: 200,
-                    last: true
-                }
-            ),
-            "{ev:?}"
-        );
+        expect_response(&mut c, 7, 200, true).await;
     }
 
     #[tokio::test]
