@@ -72,7 +72,7 @@ pub fn drivers() -> Vec<DriverInfo> {
             name: "amqp10",
             schemes: &["amqp10", "amqp10s"],
             // acks: unless [amqp10] settled = true (the plan decides).
-            about: "AMQP 1.0 (Artemis, RabbitMQ's AMQP 1.0 plugin, Qpid, ECP endpoints): queues and topics by address and capabilities ([amqp10]), pipelined unsettled sends (acks = broker outcomes) or pre-settled, credit, accept/release/reject, message ids and application properties, SASL PLAIN/ANONYMOUS, TLS, reconnection, connection workloads (fe2o3-amqp)",
+            about: "AMQP 1.0 (Artemis, RabbitMQ's AMQP 1.0 plugin, Qpid, ECP endpoints): queues and topics by address and capabilities ([amqp10]), pipelined unsettled sends (acks = broker outcomes) or pre-settled, credit, accept/release/reject, message ids and application properties, SASL PLAIN/ANONYMOUS, TLS, reconnection, connection workloads (own AMQP 1.0 implementation)",
             caps: Capabilities {
                 acks: true,
                 queue_groups: true,

@@ -84,6 +84,39 @@ fn artemis_pub_sub_is_exact() {
     assert_exact(&r, 20_000, "artemis");
 }
 
+/// Messages larger than either side's frame size go out as several transfer frames and are
+/// joined again on receipt: every one arrives whole (the stamp at its start, the size at its
+/// end), on both brokers.
+#[test]
+fn messages_larger_than_a_frame() {
+    let d = TempDir::new("amqp10-large");
+    let q = scenario(&d, "q.toml", "address = \"/queue/{topic}\"");
+    for (s, url, what) in [
+        (None, artemis(), "artemis"),
+        (Some(q.as_str()), rabbitmq(), "rabbitmq"),
+    ] {
+        let r = run_json(
+            &d.0,
+            &run_args(
+                s,
+                &url,
+                &["-n", "300", "-s", "1500KiB", "--topic", "it10.large"],
+            ),
+        );
+        assert_exact(&r, 300, what);
+        let phases = r["phases"].as_array().unwrap();
+        let bytes: u64 = phases
+            .iter()
+            .map(|p| u(&p["counters"]["received_bytes"]))
+            .sum();
+        assert_eq!(
+            bytes,
+            300 * 1500 * 1024,
+            "{what}: every byte of every message"
+        );
+    }
+}
+
 /// RabbitMQ's AMQP 1.0 plugin, addressing the queue as `/queue/NAME`.
 #[test]
 fn rabbitmq_pub_sub_is_exact() {

@@ -32,15 +32,12 @@
 //! A lost connection is re-established with backoff until the shutdown future resolves.
 
 use bytes::Bytes;
-use futures_util::StreamExt;
-use futures_util::stream::FuturesUnordered;
 use msgbench_core::driver::DriverError;
 use msgbench_core::meta::{Meta, Value};
 use msgbench_core::scenario::{Amqp10Plan, TlsPlan};
-use msgbench_driver_amqp10::client::{
-    Client, DeliveryToken, Disposition, Endpoint, OutBody, OutMessage, Pending, Received, Receiver,
-    Sender, Settled,
-};
+use msgbench_driver_amqp10::client::Endpoint;
+use msgbench_driver_amqp10::conn::{Conn, Event, LinkId, Received};
+use msgbench_driver_amqp10::frames::{Disposition, OutBody, OutMessage, Outcome};
 use std::collections::{BinaryHeap, HashMap};
 use std::future::Future;
 use std::sync::Arc;
@@ -238,7 +235,6 @@ pub async fn run_with(
         seq: 0,
         timers: BinaryHeap::new(),
         msgs: HashMap::new(),
-        pending: FuturesUnordered::new(),
         settle: Vec::new(),
         warned: false,
         id_prefix: format!(
@@ -284,22 +280,23 @@ pub async fn run_with(
     }
 }
 
-/// The links of one connection pair.
+/// One connection pair and its links: the outbox receiver and the reply and event senders
+/// on the outbox side, the inbox sender on the inbox side.
 struct Live {
-    out_client: Client,
-    in_client: Client,
-    outbox: Receiver,
-    reply: Sender,
-    event: Sender,
-    inbox: Sender,
+    out: Conn,
+    inn: Conn,
+    outbox: LinkId,
+    reply: LinkId,
+    event: LinkId,
+    inbox: LinkId,
 }
 
 impl Live {
-    async fn close(self) {
+    async fn close(mut self) {
         let t = Duration::from_secs(2);
-        self.outbox.close(t).await;
-        self.out_client.close(t).await;
-        self.in_client.close(t).await;
+        self.out.detach(self.outbox, t).await;
+        self.out.close(t).await;
+        self.inn.close(t).await;
     }
 }
 
@@ -335,7 +332,8 @@ impl PartialOrd for Timer {
 
 /// An outbox message whose consequences are still being sent.
 struct InFlight {
-    token: DeliveryToken,
+    /// The outbox delivery's id (settled once everything it causes is sent).
+    token: u32,
     body: Bytes,
     ba_id: String,
     ecp_id: String,
@@ -353,8 +351,7 @@ struct Sim {
     seq: u64,
     timers: BinaryHeap<Timer>,
     msgs: HashMap<u64, InFlight>,
-    pending: FuturesUnordered<Pending>,
-    settle: Vec<DeliveryToken>,
+    settle: Vec<u32>,
     warned: bool,
     id_prefix: String,
 }
@@ -369,19 +366,29 @@ impl Sim {
         let caps = &c.amqp10.capabilities;
         let addr = |q: &str| c.amqp10.address_of(q);
         let pid = std::process::id();
-        let mut out_client =
-            Client::connect(out_ep, &format!("msgbench-ecp-{pid}"), None, t).await?;
-        let mut in_client =
-            Client::connect(in_ep, &format!("msgbench-ecp-in-{pid}"), None, t).await?;
-        let reply = out_client.sender(&addr(&c.reply), caps, false).await?;
-        let event = out_client.sender(&addr(&c.send_event), caps, false).await?;
-        let inbox = in_client.sender(&addr(&c.inbox), caps, false).await?;
-        let outbox = out_client
-            .receiver(&addr(&c.outbox), caps, c.amqp10.credit, None)
+        let mut out = Conn::open(out_ep, &format!("msgbench-ecp-{pid}"), None, t).await?;
+        let mut inn = Conn::open(in_ep, &format!("msgbench-ecp-in-{pid}"), None, t).await?;
+        let sender = |q: &str| (addr(q), false, 0, false);
+        let (a, r, cr, m) = sender(&c.reply);
+        let reply = out.attach(None, &a, caps, r, false, cr, m).await?;
+        let (a, r, cr, m) = sender(&c.send_event);
+        let event = out.attach(None, &a, caps, r, false, cr, m).await?;
+        let (a, r, cr, m) = sender(&c.inbox);
+        let inbox = inn.attach(None, &a, caps, r, false, cr, m).await?;
+        let outbox = out
+            .attach(
+                None,
+                &addr(&c.outbox),
+                caps,
+                true,
+                false,
+                c.amqp10.credit,
+                true,
+            )
             .await?;
         Ok(Live {
-            out_client,
-            in_client,
+            out,
+            inn,
             outbox,
             reply,
             event,
@@ -393,7 +400,6 @@ impl Sim {
     fn reset(&mut self) {
         self.timers.clear();
         self.msgs.clear();
-        self.pending = FuturesUnordered::new();
         self.settle.clear();
     }
 
@@ -414,11 +420,12 @@ impl Sim {
         self.counters.add(RECEIVED, 1);
         let c = &self.cfg;
         let now = Instant::now();
-        let prop = |k: &str| r.meta.property(k).cloned();
+        let r_meta = &r.parts.meta;
+        let prop = |k: &str| r_meta.property(k).cloned();
         let ba_id = prop("baMessageID")
             .map(|v| v.to_string())
-            .or_else(|| r.meta.correlation_id.clone())
-            .or_else(|| r.meta.message_id.clone())
+            .or_else(|| r_meta.correlation_id.clone())
+            .or_else(|| r_meta.message_id.clone())
             .unwrap_or_default();
         let tracing = c.tracing && prop("isTracingMessage") == Some(Value::Bool(true));
         let error = picked(n, c.error_reply_ratio);
@@ -428,8 +435,8 @@ impl Sim {
         let events_at = deliver_at + c.event_delay;
         let extra = c.extra_events;
         let msg = InFlight {
-            token: r.token,
-            body: r.body,
+            token: r.id,
+            body: r.parts.body,
             ecp_id: format!("{}-{n}", self.id_prefix),
             ba_id,
             message_type: prop("messageType"),
@@ -484,7 +491,7 @@ impl Sim {
             ("messageID".to_string(), Value::Str(m.ecp_id.clone())),
             ("baMessageID".to_string(), Value::Str(m.ba_id.clone())),
         ];
-        let (sender, body, counter) = match t.job {
+        let (inbox_side, link, body, counter) = match t.job {
             Job::Reply { error } => {
                 meta.properties.extend(ids);
                 if error {
@@ -499,7 +506,7 @@ impl Sim {
                     ));
                 }
                 let c = if error { ERROR_REPLIES } else { REPLIED };
-                (&mut live.reply, OutBody::Data(&[]), c)
+                (false, live.reply, OutBody::Data(&[]), c)
             }
             Job::Event(status) => {
                 meta.properties.extend(ids);
@@ -510,7 +517,7 @@ impl Sim {
                     "RECEIVED" => EV_RECEIVED,
                     _ => EV_FAILED,
                 };
-                (&mut live.event, OutBody::Text(status), c)
+                (false, live.event, OutBody::Text(status), c)
             }
             Job::Deliver => {
                 meta.message_id = Some(m.ecp_id.clone());
@@ -527,17 +534,24 @@ impl Sim {
                     "senderCode".into(),
                     Value::Str(self.cfg.sender_code.clone()),
                 ));
-                (&mut live.inbox, OutBody::Data(&m.body), DELIVERED)
+                (true, live.inbox, OutBody::Data(&m.body), DELIVERED)
             }
         };
-        let outcome = sender
-            .send(OutMessage {
+        let conn = if inbox_side {
+            &mut live.inn
+        } else {
+            &mut live.out
+        };
+        conn.wait_credit(link).await.map_err(|e| e.to_string())?;
+        conn.send(
+            link,
+            0,
+            &OutMessage {
                 meta: Some(&meta),
                 body,
                 durable,
-            })
-            .await?;
-        self.pending.push(outcome);
+            },
+        );
         self.counters.add(counter, 1);
         m.remaining -= 1;
         if m.remaining == 0
@@ -548,21 +562,55 @@ impl Sim {
         Ok(())
     }
 
-    fn on_settled(&mut self, s: Settled) -> Result<(), String> {
-        match s {
-            Settled::Accepted => Ok(()),
-            Settled::Refused(why) => {
-                self.counters.add(REFUSED, 1);
-                if !self.warned {
-                    self.warned = true;
-                    eprintln!(
-                        "ecp-endpoint: the broker refused a message: {why} (further refusals are counted)"
-                    );
-                }
-                Ok(())
-            }
-            Settled::Lost(why) => Err(why),
+    /// Counts a refused send (warning once); accepted ones need nothing.
+    fn on_outcome(&mut self, outcome: Outcome) {
+        let why = match outcome {
+            Outcome::Accepted => return,
+            Outcome::Rejected(Some(e)) => format!("rejected: {e}"),
+            Outcome::Rejected(None) => "rejected".into(),
+            Outcome::Released => "released".into(),
+            Outcome::Modified { .. } => "modified".into(),
+            Outcome::Other => "an unexpected outcome".into(),
+        };
+        self.counters.add(REFUSED, 1);
+        if !self.warned {
+            self.warned = true;
+            eprintln!(
+                "ecp-endpoint: the broker refused a message: {why} (further refusals are counted)"
+            );
         }
+    }
+
+    /// Handles one event of the outbox side (`outbox`: the outbox receiver) or the inbox side.
+    fn on_event(&mut self, e: Event, outbox: Option<LinkId>) {
+        match e {
+            Event::Delivery(r) if Some(r.link) == outbox => self.plan(r),
+            Event::Delivery(_) => {}
+            Event::Settled { outcome, .. } => self.on_outcome(outcome),
+        }
+    }
+
+    /// Accepts the outbox messages whose work is done, a disposition per run of ids.
+    fn accept_done(&mut self, live: &mut Live) {
+        if self.settle.is_empty() {
+            return;
+        }
+        self.settle.sort_unstable();
+        let mut run: Option<(u32, u32)> = None;
+        for &id in &self.settle {
+            run = match run {
+                Some((first, last)) if last.wrapping_add(1) == id => Some((first, id)),
+                Some((first, last)) => {
+                    live.out.settle(first, last, Disposition::Accept);
+                    Some((id, id))
+                }
+                None => Some((id, id)),
+            };
+        }
+        if let Some((first, last)) = run {
+            live.out.settle(first, last, Disposition::Accept);
+        }
+        self.settle.clear();
     }
 
     /// Serves one connection until `shutdown` (`Ok`) or a failure (`Err(why)`).
@@ -579,31 +627,25 @@ impl Sim {
                     self.send(live, t).await?;
                 }
             }
-            if !self.settle.is_empty() {
-                let done = std::mem::take(&mut self.settle);
-                live.outbox.settle(done, Disposition::Accept).await?;
-            }
+            self.accept_done(live);
             let next = self.timers.peek().map(|t| t.due);
+            let outbox = Some(live.outbox);
             tokio::select! {
                 biased;
                 () = shutdown.as_mut() => return Ok(()),
-                Some(s) = self.pending.next(), if !self.pending.is_empty() => {
-                    self.on_settled(s)?;
-                    let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
-                    while let std::task::Poll::Ready(Some(s)) = self.pending.poll_next_unpin(&mut cx) {
-                        self.on_settled(s)?;
-                    }
-                }
-                () = sleep_until(next) => {}
-                r = live.outbox.recv(true) => {
-                    self.plan(r?);
+                e = live.out.next_event() => {
+                    self.on_event(e.map_err(|e| e.to_string())?, outbox);
+                    // What is already read is handled in the same go.
                     for _ in 1..BATCH {
-                        match live.outbox.try_recv(true).await {
-                            Some(r) => self.plan(r?),
-                            None => break,
+                        if !live.out.frame_ready() {
+                            break;
                         }
+                        let e = live.out.next_event().await.map_err(|e| e.to_string())?;
+                        self.on_event(e, outbox);
                     }
                 }
+                e = live.inn.next_event() => self.on_event(e.map_err(|e| e.to_string())?, None),
+                () = sleep_until(next) => {}
             }
         }
     }

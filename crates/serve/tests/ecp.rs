@@ -3,11 +3,12 @@
 //! replies, inbox deliveries and status events with the right contents, faults and duplicates
 //! in exact numbers, and delays that do not hold the pipeline up.
 
+use msgbench_core::driver::DriverError;
 use msgbench_core::meta::{Meta, Value};
 use msgbench_core::scenario::TlsPlan;
-use msgbench_driver_amqp10::client::{
-    Client, Disposition, Endpoint, OutBody, OutMessage, Received, Receiver,
-};
+use msgbench_driver_amqp10::client::Endpoint;
+use msgbench_driver_amqp10::conn::{Conn, Event, LinkId, Received};
+use msgbench_driver_amqp10::frames::{Disposition, OutBody, OutMessage, Outcome};
 use msgbench_serve::ecp::{self, EcpEndpointConfig, EcpStats};
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
@@ -35,11 +36,101 @@ fn config(tag: &str) -> EcpEndpointConfig {
     }
 }
 
+/// The business application's side: each link on a connection of its own, so the test can
+/// wait on one queue at a time.
+struct Client(String);
+
 async fn client(name: &str) -> Client {
-    let ep = Endpoint::parse(&url(), &TlsPlan::default()).unwrap();
-    Client::connect(&ep, name, None, Duration::from_secs(10))
-        .await
-        .unwrap()
+    Client(name.to_string())
+}
+
+impl Client {
+    async fn link(
+        &self,
+        address: &str,
+        caps: &[String],
+        receiver: bool,
+        credit: u32,
+    ) -> Result<Link, DriverError> {
+        let ep = Endpoint::parse(&url(), &TlsPlan::default()).unwrap();
+        let mut conn = Conn::open(
+            &ep,
+            &format!("{}-{address}", self.0),
+            None,
+            Duration::from_secs(10),
+        )
+        .await?;
+        let link = conn
+            .attach(None, address, caps, receiver, false, credit, true)
+            .await?;
+        Ok(Link { conn, link })
+    }
+
+    async fn receiver(
+        &self,
+        address: &str,
+        caps: &[String],
+        credit: u32,
+        _: Option<&str>,
+    ) -> Result<Link, DriverError> {
+        self.link(address, caps, true, credit).await
+    }
+
+    async fn sender(
+        &self,
+        address: &str,
+        caps: &[String],
+        _settled: bool,
+    ) -> Result<Link, DriverError> {
+        self.link(address, caps, false, 0).await
+    }
+
+    async fn close(&self, _: Duration) {}
+}
+
+/// One link on its own connection.
+struct Link {
+    conn: Conn,
+    link: LinkId,
+}
+
+impl Link {
+    fn address(&self) -> &str {
+        self.conn.address(self.link)
+    }
+
+    /// Sends without waiting for the outcome.
+    async fn send(&mut self, m: OutMessage<'_>) {
+        self.conn.wait_credit(self.link).await.unwrap();
+        self.conn.send(self.link, 0, &m);
+        self.conn.flush().await.unwrap();
+    }
+
+    /// The next `n` outcomes.
+    async fn outcomes(&mut self, n: usize) -> Vec<Outcome> {
+        let mut out = Vec::new();
+        while out.len() < n {
+            if let Event::Settled { outcome, .. } = self.conn.next_event().await.unwrap() {
+                out.push(outcome);
+            }
+        }
+        out
+    }
+
+    async fn send_wait(&mut self, m: OutMessage<'_>) -> Result<Outcome, String> {
+        self.send(m).await;
+        Ok(self.outcomes(1).await.remove(0))
+    }
+
+    async fn recv(&mut self, _meta: bool) -> Result<Received, String> {
+        loop {
+            match self.conn.next_event().await {
+                Ok(Event::Delivery(r)) => return Ok(r),
+                Ok(_) => {}
+                Err(e) => return Err(e.to_string()),
+            }
+        }
+    }
 }
 
 /// A business application's message `seq`.
@@ -61,7 +152,7 @@ fn ba_message(seq: u64, tracing: bool) -> Meta {
 }
 
 /// Receives `n` messages (accepting them) or panics after `within`.
-async fn take(r: &mut Receiver, n: usize, within: Duration) -> Vec<Received> {
+async fn take(r: &mut Link, n: usize, within: Duration) -> Vec<Received> {
     let mut out = Vec::new();
     let deadline = tokio::time::Instant::now() + within;
     while out.len() < n {
@@ -69,23 +160,21 @@ async fn take(r: &mut Receiver, n: usize, within: Duration) -> Vec<Received> {
             .await
             .unwrap_or_else(|_| panic!("{} of {n} messages from `{}`", out.len(), r.address()))
             .unwrap();
-        r.settle(vec![m.token.clone()], Disposition::Accept)
-            .await
-            .unwrap();
+        r.conn.settle(m.id, m.id, Disposition::Accept);
         out.push(m);
     }
     out
 }
 
 /// Nothing more arrives within `quiet`.
-async fn nothing_more(r: &mut Receiver, quiet: Duration) {
+async fn nothing_more(r: &mut Link, quiet: Duration) {
     if let Ok(m) = tokio::time::timeout(quiet, r.recv(true)).await {
         panic!("unexpected message on `{}`: {m:?}", r.address());
     }
 }
 
 fn prop<'a>(m: &'a Received, k: &str) -> Option<&'a str> {
-    m.meta.property(k).and_then(Value::as_str)
+    m.parts.meta.property(k).and_then(Value::as_str)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -96,7 +185,7 @@ async fn replies_deliveries_events_and_exact_faults() {
     cfg.failed_ratio = 0.2; // 5 and 15 (10 and 20 got error replies: an error wins)
     cfg.duplicate_every = 7; // 7 and 14
     let caps = cfg.amqp10.capabilities.clone();
-    let mut c = client("ecp-test-ba").await;
+    let c = client("ecp-test-ba").await;
     let mut replies = c.receiver(&cfg.reply, &caps, 100, None).await.unwrap();
     let mut events = c.receiver(&cfg.send_event, &caps, 100, None).await.unwrap();
     let mut inbox = c.receiver(&cfg.inbox, &caps, 100, None).await.unwrap();
@@ -118,7 +207,7 @@ async fn replies_deliveries_events_and_exact_faults() {
             })
             .await
             .unwrap();
-        assert_eq!(outcome, msgbench_driver_amqp10::client::Settled::Accepted);
+        assert_eq!(outcome, Outcome::Accepted);
         bodies.insert(format!("{seq}-run1"), body);
     }
     let t = Duration::from_secs(20);
@@ -127,7 +216,7 @@ async fn replies_deliveries_events_and_exact_faults() {
     let rs = take(&mut replies, 20, t).await;
     let mut errors = Vec::new();
     for r in &rs {
-        let ba = r.meta.correlation_id.clone().unwrap();
+        let ba = r.parts.meta.correlation_id.clone().unwrap();
         assert_eq!(prop(r, "baMessageID"), Some(ba.as_str()));
         assert!(
             prop(r, "messageID").is_some_and(|id| !id.is_empty()),
@@ -146,8 +235,12 @@ async fn replies_deliveries_events_and_exact_faults() {
     let mut seen: HashMap<String, u32> = HashMap::new();
     for d in &ds {
         let ba = prop(d, "baMessageID").unwrap().to_string();
-        assert_eq!(d.body, bodies[&ba].as_bytes(), "the body travels unchanged");
-        assert!(!d.text);
+        assert_eq!(
+            d.parts.body,
+            bodies[&ba].as_bytes(),
+            "the body travels unchanged"
+        );
+        assert!(!d.parts.text);
         assert_eq!(prop(d, "messageType"), Some("MSGBENCH-TEST"));
         assert_eq!(prop(d, "receiverCode"), Some("10V-RECEIVER"));
         assert!(prop(d, "senderCode").is_some());
@@ -166,9 +259,9 @@ async fn replies_deliveries_events_and_exact_faults() {
     let es = take(&mut events, 18 + 16 + 16 + 18 + 2, t).await;
     let mut by_status: HashMap<String, u64> = HashMap::new();
     for e in &es {
-        assert!(e.text, "status events are amqp-value strings");
+        assert!(e.parts.text, "status events are amqp-value strings");
         assert!(prop(e, "messageID").is_some() && prop(e, "baMessageID").is_some());
-        let status = String::from_utf8(e.body.to_vec()).unwrap();
+        let status = String::from_utf8(e.parts.body.to_vec()).unwrap();
         if status == "FAILED" {
             assert!(["5-run1", "15-run1"].contains(&prop(e, "baMessageID").unwrap()));
         }
@@ -219,7 +312,7 @@ async fn delays_do_not_serialize() {
     let mut cfg = config("delays");
     cfg.reply_delay = Duration::from_millis(200);
     let caps = cfg.amqp10.capabilities.clone();
-    let mut c = client("ecp-test-delay").await;
+    let c = client("ecp-test-delay").await;
     let mut replies = c.receiver(&cfg.reply, &caps, 500, None).await.unwrap();
     let mut outbox = c.sender(&cfg.outbox, &caps, false).await.unwrap();
     let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
@@ -229,23 +322,17 @@ async fn delays_do_not_serialize() {
     // Let the simulator attach, so the delay is not hidden in its start.
     tokio::time::sleep(Duration::from_millis(500)).await;
     let t0 = Instant::now();
-    let mut pending = Vec::new();
     for seq in 1..=300u64 {
         let meta = ba_message(seq, false);
-        pending.push(
-            outbox
-                .send(OutMessage {
-                    meta: Some(&meta),
-                    body: OutBody::Data(b"x"),
-                    durable: false,
-                })
-                .await
-                .unwrap(),
-        );
+        outbox
+            .send(OutMessage {
+                meta: Some(&meta),
+                body: OutBody::Data(b"x"),
+                durable: false,
+            })
+            .await;
     }
-    for p in pending {
-        p.await;
-    }
+    outbox.outcomes(300).await;
     let first = take(&mut replies, 1, Duration::from_secs(10)).await;
     assert!(
         t0.elapsed() >= Duration::from_millis(190),

@@ -1,46 +1,22 @@
-//! A small AMQP 1.0 client on fe2o3-amqp: what the driver and msgbench's simulators (the ECP
-//! endpoint in `msgbench-serve`) need, and nothing else.
+//! Where and how to connect, and the handshake: an `amqp10://` / `amqp10s://` URL parsed
+//! once ([`Endpoint`]) and [`Endpoint::open`], which makes a [`Conn`] of it.
 //!
-//! - [`Endpoint`]: an `amqp10://` / `amqp10s://` URL parsed once: where to connect, TLS (our
-//!   rustls with the run's [`TlsPlan`]), SASL PLAIN from the URL's userinfo (percent-decoded) or
-//!   ANONYMOUS without one, and a display form without the password.
-//! - [`Client`]: one connection with one session, opened within a timeout. TCP (NODELAY) and
-//!   TLS come from `msgbench-net`; fe2o3 speaks AMQP over the stream it is handed
-//!   (`open_with_stream`), so it needs none of its own TLS features. Its per-frame writes are
-//!   gathered into one write per batch (`gather`).
-//! - [`Sender`] / [`Receiver`]: links on an address with terminus capabilities (`queue` makes
-//!   Artemis create an anycast queue; Qpid Broker-J wants `create-on-demand`...). Sending
-//!   unsettled returns at once with a [`Pending`] outcome, so many transfers can be in flight.
-//! - [`OutMessage`] / [`Received`]: a message as msgbench sees it: [`Meta`] (ids, creation time,
-//!   application properties) and a body that is either bytes (one `data` section) or text (an
-//!   `amqp-value` string, as ECP's send events carry).
+//! - TCP (NODELAY) and TLS (rustls with the run's [`TlsPlan`]) come from `msgbench-net`.
+//! - SASL PLAIN with the URL's userinfo (percent-decoded), ANONYMOUS without one.
+//! - AMQP `open` and the session's `begin` are written together with the protocol header, so
+//!   the handshake costs two round trips after TLS.
 //!
 //! Errors are [`DriverError`]s that say what the broker said: the SASL outcome for a wrong
-//! password, the error condition and description of a refused link, with the link's address.
-//! Credentials never appear in them.
+//! password, the error condition and description of a refused connection. Credentials never
+//! appear in them.
 
-use crate::convert;
-use crate::gather::Gathered;
-use bytes::Bytes;
-use fe2o3_amqp::connection::{ConnectionHandle, OpenError};
-use fe2o3_amqp::link::delivery::{DeliveryFut, DeliveryInfo};
-use fe2o3_amqp::link::{
-    CreditMode, DetachError, ReceiverAttachError, RecvError, SendError, SenderAttachError,
-};
-use fe2o3_amqp::sasl_profile::SaslProfile;
-use fe2o3_amqp::session::{BeginError, SessionHandle};
-use fe2o3_amqp::types::definitions::{self, ReceiverSettleMode, SenderSettleMode};
-use fe2o3_amqp::types::messaging::{Body, Outcome, Source, Target};
-use fe2o3_amqp::types::primitives::{Symbol, Value};
-use fe2o3_amqp::{Connection, Delivery, Sendable, Session};
+use crate::conn::{CHUNK, Conn};
+use crate::frames::{self, AmqpError, Performative};
+use bytes::BytesMut;
 use msgbench_core::driver::{ConnectFailure, DriverError};
-use msgbench_core::meta::Meta;
 use msgbench_core::scenario::TlsPlan;
-use msgbench_net::Stream;
-use std::future::Future;
+use msgbench_net::Wire;
 use std::net::IpAddr;
-use std::pin::Pin;
-use std::task::{Context, Poll};
 use std::time::Duration;
 
 /// Default port of `amqp10://`.
@@ -124,16 +100,6 @@ impl Endpoint {
         &self.display
     }
 
-    fn sasl(&self) -> SaslProfile {
-        match &self.login {
-            Some((u, p)) => SaslProfile::Plain {
-                username: u.clone(),
-                password: p.clone(),
-            },
-            None => SaslProfile::Anonymous,
-        }
-    }
-
     fn who(&self) -> String {
         match &self.login {
             Some((u, _)) => format!("user `{u}`"),
@@ -149,511 +115,227 @@ impl Endpoint {
         }
     }
 
-    /// Why opening the AMQP connection failed, in words.
-    fn open_error(&self, e: OpenError) -> DriverError {
-        match e {
-            OpenError::SaslError { code, .. } => self.connect_error(
-                format!(
-                    "authentication failed: the broker refused {} (SASL outcome: {code:?})",
-                    self.who()
-                ),
-                ConnectFailure::Rejected,
-            ),
-            OpenError::Io(io) => {
-                let cause = msgbench_net::classify(&io);
-                let why = if cause == ConnectFailure::Reset {
-                    // RabbitMQ closes the socket on a wrong password instead of a SASL outcome.
-                    format!(
-                        "the broker closed the connection during the handshake ({io}): wrong credentials for {}, or not an AMQP 1.0 port",
-                        self.who()
-                    )
-                } else {
-                    format!("AMQP handshake: {io}")
-                };
-                self.connect_error(why, cause)
-            }
-            OpenError::ProtocolHeaderMismatch(h) => self.connect_error(
-                format!(
-                    "not an AMQP 1.0 server with SASL (it answered the protocol header with {h:?})"
-                ),
-                ConnectFailure::Rejected,
-            ),
-            OpenError::RemoteClosedWithError(err) => self.closed_with(&err),
-            OpenError::RemoteClosed => self.connect_error(
-                "the broker closed the connection during the AMQP open".into(),
-                ConnectFailure::Rejected,
-            ),
-            other => self.connect_error(format!("AMQP open: {other}"), ConnectFailure::Other),
-        }
-    }
-}
-
-impl Endpoint {
     /// The broker closed the connection with `err` while it was being set up (Artemis accepts
     /// any SASL mechanism, then refuses an unauthenticated connection this way).
-    fn closed_with(&self, err: &definitions::Error) -> DriverError {
-        let unauthorized = matches!(
-            err.condition,
-            definitions::ErrorCondition::AmqpError(definitions::AmqpError::UnauthorizedAccess)
-        );
+    fn closed_with(&self, err: Option<&AmqpError>) -> DriverError {
+        let unauthorized = err.is_some_and(|e| e.condition == "amqp:unauthorized-access");
+        let said = err.map_or_else(|| "no reason given".to_string(), AmqpError::to_string);
         let reason = if unauthorized {
             format!(
-                "authentication failed: the broker refused {}: {}",
-                self.who(),
-                describe(err)
+                "authentication failed: the broker refused {}: {said}",
+                self.who()
+            )
+        } else if self.login.is_none() {
+            format!(
+                "the broker closed the connection ({said}); for {} that usually means \
+                 authentication failed: put user:password in the URL",
+                self.who()
             )
         } else {
-            format!("the broker closed the connection: {}", describe(err))
+            format!("the broker closed the connection: {said}")
         };
         self.connect_error(reason, ConnectFailure::Rejected)
     }
 
-    fn begin_error(&self, e: BeginError) -> DriverError {
-        use fe2o3_amqp::connection::ConnectionStopReason as C;
-        match e {
-            BeginError::ConnectionStopped(C::RemoteClosedWithError(err))
-            | BeginError::RemoteEndedWithError(err) => self.closed_with(&err),
-            // Artemis refuses an unauthenticated connection by closing it as the session
-            // begins; the error it closes with does not always reach us before the close does.
-            BeginError::ConnectionStopped(stop) if self.login.is_none() => self.connect_error(
-                format!(
-                    "beginning a session: the broker closed the connection ({stop:?}); for {} \
-                     that usually means authentication failed: put user:password in the URL",
-                    self.who()
-                ),
-                ConnectFailure::Rejected,
-            ),
-            other => self.connect_error(
-                format!("beginning a session: {other}"),
-                ConnectFailure::Rejected,
-            ),
-        }
-    }
-}
-
-/// `condition: description` of an AMQP error, as the broker sent it.
-pub fn describe(e: &definitions::Error) -> String {
-    let cond = match &e.condition {
-        definitions::ErrorCondition::AmqpError(c) => Symbol::from(c).0,
-        definitions::ErrorCondition::ConnectionError(c) => Symbol::from(c).0,
-        definitions::ErrorCondition::SessionError(c) => Symbol::from(c).0,
-        definitions::ErrorCondition::LinkError(c) => Symbol::from(c).0,
-        definitions::ErrorCondition::Custom(s) => s.0.clone(),
-    };
-    match &e.description {
-        Some(d) => format!("{cond}: {d}"),
-        None => cond,
-    }
-}
-
-/// One connection with one session: what every producer, consumer and held session owns.
-pub struct Client {
-    conn: ConnectionHandle<()>,
-    session: SessionHandle<()>,
-    links: u32,
-}
-
-impl Client {
-    /// Connects to `ep` (TCP + TLS from `source` if given, SASL, AMQP open, session begin),
-    /// all within `timeout`. `container_id` names this client to the broker.
-    pub async fn connect(
-        ep: &Endpoint,
+    /// Connects (TCP + TLS from `source` if given), authenticates, opens the connection and
+    /// begins its session, all within `timeout`. `container_id` names this client.
+    pub async fn open(
+        &self,
         container_id: &str,
         source: Option<IpAddr>,
         timeout: Duration,
-    ) -> Result<Client, DriverError> {
-        let work = async {
-            let stream = msgbench_net::connect(&ep.target, source, ep.tls.as_ref(), timeout)
-                .await
-                .map_err(|e| ep.connect_error(e.detail, e.cause))?;
-            let builder = Connection::builder()
-                .container_id(container_id)
-                .hostname(ep.target.host.as_str())
-                .sasl_profile(ep.sasl());
-            // fe2o3 flushes every frame; `Gathered` turns that into one write per batch.
-            let mut conn = match stream {
-                Stream::Tcp(s) => builder.open_with_stream(Gathered::new(s)).await,
-                Stream::Tls(s) => builder.open_with_stream(Gathered::new(s)).await,
-            }
-            .map_err(|e| ep.open_error(e))?;
-            let session = Session::begin(&mut conn)
-                .await
-                .map_err(|e| ep.begin_error(e))?;
-            Ok(Client {
-                conn,
-                session,
-                links: 0,
-            })
-        };
-        match tokio::time::timeout(timeout, work).await {
+    ) -> Result<Conn, DriverError> {
+        match tokio::time::timeout(timeout, self.handshake(container_id, source, timeout)).await {
             Ok(r) => r,
-            Err(_) => Err(ep.connect_error(
+            Err(_) => Err(self.connect_error(
                 format!("no AMQP 1.0 connection within {timeout:?}"),
                 ConnectFailure::Timeout,
             )),
         }
     }
 
-    fn link_name(&mut self, role: &str, address: &str) -> String {
-        self.links += 1;
-        format!("msgbench-{role}-{}-{address}", self.links)
-    }
-
-    /// Attaches a sender to `address`. `settled`: transfers go pre-settled (no outcome).
-    pub async fn sender(
-        &mut self,
-        address: &str,
-        capabilities: &[String],
-        settled: bool,
-    ) -> Result<Sender, DriverError> {
-        let name = self.link_name("snd", address);
-        let mut target = Target::builder().address(address);
-        if !capabilities.is_empty() {
-            target = target.capabilities(symbols(capabilities));
-        }
-        let mode = if settled {
-            SenderSettleMode::Settled
-        } else {
-            SenderSettleMode::Unsettled
-        };
-        let link = fe2o3_amqp::Sender::builder()
-            .name(name)
-            .target(target.build())
-            .sender_settle_mode(mode)
-            .attach(&mut self.session)
-            .await
-            .map_err(|e| DriverError::Connect {
-                target: address.to_string(),
-                reason: format!(
-                    "the broker refused a sender link to `{address}`: {}",
-                    sender_attach_error(&e)
-                ),
-                cause: ConnectFailure::Rejected,
-            })?;
-        Ok(Sender {
-            link,
-            address: address.to_string(),
-        })
-    }
-
-    /// Attaches a receiver to `address` granting `credit` (refilled as deliveries are settled).
-    /// `name`: the link name (a shared subscription's name), or `None` for a unique one.
-    pub async fn receiver(
-        &mut self,
-        address: &str,
-        capabilities: &[String],
-        credit: u32,
-        name: Option<&str>,
-    ) -> Result<Receiver, DriverError> {
-        let name = match name {
-            Some(n) => n.to_string(),
-            None => self.link_name("rcv", address),
-        };
-        let mut source = Source::builder().address(address);
-        if !capabilities.is_empty() {
-            source = source.capabilities(symbols(capabilities));
-        }
-        let link = fe2o3_amqp::Receiver::builder()
-            .name(name)
-            .source(source.build())
-            .receiver_settle_mode(ReceiverSettleMode::First)
-            .credit_mode(CreditMode::Auto(credit.max(1)))
-            .auto_accept(false)
-            .attach(&mut self.session)
-            .await
-            .map_err(|e| {
-                DriverError::Subscribe(format!(
-                    "the broker refused a receiver link from `{address}`: {}",
-                    receiver_attach_error(&e)
-                ))
-            })?;
-        Ok(Receiver {
-            link,
-            address: address.to_string(),
-        })
-    }
-
-    /// Whether the connection has ended (lost or closed).
-    pub fn is_closed(&self) -> bool {
-        self.conn.is_closed() || self.session.is_ended()
-    }
-
-    /// Waits until the connection ends and says why. Cancel-safe.
-    pub async fn closed(&mut self) -> DriverError {
-        match self.conn.on_close().await {
-            Ok(()) => DriverError::Closed,
-            Err(e) => DriverError::Receive(format!("connection ended: {e}")),
-        }
-    }
-
-    /// Ends the session and closes the connection politely (bounded by `timeout`).
-    pub async fn close(mut self, timeout: Duration) {
-        let _ = tokio::time::timeout(timeout, async {
-            let _ = self.session.end().await;
-            let _ = self.conn.close().await;
-        })
-        .await;
-    }
-}
-
-fn symbols(caps: &[String]) -> Vec<Symbol> {
-    caps.iter().map(|c| Symbol::from(c.as_str())).collect()
-}
-
-fn sender_attach_error(e: &SenderAttachError) -> String {
-    match e {
-        SenderAttachError::RemoteClosedWithError(err) => describe(err),
-        SenderAttachError::IncomingTargetIsNone => {
-            "it answered without a target and sent no error (the address does not exist?)".into()
-        }
-        other => other.to_string(),
-    }
-}
-
-fn receiver_attach_error(e: &ReceiverAttachError) -> String {
-    match e {
-        ReceiverAttachError::RemoteClosedWithError(err) => describe(err),
-        ReceiverAttachError::IncomingSourceIsNone => {
-            "it answered without a source and sent no error (the address does not exist?)".into()
-        }
-        other => other.to_string(),
-    }
-}
-
-/// What went wrong on a link, for events and errors.
-pub fn send_error(e: &SendError) -> String {
-    match e {
-        SendError::Detached(d) => detach_error(d),
-        SendError::LinkStateError(l) => link_state_error(l),
-        other => other.to_string(),
-    }
-}
-
-fn detach_error(e: &DetachError) -> String {
-    match e {
-        DetachError::RemoteDetachedWithError(err) | DetachError::RemoteClosedWithError(err) => {
-            format!("the broker detached the link: {}", describe(err))
-        }
-        DetachError::SessionStopped(r) => stop_reason(r),
-        other => other.to_string(),
-    }
-}
-
-fn link_state_error(e: &fe2o3_amqp::link::LinkStateError) -> String {
-    use fe2o3_amqp::link::LinkStateError as L;
-    match e {
-        L::RemoteDetachedWithError(err) | L::RemoteClosedWithError(err) => {
-            format!("the broker detached the link: {}", describe(err))
-        }
-        L::SessionStopped(r) => stop_reason(r),
-        other => other.to_string(),
-    }
-}
-
-fn stop_reason(r: &fe2o3_amqp::link::SessionStopReason) -> String {
-    use fe2o3_amqp::connection::ConnectionStopReason as C;
-    use fe2o3_amqp::link::SessionStopReason as S;
-    match r {
-        S::ConnectionStopped(C::RemoteClosedWithError(err)) => {
-            format!("the broker closed the connection: {}", describe(err))
-        }
-        S::ConnectionStopped(C::RemoteClosed) => "the broker closed the connection".into(),
-        S::ConnectionStopped(_) => "the connection ended".into(),
-        S::RemoteEndedWithError(err) => format!("the broker ended the session: {}", describe(err)),
-        S::RemoteEnded => "the broker ended the session".into(),
-        S::Ended | S::EndedWithError(_) => "the session ended".into(),
-    }
-}
-
-/// What the receiving side said about a message.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Settled {
-    /// Accepted (or sent pre-settled).
-    Accepted,
-    /// Rejected, released or modified, with the broker's detail.
-    Refused(String),
-    /// No outcome will come: the link or connection is gone (why).
-    Lost(String),
-}
-
-/// The outcome of one unsettled transfer, resolved when the broker settles it.
-pub struct Pending(DeliveryFut<Result<Outcome, SendError>>);
-
-impl Future for Pending {
-    type Output = Settled;
-    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Settled> {
-        Pin::new(&mut self.0).poll(cx).map(|r| match r {
-            Ok(Outcome::Accepted(_)) => Settled::Accepted,
-            Ok(Outcome::Rejected(r)) => Settled::Refused(match r.error {
-                Some(e) => format!("rejected: {}", describe(&e)),
-                None => "rejected".into(),
-            }),
-            Ok(Outcome::Released(_)) => Settled::Refused("released".into()),
-            Ok(Outcome::Modified(m)) => Settled::Refused(format!(
-                "modified (delivery failed: {}, undeliverable here: {})",
-                m.delivery_failed.unwrap_or(false),
-                m.undeliverable_here.unwrap_or(false)
-            )),
-            #[allow(unreachable_patterns)]
-            Ok(_) => Settled::Refused("an unexpected outcome".into()),
-            Err(e) => Settled::Lost(send_error(&e)),
-        })
-    }
-}
-
-/// A message to send: metadata and body.
-#[derive(Debug, Clone, Copy)]
-pub struct OutMessage<'a> {
-    /// Ids, creation time and application properties.
-    pub meta: Option<&'a Meta>,
-    /// The body.
-    pub body: OutBody<'a>,
-    /// The `durable` header.
-    pub durable: bool,
-}
-
-/// A message body.
-#[derive(Debug, Clone, Copy)]
-pub enum OutBody<'a> {
-    /// One `data` section.
-    Data(&'a [u8]),
-    /// An `amqp-value` string.
-    Text(&'a str),
-}
-
-/// The sending end of a link.
-pub struct Sender {
-    link: fe2o3_amqp::Sender,
-    address: String,
-}
-
-impl Sender {
-    /// The link's address.
-    pub fn address(&self) -> &str {
-        &self.address
-    }
-
-    /// Sends `msg`. Returns once the transfer is handed to the connection (waiting only for
-    /// link credit); the outcome comes through the returned [`Pending`] (at once for a
-    /// pre-settled link).
-    pub async fn send(&mut self, msg: OutMessage<'_>) -> Result<Pending, String> {
-        let sendable: Sendable<Body<Value>> =
-            Sendable::builder().message(convert::message(msg)).build();
-        match self.link.send_batchable(sendable).await {
-            Ok(fut) => Ok(Pending(fut)),
-            Err(e) => Err(format!("sending to `{}`: {}", self.address, send_error(&e))),
-        }
-    }
-
-    /// Sends and waits for the outcome.
-    pub async fn send_wait(&mut self, msg: OutMessage<'_>) -> Result<Settled, String> {
-        Ok(self.send(msg).await?.await)
-    }
-
-    /// Detaches politely (bounded by `timeout`).
-    pub async fn close(self, timeout: Duration) {
-        let _ = tokio::time::timeout(timeout, self.link.close()).await;
-    }
-}
-
-/// One received message.
-#[derive(Debug)]
-pub struct Received {
-    /// Ids, creation time and application properties (empty unless asked for).
-    pub meta: Meta,
-    /// The body: the data sections' bytes, or an `amqp-value` string's or binary's bytes.
-    pub body: Bytes,
-    /// The body was an `amqp-value` string.
-    pub text: bool,
-    /// The broker delivered it before (delivery-count > 0).
-    pub redelivered: bool,
-    /// What settling it takes ([`Receiver::settle`]); kept when the message is handed on.
-    pub token: DeliveryToken,
-}
-
-/// Identifies one received delivery for settling it.
-#[derive(Debug, Clone)]
-pub struct DeliveryToken(DeliveryInfo);
-
-/// How a receiver settles deliveries.
-pub use msgbench_core::scenario::Disposition;
-
-/// The receiving end of a link.
-pub struct Receiver {
-    link: fe2o3_amqp::Receiver,
-    address: String,
-}
-
-impl Receiver {
-    /// The link's address.
-    pub fn address(&self) -> &str {
-        &self.address
-    }
-
-    /// The next message (`meta`: decode properties too). Cancel-safe (fe2o3's receive only
-    /// awaits its channel and sends nothing while auto-accept is off).
-    pub async fn recv(&mut self, meta: bool) -> Result<Received, String> {
-        let d: Delivery<Body<Value>> = self
-            .link
-            .recv()
-            .await
-            .map_err(|e| format!("receiving from `{}`: {}", self.address, recv_error(&e)))?;
-        let info = DeliveryInfo::from(&d);
-        let msg = d.into_message();
-        let redelivered = msg.header.as_ref().is_some_and(|h| h.delivery_count > 0);
-        let m = if meta {
-            convert::meta_of(&msg)
-        } else {
-            Meta::default()
-        };
-        let (body, text) = convert::body_of(msg.body);
-        Ok(Received {
-            meta: m,
-            body,
-            text,
-            redelivered,
-            token: DeliveryToken(info),
-        })
-    }
-
-    /// The next message if one is ready now (never waits).
-    pub async fn try_recv(&mut self, meta: bool) -> Option<Result<Received, String>> {
-        tokio::select! {
-            biased;
-            r = self.recv(meta) => Some(r),
-            () = std::future::ready(()) => None,
-        }
-    }
-
-    /// Settles `deliveries` as `how` (one disposition per run of consecutive ids).
-    pub async fn settle(
+    async fn handshake(
         &self,
-        deliveries: Vec<DeliveryToken>,
-        how: Disposition,
-    ) -> Result<(), String> {
-        if deliveries.is_empty() {
-            return Ok(());
-        }
-        let deliveries: Vec<DeliveryInfo> = deliveries.into_iter().map(|t| t.0).collect();
-        let r = match how {
-            Disposition::Accept => self.link.accept_all(deliveries).await,
-            Disposition::Release => self.link.release_all(deliveries).await,
-            Disposition::Reject => self.link.reject_all(deliveries, None).await,
+        container_id: &str,
+        source: Option<IpAddr>,
+        timeout: Duration,
+    ) -> Result<Conn, DriverError> {
+        let stream = msgbench_net::connect(&self.target, source, self.tls.as_ref(), timeout)
+            .await
+            .map_err(|e| self.connect_error(e.detail, e.cause))?;
+        let mut w = Wire::new(CHUNK);
+        w.attach(stream);
+        let host = self.target.host.as_str();
+
+        // SASL.
+        w.wbuf.extend_from_slice(frames::SASL_HEADER);
+        let io = |e: std::io::Error, stage: &str| {
+            let cause = msgbench_net::classify(&e);
+            let reason = if matches!(
+                e.kind(),
+                std::io::ErrorKind::UnexpectedEof | std::io::ErrorKind::ConnectionReset
+            ) {
+                format!(
+                    "the broker closed the connection during {stage}: wrong credentials for {}, \
+                     or not an AMQP 1.0 port",
+                    self.who()
+                )
+            } else {
+                format!("AMQP handshake ({stage}): {e}")
+            };
+            self.connect_error(reason, cause)
         };
-        r.map_err(|e| format!("settling on `{}`: {e}", self.address))
+        w.flush().await.map_err(|e| io(e, "the protocol header"))?;
+        let header = read_header(&mut w)
+            .await
+            .map_err(|e| io(e, "the protocol header"))?;
+        if &header != frames::SASL_HEADER {
+            return Err(self.connect_error(
+                format!("not an AMQP 1.0 server with SASL (it answered the protocol header with {header:?})"),
+                ConnectFailure::Rejected,
+            ));
+        }
+        let offered = match read_frame(&mut w)
+            .await
+            .map_err(|e| io(e, "authentication"))?
+        {
+            Performative::SaslMechanisms(m) => m,
+            other => return Err(self.unexpected("SASL mechanisms", &other)),
+        };
+        let has = |m: &str| offered.iter().any(|o| o == m);
+        match &self.login {
+            Some((u, p)) => {
+                if !has("PLAIN") {
+                    return Err(self.connect_error(
+                        format!(
+                            "the broker does not offer SASL PLAIN for {} (it offers {offered:?})",
+                            self.who()
+                        ),
+                        ConnectFailure::Rejected,
+                    ));
+                }
+                let mut r = Vec::with_capacity(u.len() + p.len() + 2);
+                r.push(0);
+                r.extend_from_slice(u.as_bytes());
+                r.push(0);
+                r.extend_from_slice(p.as_bytes());
+                frames::put_sasl_init(&mut w.wbuf, "PLAIN", Some(&r), host);
+            }
+            None => {
+                if !has("ANONYMOUS") {
+                    return Err(self.connect_error(
+                        format!(
+                            "authentication failed: the broker does not take {} (it offers {offered:?}): put user:password in the URL",
+                            self.who()
+                        ),
+                        ConnectFailure::Rejected,
+                    ));
+                }
+                frames::put_sasl_init(&mut w.wbuf, "ANONYMOUS", None, host);
+            }
+        }
+        w.flush().await.map_err(|e| io(e, "authentication"))?;
+        match read_frame(&mut w)
+            .await
+            .map_err(|e| io(e, "authentication"))?
+        {
+            Performative::SaslOutcome(0) => {}
+            Performative::SaslOutcome(code) => {
+                return Err(self.connect_error(
+                    format!(
+                        "authentication failed: the broker refused {} (SASL outcome: {})",
+                        self.who(),
+                        match code {
+                            1 => "auth",
+                            2 => "sys",
+                            3 => "sys-perm",
+                            _ => "sys-temp",
+                        }
+                    ),
+                    ConnectFailure::Rejected,
+                ));
+            }
+            other => return Err(self.unexpected("the SASL outcome", &other)),
+        }
+
+        // AMQP: header, open and begin in one write.
+        w.wbuf.extend_from_slice(frames::AMQP_HEADER);
+        frames::put_open(&mut w.wbuf, container_id, host);
+        frames::put_begin(&mut w.wbuf, 0, crate::conn::INCOMING_WINDOW);
+        w.flush().await.map_err(|e| io(e, "the AMQP open"))?;
+        let header = read_header(&mut w)
+            .await
+            .map_err(|e| io(e, "the AMQP open"))?;
+        if &header != frames::AMQP_HEADER {
+            return Err(self.connect_error(
+                format!("not an AMQP 1.0 server (it answered the AMQP header with {header:?})"),
+                ConnectFailure::Rejected,
+            ));
+        }
+        let (mut max_frame, mut idle_ms) = (frames::MAX_FRAME, None);
+        loop {
+            match read_frame(&mut w)
+                .await
+                .map_err(|e| io(e, "the AMQP open"))?
+            {
+                Performative::Open {
+                    max_frame: m,
+                    idle_ms: i,
+                } => {
+                    max_frame = m;
+                    idle_ms = i;
+                }
+                Performative::Begin {
+                    next_outgoing_id,
+                    incoming_window,
+                } => {
+                    w.shrink();
+                    return Ok(Conn::new(
+                        w,
+                        max_frame,
+                        idle_ms,
+                        next_outgoing_id,
+                        incoming_window,
+                    ));
+                }
+                Performative::Close(err) | Performative::End(err) => {
+                    return Err(self.closed_with(err.as_ref()));
+                }
+                Performative::Empty => {}
+                other => return Err(self.unexpected("the AMQP open", &other)),
+            }
+        }
     }
 
-    /// Detaches politely (bounded by `timeout`).
-    pub async fn close(self, timeout: Duration) {
-        let _ = tokio::time::timeout(timeout, self.link.close()).await;
+    fn unexpected(&self, wanted: &str, got: &Performative<'_>) -> DriverError {
+        self.connect_error(
+            format!("AMQP handshake: expected {wanted}, the broker sent {got:?}"),
+            ConnectFailure::Rejected,
+        )
     }
 }
 
-fn recv_error(e: &RecvError) -> String {
-    match e {
-        RecvError::LinkStateError(l) => link_state_error(l),
-        other => other.to_string(),
-    }
+/// The peer's 8-byte protocol header.
+async fn read_header(w: &mut Wire) -> std::io::Result<[u8; 8]> {
+    std::future::poll_fn(|cx| {
+        w.poll_next(cx, true, |b: &mut BytesMut| {
+            Ok::<_, crate::codec::CodecError>((b.len() >= 8).then(|| {
+                let mut h = [0u8; 8];
+                h.copy_from_slice(&b.split_to(8));
+                h
+            }))
+        })
+    })
+    .await
+}
+
+/// One whole frame's performative (handshake frames only: they own their strings).
+async fn read_frame(w: &mut Wire) -> std::io::Result<Performative<'static>> {
+    let (_, _, body) =
+        std::future::poll_fn(|cx| w.poll_next(cx, true, frames::split_frame)).await?;
+    let p = Performative::parse(&body)
+        .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidData, e.to_string()))?;
+    Ok(p.into_owned())
 }
 
 #[cfg(test)]

@@ -1,28 +1,29 @@
-//! The receiving side: a task per consumer owns the connection and the receiver link, hands
-//! deliveries to the runner in batches through a bounded channel and settles them after the
-//! hand-over; it reconnects on its own when the connection or the link is lost.
+//! The receiving side: the consumer owns its connection and receiver link and reads them in
+//! `recv` itself. Deliveries are settled in batches: the ids handed over are collected into a
+//! range and settled with one disposition when nothing more is buffered (or the range is
+//! long), so a busy consumer writes one disposition per read, not one per message.
 //!
-//! Why a task: the runner polls `recv` inside `select!` and drops it whenever its tick timer
-//! fires; reading from a channel is cancel-safe by construction, whatever the AMQP client does
-//! inside its receive. It also lets one disposition settle a whole batch of deliveries.
+//! Cancel-safety (the runner drops `recv` whenever its tick fires): all state lives in the
+//! struct, and a reconnection in progress is a future the consumer keeps, so a tick never
+//! throws a half-made connection away.
 
-use crate::client::{Client, Endpoint, Receiver};
+use crate::client::Endpoint;
+use crate::conn::{Conn, Event, LinkError, LinkId};
 use crate::{Backoff, Inner};
 use msgbench_core::driver::{Consumer, ConsumerSpec, Delivery, DriverError};
-use std::collections::VecDeque;
+use std::future::Future;
+use std::pin::Pin;
 use std::sync::Arc;
-use tokio::sync::{mpsc, oneshot};
-use tokio::task::JoinHandle;
+use std::task::{Context, Poll};
 
-/// Most deliveries handed over (and settled) at once.
-const MAX_BATCH: usize = 256;
+/// Most deliveries settled by one disposition.
+const MAX_BATCH: u32 = 256;
 
 /// What a consumer subscribes to, kept for reconnecting.
 struct Sub {
     d: Arc<Inner>,
     ep: Arc<Endpoint>,
     id: u64,
-    label: String,
     address: String,
     capabilities: Vec<String>,
     /// The link name of a shared subscription (a group on a `topic` address).
@@ -30,126 +31,36 @@ struct Sub {
     meta: bool,
 }
 
-struct Live {
-    client: Client,
-    receiver: Receiver,
-}
-
 impl Sub {
-    async fn open(&self) -> Result<Live, DriverError> {
+    async fn open(&self) -> Result<(Conn, LinkId), DriverError> {
         let d = &self.d;
-        let mut client =
-            Client::connect(&self.ep, &d.container_id("sub", self.id), None, d.timeout).await?;
-        let receiver = tokio::time::timeout(
+        let mut conn = self
+            .ep
+            .open(&d.container_id("sub", self.id), None, d.timeout)
+            .await?;
+        let link = tokio::time::timeout(
             d.timeout,
-            client.receiver(
+            conn.attach(
+                self.link_name.as_deref(),
                 &self.address,
                 &self.capabilities,
+                true,
+                false,
                 d.plan.credit,
-                self.link_name.as_deref(),
+                self.meta,
             ),
         )
         .await
         .map_err(|_| {
             DriverError::Timeout(format!("attaching a receiver to `{}`", self.address))
         })??;
-        Ok(Live { client, receiver })
-    }
-
-    /// Receives until `stop` fires or the consumer is dropped, reconnecting when needed.
-    async fn run(
-        self,
-        mut live: Live,
-        tx: mpsc::Sender<Vec<Delivery>>,
-        mut stop: oneshot::Receiver<()>,
-    ) {
-        let mut backoff = Backoff::new();
-        loop {
-            let why = match self.pump(&mut live, &tx, &mut stop).await {
-                Ok(()) => {
-                    live.receiver.close(self.d.timeout).await;
-                    live.client.close(self.d.timeout).await;
-                    return;
-                }
-                Err(why) => why,
-            };
-            self.d.events.connection_lost(&self.label, &why);
-            drop(live);
-            live = loop {
-                tokio::select! {
-                    _ = &mut stop => return,
-                    () = backoff.wait() => {}
-                }
-                let attempt = tokio::select! {
-                    _ = &mut stop => return,
-                    r = self.open() => r,
-                };
-                match attempt {
-                    Ok(l) => {
-                        backoff.reset();
-                        self.d
-                            .events
-                            .reconnected(&self.label, self.ep.display(), "");
-                        break l;
-                    }
-                    Err(_) => backoff.failed(),
-                }
-            };
-        }
-    }
-
-    /// Moves deliveries to the runner and settles them. `Ok` when told to stop (or nobody
-    /// listens any more), `Err(why)` when the link or connection failed.
-    async fn pump(
-        &self,
-        live: &mut Live,
-        tx: &mpsc::Sender<Vec<Delivery>>,
-        stop: &mut oneshot::Receiver<()>,
-    ) -> Result<(), String> {
-        let how = self.d.plan.on_receive;
-        let max = MAX_BATCH.min((self.d.plan.credit as usize / 2).max(1));
-        loop {
-            let first = tokio::select! {
-                _ = &mut *stop => return Ok(()),
-                r = live.receiver.recv(self.meta) => r?,
-            };
-            let mut batch = Vec::with_capacity(max.min(16));
-            let mut tokens = Vec::with_capacity(max.min(16));
-            let mut failed = None;
-            let mut take = |r: crate::client::Received| {
-                tokens.push(r.token);
-                batch.push(Delivery {
-                    payload: r.body,
-                    redelivered: r.redelivered,
-                    meta: self.meta.then(|| Box::new(r.meta)),
-                });
-            };
-            take(first);
-            let mut n = 1;
-            while n < max {
-                match live.receiver.try_recv(self.meta).await {
-                    Some(Ok(r)) => take(r),
-                    Some(Err(why)) => {
-                        failed = Some(why);
-                        break;
-                    }
-                    None => break,
-                }
-                n += 1;
-            }
-            tokio::select! {
-                _ = &mut *stop => return Ok(()),
-                sent = tx.send(batch) => if sent.is_err() { return Ok(()) },
-            }
-            live.receiver.settle(tokens, how).await?;
-            if let Some(why) = failed {
-                return Err(why);
-            }
-        }
+        Ok((conn, link))
     }
 }
 
-/// Subscribes (the first time synchronously, so errors reach the caller) and starts the task.
+type Connecting = Pin<Box<dyn Future<Output = Result<(Conn, LinkId), DriverError>> + Send>>;
+
+/// Subscribes (the first time synchronously, so errors reach the caller).
 pub(crate) async fn start(
     d: Arc<Inner>,
     spec: &ConsumerSpec,
@@ -170,68 +81,133 @@ pub(crate) async fn start(
         }
         _ => None,
     };
-    let sub = Sub {
+    let sub = Arc::new(Sub {
         id: spec.id as u64,
-        label: format!("consumer {}", spec.id),
         address: d.plan.address_of(&spec.topic),
         capabilities,
         link_name,
         meta: spec.meta,
         ep,
         d,
-    };
+    });
     let live = sub.open().await?;
-    let (tx, rx) = mpsc::channel(4);
-    let (stop_tx, stop_rx) = oneshot::channel();
-    let timeout = sub.d.timeout;
-    let task = tokio::spawn(sub.run(live, tx, stop_rx));
     Ok(Amqp10Consumer {
-        rx,
-        buf: VecDeque::new(),
-        stop: Some(stop_tx),
-        task: Some(task),
-        timeout,
+        label: format!("consumer {}", spec.id),
+        sub,
+        live: Some(live),
+        connecting: None,
+        backoff: Backoff::new(),
+        range: None,
     })
 }
 
-/// The AMQP 1.0 consumer: reads what its task received.
+/// The AMQP 1.0 consumer.
 pub struct Amqp10Consumer {
-    rx: mpsc::Receiver<Vec<Delivery>>,
-    buf: VecDeque<Delivery>,
-    stop: Option<oneshot::Sender<()>>,
-    task: Option<JoinHandle<()>>,
-    timeout: std::time::Duration,
+    sub: Arc<Sub>,
+    label: String,
+    live: Option<(Conn, LinkId)>,
+    connecting: Option<Connecting>,
+    backoff: Backoff,
+    /// Delivery ids handed over and not yet settled: first, last.
+    range: Option<(u32, u32)>,
+}
+
+impl Amqp10Consumer {
+    /// Writes the disposition of the ids handed over.
+    fn settle(&mut self) {
+        if let (Some((first, last)), Some((conn, _))) = (self.range.take(), self.live.as_mut()) {
+            conn.settle(first, last, self.sub.d.plan.on_receive);
+        }
+    }
+
+    fn lost(&mut self, why: &LinkError) {
+        self.range = None;
+        if self.live.take().is_some() {
+            self.sub.d.events.connection_lost(&self.label, why);
+        }
+    }
+
+    fn poll_delivery(&mut self, cx: &mut Context<'_>) -> Poll<Delivery> {
+        loop {
+            if let Some(c) = self.connecting.as_mut() {
+                match c.as_mut().poll(cx) {
+                    Poll::Ready(Ok(live)) => {
+                        self.connecting = None;
+                        self.live = Some(live);
+                        self.backoff.reset();
+                        let d = &self.sub.d;
+                        d.events.reconnected(&self.label, self.sub.ep.display(), "");
+                    }
+                    Poll::Ready(Err(_)) => {
+                        self.connecting = None;
+                        self.backoff.failed();
+                    }
+                    Poll::Pending => return Poll::Pending,
+                }
+            }
+            if self.live.is_none() {
+                let sub = self.sub.clone();
+                let wait = self.backoff.until();
+                self.connecting = Some(Box::pin(async move {
+                    tokio::time::sleep_until(wait).await;
+                    sub.open().await
+                }));
+                continue;
+            }
+            let Some((conn, _)) = self.live.as_mut() else {
+                continue;
+            };
+            if let Some((first, last)) = self.range
+                && (!conn.frame_ready() || last.wrapping_sub(first) >= MAX_BATCH)
+            {
+                self.settle();
+            }
+            let Some((conn, _)) = self.live.as_mut() else {
+                continue;
+            };
+            match conn.poll_event(cx, true) {
+                Poll::Ready(Ok(Event::Delivery(r))) => {
+                    if !r.settled {
+                        self.range = match self.range {
+                            Some((first, last)) if last.wrapping_add(1) == r.id => {
+                                Some((first, r.id))
+                            }
+                            Some(_) => {
+                                self.settle();
+                                Some((r.id, r.id))
+                            }
+                            None => Some((r.id, r.id)),
+                        };
+                    }
+                    let p = r.parts;
+                    return Poll::Ready(Delivery {
+                        payload: p.body,
+                        redelivered: p.redelivered,
+                        meta: self.sub.meta.then(|| Box::new(p.meta)),
+                    });
+                }
+                Poll::Ready(Ok(Event::Settled { .. })) => {}
+                Poll::Ready(Err(e)) => self.lost(&e),
+                Poll::Pending => return Poll::Pending,
+            }
+        }
+    }
 }
 
 impl Consumer for Amqp10Consumer {
     async fn recv(&mut self) -> Result<Option<Delivery>, DriverError> {
-        loop {
-            if let Some(d) = self.buf.pop_front() {
-                return Ok(Some(d));
-            }
-            match self.rx.recv().await {
-                Some(batch) => self.buf.extend(batch),
-                None => return Ok(None),
-            }
-        }
+        Ok(Some(
+            std::future::poll_fn(|cx| self.poll_delivery(cx)).await,
+        ))
     }
 
     async fn close(mut self) -> Result<(), DriverError> {
-        if let Some(s) = self.stop.take() {
-            let _ = s.send(());
-        }
-        if let Some(t) = self.task.take() {
-            // Detach and close take at most a timeout each.
-            let _ = tokio::time::timeout(self.timeout * 2 + self.timeout / 2, t).await;
+        self.settle();
+        if let Some((mut conn, link)) = self.live.take() {
+            let t = self.sub.d.timeout;
+            conn.detach(link, t).await;
+            conn.close(t).await;
         }
         Ok(())
-    }
-}
-
-impl Drop for Amqp10Consumer {
-    fn drop(&mut self) {
-        if let Some(s) = self.stop.take() {
-            let _ = s.send(());
-        }
     }
 }

@@ -1,24 +1,26 @@
 //! # msgbench-driver-amqp10
 //!
-//! AMQP 1.0 (ActiveMQ Artemis, Qpid Broker-J, RabbitMQ's AMQP 1.0 plugin, ECP endpoints) on
-//! fe2o3-amqp, for `amqp10://[user:pass@]host[:port]` and `amqp10s://` (TLS). TCP (NODELAY on)
-//! and TLS are msgbench's own (`msgbench-net`, the run's TLS settings); fe2o3 speaks AMQP over
-//! the stream. Credentials in the URL log in with SASL PLAIN, none with ANONYMOUS.
+//! AMQP 1.0 (ActiveMQ Artemis, Qpid Broker-J, RabbitMQ's AMQP 1.0 plugin, ECP endpoints) for
+//! `amqp10://[user:pass@]host[:port]` and `amqp10s://` (TLS), on msgbench's own implementation
+//! of the protocol: the type system, the frames and one connection with one session, owned by
+//! whoever uses it (no connection task, no per-frame allocation; a payload is copied once on
+//! the way out and handed to the runner as a slice of the read buffer on the way in). TCP
+//! (NODELAY on) and TLS are `msgbench-net`'s. Credentials in the URL log in with SASL PLAIN,
+//! none with ANONYMOUS.
 //!
 //! Each producer, consumer and held session owns one connection with one session:
 //! - a producer attaches one sender link per topic, to `[amqp10] address` with `{topic}`
 //!   replaced and the target capabilities of `[amqp10] capabilities` (`queue`: Artemis creates
 //!   an anycast queue; `topic`: a multicast address). Unsettled sends are pipelined: `send`
-//!   returns once the transfer is handed over (it waits only for link credit), the broker's
-//!   outcome arrives later as an ack (accepted = ok; rejected, released, modified = refused,
-//!   with one warning event carrying the broker's error). `settled = true` sends pre-settled:
-//!   no outcome, no acks.
-//! - a consumer attaches one receiver link with `credit` (refilled as it settles), hands each
-//!   delivery to the runner and settles it as `on_receive` says, one disposition per batch of
-//!   consecutive deliveries. It runs in a task of its own feeding a bounded channel, so `recv`
-//!   is cancel-safe whatever fe2o3 does inside. Several receivers on one queue compete (queue
-//!   groups); with the `topic` capability each receiver gets every message, and a group shares
-//!   one subscription (`shared` + `global`, the group as the link name, as Artemis does it).
+//!   returns once the transfer is written to the buffer (it waits only for link credit), the
+//!   broker's outcome arrives later as an ack (accepted = ok; rejected, released, modified =
+//!   refused, with one warning event carrying the broker's error). `settled = true` sends
+//!   pre-settled: no outcome, no acks.
+//! - a consumer attaches one receiver link with `credit` (refilled at half), hands each
+//!   delivery to the runner and settles it as `on_receive` says, one disposition per run of
+//!   consecutive deliveries. Several receivers on one queue compete (queue groups); with the
+//!   `topic` capability each receiver gets every message, and a group shares one subscription
+//!   (`shared` + `global`, the group as the link name, as Artemis does it).
 //! - metadata: `Outbound::meta` becomes `properties` (message-id, correlation-id, creation-time)
 //!   and `application-properties`; consumers asked for it fill `Delivery::meta` back.
 //!
@@ -30,23 +32,27 @@
 //! error condition and description.
 //!
 //! # Layout
-//! - [`client`]: the connection, links and messages (public: simulators use it too).
-//! - `convert`: `Meta` and bodies ↔ AMQP message sections.
-//! - `gather`: one socket write per batch of frames instead of one per frame.
+//! - [`codec`]: the AMQP type system (encoder, borrowing decoder).
+//! - [`frames`]: frames, performatives and message sections.
+//! - [`client`]: URLs and the handshake (SASL, open, begin).
+//! - [`conn`]: one connection: links, sending, receiving, settlement, flow control
+//!   (public: the ECP endpoint simulator in `msgbench-serve` uses it too).
 //! - `producer`, `consumer`: the runner's producers and consumers, with reconnection.
 //! - this file: the `Driver` and the held session of connection workloads.
 
 pub mod client;
+pub mod codec;
+pub mod conn;
 mod consumer;
-mod convert;
-mod gather;
+pub mod frames;
 mod producer;
 
 pub use consumer::Amqp10Consumer;
-pub use convert::id_string;
 pub use producer::Amqp10Producer;
 
-use client::{Client, Endpoint, OutBody, OutMessage, Sender};
+use client::Endpoint;
+use conn::{Conn, LinkId};
+use frames::{OutBody, OutMessage};
 use msgbench_core::driver::{
     Capabilities, ConsumerSpec, Driver, DriverError, EventSink, ProducerSpec, Session, SessionSpec,
 };
@@ -124,15 +130,11 @@ impl Driver for Amqp10Driver {
 
     async fn session(&self, spec: &SessionSpec) -> Result<Amqp10Session, DriverError> {
         let d = &self.0;
-        let client = Client::connect(
-            &d.ep,
-            &d.container_id("conn", spec.id),
-            spec.source,
-            d.timeout,
-        )
-        .await?;
+        let conn =
+            d.ep.open(&d.container_id("conn", spec.id), spec.source, d.timeout)
+                .await?;
         Ok(Amqp10Session {
-            client,
+            conn,
             sender: None,
             address: d.plan.address_of(&spec.topic),
             capabilities: d.plan.capabilities.clone(),
@@ -145,8 +147,8 @@ impl Driver for Amqp10Driver {
 /// A held connection (connection workloads): one connection and session; its first publish
 /// attaches a pre-settled sender.
 pub struct Amqp10Session {
-    client: Client,
-    sender: Option<Sender>,
+    conn: Conn,
+    sender: Option<LinkId>,
     address: String,
     capabilities: Vec<String>,
     durable: bool,
@@ -155,38 +157,53 @@ pub struct Amqp10Session {
 
 impl Session for Amqp10Session {
     async fn publish(&mut self, payload: &[u8]) -> Result<(), DriverError> {
-        if self.sender.is_none() {
-            let s = tokio::time::timeout(
-                self.timeout,
-                self.client.sender(&self.address, &self.capabilities, true),
-            )
-            .await
-            .map_err(|_| DriverError::Timeout(format!("attaching to `{}`", self.address)))??;
-            self.sender = Some(s);
-        }
-        let Some(sender) = self.sender.as_mut() else {
-            return Err(DriverError::Closed);
+        let link = match self.sender {
+            Some(l) => l,
+            None => {
+                let l = tokio::time::timeout(
+                    self.timeout,
+                    self.conn.attach(
+                        None,
+                        &self.address,
+                        &self.capabilities,
+                        false,
+                        true,
+                        0,
+                        false,
+                    ),
+                )
+                .await
+                .map_err(|_| DriverError::Timeout(format!("attaching to `{}`", self.address)))??;
+                self.sender = Some(l);
+                l
+            }
         };
-        sender
-            .send(OutMessage {
+        let send = |e: conn::LinkError| DriverError::Send(e.to_string());
+        self.conn.wait_credit(link).await.map_err(send)?;
+        self.conn.send(
+            link,
+            0,
+            &OutMessage {
                 meta: None,
                 body: OutBody::Data(payload),
                 durable: self.durable,
-            })
+            },
+        );
+        self.conn
+            .flush()
             .await
-            .map(drop)
-            .map_err(DriverError::Send)
+            .map_err(|e| DriverError::Send(e.to_string()))
     }
 
     async fn keep_alive(&mut self) -> DriverError {
-        self.client.closed().await
+        DriverError::Receive(format!("connection ended: {}", self.conn.closed().await))
     }
 
     async fn close(mut self) -> Result<(), DriverError> {
         if let Some(s) = self.sender.take() {
-            s.close(self.timeout).await;
+            self.conn.detach(s, self.timeout).await;
         }
-        self.client.close(self.timeout).await;
+        self.conn.close(self.timeout).await;
         Ok(())
     }
 }
@@ -212,6 +229,11 @@ impl Backoff {
     /// Waits until the next attempt is due.
     pub(crate) async fn wait(&self) {
         tokio::time::sleep_until(self.not_before).await;
+    }
+
+    /// When the next attempt is due.
+    pub(crate) fn until(&self) -> Instant {
+        self.not_before
     }
 
     /// An attempt failed: the next one waits longer.

@@ -1,43 +1,24 @@
-//! The sending side: one connection, one session, a sender link per topic.
+//! The sending side: one connection, one session, a sender link per topic, owned by the
+//! producer itself (no connection task: a send is an encode into the write buffer).
 //!
-//! Unsettled transfers are pipelined: `send` hands the transfer over and keeps its outcome as a
-//! future; `poll_ack` reports outcomes as they settle, in whatever order the broker settles
-//! them. When the connection (or a link) is lost, outcomes already settled are still reported,
-//! everything else sent on that connection is reported in doubt at once, and the next `send`
-//! reconnects (with backoff) before it sends.
+//! Unsettled transfers are pipelined: `send` writes the transfer (waiting only for link
+//! credit) and `poll_ack` reads the broker's dispositions as they come, in whatever order the
+//! broker settles. When the connection (or a link) is lost, outcomes already read are still
+//! reported, everything else sent on that connection is reported in doubt at once, and the
+//! next `send` reconnects (with backoff) before it sends.
 
-use crate::client::{Client, OutBody, OutMessage, Pending, Sender, Settled};
+use crate::conn::{CHUNK, Conn, Event, LinkError, LinkId};
+use crate::frames::{OutBody, OutMessage, Outcome};
 use crate::{Backoff, Inner};
-use futures_util::StreamExt;
-use futures_util::stream::FuturesUnordered;
 use msgbench_core::driver::{Ack, DriverError, DriverEventKind, Outbound, Producer, ProducerSpec};
 use std::collections::VecDeque;
-use std::future::Future;
-use std::pin::Pin;
 use std::sync::Arc;
-use std::task::{Context, Poll, Waker};
+use std::task::{Context, Poll};
 
-/// One connection's worth of sending.
+/// One connection's worth of sending: the connection and a sender per stream.
 struct Live {
-    client: Client,
-    senders: Vec<Sender>,
-}
-
-/// An outstanding transfer: its token, its stream (for naming the address) and its outcome.
-struct Tagged {
-    token: u64,
-    stream: u32,
-    outcome: Pending,
-}
-
-impl Future for Tagged {
-    type Output = (u64, u32, Settled);
-    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
-        let (token, stream) = (self.token, self.stream);
-        Pin::new(&mut self.outcome)
-            .poll(cx)
-            .map(|s| (token, stream, s))
-    }
+    conn: Conn,
+    senders: Vec<LinkId>,
 }
 
 /// The AMQP 1.0 producer.
@@ -47,7 +28,6 @@ pub struct Amqp10Producer {
     label: String,
     addresses: Vec<String>,
     live: Option<Live>,
-    pending: FuturesUnordered<Tagged>,
     acks: VecDeque<Ack>,
     /// Highest token sent on the current connection with its outcome still to come.
     last_token: Option<u64>,
@@ -69,7 +49,6 @@ impl Amqp10Producer {
             id: spec.id as u64,
             addresses,
             live: None,
-            pending: FuturesUnordered::new(),
             acks: VecDeque::new(),
             last_token: None,
             warned: false,
@@ -84,19 +63,28 @@ impl Amqp10Producer {
     /// A new connection with a sender on every address.
     async fn open(&self) -> Result<Live, DriverError> {
         let d = &self.d;
-        let mut client =
-            Client::connect(&d.ep, &d.container_id("pub", self.id), None, d.timeout).await?;
+        let mut conn =
+            d.ep.open(&d.container_id("pub", self.id), None, d.timeout)
+                .await?;
         let mut senders = Vec::with_capacity(self.addresses.len());
         for a in &self.addresses {
             let s = tokio::time::timeout(
                 d.timeout,
-                client.sender(a, &d.plan.capabilities, d.plan.settled),
+                conn.attach(
+                    None,
+                    a,
+                    &d.plan.capabilities,
+                    false,
+                    d.plan.settled,
+                    0,
+                    false,
+                ),
             )
             .await
             .map_err(|_| DriverError::Timeout(format!("attaching a sender to `{a}`")))??;
             senders.push(s);
         }
-        Ok(Live { client, senders })
+        Ok(Live { conn, senders })
     }
 
     /// One reconnection attempt (after the backoff's pause).
@@ -120,54 +108,68 @@ impl Amqp10Producer {
         }
     }
 
-    /// Turns one settled outcome into an ack (or into a lost connection).
-    fn on_outcome(&mut self, token: u64, stream: u32, s: Settled) -> Option<Ack> {
-        match s {
-            Settled::Accepted => Some(Ack::One { token, ok: true }),
-            Settled::Refused(why) => {
-                if !self.warned {
-                    self.warned = true;
-                    let addr = self.addresses.get(stream as usize).map_or("?", |a| a);
-                    self.d.events.emit(
-                        DriverEventKind::Warning,
-                        format!(
-                            "{}: the broker refused a message sent to `{addr}`: {why} (further refusals are counted, not reported)",
-                            self.label
-                        ),
-                    );
-                }
-                Some(Ack::One { token, ok: false })
-            }
-            Settled::Lost(why) => {
-                self.lost(&why);
-                None
-            }
+    /// Turns one outcome into an ack.
+    fn on_outcome(&mut self, token: u64, outcome: Outcome) -> Ack {
+        let why = match outcome {
+            Outcome::Accepted => return Ack::One { token, ok: true },
+            Outcome::Rejected(Some(e)) => format!("rejected: {e}"),
+            Outcome::Rejected(None) => "rejected".into(),
+            Outcome::Released => "released".into(),
+            Outcome::Modified {
+                delivery_failed,
+                undeliverable_here,
+            } => format!(
+                "modified (delivery failed: {delivery_failed}, undeliverable here: {undeliverable_here})"
+            ),
+            Outcome::Other => "an unexpected outcome".into(),
+        };
+        if !self.warned {
+            self.warned = true;
+            let addrs = self.addresses.join("`, `");
+            self.d.events.emit(
+                DriverEventKind::Warning,
+                format!(
+                    "{}: the broker refused a message sent to `{addrs}`: {why} (further refusals are counted, not reported)",
+                    self.label
+                ),
+            );
         }
+        Ack::One { token, ok: false }
     }
 
     /// The connection is gone: reports it (once), keeps the outcomes that did arrive, and
     /// declares everything else sent on it in doubt.
-    fn lost(&mut self, why: &str) {
-        let Some(live) = self.live.take() else {
+    fn lost(&mut self, why: &LinkError) {
+        let Some(mut live) = self.live.take() else {
             return;
         };
-        self.d.events.connection_lost(&self.label, &why);
+        self.d.events.connection_lost(&self.label, why);
         self.was_lost = true;
-        drop(live);
-        let mut cx = Context::from_waker(Waker::noop());
-        while let Poll::Ready(Some((token, _, s))) = self.pending.poll_next_unpin(&mut cx) {
-            if let Settled::Accepted = s {
-                self.acks.push_back(Ack::One { token, ok: true });
-            } else if let Settled::Refused(_) = s {
-                self.acks.push_back(Ack::One { token, ok: false });
+        let settled: Vec<Event> = live.conn.drain_events().collect();
+        for e in settled {
+            if let Event::Settled { tag, outcome } = e {
+                let a = self.on_outcome(tag, outcome);
+                self.acks.push_back(a);
             }
         }
         if let Some(up_to) = self.last_token.take()
-            && !self.pending.is_empty()
+            && live.conn.outstanding() > 0
         {
             self.acks.push_back(Ack::InDoubt { up_to });
         }
-        self.pending = FuturesUnordered::new();
+    }
+
+    /// Writes what is buffered; a failure loses the connection (its sends go in doubt).
+    async fn write_out(&mut self) {
+        let Some(live) = self.live.as_mut() else {
+            return;
+        };
+        if live.conn.buffered() == 0 {
+            return;
+        }
+        if let Err(e) = live.conn.flush().await {
+            self.lost(&LinkError::Io(e.to_string()));
+        }
     }
 }
 
@@ -178,48 +180,54 @@ impl Producer for Amqp10Producer {
             body: OutBody::Data(msg.payload),
             durable: self.d.plan.durable,
         };
-        // Two tries: a connection found dead when sending is replaced once right away (the
-        // transfer never went out), so an idle producer's first send after a broker restart
-        // is not lost.
+        // Two tries: a connection found dead while waiting for credit is replaced once right
+        // away (the transfer never went out), so an idle producer's first send after a broker
+        // restart is not lost.
         for attempt in 0..2 {
             if self.live.is_none() {
                 self.reconnect().await?;
             }
-            let Some(sender) = self
-                .live
-                .as_mut()
-                .and_then(|l| l.senders.get_mut(msg.stream as usize))
-            else {
+            let Some(live) = self.live.as_mut() else {
+                continue;
+            };
+            let Some(&link) = live.senders.get(msg.stream as usize) else {
                 return Err(DriverError::Config(format!(
                     "stream {} has no sender",
                     msg.stream
                 )));
             };
-            match sender.send(out).await {
-                Ok(outcome) => {
-                    if !self.d.plan.settled {
-                        self.pending.push(Tagged {
-                            token: msg.token,
-                            stream: msg.stream,
-                            outcome,
-                        });
-                        self.last_token = Some(msg.token);
-                    }
-                    return Ok(());
-                }
-                Err(why) => {
-                    self.lost(&why);
+            if !live.conn.can_send(link) {
+                let waited = match live.conn.flush().await {
+                    Ok(()) => live.conn.wait_credit(link).await,
+                    Err(e) => Err(LinkError::Io(e.to_string())),
+                };
+                if let Err(e) = waited {
+                    self.lost(&e);
                     if attempt == 1 {
-                        return Err(DriverError::Send(why));
+                        return Err(DriverError::Send(e.to_string()));
                     }
+                    continue;
                 }
             }
+            live.conn.send(link, msg.token, &out);
+            if !self.d.plan.settled {
+                self.last_token = Some(msg.token);
+            }
+            if live.conn.buffered() >= CHUNK {
+                self.write_out().await;
+            }
+            return Ok(());
         }
         Err(DriverError::Closed)
     }
 
+    async fn idle(&mut self) -> Result<(), DriverError> {
+        self.write_out().await;
+        Ok(())
+    }
+
     async fn flush(&mut self) -> Result<(), DriverError> {
-        // fe2o3 writes every frame as it goes.
+        self.write_out().await;
         Ok(())
     }
 
@@ -228,25 +236,29 @@ impl Producer for Amqp10Producer {
             if let Some(a) = self.acks.pop_front() {
                 return Poll::Ready(Some(a));
             }
-            match self.pending.poll_next_unpin(cx) {
-                Poll::Ready(Some((token, stream, s))) => {
-                    if let Some(a) = self.on_outcome(token, stream, s) {
-                        return Poll::Ready(Some(a));
-                    }
+            // Nothing outstanding (or the connection is gone): the next send reconnects;
+            // acks may come again after it, so this is never the end.
+            let Some(live) = self.live.as_mut() else {
+                return Poll::Pending;
+            };
+            match live.conn.poll_event(cx, false) {
+                Poll::Ready(Ok(Event::Settled { tag, outcome })) => {
+                    return Poll::Ready(Some(self.on_outcome(tag, outcome)));
                 }
-                // Nothing outstanding (or the connection is gone): the next send reconnects;
-                // acks may come again after it, so this is never the end.
-                Poll::Ready(None) | Poll::Pending => return Poll::Pending,
+                Poll::Ready(Ok(Event::Delivery(_))) => {}
+                Poll::Ready(Err(e)) => self.lost(&e),
+                Poll::Pending => return Poll::Pending,
             }
         }
     }
 
     async fn close(mut self) -> Result<(), DriverError> {
-        if let Some(live) = self.live.take() {
-            for s in live.senders {
-                s.close(self.d.timeout).await;
+        if let Some(mut live) = self.live.take() {
+            let t = self.d.timeout;
+            for s in live.senders.clone() {
+                live.conn.detach(s, t).await;
             }
-            live.client.close(self.d.timeout).await;
+            live.conn.close(t).await;
         }
         Ok(())
     }

@@ -1,0 +1,696 @@
+//! One AMQP 1.0 connection with one session, owned by the task that uses it: no connection
+//! task, no channel hops. Whoever owns the [`Conn`] writes frames into its buffer and pumps the
+//! socket with [`Conn::next_event`] (or [`Conn::poll_event`]); flow control, settlement
+//! bookkeeping and heartbeats happen inside that pump.
+//!
+//! - Links are attached by name ([`Conn::attach`]) and addressed by [`LinkId`].
+//! - Sending ([`Conn::send`]) writes the transfer straight into the write buffer (split into
+//!   frames when the peer's frame size asks for it); an unsettled send remembers the caller's
+//!   `tag`, and the broker's outcome comes back as [`Event::Settled`] with that tag, one event
+//!   per delivery even when one disposition settles a range.
+//! - Receiving: transfers arrive as [`Event::Delivery`] (a message split over frames is joined
+//!   first); credit is refilled by half whenever it runs half down, and the session's incoming
+//!   window is refreshed with it. Settling is [`Conn::settle`], one disposition per range.
+//! - The broker's idle timeout is honoured with empty frames at half its period.
+//!
+//! A detach, an end or a close from the broker, or an I/O error, ends the pump with a
+//! [`LinkError`] saying what the broker said; the connection is then of no further use.
+//! Everything lives in this struct, so the async methods are cancel-safe.
+
+use crate::client::Endpoint;
+use crate::frames::{
+    self, AmqpError, Disposition, OutMessage, Outcome, Parts, Performative, SessionFlow, Terminus,
+};
+use bytes::{Bytes, BytesMut};
+use msgbench_core::driver::{ConnectFailure, DriverError};
+use msgbench_net::Wire;
+use std::collections::VecDeque;
+use std::future::Future;
+use std::net::IpAddr;
+use std::pin::Pin;
+use std::task::{Context, Poll};
+use std::time::Duration;
+use tokio::time::{Instant, Sleep};
+
+/// Read buffer growth, and the write batch a sender flushes at.
+pub(crate) const CHUNK: usize = 64 * 1024;
+/// The session's incoming window (transfer frames); refreshed at half.
+pub(crate) const INCOMING_WINDOW: u32 = 1 << 16;
+
+/// Which link of a connection.
+pub type LinkId = usize;
+
+/// Why a connection (or one of its links) cannot go on.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum LinkError {
+    /// The broker closed the connection.
+    #[error("the broker closed the connection{}", why(.0))]
+    Closed(Option<AmqpError>),
+    /// The broker ended the session.
+    #[error("the broker ended the session{}", why(.0))]
+    Ended(Option<AmqpError>),
+    /// The broker detached a link.
+    #[error("the broker detached the link to `{address}`{}", why(.error))]
+    Detached {
+        address: String,
+        error: Option<AmqpError>,
+    },
+    /// The socket failed or the peer hung up.
+    #[error("connection lost: {0}")]
+    Io(String),
+}
+
+fn why(e: &Option<AmqpError>) -> String {
+    e.as_ref().map(|e| format!(": {e}")).unwrap_or_default()
+}
+
+/// What the pump hands out.
+#[derive(Debug)]
+pub enum Event {
+    /// The broker settled one of our unsettled transfers (`tag` as given to [`Conn::send`]).
+    Settled { tag: u64, outcome: Outcome },
+    /// A message arrived on a receiver link.
+    Delivery(Received),
+}
+
+/// One received message.
+#[derive(Debug)]
+pub struct Received {
+    /// The receiver link it came on.
+    pub link: LinkId,
+    /// Its delivery id, for [`Conn::settle`].
+    pub id: u32,
+    /// The broker sent it pre-settled (nothing to settle).
+    pub settled: bool,
+    /// Metadata (when the link asked for it), body, redelivery.
+    pub parts: Parts,
+}
+
+struct Link {
+    name: String,
+    address: String,
+    receiver: bool,
+    /// Sender: transfers go pre-settled.
+    settled: bool,
+    remote_handle: Option<u32>,
+    /// The peer's attach came (`Some(has_terminus)`).
+    answered: Option<bool>,
+    /// The peer detached it.
+    detached: Option<Option<AmqpError>>,
+    delivery_count: u32,
+    /// Sender: credit the broker gave; receiver: credit left before a refill.
+    credit: u32,
+    /// Receiver: the credit it keeps up.
+    window: u32,
+    /// Receiver: decode metadata.
+    meta: bool,
+    /// Receiver: a message arriving in several frames (id, settled, bytes so far).
+    partial: Option<(u32, bool, BytesMut)>,
+}
+
+/// One connection and its session (channel 0). See the module docs.
+pub struct Conn {
+    pub(crate) wire: Wire,
+    max_frame: usize,
+    heartbeat: Option<(Duration, Pin<Box<Sleep>>)>,
+    next_outgoing_id: u32,
+    remote_incoming_window: u32,
+    next_incoming_id: u32,
+    received_since_flow: u32,
+    next_delivery_id: u32,
+    links: Vec<Link>,
+    /// Tags of unsettled sends, from delivery id `unsettled_base` on (`None`: settled).
+    unsettled: VecDeque<Option<u64>>,
+    unsettled_base: u32,
+    events: VecDeque<Event>,
+    scratch: BytesMut,
+}
+
+impl Conn {
+    /// A connection over `wire` after the handshake: the broker's frame size and idle timeout,
+    /// the session's first ids and window.
+    pub(crate) fn new(
+        wire: Wire,
+        max_frame: u32,
+        idle_ms: Option<u32>,
+        remote_next_outgoing: u32,
+        remote_incoming_window: u32,
+    ) -> Conn {
+        let heartbeat = idle_ms.map(|ms| {
+            let every = Duration::from_millis((ms as u64 / 2).max(100));
+            (every, Box::pin(tokio::time::sleep(every)))
+        });
+        Conn {
+            wire,
+            max_frame: max_frame.clamp(frames::MIN_MAX_FRAME, frames::MAX_FRAME) as usize,
+            heartbeat,
+            next_outgoing_id: 0,
+            remote_incoming_window,
+            next_incoming_id: remote_next_outgoing,
+            received_since_flow: 0,
+            next_delivery_id: 0,
+            links: Vec::new(),
+            unsettled: VecDeque::new(),
+            unsettled_base: 0,
+            events: VecDeque::new(),
+            scratch: BytesMut::new(),
+        }
+    }
+
+    /// Opens a connection to `ep` and begins its session (see [`Endpoint::open`]).
+    pub async fn open(
+        ep: &Endpoint,
+        container_id: &str,
+        source: Option<IpAddr>,
+        timeout: Duration,
+    ) -> Result<Conn, DriverError> {
+        ep.open(container_id, source, timeout).await
+    }
+
+    fn session_flow(&mut self) -> SessionFlow {
+        self.received_since_flow = 0;
+        SessionFlow {
+            next_incoming_id: self.next_incoming_id,
+            incoming_window: INCOMING_WINDOW,
+            next_outgoing_id: self.next_outgoing_id,
+        }
+    }
+
+    /// Attaches a sender (`credit` unused) or a receiver granting `credit`, on `address` with
+    /// terminus `capabilities`; `name` is the link name (a shared subscription's), or a unique
+    /// one is made. Waits for the broker's answer; a refusal says what the broker said.
+    #[allow(clippy::too_many_arguments)]
+    pub async fn attach(
+        &mut self,
+        name: Option<&str>,
+        address: &str,
+        capabilities: &[String],
+        receiver: bool,
+        settled: bool,
+        credit: u32,
+        meta: bool,
+    ) -> Result<LinkId, DriverError> {
+        let id = self.links.len();
+        let role = if receiver { "rcv" } else { "snd" };
+        let name = name.map_or_else(
+            || format!("msgbench-{role}-{}-{address}", id + 1),
+            str::to_string,
+        );
+        frames::put_attach(
+            &mut self.wire.wbuf,
+            &name,
+            id as u32,
+            receiver,
+            settled,
+            &Terminus {
+                address,
+                capabilities,
+            },
+        );
+        let credit = credit.max(1);
+        self.links.push(Link {
+            name,
+            address: address.to_string(),
+            receiver,
+            settled,
+            remote_handle: None,
+            answered: None,
+            detached: None,
+            delivery_count: 0,
+            credit: if receiver { credit } else { 0 },
+            window: credit,
+            meta,
+            partial: None,
+        });
+        let refused = |why: String| {
+            let what = if receiver {
+                "a receiver link from"
+            } else {
+                "a sender link to"
+            };
+            let reason = format!("the broker refused {what} `{address}`: {why}");
+            if receiver {
+                DriverError::Subscribe(reason)
+            } else {
+                DriverError::Connect {
+                    target: address.to_string(),
+                    reason,
+                    cause: ConnectFailure::Rejected,
+                }
+            }
+        };
+        let lost = |e: LinkError| refused(e.to_string());
+        self.flush()
+            .await
+            .map_err(|e| lost(LinkError::Io(e.to_string())))?;
+        loop {
+            let l = &self.links[id];
+            if let Some(err) = &l.detached {
+                return Err(refused(match err {
+                    Some(e) => e.to_string(),
+                    None => "it detached the link without an error".into(),
+                }));
+            }
+            if l.answered == Some(true) {
+                break;
+            }
+            // Answered without a terminus: a detach with the reason follows (if any).
+            let step = if l.answered == Some(false) {
+                match tokio::time::timeout(Duration::from_secs(2), self.pump_one()).await {
+                    Ok(r) => r,
+                    Err(_) => {
+                        let side = if receiver { "source" } else { "target" };
+                        return Err(refused(format!(
+                            "it answered without a {side} and sent no error (the address does not exist?)"
+                        )));
+                    }
+                }
+            } else {
+                self.pump_one().await
+            };
+            step.map_err(lost)?;
+        }
+        if receiver {
+            let s = self.session_flow();
+            let l = &self.links[id];
+            frames::put_flow(
+                &mut self.wire.wbuf,
+                s,
+                Some((id as u32, l.delivery_count, credit)),
+            );
+            self.flush()
+                .await
+                .map_err(|e| lost(LinkError::Io(e.to_string())))?;
+        }
+        Ok(id)
+    }
+
+    /// Reads and handles one frame (events it yields are queued).
+    async fn pump_one(&mut self) -> Result<(), LinkError> {
+        std::future::poll_fn(|cx| match self.poll_frame(cx, true) {
+            Poll::Ready(r) => Poll::Ready(r),
+            Poll::Pending => Poll::Pending,
+        })
+        .await
+    }
+
+    /// The link's address.
+    pub fn address(&self, link: LinkId) -> &str {
+        &self.links[link].address
+    }
+
+    /// Whether `link` (a sender) may send now: it has credit and the session window is open.
+    pub fn can_send(&self, link: LinkId) -> bool {
+        self.links[link].credit > 0 && self.remote_incoming_window > 0
+    }
+
+    /// Waits until `link` may send, handling (and queueing) whatever arrives meanwhile.
+    pub async fn wait_credit(&mut self, link: LinkId) -> Result<(), LinkError> {
+        while !self.can_send(link) {
+            self.pump_one().await?;
+        }
+        Ok(())
+    }
+
+    /// Writes `msg` as a transfer on sender `link` (which [`Conn::can_send`]); unless the link
+    /// sends pre-settled, its outcome will come as [`Event::Settled`] with `tag`. Nothing is
+    /// written to the socket yet (see [`Conn::flush`]).
+    pub fn send(&mut self, link: LinkId, tag: u64, msg: &OutMessage<'_>) {
+        let id = self.next_delivery_id;
+        self.next_delivery_id = id.wrapping_add(1);
+        let l = &mut self.links[link];
+        l.credit = l.credit.saturating_sub(1);
+        l.delivery_count = l.delivery_count.wrapping_add(1);
+        let (handle, settled) = (link as u32, l.settled);
+        let body_len = match msg.body {
+            frames::OutBody::Data(b) => b.len(),
+            frames::OutBody::Text(s) => s.len(),
+        };
+        let fits = frames::TRANSFER_OVERHEAD + frames::message_overhead(msg) + body_len;
+        if fits <= self.max_frame {
+            frames::put_transfer(&mut self.wire.wbuf, handle, Some(id), settled, false, |b| {
+                frames::put_message(b, msg)
+            });
+            self.sent_frames(1);
+        } else {
+            self.scratch.clear();
+            frames::put_message(&mut self.scratch, msg);
+            let chunk = self.max_frame - frames::TRANSFER_OVERHEAD;
+            let whole = self.scratch.split().freeze();
+            let n = whole.len().div_ceil(chunk);
+            for (i, part) in whole.chunks(chunk).enumerate() {
+                let first = (i == 0).then_some(id);
+                frames::put_transfer(
+                    &mut self.wire.wbuf,
+                    handle,
+                    first,
+                    settled,
+                    i + 1 < n,
+                    |b| b.extend_from_slice(part),
+                );
+            }
+            self.sent_frames(n as u32);
+            self.scratch = whole.try_into_mut().unwrap_or_default();
+        }
+        if !settled {
+            if self.unsettled.is_empty() {
+                self.unsettled_base = id;
+            }
+            self.unsettled.push_back(Some(tag));
+        } else if !self.unsettled.is_empty() {
+            self.unsettled.push_back(None);
+        }
+    }
+
+    fn sent_frames(&mut self, n: u32) {
+        self.next_outgoing_id = self.next_outgoing_id.wrapping_add(n);
+        self.remote_incoming_window = self.remote_incoming_window.saturating_sub(n);
+    }
+
+    /// Unsettled transfers sent and not yet settled by the broker.
+    pub fn outstanding(&self) -> usize {
+        self.unsettled.iter().filter(|t| t.is_some()).count()
+    }
+
+    /// Writes a disposition settling received deliveries `first..=last` as `how`.
+    pub fn settle(&mut self, first: u32, last: u32, how: Disposition) {
+        frames::put_disposition(&mut self.wire.wbuf, first, last, how);
+    }
+
+    /// Takes the events already read and not handed out (a lost connection's last outcomes).
+    pub fn drain_events(&mut self) -> impl Iterator<Item = Event> + '_ {
+        self.events.drain(..)
+    }
+
+    /// Whether a whole frame is already buffered (reading on will not wait).
+    pub fn frame_ready(&self) -> bool {
+        let b = &self.wire.rbuf;
+        !self.events.is_empty()
+            || (b.len() >= 8 && b.len() >= u32::from_be_bytes([b[0], b[1], b[2], b[3]]) as usize)
+    }
+
+    /// Writes everything buffered.
+    pub async fn flush(&mut self) -> std::io::Result<()> {
+        self.wire.flush().await
+    }
+
+    /// Bytes waiting to be written.
+    pub fn buffered(&self) -> usize {
+        self.wire.wbuf.len()
+    }
+
+    /// The next event, reading as needed; with `flush`, pending writes go out before it waits.
+    pub fn poll_event(
+        &mut self,
+        cx: &mut Context<'_>,
+        flush: bool,
+    ) -> Poll<Result<Event, LinkError>> {
+        loop {
+            if let Some(e) = self.events.pop_front() {
+                return Poll::Ready(Ok(e));
+            }
+            match self.poll_frame(cx, flush) {
+                Poll::Ready(Ok(())) => {}
+                Poll::Ready(Err(e)) => return Poll::Ready(Err(e)),
+                Poll::Pending => return Poll::Pending,
+            }
+        }
+    }
+
+    /// [`Conn::poll_event`] with flushing, as a future. Cancel-safe.
+    pub async fn next_event(&mut self) -> Result<Event, LinkError> {
+        std::future::poll_fn(|cx| self.poll_event(cx, true)).await
+    }
+
+    /// Reads one frame and handles it (heartbeats go out on the way).
+    fn poll_frame(&mut self, cx: &mut Context<'_>, flush: bool) -> Poll<Result<(), LinkError>> {
+        let mut beat = false;
+        if let Some((every, sleep)) = &mut self.heartbeat
+            && sleep.as_mut().poll(cx).is_ready()
+        {
+            sleep.as_mut().reset(Instant::now() + *every);
+            // Registers for the next period.
+            let _ = sleep.as_mut().poll(cx);
+            beat = true;
+        }
+        if beat {
+            frames::put_heartbeat(&mut self.wire.wbuf);
+            if let Poll::Ready(Err(e)) = self.wire.poll_flush(cx) {
+                return Poll::Ready(Err(LinkError::Io(e.to_string())));
+            }
+        }
+        let frame = match self.wire.poll_next(cx, flush, frames::split_frame) {
+            Poll::Ready(Ok(f)) => f,
+            Poll::Ready(Err(e)) => {
+                let why = if e.kind() == std::io::ErrorKind::UnexpectedEof {
+                    "the broker hung up".to_string()
+                } else {
+                    e.to_string()
+                };
+                return Poll::Ready(Err(LinkError::Io(why)));
+            }
+            Poll::Pending => return Poll::Pending,
+        };
+        let (_kind, _channel, body) = frame;
+        Poll::Ready(self.on_frame(body))
+    }
+
+    fn link_of(&self, remote_handle: u32) -> Option<LinkId> {
+        self.links
+            .iter()
+            .position(|l| l.remote_handle == Some(remote_handle))
+    }
+
+    fn on_frame(&mut self, body: Bytes) -> Result<(), LinkError> {
+        let p = Performative::parse(&body).map_err(|e| LinkError::Io(e.to_string()))?;
+        match p {
+            Performative::Transfer {
+                handle,
+                delivery_id,
+                settled,
+                more,
+                aborted,
+                payload_at,
+            } => self.on_transfer(
+                handle,
+                delivery_id,
+                settled,
+                more,
+                aborted,
+                body.slice(payload_at..),
+            ),
+            Performative::Disposition {
+                receiver: true,
+                first,
+                last,
+                settled,
+                outcome,
+            } => {
+                if !settled && outcome == Outcome::Other {
+                    return Ok(());
+                }
+                let outcome = if outcome == Outcome::Other {
+                    Outcome::Accepted
+                } else {
+                    outcome
+                };
+                let mut id = first;
+                loop {
+                    let idx = id.wrapping_sub(self.unsettled_base) as usize;
+                    if let Some(Some(tag)) = self.unsettled.get_mut(idx).map(Option::take) {
+                        self.events.push_back(Event::Settled {
+                            tag,
+                            outcome: outcome.clone(),
+                        });
+                    }
+                    if id == last {
+                        break;
+                    }
+                    id = id.wrapping_add(1);
+                }
+                while let Some(None) = self.unsettled.front() {
+                    self.unsettled.pop_front();
+                    self.unsettled_base = self.unsettled_base.wrapping_add(1);
+                }
+                Ok(())
+            }
+            Performative::Flow {
+                next_incoming_id,
+                incoming_window,
+                handle,
+                delivery_count,
+                link_credit,
+                echo,
+            } => {
+                let nii = next_incoming_id.unwrap_or(0);
+                self.remote_incoming_window = nii
+                    .wrapping_add(incoming_window)
+                    .wrapping_sub(self.next_outgoing_id);
+                if let Some(id) = handle.and_then(|h| self.link_of(h)) {
+                    let l = &mut self.links[id];
+                    // A receiver that has not seen our attach yet leaves delivery-count out:
+                    // it counts from our initial delivery count (0).
+                    if !l.receiver
+                        && let Some(credit) = link_credit
+                    {
+                        let count = delivery_count.unwrap_or(0);
+                        l.credit = count.wrapping_add(credit).wrapping_sub(l.delivery_count);
+                    }
+                    if echo {
+                        let (count, credit) = (l.delivery_count, l.credit);
+                        let s = self.session_flow();
+                        frames::put_flow(&mut self.wire.wbuf, s, Some((id as u32, count, credit)));
+                    }
+                } else if echo {
+                    let s = self.session_flow();
+                    frames::put_flow(&mut self.wire.wbuf, s, None);
+                }
+                Ok(())
+            }
+            Performative::Attach {
+                name,
+                handle,
+                has_terminus,
+            } => {
+                if let Some(l) = self
+                    .links
+                    .iter_mut()
+                    .find(|l| l.name == name && l.answered.is_none())
+                {
+                    l.remote_handle = Some(handle);
+                    l.answered = Some(has_terminus);
+                }
+                Ok(())
+            }
+            Performative::Detach { handle, error } => {
+                let Some(id) = self.link_of(handle) else {
+                    return Ok(());
+                };
+                let l = &mut self.links[id];
+                l.detached = Some(error.clone());
+                if l.answered == Some(true) {
+                    return Err(LinkError::Detached {
+                        address: l.address.clone(),
+                        error,
+                    });
+                }
+                Ok(())
+            }
+            Performative::End(e) => Err(LinkError::Ended(e)),
+            Performative::Close(e) => Err(LinkError::Closed(e)),
+            _ => Ok(()),
+        }
+    }
+
+    fn on_transfer(
+        &mut self,
+        handle: u32,
+        delivery_id: Option<u32>,
+        settled: bool,
+        more: bool,
+        aborted: bool,
+        payload: Bytes,
+    ) -> Result<(), LinkError> {
+        self.next_incoming_id = self.next_incoming_id.wrapping_add(1);
+        self.received_since_flow += 1;
+        let Some(link) = self.link_of(handle) else {
+            return Ok(());
+        };
+        let l = &mut self.links[link];
+        let continuing = l.partial.is_some();
+        if !continuing {
+            l.delivery_count = l.delivery_count.wrapping_add(1);
+            l.credit = l.credit.saturating_sub(1);
+        }
+        let mut refill = None;
+        if l.credit <= l.window / 2 {
+            l.credit = l.window;
+            refill = Some((link as u32, l.delivery_count, l.window));
+        }
+        let done = if aborted {
+            l.partial = None;
+            None
+        } else if more || continuing {
+            let (id, s, mut buf) = l
+                .partial
+                .take()
+                .unwrap_or_else(|| (delivery_id.unwrap_or(0), settled, BytesMut::new()));
+            buf.extend_from_slice(&payload);
+            if more {
+                l.partial = Some((id, s, buf));
+                None
+            } else {
+                Some((id, s, buf.freeze()))
+            }
+        } else {
+            Some((delivery_id.unwrap_or(0), settled, payload))
+        };
+        let meta = l.meta;
+        if let Some((id, settled, bytes)) = done {
+            let parts =
+                frames::read_message(&bytes, meta).map_err(|e| LinkError::Io(e.to_string()))?;
+            self.events.push_back(Event::Delivery(Received {
+                link,
+                id,
+                settled,
+                parts,
+            }));
+        }
+        if let Some(r) = refill {
+            let s = self.session_flow();
+            frames::put_flow(&mut self.wire.wbuf, s, Some(r));
+        } else if self.received_since_flow >= INCOMING_WINDOW / 2 {
+            let s = self.session_flow();
+            frames::put_flow(&mut self.wire.wbuf, s, None);
+        }
+        Ok(())
+    }
+
+    /// Detaches `link` politely, waiting (at most `timeout`) for the broker's detach.
+    pub async fn detach(&mut self, link: LinkId, timeout: Duration) {
+        frames::put_detach(&mut self.wire.wbuf, link as u32);
+        let _ = tokio::time::timeout(timeout, async {
+            self.flush().await.ok()?;
+            while self.links[link].detached.is_none() {
+                match self.pump_one().await {
+                    Ok(()) => {}
+                    // The link's own detach answers ours.
+                    Err(LinkError::Detached { .. }) => break,
+                    Err(_) => return None,
+                }
+            }
+            Some(())
+        })
+        .await;
+    }
+
+    /// Ends the session and closes the connection, waiting (at most `timeout`) for the
+    /// broker's close so everything before it has been handled.
+    pub async fn close(mut self, timeout: Duration) {
+        frames::put_end(&mut self.wire.wbuf);
+        frames::put_close(&mut self.wire.wbuf);
+        let _ = tokio::time::timeout(timeout, async {
+            if self.flush().await.is_err() {
+                return;
+            }
+            loop {
+                match self.pump_one().await {
+                    Ok(()) | Err(LinkError::Ended(_)) | Err(LinkError::Detached { .. }) => {}
+                    Err(_) => return,
+                }
+            }
+        })
+        .await;
+        self.wire.detach();
+    }
+
+    /// Waits until the connection fails or the broker closes it (held sessions), keeping it
+    /// alive meanwhile; events are dropped.
+    pub async fn closed(&mut self) -> LinkError {
+        loop {
+            if let Err(e) = self.next_event().await {
+                return e;
+            }
+        }
+    }
+}

@@ -1,0 +1,1006 @@
+//! AMQP 1.0 frames (spec part 2) and messages (part 3), as msgbench writes and reads them.
+//!
+//! Writing: each `put_*` appends one whole frame to a connection's write buffer; a transfer's
+//! message is encoded straight after its performative ([`put_message`]), so a payload is copied
+//! once, into the buffer the socket writes from. Reading: [`split_frame`] takes one frame off
+//! the read buffer as `Bytes`, [`Performative::parse`] reads the fields msgbench acts on, and
+//! [`read_message`] finds a message's sections, handing the body back as a slice of the frame.
+
+use crate::codec::{CodecError, Dec, Enc, Value};
+use bytes::{BufMut, Bytes, BytesMut};
+use msgbench_core::meta::{self, Meta};
+
+/// The protocol header that starts the SASL layer.
+pub const SASL_HEADER: &[u8; 8] = b"AMQP\x03\x01\x00\x00";
+/// The protocol header that starts AMQP proper.
+pub const AMQP_HEADER: &[u8; 8] = b"AMQP\x00\x01\x00\x00";
+/// The largest frame msgbench accepts (and offers in `open`).
+pub const MAX_FRAME: u32 = 1 << 20;
+/// The smallest maximum frame size a peer may ask for.
+pub const MIN_MAX_FRAME: u32 = 512;
+
+const OPEN: u64 = 0x10;
+const BEGIN: u64 = 0x11;
+const ATTACH: u64 = 0x12;
+const FLOW: u64 = 0x13;
+const TRANSFER: u64 = 0x14;
+const DISPOSITION: u64 = 0x15;
+const DETACH: u64 = 0x16;
+const END: u64 = 0x17;
+const CLOSE: u64 = 0x18;
+const ERROR: u64 = 0x1d;
+const SOURCE: u64 = 0x28;
+const TARGET: u64 = 0x29;
+const ACCEPTED: u64 = 0x24;
+const REJECTED: u64 = 0x25;
+const RELEASED: u64 = 0x26;
+const MODIFIED: u64 = 0x27;
+const SASL_MECHANISMS: u64 = 0x40;
+const SASL_INIT: u64 = 0x41;
+const SASL_OUTCOME: u64 = 0x44;
+const HEADER: u64 = 0x70;
+const PROPERTIES: u64 = 0x73;
+const APP_PROPERTIES: u64 = 0x74;
+const DATA: u64 = 0x75;
+const AMQP_VALUE: u64 = 0x77;
+
+/// Frame types.
+pub const AMQP: u8 = 0;
+pub const SASL: u8 = 1;
+
+/// Appends one frame on `channel`: the 8-byte header, then what `body` writes.
+pub fn put_frame(buf: &mut BytesMut, kind: u8, channel: u16, body: impl FnOnce(&mut Enc)) {
+    let at = buf.len();
+    buf.put_u32(0);
+    buf.put_u8(2);
+    buf.put_u8(kind);
+    buf.put_u16(channel);
+    body(&mut Enc::new(buf));
+    let size = (buf.len() - at) as u32;
+    buf[at..at + 4].copy_from_slice(&size.to_be_bytes());
+}
+
+/// An empty frame: keeps an idle connection alive.
+pub fn put_heartbeat(buf: &mut BytesMut) {
+    buf.put_slice(&[0, 0, 0, 8, 2, 0, 0, 0]);
+}
+
+/// `sasl-init` with `mechanism` and its initial response.
+pub fn put_sasl_init(buf: &mut BytesMut, mechanism: &str, response: Option<&[u8]>, host: &str) {
+    put_frame(buf, SASL, 0, |e| {
+        e.list(SASL_INIT).symbol(mechanism);
+        match response {
+            Some(r) => e.binary(r),
+            None => e.null(),
+        };
+        e.str(host).end();
+    });
+}
+
+/// `open`: who we are, the largest frame we take, one channel.
+pub fn put_open(buf: &mut BytesMut, container_id: &str, host: &str) {
+    put_frame(buf, AMQP, 0, |e| {
+        e.list(OPEN)
+            .str(container_id)
+            .str(host)
+            .uint(MAX_FRAME)
+            .ushort(0)
+            .end();
+    });
+}
+
+/// `begin` of the session on channel 0.
+pub fn put_begin(buf: &mut BytesMut, next_outgoing_id: u32, incoming_window: u32) {
+    put_frame(buf, AMQP, 0, |e| {
+        e.list(BEGIN)
+            .null()
+            .uint(next_outgoing_id)
+            .uint(incoming_window)
+            .uint(u32::MAX)
+            .uint(u32::MAX)
+            .end();
+    });
+}
+
+/// What a link attaches to.
+pub struct Terminus<'a> {
+    pub address: &'a str,
+    pub capabilities: &'a [String],
+}
+
+/// `attach` of a sender (`receiver` false: our terminus is the target) or a receiver (it is
+/// the source). `settled`: the sender sends pre-settled.
+pub fn put_attach(
+    buf: &mut BytesMut,
+    name: &str,
+    handle: u32,
+    receiver: bool,
+    settled: bool,
+    t: &Terminus<'_>,
+) {
+    put_frame(buf, AMQP, 0, |e| {
+        e.list(ATTACH)
+            .str(name)
+            .uint(handle)
+            .bool(receiver)
+            .ubyte(if settled { 1 } else { 0 })
+            .ubyte(0);
+        if receiver {
+            put_source(e, Some(t));
+            e.list(TARGET).end();
+        } else {
+            put_source(e, None);
+            e.list(TARGET).str(t.address);
+            if t.capabilities.is_empty() {
+                e.end();
+            } else {
+                e.null()
+                    .null()
+                    .null()
+                    .null()
+                    .null()
+                    .symbols(t.capabilities)
+                    .end();
+            }
+        }
+        e.null().null();
+        if receiver {
+            e.null();
+        } else {
+            e.uint(0);
+        }
+        e.end();
+    });
+}
+
+fn put_source(e: &mut Enc, t: Option<&Terminus<'_>>) {
+    e.list(SOURCE);
+    if let Some(t) = t {
+        e.str(t.address);
+        if !t.capabilities.is_empty() {
+            for _ in 0..9 {
+                e.null();
+            }
+            e.symbols(t.capabilities);
+        }
+    }
+    e.end();
+}
+
+/// Session flow state sent with every `flow`.
+#[derive(Debug, Clone, Copy)]
+pub struct SessionFlow {
+    pub next_incoming_id: u32,
+    pub incoming_window: u32,
+    pub next_outgoing_id: u32,
+}
+
+/// `flow`: the session's windows, and a receiver link's credit when `link` is given
+/// (handle, delivery count, credit).
+pub fn put_flow(buf: &mut BytesMut, s: SessionFlow, link: Option<(u32, u32, u32)>) {
+    put_frame(buf, AMQP, 0, |e| {
+        e.list(FLOW)
+            .uint(s.next_incoming_id)
+            .uint(s.incoming_window)
+            .uint(s.next_outgoing_id)
+            .uint(u32::MAX);
+        if let Some((handle, count, credit)) = link {
+            e.uint(handle).uint(count).uint(credit);
+        }
+        e.end();
+    });
+}
+
+/// One frame of a transfer: the first (`first`: id and tag) or a continuation, `more` when
+/// further frames follow; `body` writes the frame's share of the message.
+#[allow(clippy::too_many_arguments)]
+pub fn put_transfer(
+    buf: &mut BytesMut,
+    handle: u32,
+    first: Option<u32>,
+    settled: bool,
+    more: bool,
+    body: impl FnOnce(&mut BytesMut),
+) {
+    put_frame(buf, AMQP, 0, |e| {
+        e.list(TRANSFER).uint(handle);
+        match first {
+            Some(id) => {
+                e.uint(id).binary(&id.to_be_bytes()).uint(0).bool(settled);
+            }
+            None => {
+                e.null().null().null().null();
+            }
+        }
+        if more {
+            e.bool(true);
+        }
+        e.end();
+        body(e.buf);
+    });
+}
+
+/// How a receiver settles deliveries.
+pub use msgbench_core::scenario::Disposition;
+
+/// `disposition` settling deliveries `first..=last` as `how` (receiver role).
+pub fn put_disposition(buf: &mut BytesMut, first: u32, last: u32, how: Disposition) {
+    put_frame(buf, AMQP, 0, |e| {
+        e.list(DISPOSITION)
+            .bool(true)
+            .uint(first)
+            .uint(last)
+            .bool(true);
+        match how {
+            Disposition::Accept => e.list(ACCEPTED).end(),
+            Disposition::Release => e.list(RELEASED).end(),
+            Disposition::Reject => e.list(REJECTED).end(),
+        };
+        e.end();
+    });
+}
+
+/// `detach` (closing the link).
+pub fn put_detach(buf: &mut BytesMut, handle: u32) {
+    put_frame(buf, AMQP, 0, |e| {
+        e.list(DETACH).uint(handle).bool(true).end();
+    });
+}
+
+/// `end` of the session.
+pub fn put_end(buf: &mut BytesMut) {
+    put_frame(buf, AMQP, 0, |e| {
+        e.list(END).end();
+    });
+}
+
+/// `close` of the connection.
+pub fn put_close(buf: &mut BytesMut) {
+    put_frame(buf, AMQP, 0, |e| {
+        e.list(CLOSE).end();
+    });
+}
+
+/// A message as msgbench sends it.
+#[derive(Debug, Clone, Copy)]
+pub struct OutMessage<'a> {
+    /// Ids, creation time and application properties.
+    pub meta: Option<&'a Meta>,
+    /// The body.
+    pub body: OutBody<'a>,
+    /// The `durable` header.
+    pub durable: bool,
+}
+
+/// A message body.
+#[derive(Debug, Clone, Copy)]
+pub enum OutBody<'a> {
+    /// One `data` section.
+    Data(&'a [u8]),
+    /// An `amqp-value` string.
+    Text(&'a str),
+}
+
+/// Appends `m`'s sections: header (when durable), properties and application properties
+/// (from its metadata), and the body.
+pub fn put_message(buf: &mut BytesMut, m: &OutMessage<'_>) {
+    let mut e = Enc::new(buf);
+    if m.durable {
+        e.list(HEADER).bool(true).end();
+    }
+    if let Some(meta) = m.meta {
+        if meta.message_id.is_some()
+            || meta.correlation_id.is_some()
+            || meta.creation_time_ms.is_some()
+        {
+            e.list(PROPERTIES);
+            match &meta.message_id {
+                Some(id) => e.str(id),
+                None => e.null(),
+            };
+            e.null().null().null().null();
+            match &meta.correlation_id {
+                Some(id) => e.str(id),
+                None => e.null(),
+            };
+            if let Some(ms) = meta.creation_time_ms {
+                e.null()
+                    .null()
+                    .null()
+                    .timestamp(ms.min(i64::MAX as u64) as i64);
+            }
+            e.end();
+        }
+        if !meta.properties.is_empty() {
+            e.map(APP_PROPERTIES);
+            for (k, v) in &meta.properties {
+                e.str(k);
+                match v {
+                    meta::Value::Str(s) => e.str(s),
+                    meta::Value::Bool(b) => e.bool(*b),
+                    meta::Value::Int(i) => e.long(*i),
+                };
+            }
+            e.end();
+        }
+    }
+    match m.body {
+        OutBody::Data(b) => e.described(DATA).binary(b),
+        OutBody::Text(s) => e.described(AMQP_VALUE).str(s),
+    };
+}
+
+/// The length [`put_message`] will write for `m` apart from the body bytes, an upper bound
+/// (to decide whether a message fits in one frame).
+pub fn message_overhead(m: &OutMessage<'_>) -> usize {
+    let meta = m.meta.map_or(0, |meta| {
+        64 + meta.message_id.as_ref().map_or(0, |s| s.len() + 5)
+            + meta.correlation_id.as_ref().map_or(0, |s| s.len() + 5)
+            + meta
+                .properties
+                .iter()
+                .map(|(k, v)| {
+                    k.len()
+                        + 5
+                        + match v {
+                            meta::Value::Str(s) => s.len() + 5,
+                            _ => 9,
+                        }
+                })
+                .sum::<usize>()
+    });
+    32 + meta
+}
+
+/// The frame header and the performative of a transfer, an upper bound.
+pub const TRANSFER_OVERHEAD: usize = 64;
+
+/// One frame off the front of `rbuf`, if it is all there: (type, channel, body).
+pub fn split_frame(rbuf: &mut BytesMut) -> Result<Option<(u8, u16, Bytes)>, CodecError> {
+    if rbuf.len() < 8 {
+        return Ok(None);
+    }
+    let size = u32::from_be_bytes([rbuf[0], rbuf[1], rbuf[2], rbuf[3]]) as usize;
+    let doff = rbuf[4] as usize * 4;
+    if size < 8 || doff < 8 || doff > size {
+        return Err(CodecError(format!(
+            "a frame of {size} bytes with data offset {doff}"
+        )));
+    }
+    if size > MAX_FRAME as usize {
+        return Err(CodecError(format!(
+            "a frame of {size} bytes, larger than the {MAX_FRAME} agreed"
+        )));
+    }
+    if rbuf.len() < size {
+        rbuf.reserve(size - rbuf.len());
+        return Ok(None);
+    }
+    let kind = rbuf[5];
+    let channel = u16::from_be_bytes([rbuf[6], rbuf[7]]);
+    let frame = rbuf.split_to(size).freeze();
+    Ok(Some((kind, channel, frame.slice(doff..))))
+}
+
+/// An AMQP error: condition and description, as the broker sent them.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AmqpError {
+    pub condition: String,
+    pub description: Option<String>,
+}
+
+impl std::fmt::Display for AmqpError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match &self.description {
+            Some(d) => write!(f, "{}: {d}", self.condition),
+            None => f.write_str(&self.condition),
+        }
+    }
+}
+
+fn error(v: Value<'_>) -> Result<Option<AmqpError>, CodecError> {
+    let Value::Described(ERROR, mut inner) = v else {
+        return Ok(None);
+    };
+    let Value::List(mut l) = inner.read()? else {
+        return Ok(None);
+    };
+    Ok(Some(AmqpError {
+        condition: l.read()?.as_str().unwrap_or("amqp:unknown").to_string(),
+        description: l.read()?.as_str().map(str::to_string),
+    }))
+}
+
+/// What the receiving end said about a delivery.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Outcome {
+    Accepted,
+    Rejected(Option<AmqpError>),
+    Released,
+    Modified {
+        delivery_failed: bool,
+        undeliverable_here: bool,
+    },
+    /// No state, or one that is not an outcome.
+    Other,
+}
+
+impl Outcome {
+    fn parse(v: Value<'_>) -> Result<Outcome, CodecError> {
+        let Value::Described(code, mut inner) = v else {
+            return Ok(Outcome::Other);
+        };
+        let mut l = match inner.read()? {
+            Value::List(l) => l,
+            _ => Dec::new(&[]),
+        };
+        Ok(match code {
+            ACCEPTED => Outcome::Accepted,
+            REJECTED => Outcome::Rejected(error(l.read()?)?),
+            RELEASED => Outcome::Released,
+            MODIFIED => Outcome::Modified {
+                delivery_failed: l.read()?.as_bool().unwrap_or(false),
+                undeliverable_here: l.read()?.as_bool().unwrap_or(false),
+            },
+            _ => Outcome::Other,
+        })
+    }
+}
+
+/// The fields msgbench acts on, of every frame it may receive.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Performative<'a> {
+    /// An empty frame (a peer's heartbeat).
+    Empty,
+    SaslMechanisms(Vec<String>),
+    SaslOutcome(u8),
+    Open {
+        max_frame: u32,
+        idle_ms: Option<u32>,
+    },
+    Begin {
+        next_outgoing_id: u32,
+        incoming_window: u32,
+    },
+    Attach {
+        name: &'a str,
+        handle: u32,
+        /// The peer's terminus (the source of its sender, the target of its receiver) is
+        /// there: a link refused outright comes without it, followed by a detach.
+        has_terminus: bool,
+    },
+    Flow {
+        next_incoming_id: Option<u32>,
+        incoming_window: u32,
+        handle: Option<u32>,
+        delivery_count: Option<u32>,
+        link_credit: Option<u32>,
+        echo: bool,
+    },
+    Transfer {
+        handle: u32,
+        delivery_id: Option<u32>,
+        settled: bool,
+        more: bool,
+        aborted: bool,
+        /// Where the message bytes start in the frame body.
+        payload_at: usize,
+    },
+    Disposition {
+        /// The peer settles as the receiver (of our transfers).
+        receiver: bool,
+        first: u32,
+        last: u32,
+        settled: bool,
+        outcome: Outcome,
+    },
+    Detach {
+        handle: u32,
+        error: Option<AmqpError>,
+    },
+    End(Option<AmqpError>),
+    Close(Option<AmqpError>),
+    /// A frame msgbench ignores.
+    Other(u64),
+}
+
+impl<'a> Performative<'a> {
+    /// The same without borrowing (an attach's link name is dropped: handshakes need none).
+    pub fn into_owned(self) -> Performative<'static> {
+        use Performative as P;
+        match self {
+            P::Empty => P::Empty,
+            P::SaslMechanisms(m) => P::SaslMechanisms(m),
+            P::SaslOutcome(c) => P::SaslOutcome(c),
+            P::Open { max_frame, idle_ms } => P::Open { max_frame, idle_ms },
+            P::Begin {
+                next_outgoing_id,
+                incoming_window,
+            } => P::Begin {
+                next_outgoing_id,
+                incoming_window,
+            },
+            P::Attach { .. } => P::Other(ATTACH),
+            P::Flow {
+                next_incoming_id,
+                incoming_window,
+                handle,
+                delivery_count,
+                link_credit,
+                echo,
+            } => P::Flow {
+                next_incoming_id,
+                incoming_window,
+                handle,
+                delivery_count,
+                link_credit,
+                echo,
+            },
+            P::Transfer {
+                handle,
+                delivery_id,
+                settled,
+                more,
+                aborted,
+                payload_at,
+            } => P::Transfer {
+                handle,
+                delivery_id,
+                settled,
+                more,
+                aborted,
+                payload_at,
+            },
+            P::Disposition {
+                receiver,
+                first,
+                last,
+                settled,
+                outcome,
+            } => P::Disposition {
+                receiver,
+                first,
+                last,
+                settled,
+                outcome,
+            },
+            P::Detach { handle, error } => P::Detach { handle, error },
+            P::End(e) => P::End(e),
+            P::Close(e) => P::Close(e),
+            P::Other(c) => P::Other(c),
+        }
+    }
+
+    /// Reads the performative at the start of a frame body (`Empty` for an empty body).
+    pub fn parse(body: &'a [u8]) -> Result<Performative<'a>, CodecError> {
+        if body.is_empty() {
+            return Ok(Performative::Empty);
+        }
+        let mut top = Dec::new(body);
+        let Value::Described(code, mut inner) = top.read()? else {
+            return Err(CodecError("a frame without a performative".into()));
+        };
+        let payload_at = top.pos();
+        let mut f = match inner.read()? {
+            Value::List(l) => l,
+            _ => Dec::new(&[]),
+        };
+        let uint = |v: Value<'_>| v.as_u32();
+        Ok(match code {
+            SASL_MECHANISMS => {
+                let mut names = Vec::new();
+                match f.read()? {
+                    Value::Array(mut a) => {
+                        while !a.is_empty() {
+                            if let Some(s) = a.read()?.as_str() {
+                                names.push(s.to_string());
+                            }
+                        }
+                    }
+                    v => names.extend(v.as_str().map(str::to_string)),
+                }
+                Performative::SaslMechanisms(names)
+            }
+            SASL_OUTCOME => Performative::SaslOutcome(f.read()?.as_uint().unwrap_or(4) as u8),
+            OPEN => {
+                f.read()?;
+                f.read()?;
+                let max_frame = uint(f.read()?).unwrap_or(u32::MAX);
+                f.read()?;
+                let idle_ms = uint(f.read()?).filter(|&ms| ms > 0);
+                Performative::Open { max_frame, idle_ms }
+            }
+            BEGIN => {
+                f.read()?;
+                Performative::Begin {
+                    next_outgoing_id: uint(f.read()?).unwrap_or(0),
+                    incoming_window: uint(f.read()?).unwrap_or(0),
+                }
+            }
+            ATTACH => {
+                let name = f.read()?.as_str().unwrap_or("");
+                let handle = uint(f.read()?).unwrap_or(0);
+                let peer_receiver = f.read()?.as_bool().unwrap_or(false);
+                f.read()?;
+                f.read()?;
+                let source = f.read()?.some().is_some();
+                let target = f.read()?.some().is_some();
+                Performative::Attach {
+                    name,
+                    handle,
+                    has_terminus: if peer_receiver { target } else { source },
+                }
+            }
+            FLOW => {
+                let next_incoming_id = uint(f.read()?);
+                let incoming_window = uint(f.read()?).unwrap_or(0);
+                f.read()?;
+                f.read()?;
+                let handle = uint(f.read()?);
+                let delivery_count = uint(f.read()?);
+                let link_credit = uint(f.read()?);
+                f.read()?;
+                f.read()?;
+                let echo = f.read()?.as_bool().unwrap_or(false);
+                Performative::Flow {
+                    next_incoming_id,
+                    incoming_window,
+                    handle,
+                    delivery_count,
+                    link_credit,
+                    echo,
+                }
+            }
+            TRANSFER => {
+                let handle = uint(f.read()?).unwrap_or(0);
+                let delivery_id = uint(f.read()?);
+                f.read()?;
+                f.read()?;
+                let settled = f.read()?.as_bool().unwrap_or(false);
+                let more = f.read()?.as_bool().unwrap_or(false);
+                f.read()?;
+                f.read()?;
+                f.read()?;
+                let aborted = f.read()?.as_bool().unwrap_or(false);
+                Performative::Transfer {
+                    handle,
+                    delivery_id,
+                    settled,
+                    more,
+                    aborted,
+                    payload_at,
+                }
+            }
+            DISPOSITION => {
+                let receiver = f.read()?.as_bool().unwrap_or(false);
+                let first = uint(f.read()?).unwrap_or(0);
+                let last = uint(f.read()?).unwrap_or(first);
+                let settled = f.read()?.as_bool().unwrap_or(false);
+                let outcome = Outcome::parse(f.read()?)?;
+                Performative::Disposition {
+                    receiver,
+                    first,
+                    last,
+                    settled,
+                    outcome,
+                }
+            }
+            DETACH => {
+                let handle = uint(f.read()?).unwrap_or(0);
+                f.read()?;
+                Performative::Detach {
+                    handle,
+                    error: error(f.read()?)?,
+                }
+            }
+            END => Performative::End(error(f.read()?)?),
+            CLOSE => Performative::Close(error(f.read()?)?),
+            other => Performative::Other(other),
+        })
+    }
+}
+
+/// A received message's parts.
+#[derive(Debug, Default)]
+pub struct Parts {
+    /// Ids, creation time and application properties (only when asked for).
+    pub meta: Meta,
+    /// The body: data sections (one is a slice of the frame), or an `amqp-value` string's or
+    /// binary's bytes.
+    pub body: Bytes,
+    /// The body was an `amqp-value` string.
+    pub text: bool,
+    /// delivery-count > 0 in the header.
+    pub redelivered: bool,
+}
+
+/// Reads the message in `msg` (a frame body from `at`, or a reassembled multi-frame message).
+pub fn read_message(msg: &Bytes, with_meta: bool) -> Result<Parts, CodecError> {
+    let mut out = Parts::default();
+    let mut d = Dec::new(msg);
+    let mut joined: Option<BytesMut> = None;
+    let base = msg.as_ptr() as usize;
+    let slice_of =
+        |s: &[u8]| msg.slice(s.as_ptr() as usize - base..s.as_ptr() as usize - base + s.len());
+    while !d.is_empty() {
+        let Value::Described(code, mut inner) = d.read()? else {
+            return Err(CodecError("a message section without a descriptor".into()));
+        };
+        match code {
+            HEADER => {
+                if let Value::List(mut l) = inner.read()? {
+                    for _ in 0..4 {
+                        l.read()?;
+                    }
+                    out.redelivered = l.read()?.as_uint().is_some_and(|n| n > 0);
+                }
+            }
+            PROPERTIES if with_meta => {
+                if let Value::List(mut l) = inner.read()? {
+                    out.meta.message_id = id_string(l.read()?);
+                    for _ in 0..4 {
+                        l.read()?;
+                    }
+                    out.meta.correlation_id = id_string(l.read()?);
+                    for _ in 0..3 {
+                        l.read()?;
+                    }
+                    if let Value::Timestamp(ms) = l.read()? {
+                        out.meta.creation_time_ms = u64::try_from(ms).ok();
+                    }
+                }
+            }
+            APP_PROPERTIES if with_meta => {
+                if let Value::Map(mut m) = inner.read()? {
+                    while !m.is_empty() {
+                        let k = m.read()?;
+                        let v = m.read()?;
+                        if let Some(k) = k.as_str() {
+                            out.meta.properties.push((k.to_string(), meta_value(v)));
+                        }
+                    }
+                }
+            }
+            DATA => {
+                if let Value::Binary(b) = inner.read()? {
+                    if out.body.is_empty() && joined.is_none() {
+                        out.body = slice_of(b);
+                    } else {
+                        let j = joined.get_or_insert_with(|| BytesMut::from(&out.body[..]));
+                        j.extend_from_slice(b);
+                    }
+                }
+            }
+            AMQP_VALUE => match inner.read()? {
+                Value::Str(s) | Value::Symbol(s) => {
+                    out.body = slice_of(s.as_bytes());
+                    out.text = true;
+                }
+                Value::Binary(b) => out.body = slice_of(b),
+                _ => {}
+            },
+            _ => {}
+        }
+    }
+    if let Some(j) = joined {
+        out.body = j.freeze();
+    }
+    Ok(out)
+}
+
+/// A message id of any AMQP type as a string (a UUID in its usual hyphenated form, binary as
+/// UTF-8 when it is, else hex).
+pub fn id_string(v: Value<'_>) -> Option<String> {
+    match v {
+        Value::Str(s) | Value::Symbol(s) => Some(s.to_string()),
+        Value::Uint(n) => Some(n.to_string()),
+        Value::Uuid(u) => Some(uuid_string(&u)),
+        Value::Binary(b) => Some(bytes_string(b)),
+        _ => None,
+    }
+}
+
+fn uuid_string(b: &[u8; 16]) -> String {
+    let mut s = String::with_capacity(36);
+    for (i, byte) in b.iter().enumerate() {
+        if matches!(i, 4 | 6 | 8 | 10) {
+            s.push('-');
+        }
+        s.push_str(&format!("{byte:02x}"));
+    }
+    s
+}
+
+fn bytes_string(b: &[u8]) -> String {
+    match std::str::from_utf8(b) {
+        Ok(s) => s.to_string(),
+        Err(_) => b.iter().map(|x| format!("{x:02x}")).collect(),
+    }
+}
+
+/// An application property value as msgbench keeps it.
+fn meta_value(v: Value<'_>) -> meta::Value {
+    use meta::Value as M;
+    match v {
+        Value::Bool(b) => M::Bool(b),
+        Value::Str(s) | Value::Symbol(s) => M::Str(s.to_string()),
+        Value::Uint(n) => match i64::try_from(n) {
+            Ok(i) => M::Int(i),
+            Err(_) => M::Str(n.to_string()),
+        },
+        Value::Int(n) | Value::Timestamp(n) => M::Int(n),
+        Value::Uuid(u) => M::Str(uuid_string(&u)),
+        Value::Binary(b) => M::Str(bytes_string(b)),
+        Value::Char(c) => M::Str(char::from_u32(c).map(String::from).unwrap_or_default()),
+        Value::Float(f) => M::Str(f.to_string()),
+        Value::Null => M::Str(String::new()),
+        other => M::Str(format!("{other:?}")),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn one(buf: &mut BytesMut) -> Bytes {
+        let (kind, ch, body) = split_frame(buf).unwrap().unwrap();
+        assert_eq!((kind, ch), (AMQP, 0));
+        body
+    }
+
+    #[test]
+    fn a_transfer_carries_its_message_and_reads_back() {
+        let meta = Meta {
+            message_id: Some("m-1".into()),
+            correlation_id: Some("7-run".into()),
+            creation_time_ms: Some(1_700_000_000_123),
+            properties: vec![
+                ("receiverCode".into(), meta::Value::Str("X".into())),
+                ("isTracingMessage".into(), meta::Value::Bool(true)),
+                ("n".into(), meta::Value::Int(-300)),
+            ],
+        };
+        let body = vec![7u8; 3000];
+        let m = OutMessage {
+            meta: Some(&meta),
+            body: OutBody::Data(&body),
+            durable: true,
+        };
+        let mut buf = BytesMut::new();
+        put_transfer(&mut buf, 3, Some(41), false, false, |b| put_message(b, &m));
+        let len = buf.len();
+        assert!(len <= body.len() + message_overhead(&m) + TRANSFER_OVERHEAD);
+        let f = one(&mut buf);
+        assert!(buf.is_empty());
+        let p = Performative::parse(&f).unwrap();
+        let Performative::Transfer {
+            handle: 3,
+            delivery_id: Some(41),
+            settled: false,
+            more: false,
+            aborted: false,
+            payload_at,
+        } = p
+        else {
+            panic!("{p:?}");
+        };
+        let parts = read_message(&f.slice(payload_at..), true).unwrap();
+        assert_eq!(parts.meta, meta);
+        assert_eq!(&parts.body[..], &body[..]);
+        assert!(!parts.text && !parts.redelivered);
+        // Without metadata asked for, none is decoded.
+        assert_eq!(
+            read_message(&f.slice(payload_at..), false).unwrap().meta,
+            Meta::default()
+        );
+
+        let mut buf = BytesMut::new();
+        put_transfer(&mut buf, 0, Some(1), true, false, |b| {
+            put_message(
+                b,
+                &OutMessage {
+                    meta: None,
+                    body: OutBody::Text("DELIVERED"),
+                    durable: false,
+                },
+            )
+        });
+        let f = one(&mut buf);
+        let Performative::Transfer {
+            payload_at,
+            settled: true,
+            ..
+        } = Performative::parse(&f).unwrap()
+        else {
+            panic!()
+        };
+        let parts = read_message(&f.slice(payload_at..), true).unwrap();
+        assert_eq!((&parts.body[..], parts.text), (&b"DELIVERED"[..], true));
+    }
+
+    #[test]
+    fn dispositions_flows_and_errors_read_back() {
+        let mut buf = BytesMut::new();
+        put_disposition(&mut buf, 5, 9, Disposition::Release);
+        put_flow(
+            &mut buf,
+            SessionFlow {
+                next_incoming_id: 10,
+                incoming_window: 2048,
+                next_outgoing_id: 1,
+            },
+            Some((2, 100, 500)),
+        );
+        put_heartbeat(&mut buf);
+        let f = one(&mut buf);
+        assert_eq!(
+            Performative::parse(&f).unwrap(),
+            Performative::Disposition {
+                receiver: true,
+                first: 5,
+                last: 9,
+                settled: true,
+                outcome: Outcome::Released
+            }
+        );
+        let f = one(&mut buf);
+        assert_eq!(
+            Performative::parse(&f).unwrap(),
+            Performative::Flow {
+                next_incoming_id: Some(10),
+                incoming_window: 2048,
+                handle: Some(2),
+                delivery_count: Some(100),
+                link_credit: Some(500),
+                echo: false
+            }
+        );
+        assert_eq!(
+            Performative::parse(&one(&mut buf)).unwrap(),
+            Performative::Empty
+        );
+        // A detach with an error, as a broker writes it.
+        let mut buf = BytesMut::new();
+        put_frame(&mut buf, AMQP, 0, |e| {
+            e.list(DETACH).uint(1).bool(true);
+            e.list(ERROR)
+                .symbol("amqp:not-found")
+                .str("no such queue")
+                .end();
+            e.end();
+        });
+        assert_eq!(
+            Performative::parse(&one(&mut buf)).unwrap(),
+            Performative::Detach {
+                handle: 1,
+                error: Some(AmqpError {
+                    condition: "amqp:not-found".into(),
+                    description: Some("no such queue".into())
+                })
+            }
+        );
+        // Incomplete frames wait; nonsense sizes are errors.
+        let mut part = BytesMut::from(&[0u8, 0, 0, 20, 2, 0, 0, 0, 1][..]);
+        assert!(split_frame(&mut part).unwrap().is_none());
+        let mut bad = BytesMut::from(&[0u8, 0, 0, 4, 2, 0, 0, 0][..]);
+        assert!(split_frame(&mut bad).is_err());
+    }
+
+    #[test]
+    fn ids_of_any_type_become_strings() {
+        assert_eq!(id_string(Value::Uint(42)).as_deref(), Some("42"));
+        assert_eq!(
+            id_string(Value::Uuid([0x12; 16])).as_deref(),
+            Some("12121212-1212-1212-1212-121212121212")
+        );
+        assert_eq!(
+            id_string(Value::Binary(&[0xff, 1])).as_deref(),
+            Some("ff01")
+        );
+        assert_eq!(id_string(Value::Null), None);
+        assert_eq!(
+            meta_value(Value::Uint(u64::MAX)),
+            meta::Value::Str(u64::MAX.to_string())
+        );
+    }
+}
