@@ -34,7 +34,8 @@
 #                               million (target on RabbitMQ: >= 3,045 msgs/s at <= 30 CPU-s/M,
 #                               5x go-mades-bench's 609 msgs/s at 161); (2) endpoint mode through
 #                               `msgbench serve ecp-endpoint` on Artemis: msgs/s per stage and
-#                               msgbench's CPU-s per million
+#                               msgbench's CPU-s per million (ECP_MESSAGES: messages per run,
+#                               default 100,000, so start-up is a small share)
 #   scripts/bench.sh views      the live views never slow the hot path: mem:// 64 B unlimited,
 #                               10 s, on a pty (`script`), plain table versus --tui --dashboard
 #                               (a client streaming the dashboard's events); runs interleaved;
@@ -427,7 +428,7 @@ PY
 bench_ecp() {
   scripts/brokers.sh up >/dev/null
   eval "$(scripts/brokers.sh env)"
-  local n=${ECP_MESSAGES:-30000}
+  local n=${ECP_MESSAGES:-100000}
   for broker in rabbitmq artemis; do
     local url extra=()
     if [ "$broker" = rabbitmq ]; then url=$MSGBENCH_IT_RMQ_AMQP10_URL; extra=(--address '/queue/{topic}'); else url=$MSGBENCH_IT_ARTEMIS_URL; fi

@@ -3,7 +3,7 @@
 //! `queue` capability, Qpid Broker-J wants `create-on-demand`/`shared`, RabbitMQ 3.x addresses
 //! queues as `/queue/NAME` (or `/amq/queue/NAME` for one that exists).
 
-use super::plan::PlanError;
+use super::plan::{PlanError, SubscriptionMode};
 use serde::{Deserialize, Serialize};
 
 /// `[amqp10]` as written.
@@ -75,6 +75,24 @@ impl Amqp10Plan {
     }
 }
 
+/// AMQP 1.0 receivers on one queue (an anycast address: no `topic` capability, not a
+/// RabbitMQ `/topic/` or `/exchange/` address) compete for its messages, whatever msgbench
+/// calls them: several of them without a group are a queue group (`msgbench`), so each message
+/// is expected once, not once per receiver (which would count all but one copy as lost).
+pub fn competing(sub: SubscriptionMode, consumer_target: &str, p: &Amqp10Plan) -> SubscriptionMode {
+    let amqp10 =
+        consumer_target.starts_with("amqp10://") || consumer_target.starts_with("amqp10s://");
+    let fans_out = p.capabilities.iter().any(|c| c == "topic")
+        || p.address.starts_with("/topic/")
+        || p.address.starts_with("/exchange/");
+    match sub {
+        SubscriptionMode::Fanout if amqp10 && !fans_out => SubscriptionMode::Queue {
+            group: "msgbench".to_string(),
+        },
+        other => other,
+    }
+}
+
 /// `[amqp10]` → [`Amqp10Plan`].
 pub fn resolve_amqp10(a: &Amqp10Section) -> Result<Amqp10Plan, PlanError> {
     let d = Amqp10Plan::default();
@@ -116,6 +134,39 @@ pub fn resolve_amqp10(a: &Amqp10Section) -> Result<Amqp10Plan, PlanError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn receivers_on_a_queue_compete() {
+        let q = Amqp10Plan::default();
+        let group = SubscriptionMode::Queue {
+            group: "msgbench".into(),
+        };
+        let t = "amqp10://h";
+        assert_eq!(competing(SubscriptionMode::Fanout, t, &q), group);
+        let own = SubscriptionMode::Queue { group: "g".into() };
+        assert_eq!(competing(own.clone(), t, &q), own);
+        // Topics and RabbitMQ's exchange addresses fan out; other protocols are left alone.
+        let topic = Amqp10Plan {
+            capabilities: vec!["topic".into()],
+            ..Amqp10Plan::default()
+        };
+        assert_eq!(
+            competing(SubscriptionMode::Fanout, t, &topic),
+            SubscriptionMode::Fanout
+        );
+        let exchange = Amqp10Plan {
+            address: "/exchange/amq.topic/{topic}".into(),
+            ..Amqp10Plan::default()
+        };
+        assert_eq!(
+            competing(SubscriptionMode::Fanout, t, &exchange),
+            SubscriptionMode::Fanout
+        );
+        assert_eq!(
+            competing(SubscriptionMode::Fanout, "nats://h", &q),
+            SubscriptionMode::Fanout
+        );
+    }
 
     #[test]
     fn defaults_and_errors() {

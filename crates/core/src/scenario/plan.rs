@@ -443,6 +443,11 @@ pub fn resolve(s: &Scenario, run_id: u32) -> Result<RunPlan, PlanError> {
     let amqp = resolve_amqp(s)?;
     let http = resolve_http(s)?;
     let amqp10 = super::amqp10::resolve_amqp10(&s.amqp10)?;
+    let subscription = super::amqp10::competing(
+        subscription,
+        consume_from.as_deref().unwrap_or(&target),
+        &amqp10,
+    );
     let message = super::stages::resolve_message(&s.message)?;
     let tracking = super::stages::resolve_tracking(&s.tracking, &s.stages)?;
     // Stages are the receiving side of a tracked run: their listeners replace consumers.
