@@ -183,7 +183,12 @@ fn queues_compete_and_topics_fan_out() {
     // Receivers on one queue compete: each message is expected once, none counted lost.
     let i = &r["integrity"];
     assert_eq!(
-        (u(&i["expected"]), u(&i["delivered"]), u(&i["lost"]), u(&i["duplicated"])),
+        (
+            u(&i["expected"]),
+            u(&i["delivered"]),
+            u(&i["lost"]),
+            u(&i["duplicated"])
+        ),
         (9000, 9000, 0, 0),
         "{i}"
     );

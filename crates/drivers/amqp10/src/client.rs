@@ -307,7 +307,7 @@ impl Endpoint {
         }
     }
 
-    fn unexpected(&self, wanted: &str, got: &Performative<'_>) -> DriverError {
+    fn unexpected(&self, wanted: &str, got: &Performative) -> DriverError {
         self.connect_error(
             format!("AMQP handshake: expected {wanted}, the broker sent {got:?}"),
             ConnectFailure::Rejected,
@@ -329,13 +329,13 @@ async fn read_header(w: &mut Wire) -> std::io::Result<[u8; 8]> {
     .await
 }
 
-/// One whole frame's performative (handshake frames only: they own their strings).
-async fn read_frame(w: &mut Wire) -> std::io::Result<Performative<'static>> {
+/// One whole frame's performative.
+async fn read_frame(w: &mut Wire) -> std::io::Result<Performative> {
     let (_, _, body) =
         std::future::poll_fn(|cx| w.poll_next(cx, true, frames::split_frame)).await?;
     let p = Performative::parse(&body)
         .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidData, e.to_string()))?;
-    Ok(p.into_owned())
+    Ok(p)
 }
 
 #[cfg(test)]

@@ -18,9 +18,8 @@
 //! Everything lives in this struct, so the async methods are cancel-safe.
 
 use crate::client::Endpoint;
-use crate::frames::{
-    self, AmqpError, Disposition, OutMessage, Outcome, Parts, Performative, SessionFlow, Terminus,
-};
+use crate::frames::{self, AmqpError, Disposition, Outcome, Performative, SessionFlow, Terminus};
+use crate::message::{self, OutMessage, Parts};
 use bytes::{Bytes, BytesMut};
 use msgbench_core::driver::{ConnectFailure, DriverError};
 use msgbench_net::Wire;
@@ -323,18 +322,18 @@ impl Conn {
         l.delivery_count = l.delivery_count.wrapping_add(1);
         let (handle, settled) = (link as u32, l.settled);
         let body_len = match msg.body {
-            frames::OutBody::Data(b) => b.len(),
-            frames::OutBody::Text(s) => s.len(),
+            message::OutBody::Data(b) => b.len(),
+            message::OutBody::Text(s) => s.len(),
         };
-        let fits = frames::TRANSFER_OVERHEAD + frames::message_overhead(msg) + body_len;
+        let fits = frames::TRANSFER_OVERHEAD + message::message_overhead(msg) + body_len;
         if fits <= self.max_frame {
             frames::put_transfer(&mut self.wire.wbuf, handle, Some(id), settled, false, |b| {
-                frames::put_message(b, msg)
+                message::put_message(b, msg)
             });
             self.sent_frames(1);
         } else {
             self.scratch.clear();
-            frames::put_message(&mut self.scratch, msg);
+            message::put_message(&mut self.scratch, msg);
             let chunk = self.max_frame - frames::TRANSFER_OVERHEAD;
             let whole = self.scratch.split().freeze();
             let n = whole.len().div_ceil(chunk);
@@ -628,7 +627,7 @@ impl Conn {
         let meta = l.meta;
         if let Some((id, settled, bytes)) = done {
             let parts =
-                frames::read_message(&bytes, meta).map_err(|e| LinkError::Io(e.to_string()))?;
+                message::read_message(&bytes, meta).map_err(|e| LinkError::Io(e.to_string()))?;
             self.events.push_back(Event::Delivery(Received {
                 link,
                 id,

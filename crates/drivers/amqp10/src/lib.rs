@@ -33,7 +33,8 @@
 //!
 //! # Layout
 //! - [`codec`]: the AMQP type system (encoder, borrowing decoder).
-//! - [`frames`]: frames, performatives and message sections.
+//! - [`frames`]: frames and performatives.
+//! - [`message`]: message sections ↔ msgbench's metadata and bodies.
 //! - [`client`]: URLs and the handshake (SASL, open, begin).
 //! - [`conn`]: one connection: links, sending, receiving, settlement, flow control
 //!   (public: the ECP endpoint simulator in `msgbench-serve` uses it too).
@@ -45,6 +46,7 @@ pub mod codec;
 pub mod conn;
 mod consumer;
 pub mod frames;
+pub mod message;
 mod producer;
 
 pub use consumer::Amqp10Consumer;
@@ -52,7 +54,7 @@ pub use producer::Amqp10Producer;
 
 use client::Endpoint;
 use conn::{Conn, LinkId};
-use frames::{OutBody, OutMessage};
+use message::{OutBody, OutMessage};
 use msgbench_core::driver::{
     Capabilities, ConsumerSpec, Driver, DriverError, EventSink, ProducerSpec, Session, SessionSpec,
 };

@@ -8,7 +8,8 @@
 //! next `send` reconnects (with backoff) before it sends.
 
 use crate::conn::{CHUNK, Conn, Event, LinkError, LinkId};
-use crate::frames::{OutBody, OutMessage, Outcome};
+use crate::frames::Outcome;
+use crate::message::{OutBody, OutMessage};
 use crate::{Backoff, Inner};
 use msgbench_core::driver::{Ack, DriverError, DriverEventKind, Outbound, Producer, ProducerSpec};
 use std::collections::VecDeque;
