@@ -19,6 +19,9 @@ use msgbench_net::Wire;
 use std::net::IpAddr;
 use std::time::Duration;
 
+/// Read buffer growth of idle connections.
+const IDLE_CHUNK: usize = 2048;
+
 /// Default port of `amqp10://`.
 pub const PORT: u16 = 5672;
 /// Default port of `amqp10s://`.
@@ -145,7 +148,30 @@ impl Endpoint {
         source: Option<IpAddr>,
         timeout: Duration,
     ) -> Result<Conn, DriverError> {
-        match tokio::time::timeout(timeout, self.handshake(container_id, source, timeout)).await {
+        self.open_with(container_id, source, timeout, CHUNK).await
+    }
+
+    /// [`Endpoint::open`] for a connection that stays mostly idle (connection workloads hold
+    /// thousands): its read buffer grows in small steps.
+    pub async fn open_idle(
+        &self,
+        container_id: &str,
+        source: Option<IpAddr>,
+        timeout: Duration,
+    ) -> Result<Conn, DriverError> {
+        self.open_with(container_id, source, timeout, IDLE_CHUNK)
+            .await
+    }
+
+    async fn open_with(
+        &self,
+        container_id: &str,
+        source: Option<IpAddr>,
+        timeout: Duration,
+        chunk: usize,
+    ) -> Result<Conn, DriverError> {
+        let work = self.handshake(container_id, source, timeout, chunk);
+        match tokio::time::timeout(timeout, work).await {
             Ok(r) => r,
             Err(_) => Err(self.connect_error(
                 format!("no AMQP 1.0 connection within {timeout:?}"),
@@ -159,11 +185,12 @@ impl Endpoint {
         container_id: &str,
         source: Option<IpAddr>,
         timeout: Duration,
+        chunk: usize,
     ) -> Result<Conn, DriverError> {
         let stream = msgbench_net::connect(&self.target, source, self.tls.as_ref(), timeout)
             .await
             .map_err(|e| self.connect_error(e.detail, e.cause))?;
-        let mut w = Wire::new(CHUNK);
+        let mut w = Wire::new(chunk);
         w.attach(stream);
         let host = self.target.host.as_str();
 

@@ -133,7 +133,7 @@ impl Driver for Amqp10Driver {
     async fn session(&self, spec: &SessionSpec) -> Result<Amqp10Session, DriverError> {
         let d = &self.0;
         let conn =
-            d.ep.open(&d.container_id("conn", spec.id), spec.source, d.timeout)
+            d.ep.open_idle(&d.container_id("conn", spec.id), spec.source, d.timeout)
                 .await?;
         Ok(Amqp10Session {
             conn,
