@@ -367,15 +367,20 @@ impl Sim {
         let caps = &c.amqp10.capabilities;
         let addr = |q: &str| c.amqp10.address_of(q);
         let pid = std::process::id();
-        let mut out = Conn::open(out_ep, &format!("msgbench-ecp-{pid}"), None, t).await?;
-        let mut inn = Conn::open(in_ep, &format!("msgbench-ecp-in-{pid}"), None, t).await?;
-        let sender = |q: &str| (addr(q), false, 0, false);
-        let (a, r, cr, m) = sender(&c.reply);
-        let reply = out.attach(None, &a, caps, r, false, cr, m).await?;
-        let (a, r, cr, m) = sender(&c.send_event);
-        let event = out.attach(None, &a, caps, r, false, cr, m).await?;
-        let (a, r, cr, m) = sender(&c.inbox);
-        let inbox = inn.attach(None, &a, caps, r, false, cr, m).await?;
+        let mut out = out_ep.open(&format!("msgbench-ecp-{pid}"), None, t).await?;
+        let mut inn = in_ep
+            .open(&format!("msgbench-ecp-in-{pid}"), None, t)
+            .await?;
+        // Unsettled senders (their outcomes are counted), without metadata to read.
+        let reply = out
+            .attach(None, &addr(&c.reply), caps, false, false, 0, false)
+            .await?;
+        let event = out
+            .attach(None, &addr(&c.send_event), caps, false, false, 0, false)
+            .await?;
+        let inbox = inn
+            .attach(None, &addr(&c.inbox), caps, false, false, 0, false)
+            .await?;
         let outbox = out
             .attach(
                 None,

@@ -54,13 +54,13 @@ impl Client {
         credit: u32,
     ) -> Result<Link, DriverError> {
         let ep = Endpoint::parse(&url(), &TlsPlan::default()).unwrap();
-        let mut conn = Conn::open(
-            &ep,
-            &format!("{}-{address}", self.0),
-            None,
-            Duration::from_secs(10),
-        )
-        .await?;
+        let mut conn = ep
+            .open(
+                &format!("{}-{address}", self.0),
+                None,
+                Duration::from_secs(10),
+            )
+            .await?;
         let link = conn
             .attach(None, address, caps, receiver, false, credit, true)
             .await?;

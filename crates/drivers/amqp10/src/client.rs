@@ -196,32 +196,10 @@ impl Endpoint {
 
         // SASL.
         w.wbuf.extend_from_slice(frames::SASL_HEADER);
-        let io = |e: std::io::Error, stage: &str| {
-            let cause = msgbench_net::classify(&e);
-            let reason = if matches!(
-                e.kind(),
-                std::io::ErrorKind::UnexpectedEof | std::io::ErrorKind::ConnectionReset
-            ) {
-                format!(
-                    "the broker closed the connection during {stage}: wrong credentials for {}, \
-                     or not an AMQP 1.0 port",
-                    self.who()
-                )
-            } else {
-                format!("AMQP handshake ({stage}): {e}")
-            };
-            self.connect_error(reason, cause)
-        };
-        w.flush().await.map_err(|e| io(e, "the protocol header"))?;
-        let header = read_header(&mut w)
-            .await
-            .map_err(|e| io(e, "the protocol header"))?;
-        if &header != frames::SASL_HEADER {
-            return Err(self.connect_error(
-                format!("not an AMQP 1.0 server with SASL (it answered the protocol header with {header:?})"),
-                ConnectFailure::Rejected,
-            ));
-        }
+        let header = "the protocol header";
+        self.header_answer(&mut w, frames::SASL_HEADER, header, header, " with SASL")
+            .await?;
+        let io = |e: std::io::Error, stage: &str| self.io_error(e, stage);
         let offered = match read_frame(&mut w)
             .await
             .map_err(|e| io(e, "authentication"))?
@@ -289,16 +267,14 @@ impl Endpoint {
         w.wbuf.extend_from_slice(frames::AMQP_HEADER);
         frames::put_open(&mut w.wbuf, container_id, host);
         frames::put_begin(&mut w.wbuf, 0, crate::conn::INCOMING_WINDOW);
-        w.flush().await.map_err(|e| io(e, "the AMQP open"))?;
-        let header = read_header(&mut w)
-            .await
-            .map_err(|e| io(e, "the AMQP open"))?;
-        if &header != frames::AMQP_HEADER {
-            return Err(self.connect_error(
-                format!("not an AMQP 1.0 server (it answered the AMQP header with {header:?})"),
-                ConnectFailure::Rejected,
-            ));
-        }
+        self.header_answer(
+            &mut w,
+            frames::AMQP_HEADER,
+            "the AMQP open",
+            "the AMQP header",
+            "",
+        )
+        .await?;
         let (mut max_frame, mut idle_ms) = (frames::MAX_FRAME, None);
         loop {
             match read_frame(&mut w)
@@ -332,6 +308,46 @@ impl Endpoint {
                 other => return Err(self.unexpected("the AMQP open", &other)),
             }
         }
+    }
+
+    /// An I/O failure during `stage` of the handshake, in words (a peer hanging up there is
+    /// most often refusing the credentials).
+    fn io_error(&self, e: std::io::Error, stage: &str) -> DriverError {
+        let cause = msgbench_net::classify(&e);
+        let reason = if matches!(
+            e.kind(),
+            std::io::ErrorKind::UnexpectedEof | std::io::ErrorKind::ConnectionReset
+        ) {
+            format!(
+                "the broker closed the connection during {stage}: wrong credentials for {}, \
+                 or not an AMQP 1.0 port",
+                self.who()
+            )
+        } else {
+            format!("AMQP handshake ({stage}): {e}")
+        };
+        self.connect_error(reason, cause)
+    }
+
+    /// Writes what is buffered and reads the peer's protocol header, which must be `want`
+    /// (`stage` names the step for I/O errors, `header` the header, `server` what is expected).
+    async fn header_answer(
+        &self,
+        w: &mut Wire,
+        want: &[u8; 8],
+        stage: &str,
+        header: &str,
+        server: &str,
+    ) -> Result<(), DriverError> {
+        w.flush().await.map_err(|e| self.io_error(e, stage))?;
+        let got = read_header(w).await.map_err(|e| self.io_error(e, stage))?;
+        if &got != want {
+            return Err(self.connect_error(
+                format!("not an AMQP 1.0 server{server} (it answered {header} with {got:?})"),
+                ConnectFailure::Rejected,
+            ));
+        }
+        Ok(())
     }
 
     fn unexpected(&self, wanted: &str, got: &Performative) -> DriverError {

@@ -350,32 +350,25 @@ impl<'b> Enc<'b> {
     }
 
     pub fn uint(&mut self, n: u32) -> &mut Self {
-        self.item();
-        match n {
-            0 => self.buf.put_u8(0x43),
-            1..=255 => {
-                self.buf.put_u8(0x52);
-                self.buf.put_u8(n as u8);
-            }
-            _ => {
-                self.buf.put_u8(0x70);
-                self.buf.put_u32(n);
-            }
-        }
-        self
+        self.unsigned(n as u64, [0x43, 0x52, 0x70], 4)
     }
 
     pub fn ulong(&mut self, n: u64) -> &mut Self {
+        self.unsigned(n, [0x44, 0x53, 0x80], 8)
+    }
+
+    /// An unsigned integer as zero, one byte or `width` bytes (constructors in that order).
+    fn unsigned(&mut self, n: u64, codes: [u8; 3], width: usize) -> &mut Self {
         self.item();
         match n {
-            0 => self.buf.put_u8(0x44),
+            0 => self.buf.put_u8(codes[0]),
             1..=255 => {
-                self.buf.put_u8(0x53);
+                self.buf.put_u8(codes[1]);
                 self.buf.put_u8(n as u8);
             }
             _ => {
-                self.buf.put_u8(0x80);
-                self.buf.put_u64(n);
+                self.buf.put_u8(codes[2]);
+                self.buf.put_slice(&n.to_be_bytes()[8 - width..]);
             }
         }
         self

@@ -17,15 +17,15 @@
 //! [`LinkError`] saying what the broker said; the connection is then of no further use.
 //! Everything lives in this struct, so the async methods are cancel-safe.
 
-use crate::client::Endpoint;
-use crate::frames::{self, AmqpError, Disposition, Outcome, Performative, SessionFlow, Terminus};
+use crate::frames::{
+    self, AmqpError, Disposition, Outcome, Performative, SessionFlow, Terminus, Transfer,
+};
 use crate::message::{self, OutMessage, Parts};
 use bytes::{Bytes, BytesMut};
 use msgbench_core::driver::{ConnectFailure, DriverError};
 use msgbench_net::Wire;
 use std::collections::VecDeque;
 use std::future::Future;
-use std::net::IpAddr;
 use std::pin::Pin;
 use std::task::{Context, Poll};
 use std::time::Duration;
@@ -156,16 +156,6 @@ impl Conn {
         }
     }
 
-    /// Opens a connection to `ep` and begins its session (see [`Endpoint::open`]).
-    pub async fn open(
-        ep: &Endpoint,
-        container_id: &str,
-        source: Option<IpAddr>,
-        timeout: Duration,
-    ) -> Result<Conn, DriverError> {
-        ep.open(container_id, source, timeout).await
-    }
-
     fn session_flow(&mut self) -> SessionFlow {
         self.received_since_flow = 0;
         SessionFlow {
@@ -286,11 +276,7 @@ impl Conn {
 
     /// Reads and handles one frame (events it yields are queued).
     async fn pump_one(&mut self) -> Result<(), LinkError> {
-        std::future::poll_fn(|cx| match self.poll_frame(cx, true) {
-            Poll::Ready(r) => Poll::Ready(r),
-            Poll::Pending => Poll::Pending,
-        })
-        .await
+        std::future::poll_fn(|cx| self.poll_frame(cx, true)).await
     }
 
     /// The link's address.
@@ -463,21 +449,7 @@ impl Conn {
     fn on_frame(&mut self, body: Bytes) -> Result<(), LinkError> {
         let p = Performative::parse(&body).map_err(|e| LinkError::Io(e.to_string()))?;
         match p {
-            Performative::Transfer {
-                handle,
-                delivery_id,
-                settled,
-                more,
-                aborted,
-                payload_at,
-            } => self.on_transfer(
-                handle,
-                delivery_id,
-                settled,
-                more,
-                aborted,
-                body.slice(payload_at..),
-            ),
+            Performative::Transfer(t) => self.on_transfer(t, body.slice(t.payload_at..)),
             Performative::Disposition {
                 receiver: true,
                 first,
@@ -581,15 +553,15 @@ impl Conn {
         }
     }
 
-    fn on_transfer(
-        &mut self,
-        handle: u32,
-        delivery_id: Option<u32>,
-        settled: bool,
-        more: bool,
-        aborted: bool,
-        payload: Bytes,
-    ) -> Result<(), LinkError> {
+    fn on_transfer(&mut self, t: Transfer, payload: Bytes) -> Result<(), LinkError> {
+        let Transfer {
+            handle,
+            delivery_id,
+            settled,
+            more,
+            aborted,
+            ..
+        } = t;
         self.next_incoming_id = self.next_incoming_id.wrapping_add(1);
         self.received_since_flow += 1;
         let Some(link) = self.link_of(handle) else {

@@ -154,11 +154,11 @@ impl Amqp10Consumer {
                 }));
                 continue;
             }
-            let Some((conn, _)) = self.live.as_mut() else {
-                continue;
-            };
-            if let Some((first, last)) = self.range
-                && (!conn.frame_ready() || last.wrapping_sub(first) >= MAX_BATCH)
+            // Settle what was handed over before waiting, or once the run is long.
+            let ready = self.live.as_ref().is_some_and(|(c, _)| c.frame_ready());
+            if self
+                .range
+                .is_some_and(|(first, last)| !ready || last.wrapping_sub(first) >= MAX_BATCH)
             {
                 self.settle();
             }

@@ -187,7 +187,6 @@ pub fn put_flow(buf: &mut BytesMut, s: SessionFlow, link: Option<(u32, u32, u32)
 
 /// One frame of a transfer: the first (`first`: id and tag) or a continuation, `more` when
 /// further frames follow; `body` writes the frame's share of the message.
-#[allow(clippy::too_many_arguments)]
 pub fn put_transfer(
     buf: &mut BytesMut,
     handle: u32,
@@ -350,6 +349,20 @@ impl Outcome {
     }
 }
 
+/// A transfer frame's fields.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Transfer {
+    pub handle: u32,
+    /// Set on a delivery's first frame.
+    pub delivery_id: Option<u32>,
+    pub settled: bool,
+    /// More frames of the same delivery follow.
+    pub more: bool,
+    pub aborted: bool,
+    /// Where the message bytes start in the frame body.
+    pub payload_at: usize,
+}
+
 /// The fields msgbench acts on, of every frame it may receive.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Performative {
@@ -380,15 +393,7 @@ pub enum Performative {
         link_credit: Option<u32>,
         echo: bool,
     },
-    Transfer {
-        handle: u32,
-        delivery_id: Option<u32>,
-        settled: bool,
-        more: bool,
-        aborted: bool,
-        /// Where the message bytes start in the frame body.
-        payload_at: usize,
-    },
+    Transfer(Transfer),
     Disposition {
         /// The peer settles as the receiver (of our transfers).
         receiver: bool,
@@ -499,14 +504,14 @@ impl Performative {
                 f.read()?;
                 f.read()?;
                 let aborted = f.read()?.as_bool().unwrap_or(false);
-                Performative::Transfer {
+                Performative::Transfer(Transfer {
                     handle,
                     delivery_id,
                     settled,
                     more,
                     aborted,
                     payload_at,
-                }
+                })
             }
             DISPOSITION => {
                 let receiver = f.read()?.as_bool().unwrap_or(false);
@@ -574,14 +579,14 @@ mod tests {
         let f = one(&mut buf);
         assert!(buf.is_empty());
         let p = Performative::parse(&f).unwrap();
-        let Performative::Transfer {
+        let Performative::Transfer(Transfer {
             handle: 3,
             delivery_id: Some(41),
             settled: false,
             more: false,
             aborted: false,
             payload_at,
-        } = p
+        }) = p
         else {
             panic!("{p:?}");
         };
@@ -607,11 +612,11 @@ mod tests {
             )
         });
         let f = one(&mut buf);
-        let Performative::Transfer {
+        let Performative::Transfer(Transfer {
             payload_at,
             settled: true,
             ..
-        } = Performative::parse(&f).unwrap()
+        }) = Performative::parse(&f).unwrap()
         else {
             panic!()
         };
