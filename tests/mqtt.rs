@@ -310,23 +310,27 @@ fn storm_against_a_closed_port_counts_refusals() {
     assert_eq!(c["connects"].as_u64().unwrap_or(0), 0);
 }
 
-/// Limits the process cannot meet are refused before anything connects, saying what to raise.
+/// Limits the process cannot meet are refused before anything connects, saying what to raise:
+/// descriptors for a driver that needs one per connection (NATS), local ports for MQTT (which
+/// holds connections beyond the descriptor limit in io_uring tables).
 #[test]
 fn connection_preflight_names_the_limit() {
     let d = TempDir::new("mqtt-preflight");
-    let o = msgbench(
-        &d.0,
-        &[
-            "run",
-            &mqtt_url(),
-            "--connections",
-            "100000000",
-            "--no-output",
-        ],
-    );
-    assert_eq!(o.status.code(), Some(1));
-    let e = stderr(&o);
+    let refused = |url: &str| {
+        let o = msgbench(
+            &d.0,
+            &["run", url, "--connections", "100000000", "--no-output"],
+        );
+        assert_eq!(o.status.code(), Some(1));
+        stderr(&o)
+    };
+    let e = refused(&nats_url());
     assert!(e.contains("file descriptors") && e.contains("limit"), "{e}");
+    let e = refused(&mqtt_url());
+    assert!(
+        e.contains("local ports") && e.contains("--source-addrs"),
+        "{e}"
+    );
 }
 
 /// An unreachable broker is a clear error within the connect timeout.
@@ -587,4 +591,92 @@ fn keep_alive_holds_slow_clients() {
     assert!(!kinds.contains(&"disconnected"), "{kinds:?}");
     assert_eq!(u(&r["integrity"]["lost"]), 0);
     assert!(u(&r["integrity"]["delivered"]) >= 1);
+}
+
+/// More held connections than the process may open files: with its hard limit lowered to 600,
+/// msgbench holds 1,500 connections in io_uring tables (several, as each table may be only as
+/// large as the limit), keeps them alive with pings and publishes through them. The URL names
+/// two brokers, which share the clients round robin: killing the second drops exactly its half.
+#[test]
+fn holds_more_connections_than_the_open_file_limit() {
+    use std::os::unix::process::CommandExt;
+    let d = TempDir::new("mqtt-fd-free");
+    let port = free_port();
+    let mut second = start_mosquitto(port, &d.0);
+    let url = format!("{},127.0.0.1:{port}", mqtt_url());
+    let mut cmd = Command::new(bin());
+    cmd.args([
+        "run",
+        &url,
+        "--connections",
+        "1500",
+        "--connect-rate",
+        "3000",
+        "--hold",
+        "4s",
+        "--keep-alive",
+        "1s",
+        "--publish-interval",
+        "500ms",
+        "--format",
+        "json",
+        "--quiet",
+        "-o",
+        "held.jsonl",
+    ])
+    .current_dir(&d.0)
+    .stdout(Stdio::piped())
+    .stderr(Stdio::piped());
+    // SAFETY: setrlimit is async-signal-safe; lowering a limit needs no privilege.
+    unsafe {
+        cmd.pre_exec(|| {
+            let lim = libc::rlimit {
+                rlim_cur: 600,
+                rlim_max: 600,
+            };
+            if libc::setrlimit(libc::RLIMIT_NOFILE, &lim) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+    let run = cmd.spawn().unwrap();
+    // Once every connection is open and has lived through a few keep-alive periods, the second
+    // broker dies.
+    let file = d.path("held.jsonl");
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !std::fs::read_to_string(&file).is_ok_and(|s| s.contains("\"connected\"")) {
+        assert!(
+            Instant::now() < deadline,
+            "the connections never all opened"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    std::thread::sleep(Duration::from_millis(2500));
+    let _ = second.kill();
+    let _ = second.wait();
+    let r = finish_json(run);
+    let c = &r["connections"];
+    assert_eq!(u(&c["peak_held"]), 1500, "{c}");
+    assert_eq!(u(&c["fd_limit"]), 600, "{c}");
+    let m = measure(&r);
+    assert_eq!(u(&m["counters"]["connects"]), 1500, "{m}");
+    assert!(
+        r["events"].to_string().contains("io_uring"),
+        "{}",
+        r["events"]
+    );
+    let sum = |k: &str| -> u64 {
+        r["phases"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|p| p["counters"][k].as_u64().unwrap_or(0))
+            .sum()
+    };
+    // Pings kept the survivors alive: only the dead broker's half dropped; the rest closed.
+    assert_eq!(sum("dropped"), 750, "{}", r["phases"]);
+    assert_eq!(sum("closes"), 750, "{}", r["phases"]);
+    // Each connection published at least once every 500 ms for over 2 s.
+    assert!(sum("sent") >= 1500 * 4, "sent {}", sum("sent"));
 }

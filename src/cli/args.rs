@@ -271,6 +271,9 @@ Examples:
   msgbench run mqtt://127.0.0.1:1883 --connections 20000 --connect-rate 2000 --hold 60s
       Open and hold 20,000 connections: connect latency, failures by cause, memory per connection
       (--source-addrs 127.0.0.1-127.0.0.8 when one address runs out of ports).
+  msgbench run mqtt://127.0.0.1:1883,127.0.0.1:1884 --connections 100000 --source-addrs 127.0.0.1-127.0.0.4
+      Clients shared round robin by two brokers; beyond the open-file limit, MQTT connections
+      are held in io_uring tables (Linux).
   msgbench run nats://127.0.0.1:4222 --storm --concurrency 64 --duration 10s
       Connect storm: connect, handshake, close, repeat; connections/s and handshake latency.
   msgbench run nats://127.0.0.1:4222 --producers 4 --consumers 4 --rate 50000 --size 1KiB --duration 30s

@@ -264,6 +264,10 @@ pub struct SessionSpec {
     pub topic: String,
     /// Local address to connect from (`--source-addrs`); `None` lets the system choose.
     pub source: Option<IpAddr>,
+    /// Hold the socket outside the descriptor table (`msgbench_net::ring`): set when the run
+    /// holds more connections than the open-file limit allows, only for drivers whose
+    /// [`Driver::fd_free_sessions`] says they can.
+    pub fd_free: bool,
 }
 
 /// A messaging system. One value per run; it creates producers and consumers.
@@ -290,6 +294,12 @@ pub trait Driver: Send + Sync + 'static {
         &self,
         spec: &ConsumerSpec,
     ) -> impl Future<Output = Result<Self::Consumer, DriverError>> + Send;
+
+    /// Whether [`Driver::session`] honours [`SessionSpec::fd_free`], so a run may hold more
+    /// connections than the open-file limit allows.
+    fn fd_free_sessions(&self) -> bool {
+        false
+    }
 
     /// Opens one connection and completes the protocol handshake (the connect latency is the
     /// time this takes). Drivers without connections return [`DriverError::Config`].
@@ -412,6 +422,10 @@ impl<P: Driver, C: Driver> Driver for Pipeline<P, C> {
         spec: &ConsumerSpec,
     ) -> impl Future<Output = Result<Self::Consumer, DriverError>> + Send {
         self.consumers.consumer(spec)
+    }
+
+    fn fd_free_sessions(&self) -> bool {
+        self.producers.fd_free_sessions()
     }
 
     fn session(

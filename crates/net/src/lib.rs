@@ -10,7 +10,12 @@
 //! - one [`Stream`] type (plain or TLS) with poll-style reads into a `BytesMut` and writes, which
 //!   drivers use for cancel-safe I/O without per-message allocation;
 //! - connect failures classified ([`ConnectFailure`]) so connection-scale runs can report
-//!   failures by reason and say what limit to raise.
+//!   failures by reason and say what limit to raise;
+//! - plain TCP connections held outside the descriptor table ([`ring`]), for connection counts
+//!   beyond the open-file limit.
+
+#[cfg(target_os = "linux")]
+pub mod ring;
 
 use bytes::BytesMut;
 use msgbench_core::driver::ConnectFailure;
@@ -252,6 +257,19 @@ pub async fn connect(
     tls: Option<&Tls>,
     timeout: Duration,
 ) -> Result<Stream, NetError> {
+    connect_with(target, source, tls, timeout, false).await
+}
+
+/// [`connect`], and with `fd_free` (plain TCP only) the connected socket moves into an io_uring
+/// table ([`ring`]), so it no longer takes a descriptor: connection-scale runs pass it when they
+/// hold more connections than the open-file limit allows.
+pub async fn connect_with(
+    target: &Target,
+    source: Option<IpAddr>,
+    tls: Option<&Tls>,
+    timeout: Duration,
+    fd_free: bool,
+) -> Result<Stream, NetError> {
     let work = async {
         let addr = resolve(target).await?;
         let sock = match addr {
@@ -272,6 +290,10 @@ pub async fn connect(
             .map_err(|e| NetError::from_io(&e))?;
         tcp.set_nodelay(true).map_err(|e| NetError::from_io(&e))?;
         match tls {
+            #[cfg(target_os = "linux")]
+            None if fd_free => ring::RingStream::adopt(tcp)
+                .map(Stream::Ring)
+                .map_err(|e| NetError::new(ConnectFailure::NoFds, e.to_string())),
             None => Ok(Stream::Tcp(tcp)),
             Some(t) => {
                 let name = ServerName::try_from(target.host.clone()).map_err(|e| {
@@ -451,6 +473,9 @@ pub enum Stream {
     Tcp(TcpStream),
     /// TLS over TCP, client or server side.
     Tls(Box<TlsStream<TcpStream>>),
+    /// Plain TCP held in an io_uring table instead of a descriptor ([`ring`]).
+    #[cfg(target_os = "linux")]
+    Ring(ring::RingStream),
 }
 
 impl Stream {
@@ -458,8 +483,8 @@ impl Stream {
     /// when the server chose none).
     pub fn alpn_protocol(&self) -> Option<&[u8]> {
         match self {
-            Stream::Tcp(_) => None,
             Stream::Tls(s) => s.get_ref().1.alpn_protocol(),
+            _ => None,
         }
     }
 
@@ -482,6 +507,8 @@ impl Stream {
         let r = match self {
             Stream::Tcp(s) => Pin::new(s).poll_read(cx, &mut rb),
             Stream::Tls(s) => Pin::new(s.as_mut()).poll_read(cx, &mut rb),
+            #[cfg(target_os = "linux")]
+            Stream::Ring(s) => Pin::new(s).poll_read(cx, &mut rb),
         };
         match r {
             Poll::Ready(Ok(())) => {
@@ -499,14 +526,18 @@ impl Stream {
         match self {
             Stream::Tcp(s) => Pin::new(s).poll_write(cx, data),
             Stream::Tls(s) => Pin::new(s.as_mut()).poll_write(cx, data),
+            #[cfg(target_os = "linux")]
+            Stream::Ring(s) => Pin::new(s).poll_write(cx, data),
         }
     }
 
-    /// Pushes out anything the TLS layer still holds (no-op for TCP).
+    /// Pushes out anything the TLS layer or the ring still holds (no-op for TCP).
     pub fn poll_flush(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
         match self {
             Stream::Tcp(_) => Poll::Ready(Ok(())),
             Stream::Tls(s) => Pin::new(s.as_mut()).poll_flush(cx),
+            #[cfg(target_os = "linux")]
+            Stream::Ring(s) => Pin::new(s).poll_flush(cx),
         }
     }
 
@@ -534,6 +565,69 @@ impl Stream {
         match self {
             Stream::Tcp(s) => s.local_addr(),
             Stream::Tls(s) => s.get_ref().0.local_addr(),
+            #[cfg(target_os = "linux")]
+            Stream::Ring(s) => Ok(s.local_addr()),
+        }
+    }
+}
+
+/// Every stream kind through tokio's I/O traits (for libraries that take them, such as hyper).
+impl AsyncRead for Stream {
+    fn poll_read(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        match self.get_mut() {
+            Stream::Tcp(s) => Pin::new(s).poll_read(cx, buf),
+            Stream::Tls(s) => Pin::new(s.as_mut()).poll_read(cx, buf),
+            #[cfg(target_os = "linux")]
+            Stream::Ring(s) => Pin::new(s).poll_read(cx, buf),
+        }
+    }
+}
+
+impl AsyncWrite for Stream {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        self.get_mut().poll_write(cx, buf)
+    }
+
+    fn poll_write_vectored(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[io::IoSlice<'_>],
+    ) -> Poll<io::Result<usize>> {
+        match self.get_mut() {
+            Stream::Tcp(s) => Pin::new(s).poll_write_vectored(cx, bufs),
+            Stream::Tls(s) => Pin::new(s.as_mut()).poll_write_vectored(cx, bufs),
+            #[cfg(target_os = "linux")]
+            Stream::Ring(s) => Pin::new(s).poll_write_vectored(cx, bufs),
+        }
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        match self {
+            Stream::Tcp(s) => s.is_write_vectored(),
+            Stream::Tls(s) => s.is_write_vectored(),
+            #[cfg(target_os = "linux")]
+            Stream::Ring(_) => false,
+        }
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Stream::poll_flush(self.get_mut(), cx)
+    }
+
+    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        match self.get_mut() {
+            Stream::Tcp(s) => Pin::new(s).poll_shutdown(cx),
+            Stream::Tls(s) => Pin::new(s.as_mut()).poll_shutdown(cx),
+            #[cfg(target_os = "linux")]
+            Stream::Ring(s) => Pin::new(s).poll_shutdown(cx),
         }
     }
 }

@@ -103,6 +103,16 @@ pub fn preflight_fds(needed: u64) -> Result<(u64, Option<String>), String> {
     ))
 }
 
+/// The open-file hard limit (`u64::MAX` when unknown).
+pub fn hard_fd_limit() -> u64 {
+    // SAFETY: getrlimit fills a struct we own.
+    let mut lim: libc::rlimit = unsafe { std::mem::zeroed() };
+    if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) } != 0 {
+        return u64::MAX;
+    }
+    lim.rlim_max
+}
+
 /// Checks that `count` connections to one destination fit into the local port range with the
 /// given number of source addresses.
 pub fn preflight_ports(count: u64, sources: usize) -> Result<(), String> {
@@ -162,6 +172,15 @@ pub async fn run_connections<D: Driver>(
     } else {
         cp.concurrency as u64 + 256
     };
+    // Beyond the hard limit, drivers that can hold sockets in io_uring tables do so; only the
+    // attempts in flight then take descriptors, and each table may be as large as the limit.
+    let hard = hard_fd_limit();
+    let fd_free = hold_mode && needed > hard && driver.fd_free_sessions();
+    let needed = if fd_free {
+        (cp.concurrency as u64 + 256).max(hard)
+    } else {
+        needed
+    };
     let (fd_limit, raised) = preflight_fds(needed).map_err(RunError::Unsupported)?;
     if hold_mode {
         preflight_ports(cp.count.unwrap_or(0), cp.source_addrs.len())
@@ -185,6 +204,17 @@ pub async fn run_connections<D: Driver>(
     };
     if let Some(r) = raised {
         observer.event(&ev("warning", r, now_ns()));
+    }
+    if fd_free {
+        observer.event(&ev(
+            "warning",
+            format!(
+                "{} connections need more descriptors than the open-file limit ({hard}) allows: \
+                 holding them in io_uring tables instead (only attempts in flight take descriptors)",
+                cp.count.unwrap_or(0)
+            ),
+            now_ns(),
+        ));
     }
     let rss_baseline = rss_bytes();
     let mut agg = Aggregator::new(plan.tick.as_secs_f64());
@@ -247,6 +277,7 @@ pub async fn run_connections<D: Driver>(
                     source: (!cp.source_addrs.is_empty()).then(|| {
                         cp.source_addrs[(launched % cp.source_addrs.len() as u64) as usize]
                     }),
+                    fd_free,
                 };
                 let d = driver.clone();
                 let tx = att_tx.clone();
@@ -334,10 +365,14 @@ pub async fn run_connections<D: Driver>(
                     ramp_end = Some(now);
                 }
                 let _ = close_tx.send(true);
+                // Closing many connections takes its time (a goodbye and a close each): the
+                // drain allows at least 1 s per 10,000 held.
                 let grace = if interrupted {
                     Duration::from_secs(2).min(plan.drain)
                 } else {
+                    let held = levels.held.load(Relaxed);
                     plan.drain
+                        .max(Duration::from_secs_f64(held as f64 / 10_000.0))
                 };
                 drain_deadline = Some(now + grace.as_nanos() as u64);
             }

@@ -32,71 +32,9 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Duration;
-use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 
-/// [`msgbench_net::Stream`] (plain or TLS) with tokio's I/O traits, which
-/// [`TokioIo`] turns into hyper's (HTTP/2).
-pub(crate) struct NetIo(Stream);
-
-impl AsyncRead for NetIo {
-    fn poll_read(
-        self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        buf: &mut ReadBuf<'_>,
-    ) -> Poll<io::Result<()>> {
-        match &mut self.get_mut().0 {
-            Stream::Tcp(s) => Pin::new(s).poll_read(cx, buf),
-            Stream::Tls(s) => Pin::new(s.as_mut()).poll_read(cx, buf),
-        }
-    }
-}
-
-impl AsyncWrite for NetIo {
-    fn poll_write(
-        self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        buf: &[u8],
-    ) -> Poll<io::Result<usize>> {
-        match &mut self.get_mut().0 {
-            Stream::Tcp(s) => Pin::new(s).poll_write(cx, buf),
-            Stream::Tls(s) => Pin::new(s.as_mut()).poll_write(cx, buf),
-        }
-    }
-
-    fn poll_write_vectored(
-        self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        bufs: &[io::IoSlice<'_>],
-    ) -> Poll<io::Result<usize>> {
-        match &mut self.get_mut().0 {
-            Stream::Tcp(s) => Pin::new(s).poll_write_vectored(cx, bufs),
-            Stream::Tls(s) => Pin::new(s.as_mut()).poll_write_vectored(cx, bufs),
-        }
-    }
-
-    fn is_write_vectored(&self) -> bool {
-        match &self.0 {
-            Stream::Tcp(s) => s.is_write_vectored(),
-            Stream::Tls(s) => s.is_write_vectored(),
-        }
-    }
-
-    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        match &mut self.get_mut().0 {
-            Stream::Tcp(s) => Pin::new(s).poll_flush(cx),
-            Stream::Tls(s) => Pin::new(s.as_mut()).poll_flush(cx),
-        }
-    }
-
-    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        match &mut self.get_mut().0 {
-            Stream::Tcp(s) => Pin::new(s).poll_shutdown(cx),
-            Stream::Tls(s) => Pin::new(s.as_mut()).poll_shutdown(cx),
-        }
-    }
-}
-
-type Io = TokioIo<NetIo>;
+/// A [`Stream`] through [`TokioIo`], which turns tokio's I/O traits into hyper's (HTTP/2).
+type Io = TokioIo<Stream>;
 
 /// The response head on its way (hyper's future is unnameable, hence the box).
 type ResponseFut = Pin<Box<dyn Future<Output = hyper::Result<Response<Incoming>>> + Send>>;
@@ -262,7 +200,7 @@ impl Conn {
                 });
             }
             let (tx, conn) = http2::Builder::new(TokioExecutor::new())
-                .handshake(TokioIo::new(NetIo(stream)))
+                .handshake(TokioIo::new(stream))
                 .await
                 .map_err(|e| DriverError::Connect {
                     target: ep.display.clone(),

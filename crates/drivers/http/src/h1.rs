@@ -201,10 +201,7 @@ impl Client {
                 return Poll::Ready(self.fail(e));
             }
             let mut rb = ReadBuf::new(&mut self.rbuf[self.end..]);
-            let r = match &mut self.io {
-                Stream::Tcp(s) => Pin::new(s).poll_read(cx, &mut rb),
-                Stream::Tls(s) => Pin::new(s.as_mut()).poll_read(cx, &mut rb),
-            };
+            let r = Pin::new(&mut self.io).poll_read(cx, &mut rb);
             let n = rb.filled().len();
             match r {
                 Poll::Pending => return Poll::Pending,
@@ -284,10 +281,7 @@ impl Client {
                 _ => return Poll::Ready(()),
             }
         }
-        let _ = ready!(match &mut self.io {
-            Stream::Tcp(s) => Pin::new(s).poll_shutdown(cx),
-            Stream::Tls(s) => Pin::new(s.as_mut()).poll_shutdown(cx),
-        });
+        let _ = ready!(Pin::new(&mut self.io).poll_shutdown(cx));
         Poll::Ready(())
     }
 }

@@ -12,11 +12,13 @@ use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Duration;
 
-/// Where and how to connect, parsed from `mqtt[s]://[user[:pass]@]host[:port]`.
+/// Where and how to connect, parsed from `mqtt[s]://[user[:pass]@]host[:port][,host[:port]...]`.
+/// Several hosts (cluster nodes, or several brokers on one machine) share the clients out round
+/// robin by client index, as emqtt-bench's `-h a,b` does.
 #[derive(Debug)]
 pub struct Endpoint {
-    /// Host and port.
-    pub target: Target,
+    /// Hosts and ports.
+    pub targets: Vec<Target>,
     /// TLS connector for `mqtts://`.
     pub tls: Option<Tls>,
     username: Option<String>,
@@ -53,7 +55,10 @@ impl Endpoint {
             },
             None => (None, None),
         };
-        let target = Target::parse(hostport, if secure { 8883 } else { 1883 })
+        let targets = hostport
+            .split(',')
+            .map(|h| Target::parse(h, if secure { 8883 } else { 1883 }))
+            .collect::<Result<Vec<_>, _>>()
             .map_err(|m| DriverError::Config(format!("{display}: {m}")))?;
         let tls = if secure {
             Some(tls().map_err(|m| DriverError::Config(format!("TLS: {m}")))?)
@@ -61,7 +66,7 @@ impl Endpoint {
             None
         };
         Ok(Endpoint {
-            target,
+            targets,
             tls,
             username,
             password,
@@ -85,6 +90,19 @@ pub struct Settings {
     pub max_packet: usize,
 }
 
+/// Which of the endpoint's hosts a client uses, from which local address, and how its socket is
+/// held.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Route {
+    /// Client index: the host is `targets[index % targets.len()]`.
+    pub index: u64,
+    /// Local address to connect from (`None`: the system's choice).
+    pub source: Option<IpAddr>,
+    /// Hold the socket in an io_uring table instead of a descriptor (plain TCP only; see
+    /// `msgbench_net::ring`).
+    pub fd_free: bool,
+}
+
 /// A live (or reconnecting) connection.
 pub struct Conn {
     ep: Arc<Endpoint>,
@@ -92,7 +110,7 @@ pub struct Conn {
     client_id: String,
     /// Where connection events go (`None` for connection-scale sessions, which count instead).
     events: Option<EventSink>,
-    source: Option<IpAddr>,
+    route: Route,
     /// Socket and buffers.
     pub wire: Wire,
     subs: Vec<(String, u8)>,
@@ -112,7 +130,7 @@ impl Conn {
         settings: Settings,
         client_id: String,
         events: Option<EventSink>,
-        source: Option<IpAddr>,
+        route: Route,
         chunk: usize,
     ) -> Result<Conn, DriverError> {
         let mut c = Conn {
@@ -120,7 +138,7 @@ impl Conn {
             settings,
             client_id,
             events,
-            source,
+            route,
             wire: Wire::new(chunk),
             subs: Vec::new(),
             receive_max: u16::MAX,
@@ -131,9 +149,19 @@ impl Conn {
         Ok(c)
     }
 
+    fn target(&self) -> &Target {
+        let t = &self.ep.targets;
+        &t[(self.route.index % t.len() as u64) as usize]
+    }
+
     fn connect_error(&self, e: NetError) -> DriverError {
         DriverError::Connect {
-            target: self.ep.display.clone(),
+            target: if self.ep.targets.len() > 1 {
+                let t = self.target();
+                format!("{} ({}:{})", self.ep.display, t.host, t.port)
+            } else {
+                self.ep.display.clone()
+            },
             reason: e.detail,
             cause: e.cause,
         }
@@ -142,10 +170,15 @@ impl Conn {
     async fn handshake(&mut self) -> Result<(), DriverError> {
         self.wire.detach();
         let timeout = self.settings.timeout;
-        let stream =
-            msgbench_net::connect(&self.ep.target, self.source, self.ep.tls.as_ref(), timeout)
-                .await
-                .map_err(|e| self.connect_error(e))?;
+        let stream = msgbench_net::connect_with(
+            self.target(),
+            self.route.source,
+            self.ep.tls.as_ref(),
+            timeout,
+            self.route.fd_free,
+        )
+        .await
+        .map_err(|e| self.connect_error(e))?;
         // Writes buffered while disconnected are dropped (integrity counts them as lost).
         self.wire.attach(stream);
         let v5 = self.settings.version == Version::V5;
@@ -372,7 +405,16 @@ mod tests {
     #[test]
     fn endpoints() {
         let e = Endpoint::parse("mqtt://127.0.0.1", no_tls).unwrap();
-        assert_eq!((e.target.host.as_str(), e.target.port), ("127.0.0.1", 1883));
+        let t = &e.targets[0];
+        assert_eq!((t.host.as_str(), t.port), ("127.0.0.1", 1883));
+        let e = Endpoint::parse("mqtt://u:p@a:1,b,c:3", no_tls).unwrap();
+        let hosts: Vec<_> = e
+            .targets
+            .iter()
+            .map(|t| (t.host.as_str(), t.port))
+            .collect();
+        assert_eq!(hosts, [("a", 1), ("b", 1883), ("c", 3)]);
+        assert!(Endpoint::parse("mqtt://a,", no_tls).is_err());
         let e = Endpoint::parse("mqtt://bob:pw@h:2", no_tls).unwrap();
         assert_eq!(
             (

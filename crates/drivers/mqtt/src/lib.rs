@@ -31,7 +31,7 @@ pub mod conn;
 
 use bytes::Bytes;
 use codec::{Packet, Version};
-use conn::{Conn, Endpoint, Settings};
+use conn::{Conn, Endpoint, Route, Settings};
 use msgbench_core::driver::{
     Ack, Capabilities, Consumer, ConsumerSpec, Delivery, Driver, DriverError, EventSink, Outbound,
     Producer, ProducerSpec, Session, SessionSpec,
@@ -106,20 +106,27 @@ impl MqttDriver {
     async fn connect(
         &self,
         role: &str,
-        i: u64,
-        source: Option<std::net::IpAddr>,
+        route: Route,
         events: bool,
         chunk: usize,
     ) -> Result<Conn, DriverError> {
         Conn::connect(
             self.ep.clone(),
             self.settings(),
-            self.client.client_id_for(self.run_id, role, i),
+            self.client.client_id_for(self.run_id, role, route.index),
             events.then(|| self.events.clone()),
-            source,
+            route,
             chunk,
         )
         .await
+    }
+
+    /// Route of a data client (producers and consumers): its index picks the host.
+    fn data_route(i: u32) -> Route {
+        Route {
+            index: i as u64,
+            ..Route::default()
+        }
     }
 }
 
@@ -138,9 +145,14 @@ impl Driver for MqttDriver {
         }
     }
 
+    /// Plain-TCP sessions can live in io_uring tables; TLS ones need a descriptor each.
+    fn fd_free_sessions(&self) -> bool {
+        cfg!(target_os = "linux") && self.ep.tls.is_none()
+    }
+
     async fn producer(&self, spec: &ProducerSpec) -> Result<MqttProducer, DriverError> {
         let conn = self
-            .connect("pub", spec.id as u64, None, true, DATA_CHUNK)
+            .connect("pub", Self::data_route(spec.id), true, DATA_CHUNK)
             .await?;
         Ok(MqttProducer {
             conn,
@@ -159,7 +171,7 @@ impl Driver for MqttDriver {
 
     async fn consumer(&self, spec: &ConsumerSpec) -> Result<MqttConsumer, DriverError> {
         let mut conn = self
-            .connect("sub", spec.id as u64, None, true, DATA_CHUNK)
+            .connect("sub", Self::data_route(spec.id), true, DATA_CHUNK)
             .await?;
         let filter = match &spec.group {
             Some(g) => format!("$share/{g}/{}", spec.topic),
@@ -175,9 +187,12 @@ impl Driver for MqttDriver {
     }
 
     async fn session(&self, spec: &SessionSpec) -> Result<MqttSession, DriverError> {
-        let conn = self
-            .connect("conn", spec.id, spec.source, false, SESSION_CHUNK)
-            .await?;
+        let route = Route {
+            index: spec.id,
+            source: spec.source,
+            fd_free: spec.fd_free,
+        };
+        let conn = self.connect("conn", route, false, SESSION_CHUNK).await?;
         Ok(MqttSession {
             conn,
             topic: Bytes::from(spec.topic.clone()),

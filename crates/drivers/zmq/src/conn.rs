@@ -235,7 +235,7 @@ pub async fn dial(
                     ),
                 }
             }
-            Ok(msgbench_net::Stream::Tls(_)) => unreachable!("no TLS was asked for"),
+            Ok(_) => unreachable!("a plain TCP stream was asked for"),
             Err(e) => (e.cause, format!("cannot connect to {ep}: {}", e.detail)),
         };
         let retry = matches!(failure.0, ConnectFailure::Refused | ConnectFailure::Reset);

@@ -435,6 +435,7 @@ async fn sessions_are_refused() {
         id: 0,
         topic: "t".into(),
         source: None,
+        fd_free: false,
     };
     match d.session(&spec).await {
         Err(DriverError::Config(m)) => assert!(m.contains("not supported for zmq"), "{m}"),
