@@ -7,7 +7,8 @@
 #   scripts/bench.sh nats       NATS 1 -> 1, smallest payload (target >= 1.1M msgs/s, <= 0.7 CPU-s/M)
 #   scripts/bench.sh memory     RSS after 10^6 versus 10^7 messages (target within 10%)
 #   scripts/bench.sh mqtt       Mosquitto, 10 publishers + 10 subscribers, 100 B, QoS 0 and 1
-#                               (targets: <= 4.5 / <= 9 CPU-s per million, QoS 1 >= 45k msgs/s)
+#                               (targets: <= 4.5 / <= 9 CPU-s per million, QoS 1 >= 45k msgs/s),
+#                               on the test mosquitto (TCP_NODELAY) and on one as shipped (Nagle)
 #   scripts/bench.sh demo       embedded broker at 1,000 msgs/s (target: e2e p99 < 2 ms)
 #   scripts/bench.sh storm      connect storm against `msgbench serve mqtt` (aim >= 10,000/s)
 #   scripts/bench.sh amqp       RabbitMQ 1 -> 1, 1 KB, confirms (window 100), 10 s, interleaved
@@ -158,21 +159,31 @@ PY
 bench_mqtt() {
   scripts/brokers.sh up >/dev/null
   eval "$(scripts/brokers.sh env)"
-  local qos subs
-  for qos in 0 1; do
-    # -c 0: publishing only, as the Go client the issue compares with was measured.
-    for subs in 1 0; do
-      echo "== MQTT QoS $qos via Mosquitto: 10 topics, 1 publisher + $subs subscriber(s) each, 100 B, unlimited ($RUNS runs)"
-      local cpus=() rates=()
-      for _ in $(seq "$RUNS"); do
-        read -r sent recv cpu lost p99 < <(mqtt_run "$MSGBENCH_IT_MQTT_URL" --qos "$qos" --topics 10 \
-          --topic 'bench/q'"$qos"'/{i}' -c "$subs" --size 100 --max-in-flight 1000 --warmup 1s --duration 5s)
-        echo "  run: sent $sent msgs/s, received $recv msgs/s, $cpu CPU-s per million sent (whole msgbench process), lost $lost, publish p99 ${p99} us"
-        cpus+=("$cpu"); rates+=("$sent")
+  # Two brokers: the test mosquitto (set_tcp_nodelay true: every message its own TCP segment,
+  # lowest latency) and a mosquitto as shipped (Nagle on: at high rates several messages share a
+  # segment, so subscribers take fewer wake-ups and reads).
+  local dir pid port qos subs broker url
+  dir=$(mktemp -d)
+  read -r pid port < <(extra_mosquitto "$dir/default" "$(ulimit -n)")
+  for broker in "nodelay:$MSGBENCH_IT_MQTT_URL" "default:mqtt://127.0.0.1:$port"; do
+    url=${broker#*:}
+    for qos in 0 1; do
+      # -c 0: publishing only, as the Go client the issue compares with was measured.
+      for subs in 1 0; do
+        echo "== MQTT QoS $qos via mosquitto (${broker%%:*}): 10 topics, 1 publisher + $subs subscriber(s) each, 100 B, unlimited ($RUNS runs)"
+        local cpus=() rates=()
+        for _ in $(seq "$RUNS"); do
+          read -r sent recv cpu lost p99 < <(mqtt_run "$url" --qos "$qos" --topics 10 \
+            --topic 'bench/q'"$qos"'/{i}' -c "$subs" --size 100 --max-in-flight 1000 --warmup 1s --duration 5s)
+          echo "  run: sent $sent msgs/s, received $recv msgs/s, $cpu CPU-s per million sent (whole msgbench process), lost $lost, publish p99 ${p99} us"
+          cpus+=("$cpu"); rates+=("$sent")
+        done
+        echo "  median: $(printf '%s\n' "${rates[@]}" | median) msgs/s sent, $(printf '%s\n' "${cpus[@]}" | median) CPU-s per million"
       done
-      echo "  median: $(printf '%s\n' "${rates[@]}" | median) msgs/s sent, $(printf '%s\n' "${cpus[@]}" | median) CPU-s per million"
     done
   done
+  kill "$pid" 2>/dev/null || true
+  rm -rf "$dir"
 }
 
 bench_demo() {
@@ -212,10 +223,25 @@ free_port() {
   python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'
 }
 
+# extra_mosquitto PREFIX NOFILE [CONF_LINE]: starts a mosquitto of ours on a free loopback port
+# (anonymous, no persistence, config and log at PREFIX.*), waits until it listens, prints
+# "PID PORT". Stop it by PID.
+extra_mosquitto() {
+  local prefix=$1 nofile=$2 extra=${3:-} port pid
+  port=$(free_port)
+  printf '%s\n' "persistence false" "max_keepalive 65535" "log_dest stderr" \
+    "connection_messages false" "max_inflight_messages 0" "max_queued_messages 100000" ${extra:+"$extra"} \
+    "listener $port 127.0.0.1" "max_connections -1" "allow_anonymous true" >"$prefix.conf"
+  (ulimit -n "$nofile" && exec mosquitto -c "$prefix.conf") >>"$prefix.log" 2>&1 &
+  pid=$!
+  for _ in $(seq 50); do (echo >/dev/tcp/127.0.0.1/"$port") 2>/dev/null && break; sleep 0.1; done
+  echo "$pid $port"
+}
+
 bench_conns() {
   scripts/brokers.sh up >/dev/null
   eval "$(scripts/brokers.sh env)"
-  local hard mpid mlim n per shards=() pids=() url dir
+  local hard mpid mlim n per pids=() url dir
   hard=$(ulimit -Hn)
   mpid=$(cat "${MSGBENCH_BROKERS_DIR:-$HOME/.cache/msgbench-brokers}/mosquitto.pid")
   mlim=$(awk '/Max open files/ {print $4}' "/proc/$mpid/limits")
@@ -227,27 +253,11 @@ bench_conns() {
   per=$((mlim - 500))
   url=$MSGBENCH_IT_MQTT_URL
   dir=$(mktemp -d)
-  local k=1
+  local k=1 pid port
   while [ $((k * per)) -lt "$n" ]; do
-    local port; port=$(free_port)
-    cat >"$dir/m$k.conf" <<CONF
-persistence false
-set_tcp_nodelay true
-max_keepalive 65535
-log_dest stderr
-connection_messages false
-listener $port 127.0.0.1
-max_connections -1
-allow_anonymous true
-CONF
-    (ulimit -n "$mlim" && exec mosquitto -c "$dir/m$k.conf") >>"$dir/m$k.log" 2>&1 &
-    pids+=("$!"); shards+=("127.0.0.1:$port")
+    read -r pid port < <(extra_mosquitto "$dir/m$k" "$mlim" "set_tcp_nodelay true")
+    pids+=("$pid"); url="$url,127.0.0.1:$port"
     k=$((k + 1))
-  done
-  for s in "${shards[@]}"; do
-    local port=${s##*:}
-    for _ in $(seq 50); do (echo >/dev/tcp/127.0.0.1/"$port") 2>/dev/null && break; sleep 0.1; done
-    url="$url,$s"
   done
   echo "== hold $n MQTT connections to $k mosquitto process(es) (open-file limit $mlim each; msgbench's hard limit $hard), 5,000/s ramp, held 20 s, keep-alive 60 s, 4 source addresses"
   local out; out=$(mktemp)
