@@ -72,11 +72,9 @@ pub fn rss_bytes() -> u64 {
 /// The open-file limit, raised to what `needed` asks for when the hard limit allows.
 /// Errors say exactly what to raise.
 pub fn preflight_fds(needed: u64) -> Result<(u64, Option<String>), String> {
-    // SAFETY: getrlimit/setrlimit fill and read a struct we own.
-    let mut lim: libc::rlimit = unsafe { std::mem::zeroed() };
-    if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) } != 0 {
+    let Some(lim) = nofile() else {
         return Ok((0, None));
-    }
+    };
     if lim.rlim_cur >= needed {
         return Ok((lim.rlim_cur, None));
     }
@@ -85,6 +83,7 @@ pub fn preflight_fds(needed: u64) -> Result<(u64, Option<String>), String> {
             rlim_cur: needed.max(lim.rlim_cur),
             rlim_max: lim.rlim_max,
         };
+        // SAFETY: setrlimit reads a struct we own.
         if unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &want) } == 0 {
             return Ok((
                 want.rlim_cur,
@@ -103,14 +102,16 @@ pub fn preflight_fds(needed: u64) -> Result<(u64, Option<String>), String> {
     ))
 }
 
-/// The open-file hard limit (`u64::MAX` when unknown).
-pub fn hard_fd_limit() -> u64 {
+/// The open-file limits, when the system says.
+fn nofile() -> Option<libc::rlimit> {
     // SAFETY: getrlimit fills a struct we own.
     let mut lim: libc::rlimit = unsafe { std::mem::zeroed() };
-    if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) } != 0 {
-        return u64::MAX;
-    }
-    lim.rlim_max
+    (unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) } == 0).then_some(lim)
+}
+
+/// The open-file hard limit (`u64::MAX` when unknown).
+pub fn hard_fd_limit() -> u64 {
+    nofile().map_or(u64::MAX, |l| l.rlim_max)
 }
 
 /// Checks that `count` connections to one destination fit into the local port range with the
