@@ -331,6 +331,12 @@ fn connection_preflight_names_the_limit() {
         e.contains("local ports") && e.contains("--source-addrs"),
         "{e}"
     );
+    // Four brokers in the URL: each destination has its own ports, and takes a quarter.
+    let e = refused(&format!(
+        "{},127.0.0.1:2,127.0.0.1:3,127.0.0.1:4",
+        mqtt_url()
+    ));
+    assert!(e.contains("25000000 connections to one address"), "{e}");
 }
 
 /// An unreachable broker is a clear error within the connect timeout.

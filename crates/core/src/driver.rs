@@ -301,6 +301,12 @@ pub trait Driver: Send + Sync + 'static {
         false
     }
 
+    /// How many destinations (host and port) sessions are spread over: each has its own range
+    /// of local ports, which the connection preflight counts on.
+    fn session_hosts(&self) -> usize {
+        1
+    }
+
     /// Opens one connection and completes the protocol handshake (the connect latency is the
     /// time this takes). Drivers without connections return [`DriverError::Config`].
     fn session(
@@ -426,6 +432,10 @@ impl<P: Driver, C: Driver> Driver for Pipeline<P, C> {
 
     fn fd_free_sessions(&self) -> bool {
         self.producers.fd_free_sessions()
+    }
+
+    fn session_hosts(&self) -> usize {
+        self.producers.session_hosts()
     }
 
     fn session(

@@ -184,8 +184,13 @@ pub async fn run_connections<D: Driver>(
     };
     let (fd_limit, raised) = preflight_fds(needed).map_err(RunError::Unsupported)?;
     if hold_mode {
-        preflight_ports(cp.count.unwrap_or(0), cp.source_addrs.len())
-            .map_err(RunError::Unsupported)?;
+        // Connections to one destination share its local ports; several destinations each
+        // take their share.
+        let per_host = cp
+            .count
+            .unwrap_or(0)
+            .div_ceil(driver.session_hosts().max(1) as u64);
+        preflight_ports(per_host, cp.source_addrs.len()).map_err(RunError::Unsupported)?;
     }
     let tick_ns = plan.tick.as_nanos() as u64;
     let (t0, late) = super::release::release_instant(plan, 10_000_000);

@@ -150,6 +150,10 @@ impl Driver for MqttDriver {
         cfg!(target_os = "linux") && self.ep.tls.is_none()
     }
 
+    fn session_hosts(&self) -> usize {
+        self.ep.targets.len()
+    }
+
     async fn producer(&self, spec: &ProducerSpec) -> Result<MqttProducer, DriverError> {
         let conn = self
             .connect("pub", Self::data_route(spec.id), true, DATA_CHUNK)
