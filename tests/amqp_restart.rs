@@ -74,11 +74,16 @@ fn restart_mid_run(extra: &[&str], connections: u64) {
     let i = &r["integrity"];
     assert_eq!(u(&i["expected"]), u(&i["delivered"]) + u(&i["lost"]), "{i}");
     // Deliveries went on after the restart (the broker was down for seconds of a 10 s run).
-    assert!(u(&i["delivered"]) > u(&c["sent"]) / 2, "{i} {c}");
+    assert!(
+        u(&i["delivered"]) > u(&c["sent"]) / 2,
+        "{i} {c}\nevents: {}",
+        r["events"]
+    );
     let in_doubt = u(&e["timeout"]) + u(&e["send"]) + u(&c["nacked"]);
     assert!(
         u(&i["lost"]) <= in_doubt,
-        "every lost message was reported in doubt or refused: {i} {e}"
+        "every lost message was reported in doubt or refused: {i} {e}\nevents: {}",
+        r["events"]
     );
     let file = std::fs::read_to_string(d.path("r.jsonl")).unwrap();
     assert!(file.lines().last().unwrap().contains("\"type\":\"end\""));
