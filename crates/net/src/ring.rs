@@ -230,26 +230,24 @@ impl Ring {
     /// Submits the send of `wbuf[w_off..w_len]`.
     fn send(&self, sh: &Arc<Shared>, st: &State) -> io::Result<()> {
         let buf = st.wbuf.as_ref().expect("a send has a buffer");
-        let ud = Arc::into_raw(sh.clone()) as u64 | OP_SEND;
         // SAFETY: `w_off < w_len <= cap`; the buffer lives while `sh` does (module docs).
         let ptr = unsafe { buf.ptr.add(st.w_off) };
-        let e = opcode::Send::new(types::Fixed(sh.slot), ptr, (st.w_len - st.w_off) as u32)
-            .build()
-            .user_data(ud);
-        self.submit(&[e]).inspect_err(|_| {
-            // SAFETY: the operation was not queued; take back its reference.
-            drop(unsafe { Arc::from_raw((ud & !OP_MASK) as *const Shared) });
-        })
+        let e = opcode::Send::new(types::Fixed(sh.slot), ptr, (st.w_len - st.w_off) as u32);
+        self.submit_owned(sh, OP_SEND, e.build())
     }
 
     /// Submits a receive into the whole receive buffer.
     fn recv(&self, sh: &Arc<Shared>, st: &mut State) -> io::Result<()> {
         let buf = st.rbuf.get_or_insert_with(|| Buf::new(READ_BUF));
-        let ud = Arc::into_raw(sh.clone()) as u64 | OP_RECV;
-        let e = opcode::Recv::new(types::Fixed(sh.slot), buf.ptr, buf.cap as u32)
-            .build()
-            .user_data(ud);
-        self.submit(&[e]).inspect_err(|_| {
+        let e = opcode::Recv::new(types::Fixed(sh.slot), buf.ptr, buf.cap as u32);
+        self.submit_owned(sh, OP_RECV, e.build())
+    }
+
+    /// Submits an operation on `sh`'s buffers: it carries a strong reference to `sh` as its
+    /// `user_data` (taken back by the completion, or here if it could not be queued).
+    fn submit_owned(&self, sh: &Arc<Shared>, op: u64, e: squeue::Entry) -> io::Result<()> {
+        let ud = Arc::into_raw(sh.clone()) as u64 | op;
+        self.submit(&[e.user_data(ud)]).inspect_err(|_| {
             // SAFETY: the operation was not queued; take back its reference.
             drop(unsafe { Arc::from_raw((ud & !OP_MASK) as *const Shared) });
         })

@@ -207,38 +207,32 @@ impl Endpoint {
             Performative::SaslMechanisms(m) => m,
             other => return Err(self.unexpected("SASL mechanisms", &other)),
         };
-        let has = |m: &str| offered.iter().any(|o| o == m);
-        match &self.login {
+        // PLAIN with the URL's credentials, ANONYMOUS without; each refusal says what to do.
+        let (mechanism, response, refusal) = match &self.login {
             Some((u, p)) => {
-                if !has("PLAIN") {
-                    return Err(self.connect_error(
-                        format!(
-                            "the broker does not offer SASL PLAIN for {} (it offers {offered:?})",
-                            self.who()
-                        ),
-                        ConnectFailure::Rejected,
-                    ));
-                }
                 let mut r = Vec::with_capacity(u.len() + p.len() + 2);
                 r.push(0);
                 r.extend_from_slice(u.as_bytes());
                 r.push(0);
                 r.extend_from_slice(p.as_bytes());
-                frames::put_sasl_init(&mut w.wbuf, "PLAIN", Some(&r), host);
+                let why = format!(
+                    "the broker does not offer SASL PLAIN for {} (it offers {offered:?})",
+                    self.who()
+                );
+                ("PLAIN", Some(r), why)
             }
             None => {
-                if !has("ANONYMOUS") {
-                    return Err(self.connect_error(
-                        format!(
-                            "authentication failed: the broker does not take {} (it offers {offered:?}): put user:password in the URL",
-                            self.who()
-                        ),
-                        ConnectFailure::Rejected,
-                    ));
-                }
-                frames::put_sasl_init(&mut w.wbuf, "ANONYMOUS", None, host);
+                let why = format!(
+                    "authentication failed: the broker does not take {} (it offers {offered:?}): put user:password in the URL",
+                    self.who()
+                );
+                ("ANONYMOUS", None, why)
             }
+        };
+        if !offered.iter().any(|o| o == mechanism) {
+            return Err(self.connect_error(refusal, ConnectFailure::Rejected));
         }
+        frames::put_sasl_init(&mut w.wbuf, mechanism, response.as_deref(), host);
         w.flush().await.map_err(|e| io(e, "authentication"))?;
         match read_frame(&mut w)
             .await
