@@ -420,7 +420,9 @@ pub struct RunArgs {
     /// A send later than this after its intended time counts as late.
     #[arg(long)]
     pub late_threshold: Option<String>,
-    /// Worker threads producers and consumers run on (default: one per CPU).
+    /// Worker threads producers and consumers run on, one event loop each; 0 = a work-stealing
+    /// pool of one thread per CPU (default: half the CPUs when the target is a broker on this
+    /// machine, leaving the rest to it; otherwise 0).
     #[arg(long)]
     pub workers: Option<usize>,
     /// Run name shown in reports.

@@ -95,7 +95,7 @@ fn describe(plan: &RunPlan) -> String {
         None => r.target.clone(),
     };
     format!(
-        "{to} | {} topic(s), {} producer(s), {} consumer(s) ({subs}){} | rate {rate} | size {} | warm-up {}, measure {measure}, drain ≤ {}",
+        "{to} | {} topic(s), {} producer(s), {} consumer(s) ({subs}){} | rate {rate} | size {} | warm-up {}, measure {measure}, drain ≤ {}{}",
         plan.topics.len(),
         plan.producers(),
         plan.consumers(),
@@ -110,6 +110,11 @@ fn describe(plan: &RunPlan) -> String {
         },
         format_duration(plan.warmup),
         format_duration(plan.drain),
+        match plan.workers {
+            0 => String::new(),
+            1 => " | 1 worker thread".to_string(),
+            n => format!(" | {n} worker threads"),
+        }
     )
 }
 

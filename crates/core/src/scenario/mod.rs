@@ -48,6 +48,7 @@
 //! - [`plan`]: the resolved [`RunPlan`] and the rules that produce it.
 
 pub mod amqp10;
+pub mod colocated;
 pub mod plan;
 pub mod segment;
 pub mod stages;
@@ -328,7 +329,8 @@ pub struct OutputSection {
     pub late_threshold: Option<String>,
     /// Connect timeout per client.
     pub connect_timeout: Option<String>,
-    /// Worker threads for producers and consumers (default: one per CPU).
+    /// Worker threads for producers and consumers (default: see
+    /// [`colocated::default_workers`]).
     pub workers: Option<usize>,
 }
 

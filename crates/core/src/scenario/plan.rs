@@ -206,7 +206,8 @@ pub struct RunPlan {
     #[serde(with = "serde_duration")]
     pub connect_timeout: Duration,
     /// Worker threads producers and consumers run on, one single-threaded runtime each; 0 runs
-    /// them on the shared work-stealing runtime (one thread per CPU).
+    /// them on the shared work-stealing runtime (one thread per CPU). Left out, it follows
+    /// [`super::colocated::default_workers`].
     pub workers: usize,
     /// Consumers subscribe to this filter instead of their topic (wildcards).
     pub subscribe: Option<String>,
@@ -475,6 +476,15 @@ pub fn resolve(s: &Scenario, run_id: u32) -> Result<RunPlan, PlanError> {
         ));
     }
 
+    let workers = s.output.workers.unwrap_or_else(|| {
+        let mut targets = vec![target.as_str()];
+        targets.extend(consume_from.as_deref());
+        super::colocated::default_workers(
+            &targets,
+            std::thread::available_parallelism().map_or(1, |n| n.get()),
+        )
+    });
+
     Ok(RunPlan {
         name: s.name.clone().unwrap_or_else(|| "msgbench".to_string()),
         tags: s.tags.clone().unwrap_or_default(),
@@ -497,7 +507,7 @@ pub fn resolve(s: &Scenario, run_id: u32) -> Result<RunPlan, PlanError> {
         tick,
         late_threshold,
         connect_timeout,
-        workers: s.output.workers.unwrap_or(0),
+        workers,
         subscribe,
         client,
         tls,
