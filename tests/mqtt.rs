@@ -311,8 +311,8 @@ fn storm_against_a_closed_port_counts_refusals() {
 }
 
 /// Limits the process cannot meet are refused before anything connects, saying what to raise:
-/// descriptors for a driver that needs one per connection (NATS), local ports for MQTT (which
-/// holds connections beyond the descriptor limit in io_uring tables).
+/// descriptors for a driver that needs one per connection (AMQP 0-9-1), local ports for MQTT
+/// (which holds connections beyond the descriptor limit in io_uring tables).
 #[test]
 fn connection_preflight_names_the_limit() {
     let d = TempDir::new("mqtt-preflight");
@@ -324,7 +324,7 @@ fn connection_preflight_names_the_limit() {
         assert_eq!(o.status.code(), Some(1));
         stderr(&o)
     };
-    let e = refused(&nats_url());
+    let e = refused(&amqp_url());
     assert!(e.contains("file descriptors") && e.contains("limit"), "{e}");
     let e = refused(&mqtt_url());
     assert!(
@@ -665,6 +665,12 @@ fn holds_more_connections_than_the_open_file_limit() {
     let c = &r["connections"];
     assert_eq!(u(&c["peak_held"]), 1500, "{c}");
     assert_eq!(u(&c["fd_limit"]), 600, "{c}");
+    assert_eq!(c["fd_free"].as_bool(), Some(true), "{c}");
+    let text = stdout(&msgbench(&d.0, &["report", "held.jsonl"]));
+    assert!(
+        text.contains("open-file limit 600 (connections held beyond it in io_uring tables)"),
+        "{text}"
+    );
     let m = measure(&r);
     assert_eq!(u(&m["counters"]["connects"]), 1500, "{m}");
     assert!(

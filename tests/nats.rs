@@ -133,3 +133,83 @@ fn oversized_messages_fail_fast() {
         stderr(&o)
     );
 }
+
+/// More held connections than the process may open files: with its hard limit lowered to 400,
+/// msgbench holds 1,000 NATS connections in io_uring tables (the handshake, the publishes every
+/// 500 ms and the server's PINGs all go through them), and a broker killed under them drops
+/// every one, counted.
+#[test]
+fn holds_more_connections_than_the_open_file_limit() {
+    use std::os::unix::process::CommandExt;
+    let d = TempDir::new("nats-fd-free");
+    let port = free_port();
+    let mut server = start_server(port, &d.0);
+    let mut cmd = Command::new(bin());
+    cmd.args([
+        "run",
+        &format!("nats://127.0.0.1:{port}"),
+        "--connections",
+        "1000",
+        "--connect-rate",
+        "2000",
+        "--hold",
+        "5s",
+        "--publish-interval",
+        "500ms",
+        "--format",
+        "json",
+        "--quiet",
+        "-o",
+        "held.jsonl",
+    ])
+    .current_dir(&d.0)
+    .stdout(Stdio::piped())
+    .stderr(Stdio::piped());
+    // SAFETY: setrlimit is async-signal-safe; lowering a limit needs no privilege.
+    unsafe {
+        cmd.pre_exec(|| {
+            let lim = libc::rlimit {
+                rlim_cur: 400,
+                rlim_max: 400,
+            };
+            if libc::setrlimit(libc::RLIMIT_NOFILE, &lim) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+    let run = cmd.spawn().unwrap();
+    let file = d.path("held.jsonl");
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    while !std::fs::read_to_string(&file).is_ok_and(|s| s.contains("\"connected\"")) {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the connections never all opened"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    std::thread::sleep(Duration::from_millis(1500));
+    let _ = server.kill();
+    let _ = server.wait();
+    let r = finish_json(run);
+    let c = &r["connections"];
+    assert_eq!(u(&c["peak_held"]), 1000, "{c}");
+    assert_eq!(c["fd_free"].as_bool(), Some(true), "{c}");
+    assert!(
+        r["events"].to_string().contains("io_uring"),
+        "{}",
+        r["events"]
+    );
+    let sum = |k: &str| -> u64 {
+        r["phases"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|p| p["counters"][k].as_u64().unwrap_or(0))
+            .sum()
+    };
+    assert_eq!(sum("connects"), 1000, "{}", r["phases"]);
+    assert_eq!(sum("dropped"), 1000, "{}", r["phases"]);
+    // Each connection published every 500 ms for over a second before the broker died.
+    assert!(sum("sent") >= 1000 * 2, "sent {}", sum("sent"));
+}

@@ -67,6 +67,10 @@ pub struct ConnectionSummary {
     pub rss_per_connection_bytes: f64,
     /// The process's open-file limit during the run.
     pub fd_limit: u64,
+    /// Connections were held in io_uring tables, beyond the open-file limit (only attempts in
+    /// flight took descriptors).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub fd_free: bool,
 }
 
 impl IntervalStats {

@@ -441,8 +441,9 @@ fn connections_block(s: &mut String, r: &RunReport, cs: &msgbench_metrics::Conne
     }
     let _ = writeln!(
         s,
-        "<tr><th>open-file limit</th><td>{}</td></tr></table>",
-        cs.fd_limit
+        "<tr><th>open-file limit</th><td>{}{}</td></tr></table>",
+        cs.fd_limit,
+        crate::text::beyond_fd_limit(cs)
     );
     latency_table(s, &[("connect", &connect)]);
 }

@@ -655,6 +655,7 @@ fn merged_end(readers: &[Reader], mut warnings: Vec<String>) -> End {
             a.rss_baseline_bytes += b.rss_baseline_bytes;
             a.rss_peak_bytes += b.rss_peak_bytes;
             a.fd_limit = a.fd_limit.min(b.fd_limit);
+            a.fd_free |= b.fd_free;
             a
         })
         .map(|mut a| {

@@ -215,6 +215,15 @@ fn warnings(out: &mut dyn Write, r: &RunReport) -> std::io::Result<()> {
     Ok(())
 }
 
+/// What to add after the open-file limit when connections were held beyond it.
+pub(crate) fn beyond_fd_limit(cs: &msgbench_metrics::ConnectionSummary) -> &'static str {
+    if cs.fd_free {
+        " (connections held beyond it in io_uring tables)"
+    } else {
+        ""
+    }
+}
+
 /// A connection workload: opened, failed by cause, rate, held, memory, connect latency.
 fn connections_block(
     out: &mut dyn Write,
@@ -279,8 +288,10 @@ fn connections_block(
     }
     writeln!(
         out,
-        "  generator {:>10.2} CPU-s   open-file limit {}",
-        cpu, cs.fd_limit
+        "  generator {:>10.2} CPU-s   open-file limit {}{}",
+        cpu,
+        cs.fd_limit,
+        beyond_fd_limit(cs)
     )?;
     if connect.count > 0 {
         writeln!(

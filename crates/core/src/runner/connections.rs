@@ -531,6 +531,7 @@ pub async fn run_connections<D: Driver>(
             0.0
         },
         fd_limit,
+        fd_free,
     };
     Ok(RunOutcome {
         started_unix_ms,

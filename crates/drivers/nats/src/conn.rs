@@ -3,14 +3,14 @@
 //! here is cancel-safe: an interrupted call loses no bytes.
 
 use crate::proto::{self, Info, ServerOp};
-use bytes::{Buf, BytesMut};
+use bytes::BytesMut;
 use msgbench_core::driver::{ConnectFailure, DriverError, DriverEventKind, EventSink};
+use msgbench_net::Stream;
+use std::future::poll_fn;
 use std::io;
 use std::net::IpAddr;
-use std::task::{Context, Poll};
+use std::task::{Context, Poll, Waker};
 use std::time::Duration;
-use tokio::io::AsyncReadExt;
-use tokio::net::TcpStream;
 
 /// Where and how to connect, parsed from `nats://[user:pass@|token@]host[:port]`.
 #[derive(Debug, Clone)]
@@ -110,7 +110,9 @@ pub struct Conn {
     timeout: Duration,
     source: Option<IpAddr>,
     chunk: usize,
-    stream: Option<TcpStream>,
+    /// Hold the socket in an io_uring table instead of a descriptor (`msgbench_net::ring`).
+    fd_free: bool,
+    stream: Option<Stream>,
     /// Bytes read and not yet parsed.
     pub rbuf: BytesMut,
     /// Bytes to write.
@@ -127,13 +129,15 @@ fn io_err(e: impl std::fmt::Display) -> io::Error {
 impl Conn {
     /// Connects and completes the handshake; the error says clearly why not. `chunk` is the
     /// buffer size: large for data clients, small for held sessions. `source` is the local
-    /// address to connect from.
+    /// address to connect from; `fd_free` holds the socket without a descriptor (held sessions
+    /// beyond the open-file limit).
     pub async fn connect(
         ep: Endpoint,
         name: String,
         events: EventSink,
         timeout: Duration,
         source: Option<IpAddr>,
+        fd_free: bool,
         chunk: usize,
     ) -> Result<Conn, DriverError> {
         let mut c = Conn {
@@ -143,6 +147,7 @@ impl Conn {
             timeout,
             source,
             chunk,
+            fd_free,
             stream: None,
             rbuf: BytesMut::with_capacity(chunk),
             wbuf: BytesMut::with_capacity(chunk),
@@ -170,9 +175,11 @@ impl Conn {
         self.stream = None;
         let target = msgbench_net::Target::parse(&self.ep.addr, 4222).map_err(io_err)?;
         // TCP_NODELAY is set by msgbench-net: Nagle plus delayed ACKs would add ~40 ms.
-        let stream = match msgbench_net::connect(&target, self.source, None, self.timeout).await {
-            Ok(msgbench_net::Stream::Tcp(s)) => s,
-            Ok(_) => return Err(io_err("unexpected TLS stream")),
+        let connected =
+            msgbench_net::connect_with(&target, self.source, None, self.timeout, self.fd_free)
+                .await;
+        let stream = match connected {
+            Ok(s) => s,
             Err(e) => {
                 let kind = match e.cause {
                     ConnectFailure::Timeout => io::ErrorKind::TimedOut,
@@ -253,38 +260,28 @@ impl Conn {
         self.stream.is_some()
     }
 
+    /// Writes what the socket takes now; `Ready(Ok)` once everything is written.
+    fn poll_flush(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        if self.wbuf.is_empty() {
+            return Poll::Ready(Ok(()));
+        }
+        match self.stream.as_mut() {
+            None => Poll::Ready(Err(io::ErrorKind::NotConnected.into())),
+            Some(s) => s.poll_write_all(cx, &mut self.wbuf),
+        }
+    }
+
     /// Writes everything buffered. Cancel-safe.
     pub async fn flush(&mut self) -> io::Result<()> {
-        while !self.wbuf.is_empty() {
-            let s = self
-                .stream
-                .as_ref()
-                .ok_or_else(|| io::Error::from(io::ErrorKind::NotConnected))?;
-            s.writable().await?;
-            match s.try_write(&self.wbuf) {
-                Ok(0) => return Err(io::Error::from(io::ErrorKind::WriteZero)),
-                Ok(n) => self.wbuf.advance(n),
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => continue,
-                Err(e) => return Err(e),
-            }
-        }
-        Ok(())
+        poll_fn(|cx| self.poll_flush(cx)).await
     }
 
     /// Writes what the socket takes now, without waiting.
     pub fn try_flush(&mut self) -> io::Result<()> {
-        let Some(s) = self.stream.as_ref() else {
-            return Err(io::ErrorKind::NotConnected.into());
-        };
-        while !self.wbuf.is_empty() {
-            match s.try_write(&self.wbuf) {
-                Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
-                Ok(n) => self.wbuf.advance(n),
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(()),
-                Err(e) => return Err(e),
-            }
+        match self.poll_flush(&mut Context::from_waker(Waker::noop())) {
+            Poll::Ready(r) => r,
+            Poll::Pending => Ok(()),
         }
-        Ok(())
     }
 
     /// Handles keep-alive and errors; returns ops the caller cares about.
@@ -320,19 +317,22 @@ impl Conn {
         }
     }
 
-    /// Reads more bytes into the read buffer. Cancel-safe (`read_buf` is).
+    /// Reads what is available into the read buffer; `Ready(Ok)` once something was read.
+    fn poll_fill(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        let Some(s) = self.stream.as_mut() else {
+            return Poll::Ready(Err(io::ErrorKind::NotConnected.into()));
+        };
+        match s.poll_read_into(cx, &mut self.rbuf, self.chunk) {
+            Poll::Ready(Ok(0)) => Poll::Ready(Err(io::ErrorKind::UnexpectedEof.into())),
+            Poll::Ready(Ok(_)) => Poll::Ready(Ok(())),
+            Poll::Ready(Err(e)) => Poll::Ready(Err(e)),
+            Poll::Pending => Poll::Pending,
+        }
+    }
+
+    /// Reads more bytes into the read buffer. Cancel-safe.
     async fn fill(&mut self) -> io::Result<()> {
-        let s = self
-            .stream
-            .as_mut()
-            .ok_or_else(|| io::Error::from(io::ErrorKind::NotConnected))?;
-        if self.rbuf.capacity() - self.rbuf.len() < self.chunk / 4 {
-            self.rbuf.reserve(self.chunk);
-        }
-        if s.read_buf(&mut self.rbuf).await? == 0 {
-            return Err(io::ErrorKind::UnexpectedEof.into());
-        }
-        Ok(())
+        poll_fn(|cx| self.poll_fill(cx)).await
     }
 
     /// The next message, answering PINGs and flushing queued writes while it waits. Cancel-safe.
@@ -365,22 +365,10 @@ impl Conn {
             if let Err(e) = self.try_flush() {
                 return Poll::Ready(Err(e));
             }
-            let Some(s) = self.stream.as_ref() else {
-                return Poll::Ready(Err(io::ErrorKind::NotConnected.into()));
-            };
-            match s.poll_read_ready(cx) {
-                Poll::Pending => return Poll::Pending,
-                Poll::Ready(Err(e)) => return Poll::Ready(Err(e)),
+            match self.poll_fill(cx) {
                 Poll::Ready(Ok(())) => {}
-            }
-            if self.rbuf.capacity() - self.rbuf.len() < self.chunk / 4 {
-                self.rbuf.reserve(self.chunk);
-            }
-            match s.try_read_buf(&mut self.rbuf) {
-                Ok(0) => return Poll::Ready(Err(io::ErrorKind::UnexpectedEof.into())),
-                Ok(_) => {}
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
-                Err(e) => return Poll::Ready(Err(e)),
+                Poll::Ready(Err(e)) => return Poll::Ready(Err(e)),
+                Poll::Pending => return Poll::Pending,
             }
         }
     }

@@ -18,6 +18,9 @@
 //! backoff (`reconnected` event); subscriptions are replayed. Messages buffered at the cut are
 //! lost and show up in the integrity counts. TLS and server lists are not supported yet.
 //!
+//! Connection-scale runs: held sessions answer the server's PINGs, and beyond the open-file
+//! limit their sockets live in io_uring tables (`msgbench_net::ring`) instead of descriptors.
+//!
 //! # Layout
 //! - [`proto`]: wire format (parse server ops, write PUB/SUB).
 //! - [`conn`]: one connection: handshake, buffers, keep-alive, reconnection.
@@ -86,6 +89,11 @@ impl Driver for NatsDriver {
         }
     }
 
+    /// Held sessions can live in io_uring tables (the driver speaks plain TCP only).
+    fn fd_free_sessions(&self) -> bool {
+        cfg!(target_os = "linux")
+    }
+
     async fn producer(&self, spec: &ProducerSpec) -> Result<NatsProducer, DriverError> {
         let name = format!("msgbench-producer-{}", spec.id);
         let mut conn = Conn::connect(
@@ -94,6 +102,7 @@ impl Driver for NatsDriver {
             self.events.clone(),
             self.connect_timeout,
             None,
+            false,
             DATA_CHUNK,
         )
         .await?;
@@ -124,6 +133,7 @@ impl Driver for NatsDriver {
             self.events.clone(),
             self.connect_timeout,
             None,
+            false,
             DATA_CHUNK,
         )
         .await?;
@@ -147,6 +157,7 @@ impl Driver for NatsDriver {
             self.events.clone(),
             self.connect_timeout,
             spec.source,
+            spec.fd_free,
             SESSION_CHUNK,
         )
         .await?;
