@@ -605,13 +605,11 @@ fn keep_alive_holds_slow_clients() {
 /// two brokers, which share the clients round robin: killing the second drops exactly its half.
 #[test]
 fn holds_more_connections_than_the_open_file_limit() {
-    use std::os::unix::process::CommandExt;
     let d = TempDir::new("mqtt-fd-free");
     let port = free_port();
     let mut second = start_mosquitto(port, &d.0);
     let url = format!("{},127.0.0.1:{port}", mqtt_url());
-    let mut cmd = Command::new(bin());
-    cmd.args([
+    let args = [
         "run",
         &url,
         "--connections",
@@ -624,40 +622,13 @@ fn holds_more_connections_than_the_open_file_limit() {
         "1s",
         "--publish-interval",
         "500ms",
-        "--format",
-        "json",
-        "--quiet",
         "-o",
         "held.jsonl",
-    ])
-    .current_dir(&d.0)
-    .stdout(Stdio::piped())
-    .stderr(Stdio::piped());
-    // SAFETY: setrlimit is async-signal-safe; lowering a limit needs no privilege.
-    unsafe {
-        cmd.pre_exec(|| {
-            let lim = libc::rlimit {
-                rlim_cur: 600,
-                rlim_max: 600,
-            };
-            if libc::setrlimit(libc::RLIMIT_NOFILE, &lim) != 0 {
-                return Err(std::io::Error::last_os_error());
-            }
-            Ok(())
-        });
-    }
-    let run = cmd.spawn().unwrap();
+    ];
+    let run = spawn_run_with_nofile(&d.0, &args, 600);
     // Once every connection is open and has lived through a few keep-alive periods, the second
     // broker dies.
-    let file = d.path("held.jsonl");
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while !std::fs::read_to_string(&file).is_ok_and(|s| s.contains("\"connected\"")) {
-        assert!(
-            Instant::now() < deadline,
-            "the connections never all opened"
-        );
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    wait_for_record(&d.path("held.jsonl"), "\"connected\"");
     std::thread::sleep(Duration::from_millis(2500));
     let _ = second.kill();
     let _ = second.wait();
@@ -678,17 +649,10 @@ fn holds_more_connections_than_the_open_file_limit() {
         "{}",
         r["events"]
     );
-    let sum = |k: &str| -> u64 {
-        r["phases"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .map(|p| p["counters"][k].as_u64().unwrap_or(0))
-            .sum()
-    };
     // Pings kept the survivors alive: only the dead broker's half dropped; the rest closed.
-    assert_eq!(sum("dropped"), 750, "{}", r["phases"]);
-    assert_eq!(sum("closes"), 750, "{}", r["phases"]);
+    assert_eq!(phase_sum(&r, "dropped"), 750, "{}", r["phases"]);
+    assert_eq!(phase_sum(&r, "closes"), 750, "{}", r["phases"]);
     // Each connection published at least once every 500 ms for over 2 s.
-    assert!(sum("sent") >= 1500 * 4, "sent {}", sum("sent"));
+    let sent = phase_sum(&r, "sent");
+    assert!(sent >= 1500 * 4, "sent {sent}");
 }

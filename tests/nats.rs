@@ -140,14 +140,13 @@ fn oversized_messages_fail_fast() {
 /// every one, counted.
 #[test]
 fn holds_more_connections_than_the_open_file_limit() {
-    use std::os::unix::process::CommandExt;
     let d = TempDir::new("nats-fd-free");
     let port = free_port();
     let mut server = start_server(port, &d.0);
-    let mut cmd = Command::new(bin());
-    cmd.args([
+    let url = format!("nats://127.0.0.1:{port}");
+    let args = [
         "run",
-        &format!("nats://127.0.0.1:{port}"),
+        &url,
         "--connections",
         "1000",
         "--connect-rate",
@@ -156,38 +155,11 @@ fn holds_more_connections_than_the_open_file_limit() {
         "5s",
         "--publish-interval",
         "500ms",
-        "--format",
-        "json",
-        "--quiet",
         "-o",
         "held.jsonl",
-    ])
-    .current_dir(&d.0)
-    .stdout(Stdio::piped())
-    .stderr(Stdio::piped());
-    // SAFETY: setrlimit is async-signal-safe; lowering a limit needs no privilege.
-    unsafe {
-        cmd.pre_exec(|| {
-            let lim = libc::rlimit {
-                rlim_cur: 400,
-                rlim_max: 400,
-            };
-            if libc::setrlimit(libc::RLIMIT_NOFILE, &lim) != 0 {
-                return Err(std::io::Error::last_os_error());
-            }
-            Ok(())
-        });
-    }
-    let run = cmd.spawn().unwrap();
-    let file = d.path("held.jsonl");
-    let deadline = std::time::Instant::now() + Duration::from_secs(30);
-    while !std::fs::read_to_string(&file).is_ok_and(|s| s.contains("\"connected\"")) {
-        assert!(
-            std::time::Instant::now() < deadline,
-            "the connections never all opened"
-        );
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    ];
+    let run = spawn_run_with_nofile(&d.0, &args, 400);
+    wait_for_record(&d.path("held.jsonl"), "\"connected\"");
     std::thread::sleep(Duration::from_millis(1500));
     let _ = server.kill();
     let _ = server.wait();
@@ -200,16 +172,9 @@ fn holds_more_connections_than_the_open_file_limit() {
         "{}",
         r["events"]
     );
-    let sum = |k: &str| -> u64 {
-        r["phases"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .map(|p| p["counters"][k].as_u64().unwrap_or(0))
-            .sum()
-    };
-    assert_eq!(sum("connects"), 1000, "{}", r["phases"]);
-    assert_eq!(sum("dropped"), 1000, "{}", r["phases"]);
+    assert_eq!(phase_sum(&r, "connects"), 1000, "{}", r["phases"]);
+    assert_eq!(phase_sum(&r, "dropped"), 1000, "{}", r["phases"]);
     // Each connection published every 500 ms for over a second before the broker died.
-    assert!(sum("sent") >= 1000 * 2, "sent {}", sum("sent"));
+    let sent = phase_sum(&r, "sent");
+    assert!(sent >= 1000 * 2, "sent {sent}");
 }

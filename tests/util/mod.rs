@@ -284,3 +284,52 @@ pub fn count_events(report: &serde_json::Value, kind: &str) -> u64 {
         .as_array()
         .map_or(0, |a| a.iter().filter(|e| e["kind"] == kind).count() as u64)
 }
+
+/// Starts msgbench like [`spawn_run`], with its open-file limit (soft and hard) lowered to
+/// `nofile` first: connection tests go beyond a limit the test machine does not have.
+pub fn spawn_run_with_nofile(dir: &Path, args: &[&str], nofile: u64) -> std::process::Child {
+    use std::os::unix::process::CommandExt;
+    let mut cmd = Command::new(bin());
+    cmd.args(args)
+        .args(["--format", "json", "--quiet"])
+        .current_dir(dir)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped());
+    // SAFETY: setrlimit is async-signal-safe; lowering a limit needs no privilege.
+    unsafe {
+        cmd.pre_exec(move || {
+            let lim = libc::rlimit {
+                rlim_cur: nofile,
+                rlim_max: nofile,
+            };
+            if libc::setrlimit(libc::RLIMIT_NOFILE, &lim) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+    cmd.spawn().expect("starting msgbench")
+}
+
+/// Waits (up to 30 s) until the results file at `file` holds `needle`, e.g. the `"connected"`
+/// event of a connection run once every connection is open.
+pub fn wait_for_record(file: &Path, needle: &str) {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    while !std::fs::read_to_string(file).is_ok_and(|s| s.contains(needle)) {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "{} never held {needle}",
+            file.display()
+        );
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+}
+
+/// Counter `k` summed over the report's phases.
+pub fn phase_sum(report: &serde_json::Value, k: &str) -> u64 {
+    report["phases"].as_array().map_or(0, |a| {
+        a.iter()
+            .map(|p| p["counters"][k].as_u64().unwrap_or(0))
+            .sum()
+    })
+}
