@@ -135,24 +135,27 @@ fn oversized_messages_fail_fast() {
 }
 
 /// More held connections than the process may open files: with its hard limit lowered to 400,
-/// msgbench holds 1,000 NATS connections in io_uring tables (the handshake, the publishes every
-/// 500 ms and the server's PINGs all go through them), and a broker killed under them drops
-/// every one, counted.
+/// msgbench holds 1,000 NATS connections in io_uring tables (the handshake and the publishes
+/// every 500 ms go through them). The URL names two servers (as the `nats` CLI writes server
+/// lists), which share the clients round robin: killing the second drops exactly its half, and
+/// the other half closes cleanly.
 #[test]
 fn holds_more_connections_than_the_open_file_limit() {
     let d = TempDir::new("nats-fd-free");
     let port = free_port();
-    let mut server = start_server(port, &d.0);
-    let url = format!("nats://127.0.0.1:{port}");
+    let mut second = start_server(port, &d.0);
+    let url = format!("{},nats://127.0.0.1:{port}", nats_url());
     let args = [
         "run",
         &url,
+        "--topic",
+        "it.held",
         "--connections",
         "1000",
         "--connect-rate",
         "2000",
         "--hold",
-        "5s",
+        "4s",
         "--publish-interval",
         "500ms",
         "-o",
@@ -161,8 +164,8 @@ fn holds_more_connections_than_the_open_file_limit() {
     let run = spawn_run_with_nofile(&d.0, &args, 400);
     wait_for_record(&d.path("held.jsonl"), "\"connected\"");
     std::thread::sleep(Duration::from_millis(1500));
-    let _ = server.kill();
-    let _ = server.wait();
+    let _ = second.kill();
+    let _ = second.wait();
     let r = finish_json(run);
     let c = &r["connections"];
     assert_eq!(u(&c["peak_held"]), 1000, "{c}");
@@ -173,8 +176,58 @@ fn holds_more_connections_than_the_open_file_limit() {
         r["events"]
     );
     assert_eq!(phase_sum(&r, "connects"), 1000, "{}", r["phases"]);
-    assert_eq!(phase_sum(&r, "dropped"), 1000, "{}", r["phases"]);
-    // Each connection published every 500 ms for over a second before the broker died.
+    assert_eq!(phase_sum(&r, "dropped"), 500, "{}", r["phases"]);
+    assert_eq!(phase_sum(&r, "closes"), 500, "{}", r["phases"]);
+    // Each connection published every 500 ms for over a second before the server died.
     let sent = phase_sum(&r, "sent");
     assert!(sent >= 1000 * 2, "sent {sent}");
+}
+
+/// Clients of a server list take the servers in turn: with the second one unreachable the run
+/// refuses to start and names it; with both reachable every message arrives.
+#[test]
+fn server_lists_share_the_clients() {
+    let d = TempDir::new("nats-list");
+    let dead = free_port();
+    let o = msgbench(
+        &d.0,
+        &[
+            "run",
+            &format!("{},127.0.0.1:{dead}", nats_url()),
+            "-p",
+            "2",
+            "--connect-timeout",
+            "2s",
+            "-n",
+            "10",
+            "--no-output",
+        ],
+    );
+    assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains(&format!("(127.0.0.1:{dead})")),
+        "{}",
+        stderr(&o)
+    );
+    let r = run_json(
+        &d.0,
+        &[
+            "run",
+            &format!("{0},{0}", nats_url()),
+            "--topic",
+            "it.list",
+            "-p",
+            "2",
+            "-c",
+            "2",
+            "--messages",
+            "2000",
+            "--warmup",
+            "0s",
+            "--no-output",
+        ],
+    );
+    // Fan-out: each of the 2 consumers gets every message.
+    assert_eq!(u(&r["integrity"]["delivered"]), 4000, "{}", r["integrity"]);
+    assert_eq!(u(&r["integrity"]["lost"]), 0, "{}", r["integrity"]);
 }

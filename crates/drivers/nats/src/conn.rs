@@ -12,11 +12,14 @@ use std::net::IpAddr;
 use std::task::{Context, Poll, Waker};
 use std::time::Duration;
 
-/// Where and how to connect, parsed from `nats://[user:pass@|token@]host[:port]`.
+/// Where and how to connect, parsed from `nats://[user:pass@|token@]host[:port][,host[:port]...]`
+/// (each further server may repeat `nats://`, as the `nats` CLI writes server lists). Several
+/// servers (nodes of a cluster, or several servers on one machine) share the clients out round
+/// robin by client index, as the MQTT driver does.
 #[derive(Debug, Clone)]
 pub struct Endpoint {
-    /// `host:port`.
-    pub addr: String,
+    /// `host:port` of each server.
+    pub addrs: Vec<String>,
     user: Option<String>,
     pass: Option<String>,
     token: Option<String>,
@@ -36,13 +39,9 @@ impl Endpoint {
         let rest = url
             .strip_prefix("nats://")
             .ok_or_else(|| DriverError::Config(format!("`{display}` is not a nats:// URL")))?;
+        let rest = rest.replace(",nats://", ",");
         let rest = rest.split(['/', '?']).next().unwrap_or("");
-        if rest.contains(',') {
-            return Err(DriverError::Config(format!(
-                "{display}: give one server (server lists are not supported yet)"
-            )));
-        }
-        let (creds, hostport) = match rest.rsplit_once('@') {
+        let (creds, hostports) = match rest.rsplit_once('@') {
             Some((c, h)) => (Some(c), h),
             None => (None, rest),
         };
@@ -53,22 +52,25 @@ impl Endpoint {
             },
             None => (None, None, None),
         };
-        if hostport.is_empty() {
-            return Err(DriverError::Config(format!("`{display}` has no host")));
-        }
-        let addr = if hostport.starts_with('[') {
-            if hostport.contains("]:") {
+        let mut addrs = Vec::new();
+        for hostport in hostports.split(',') {
+            if hostport.is_empty() {
+                return Err(DriverError::Config(format!("`{display}` has no host")));
+            }
+            addrs.push(if hostport.starts_with('[') {
+                if hostport.contains("]:") {
+                    hostport.to_string()
+                } else {
+                    format!("{hostport}:4222")
+                }
+            } else if hostport.contains(':') {
                 hostport.to_string()
             } else {
                 format!("{hostport}:4222")
-            }
-        } else if hostport.contains(':') {
-            hostport.to_string()
-        } else {
-            format!("{hostport}:4222")
-        };
+            });
+        }
         Ok(Endpoint {
-            addr,
+            addrs,
             user,
             pass,
             token,
@@ -94,6 +96,18 @@ impl Endpoint {
     }
 }
 
+/// Which of the endpoint's servers a client uses, from which local address, and how its socket
+/// is held.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Route {
+    /// Client index: the server is `addrs[index % addrs.len()]`.
+    pub index: u64,
+    /// Local address to connect from (`None`: the system's choice).
+    pub source: Option<IpAddr>,
+    /// Hold the socket in an io_uring table instead of a descriptor (`msgbench_net::ring`).
+    pub fd_free: bool,
+}
+
 /// A subscription to replay after a reconnect.
 #[derive(Debug, Clone)]
 struct Sub {
@@ -108,10 +122,8 @@ pub struct Conn {
     name: String,
     events: EventSink,
     timeout: Duration,
-    source: Option<IpAddr>,
+    route: Route,
     chunk: usize,
-    /// Hold the socket in an io_uring table instead of a descriptor (`msgbench_net::ring`).
-    fd_free: bool,
     stream: Option<Stream>,
     /// Bytes read and not yet parsed.
     pub rbuf: BytesMut,
@@ -128,16 +140,14 @@ fn io_err(e: impl std::fmt::Display) -> io::Error {
 
 impl Conn {
     /// Connects and completes the handshake; the error says clearly why not. `chunk` is the
-    /// buffer size: large for data clients, small for held sessions. `source` is the local
-    /// address to connect from; `fd_free` holds the socket without a descriptor (held sessions
-    /// beyond the open-file limit).
+    /// buffer size: large for data clients, small for held sessions. `route` picks the server,
+    /// the local address and how the socket is held.
     pub async fn connect(
         ep: Endpoint,
         name: String,
         events: EventSink,
         timeout: Duration,
-        source: Option<IpAddr>,
-        fd_free: bool,
+        route: Route,
         chunk: usize,
     ) -> Result<Conn, DriverError> {
         let mut c = Conn {
@@ -145,9 +155,8 @@ impl Conn {
             name,
             events,
             timeout,
-            source,
+            route,
             chunk,
-            fd_free,
             stream: None,
             rbuf: BytesMut::with_capacity(chunk),
             wbuf: BytesMut::with_capacity(chunk),
@@ -165,19 +174,29 @@ impl Conn {
             msgbench_net::classify(&e)
         };
         DriverError::Connect {
-            target: self.ep.display.clone(),
+            target: if self.ep.addrs.len() > 1 {
+                format!("{} ({})", self.ep.display, self.addr())
+            } else {
+                self.ep.display.clone()
+            },
             reason: e.to_string(),
             cause,
         }
     }
 
+    /// `host:port` of this client's server.
+    fn addr(&self) -> &str {
+        let a = &self.ep.addrs;
+        &a[(self.route.index % a.len() as u64) as usize]
+    }
+
     async fn handshake(&mut self) -> io::Result<()> {
         self.stream = None;
-        let target = msgbench_net::Target::parse(&self.ep.addr, 4222).map_err(io_err)?;
+        let target = msgbench_net::Target::parse(self.addr(), 4222).map_err(io_err)?;
         // TCP_NODELAY is set by msgbench-net: Nagle plus delayed ACKs would add ~40 ms.
+        let r = self.route;
         let connected =
-            msgbench_net::connect_with(&target, self.source, None, self.timeout, self.fd_free)
-                .await;
+            msgbench_net::connect_with(&target, r.source, None, self.timeout, r.fd_free).await;
         let stream = match connected {
             Ok(s) => s,
             Err(e) => {
@@ -416,10 +435,10 @@ mod tests {
     #[test]
     fn endpoints() {
         let e = Endpoint::parse("nats://127.0.0.1:14222").unwrap();
-        assert_eq!(e.addr, "127.0.0.1:14222");
+        assert_eq!(e.addrs, ["127.0.0.1:14222"]);
         let e = Endpoint::parse("nats://bob:pw@localhost").unwrap();
         assert_eq!(
-            (e.addr.as_str(), e.user.as_deref(), e.pass.as_deref()),
+            (e.addrs[0].as_str(), e.user.as_deref(), e.pass.as_deref()),
             ("localhost:4222", Some("bob"), Some("pw"))
         );
         assert_eq!(e.display, "nats://bob:***@localhost");
@@ -433,7 +452,16 @@ mod tests {
                 .contains("TLS")
         );
         assert!(Endpoint::parse("nats://").is_err());
-        assert!(Endpoint::parse("nats://a:1,b:2").is_err());
-        assert_eq!(Endpoint::parse("nats://[::1]").unwrap().addr, "[::1]:4222");
+        assert!(Endpoint::parse("nats://a:1,").is_err());
+        assert_eq!(
+            Endpoint::parse("nats://a:1,b,[::1]:3").unwrap().addrs,
+            ["a:1", "b:4222", "[::1]:3"]
+        );
+        let e = Endpoint::parse("nats://u:p@a:1,nats://b:2/x").unwrap();
+        assert_eq!((e.addrs.len(), e.user.as_deref()), (2, Some("u")));
+        assert_eq!(
+            Endpoint::parse("nats://[::1]").unwrap().addrs,
+            ["[::1]:4222"]
+        );
     }
 }

@@ -16,7 +16,9 @@
 //!
 //! Failures: a lost connection is reported as a `disconnected` event and re-established with
 //! backoff (`reconnected` event); subscriptions are replayed. Messages buffered at the cut are
-//! lost and show up in the integrity counts. TLS and server lists are not supported yet.
+//! lost and show up in the integrity counts. TLS is not supported yet. A URL may list several
+//! servers (`nats://a:4222,b:4222`): clients are shared out round robin and stay on theirs, so
+//! producers and consumers on different servers need those servers clustered.
 //!
 //! Connection-scale runs: held sessions answer the server's PINGs, and beyond the open-file
 //! limit their sockets live in io_uring tables (`msgbench_net::ring`) instead of descriptors.
@@ -30,7 +32,7 @@ pub mod conn;
 pub mod proto;
 
 use bytes::Bytes;
-use conn::{Conn, Endpoint};
+use conn::{Conn, Endpoint, Route};
 use msgbench_core::driver::{
     Ack, Capabilities, Consumer, ConsumerSpec, Delivery, Driver, DriverError, EventSink, Outbound,
     Producer, ProducerSpec, Session, SessionSpec,
@@ -55,7 +57,7 @@ pub struct NatsDriver {
 }
 
 impl NatsDriver {
-    /// A driver for `nats://[user:pass@|token@]host[:port]`.
+    /// A driver for `nats://[user:pass@|token@]host[:port][,host[:port]...]`.
     pub fn new(
         url: &str,
         events: EventSink,
@@ -94,6 +96,10 @@ impl Driver for NatsDriver {
         cfg!(target_os = "linux")
     }
 
+    fn session_hosts(&self) -> usize {
+        self.ep.addrs.len()
+    }
+
     async fn producer(&self, spec: &ProducerSpec) -> Result<NatsProducer, DriverError> {
         let name = format!("msgbench-producer-{}", spec.id);
         let mut conn = Conn::connect(
@@ -101,8 +107,10 @@ impl Driver for NatsDriver {
             name,
             self.events.clone(),
             self.connect_timeout,
-            None,
-            false,
+            Route {
+                index: spec.id as u64,
+                ..Route::default()
+            },
             DATA_CHUNK,
         )
         .await?;
@@ -132,8 +140,10 @@ impl Driver for NatsDriver {
             name,
             self.events.clone(),
             self.connect_timeout,
-            None,
-            false,
+            Route {
+                index: spec.id as u64,
+                ..Route::default()
+            },
             DATA_CHUNK,
         )
         .await?;
@@ -156,8 +166,11 @@ impl Driver for NatsDriver {
             format!("msgbench-conn-{}", spec.id),
             self.events.clone(),
             self.connect_timeout,
-            spec.source,
-            spec.fd_free,
+            Route {
+                index: spec.id,
+                source: spec.source,
+                fd_free: spec.fd_free,
+            },
             SESSION_CHUNK,
         )
         .await?;
