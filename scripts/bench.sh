@@ -20,6 +20,8 @@
 #   scripts/bench.sh conns      hold CONNS connections (default 100,000) to Mosquitto, with extra
 #                               mosquitto processes on other ports when one cannot hold them all
 #                               (its open-file limit); RSS per connection (target <= 10 KiB)
+#   scripts/bench.sh nats-conns the same hold over NATS, on as many nats-server processes as
+#                               their open-file limit needs (not part of `all`)
 #   scripts/bench.sh ws         the rango scenario: 1 NATS publisher at 100 msgs/s relayed by
 #                               `msgbench serve ws-broadcast` to WS_CLIENTS (default 10,000)
 #                               WebSocket clients; completeness and generator RSS per client
@@ -265,7 +267,12 @@ bench_conns() {
     --source-addrs 127.0.0.1-127.0.0.4 --keep-alive 60s --no-output --quiet --format json >"$out" || true
   [ "${#pids[@]}" -gt 0 ] && kill "${pids[@]}" 2>/dev/null; wait "${pids[@]}" 2>/dev/null || true
   rm -rf "$dir"
-  python3 - "$out" <<'PY'
+  conns_summary "$out"
+}
+
+# conns_summary FILE: the figures of a connection run's JSON report.
+conns_summary() {
+  python3 - "$1" <<'PY'
 import json, sys
 r = json.load(open(sys.argv[1]))
 c = r["connections"]; m = r["result"]
@@ -277,7 +284,30 @@ print(f'  generator RSS {c["rss_baseline_bytes"]/2**20:.1f} MiB -> {c["rss_peak_
 for w in r.get("warnings", []):
     print(f'  warning: {w}')
 PY
-  rm -f "$out"
+  rm -f "$1"
+}
+
+# The same hold over NATS: as many nats-server processes as their open-file limit needs.
+bench_nats_conns() {
+  local hard n per k=0 pids=() url="" dir port
+  hard=$(ulimit -Hn)
+  n=${CONNS:-100000}
+  per=$((hard - 500))
+  dir=$(mktemp -d)
+  while [ $((k * per)) -lt "$n" ]; do
+    port=$(free_port)
+    (ulimit -n "$hard" && exec nats-server -a 127.0.0.1 -p "$port" -l "$dir/nats$k.log") >/dev/null 2>&1 &
+    pids+=("$!"); url="${url:+$url,}nats://127.0.0.1:$port"
+    for _ in $(seq 50); do (echo >/dev/tcp/127.0.0.1/"$port") 2>/dev/null && break; sleep 0.1; done
+    k=$((k + 1))
+  done
+  echo "== hold $n NATS connections to $k nats-server process(es) (open-file limit $hard each, as msgbench's), 5,000/s ramp, held 20 s, 4 source addresses"
+  local out; out=$(mktemp)
+  "$B" run "$url" --connections "$n" --connect-rate 5000 --hold 20s \
+    --source-addrs 127.0.0.1-127.0.0.4 --no-output --quiet --format json >"$out" || true
+  kill "${pids[@]}" 2>/dev/null; wait "${pids[@]}" 2>/dev/null || true
+  rm -rf "$dir"
+  conns_summary "$out"
 }
 
 bench_amqp() {
@@ -622,6 +652,7 @@ case "${1:-all}" in
   demo) bench_demo ;;
   storm) bench_storm ;;
   conns) bench_conns ;;
+  nats-conns) bench_nats_conns ;;
   amqp) bench_amqp ;;
   sink) bench_sink ;;
   ws) bench_ws ;;
@@ -632,5 +663,5 @@ case "${1:-all}" in
   merge) bench_merge ;;
   segments) bench_segments ;;
   all) bench_mem; bench_nats; bench_memory; bench_mqtt; bench_demo; bench_storm; bench_conns; bench_amqp; bench_sink; bench_ws; bench_http; bench_zmq; bench_ecp; bench_views; bench_merge; bench_segments ;;
-  *) echo "usage: $0 [mem|nats|memory|mqtt|demo|storm|conns|amqp|sink|ws|http|zmq|ecp|views|merge|segments|all]" >&2; exit 2 ;;
+  *) echo "usage: $0 [mem|nats|memory|mqtt|demo|storm|conns|nats-conns|amqp|sink|ws|http|zmq|ecp|views|merge|segments|all]" >&2; exit 2 ;;
 esac

@@ -9,6 +9,7 @@ use msgbench_net::Stream;
 use std::future::poll_fn;
 use std::io;
 use std::net::IpAddr;
+use std::sync::Arc;
 use std::task::{Context, Poll, Waker};
 use std::time::Duration;
 
@@ -118,7 +119,7 @@ struct Sub {
 
 /// A live (or reconnecting) connection.
 pub struct Conn {
-    ep: Endpoint,
+    ep: Arc<Endpoint>,
     name: String,
     events: EventSink,
     timeout: Duration,
@@ -143,7 +144,7 @@ impl Conn {
     /// buffer size: large for data clients, small for held sessions. `route` picks the server,
     /// the local address and how the socket is held.
     pub async fn connect(
-        ep: Endpoint,
+        ep: Arc<Endpoint>,
         name: String,
         events: EventSink,
         timeout: Duration,

@@ -39,6 +39,7 @@ use msgbench_core::driver::{
 };
 use proto::ServerOp;
 use std::collections::VecDeque;
+use std::sync::Arc;
 use std::task::{Context, Poll, Waker};
 use std::time::Duration;
 
@@ -51,7 +52,7 @@ const SESSION_CHUNK: usize = 512;
 
 /// The NATS driver.
 pub struct NatsDriver {
-    ep: Endpoint,
+    ep: Arc<Endpoint>,
     events: EventSink,
     connect_timeout: Duration,
 }
@@ -64,7 +65,7 @@ impl NatsDriver {
         connect_timeout: Duration,
     ) -> Result<Self, DriverError> {
         Ok(Self {
-            ep: Endpoint::parse(url)?,
+            ep: Arc::new(Endpoint::parse(url)?),
             events,
             connect_timeout,
         })
