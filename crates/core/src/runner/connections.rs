@@ -372,13 +372,13 @@ pub async fn run_connections<D: Driver>(
                 }
                 let _ = close_tx.send(true);
                 // Closing many connections takes its time (a goodbye and a close each): the
-                // drain allows at least 1 s per 10,000 held.
+                // drain allows at least 1 s per 10,000 held, interrupted or not (an interrupted
+                // run otherwise gets at most 2 s; a second Ctrl-C cuts either short).
+                let closing = Duration::from_secs_f64(levels.held.load(Relaxed) as f64 / 10_000.0);
                 let grace = if interrupted {
-                    Duration::from_secs(2).min(plan.drain)
+                    Duration::from_secs(2).min(plan.drain).max(closing)
                 } else {
-                    let held = levels.held.load(Relaxed);
-                    plan.drain
-                        .max(Duration::from_secs_f64(held as f64 / 10_000.0))
+                    plan.drain.max(closing)
                 };
                 drain_deadline = Some(now + grace.as_nanos() as u64);
             }
@@ -442,7 +442,11 @@ pub async fn run_connections<D: Driver>(
             _ = tokio::time::sleep_until(to_instant(wake)) => {}
             _ = shutdown.reached(1), if !interrupted => {
                 interrupted = true;
-                observer.event(&ev("warning", "interrupted: closing connections".into(), now_ns()));
+                observer.event(&ev(
+                    "warning",
+                    "interrupted: closing connections (interrupt again to stop at once)".into(),
+                    now_ns(),
+                ));
             }
         }
 
