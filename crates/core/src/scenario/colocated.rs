@@ -17,36 +17,30 @@ use std::net::IpAddr;
 /// In-process targets (`mem://`) have no broker to leave room for, and neither has ZeroMQ, where
 /// msgbench is usually both ends (halving its threads halved PUB/SUB throughput).
 pub fn default_workers(targets: &[&str], cpus: usize) -> usize {
-    let local = targets.iter().all(|t| {
-        !t.starts_with("mem://")
-            && !t.starts_with("zmq://")
-            && url_hosts(t).is_some_and(|h| h.iter().all(|h| is_loopback(h)))
-    });
+    let local = targets
+        .iter()
+        .all(|t| !t.starts_with("mem://") && !t.starts_with("zmq://") && all_hosts_loopback(t));
     if local { (cpus / 2).max(1) } else { 0 }
 }
 
-/// The hosts of a URL (`scheme://[user[:pass]@]host[:port][,host[:port]...][/...]`), or `None`
-/// when it names none.
-fn url_hosts(url: &str) -> Option<Vec<&str>> {
-    let (_, rest) = url.split_once("://")?;
-    let authority = rest.split(['/', '?', '#']).next()?;
+/// Whether a URL (`scheme://[user[:pass]@]host[:port][,[scheme://]host[:port]...][/...]`) names
+/// at least one host and only loopback ones.
+fn all_hosts_loopback(url: &str) -> bool {
+    let Some((scheme, rest)) = url.split_once("://") else {
+        return false;
+    };
+    // Server lists may repeat the scheme (`nats://a:4222,nats://b:4222`).
+    let rest = rest.replace(&format!(",{scheme}://"), ",");
+    let authority = rest.split(['/', '?', '#']).next().unwrap_or("");
     let hosts = authority.rsplit_once('@').map_or(authority, |(_, h)| h);
-    let list: Vec<&str> = hosts
-        .split(',')
-        .map(|hp| {
-            if let Some(v6) = hp.strip_prefix('[') {
-                v6.split(']').next().unwrap_or("")
-            } else {
-                hp.split(':').next().unwrap_or("")
-            }
-        })
-        .collect();
-    (!list.iter().any(|h| h.is_empty())).then_some(list)
-}
-
-fn is_loopback(host: &str) -> bool {
-    host.eq_ignore_ascii_case("localhost")
-        || host.parse::<IpAddr>().is_ok_and(|ip| ip.is_loopback())
+    hosts.split(',').all(|hp| {
+        let host = match hp.strip_prefix('[') {
+            Some(v6) => v6.split(']').next().unwrap_or(""),
+            None => hp.split(':').next().unwrap_or(""),
+        };
+        host.eq_ignore_ascii_case("localhost")
+            || host.parse::<IpAddr>().is_ok_and(|ip| ip.is_loopback())
+    })
 }
 
 #[cfg(test)]
@@ -60,6 +54,7 @@ mod tests {
             "mqtt://u:p@localhost,127.0.0.2:1884/x",
             "amqp://guest:guest@[::1]:5672/%2f",
             "ws://127.0.0.1:8080/echo?x=1",
+            "nats://127.0.0.1:4222,nats://127.0.0.1:4223",
         ] {
             assert_eq!(default_workers(&[url], 2), 1, "{url}");
             assert_eq!(default_workers(&[url], 8), 4, "{url}");
@@ -74,6 +69,7 @@ mod tests {
             &["zmq://127.0.0.1:5555"],
             &["nats://10.0.0.5:4222"],
             &["mqtt://127.0.0.1,broker.example:1883"],
+            &["nats://127.0.0.1:4222,nats://10.0.0.2:4222"],
             &["amqp://127.0.0.1", "mqtt://10.1.1.1"],
             &["mqtt://"],
         ] {
