@@ -228,6 +228,11 @@ free_port() {
 # extra_mosquitto PREFIX NOFILE [CONF_LINE]: starts a mosquitto of ours on a free loopback port
 # (anonymous, no persistence, config and log at PREFIX.*), waits until it listens, prints
 # "PID PORT". Stop it by PID.
+# wait_port PORT: returns once something listens on 127.0.0.1:PORT (at most 5 s).
+wait_port() {
+  for _ in $(seq 50); do (echo >/dev/tcp/127.0.0.1/"$1") 2>/dev/null && return 0; sleep 0.1; done
+}
+
 extra_mosquitto() {
   local prefix=$1 nofile=$2 extra=${3:-} port pid
   port=$(free_port)
@@ -236,7 +241,7 @@ extra_mosquitto() {
     "listener $port 127.0.0.1" "max_connections -1" "allow_anonymous true" >"$prefix.conf"
   (ulimit -n "$nofile" && exec mosquitto -c "$prefix.conf") >>"$prefix.log" 2>&1 &
   pid=$!
-  for _ in $(seq 50); do (echo >/dev/tcp/127.0.0.1/"$port") 2>/dev/null && break; sleep 0.1; done
+  wait_port "$port"
   echo "$pid $port"
 }
 
@@ -298,7 +303,7 @@ bench_nats_conns() {
     port=$(free_port)
     (ulimit -n "$hard" && exec nats-server -a 127.0.0.1 -p "$port" -l "$dir/nats$k.log") >/dev/null 2>&1 &
     pids+=("$!"); url="${url:+$url,}nats://127.0.0.1:$port"
-    for _ in $(seq 50); do (echo >/dev/tcp/127.0.0.1/"$port") 2>/dev/null && break; sleep 0.1; done
+    wait_port "$port"
     k=$((k + 1))
   done
   echo "== hold $n NATS connections to $k nats-server process(es) (open-file limit $hard each, as msgbench's), 5,000/s ramp, held 20 s, 4 source addresses"

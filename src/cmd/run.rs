@@ -311,9 +311,7 @@ pub fn run(args: RunArgs) -> Result<ExitCode> {
         started_unix_ms: unix_ms(),
         host: Host {
             hostname: hostname(),
-            cpus: std::thread::available_parallelism()
-                .map(|n| n.get() as u32)
-                .unwrap_or(1),
+            cpus: msgbench_core::available_cpus() as u32,
             os: std::env::consts::OS.to_string(),
         },
         clock,

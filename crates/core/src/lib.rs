@@ -28,3 +28,9 @@ pub mod scenario;
 pub mod shutdown;
 pub mod stamp;
 pub mod units;
+
+/// CPUs this process may run on (1 when the system cannot say): sizes worker pools and turns
+/// CPU time into a share of the machine.
+pub fn available_cpus() -> usize {
+    std::thread::available_parallelism().map_or(1, |n| n.get())
+}

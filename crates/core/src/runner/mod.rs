@@ -114,9 +114,7 @@ pub async fn run<D: Driver>(
     // Many consumers get dedicated workers even when none were asked for: they then share a
     // recorder per thread (see `consume`), which is what keeps thousands of them affordable.
     let n_workers = match plan.workers {
-        0 if plan.consumers() > MANY_CONSUMERS => {
-            std::thread::available_parallelism().map_or(1, |n| n.get())
-        }
+        0 if plan.consumers() > MANY_CONSUMERS => crate::available_cpus(),
         n => n,
     };
     let mut workers = Workers::start(n_workers)
@@ -681,7 +679,7 @@ pub async fn run<D: Driver>(
     // Generator health: a generator using (nearly) all the machine's CPU may itself be the
     // limit the figures show.
     let measure = agg.totals(Phase::Measure);
-    let cpus = std::thread::available_parallelism().map_or(1, |n| n.get()) as f64;
+    let cpus = crate::available_cpus() as f64;
     let busy = measure.cpu_s / measure.duration_s() / cpus;
     if agg.phase_started(Phase::Measure) && busy >= 0.9 {
         warnings.push(format!(

@@ -479,10 +479,7 @@ pub fn resolve(s: &Scenario, run_id: u32) -> Result<RunPlan, PlanError> {
     let workers = s.output.workers.unwrap_or_else(|| {
         let mut targets = vec![target.as_str()];
         targets.extend(consume_from.as_deref());
-        super::colocated::default_workers(
-            &targets,
-            std::thread::available_parallelism().map_or(1, |n| n.get()),
-        )
+        super::colocated::default_workers(&targets, crate::available_cpus())
     });
 
     Ok(RunPlan {
