@@ -141,7 +141,8 @@ bench_memory() {
   echo "  10^6: ${a} KiB, 10^7: ${b} KiB, ratio $(python3 -c "print(f'{$b/$a:.3f}')")"
 }
 
-# mqtt_run ARGS... -> prints "sent_per_s received_per_s cpu_s_per_million_sent lost p99_publish_us"
+# mqtt_run ARGS... -> prints "sent_per_s received_per_s cpu_s_per_million_sent lost p99_publish_us
+#   tcp_segments_in tcp_segments_out tcp_bare_acks" (the last three per message sent)
 mqtt_run() {
   local out tm
   out=$(mktemp); tm=$(mktemp)
@@ -153,7 +154,10 @@ u, s, rss = open(sys.argv[2]).read().split()[-3:]
 m = r["result"]
 sent = sum(p["counters"]["sent"] for p in r["phases"])
 cpu = float(u) + float(s)
-print(f'{m["sent_per_s"]:.0f} {m["received_per_s"]:.0f} {cpu / max(sent, 1) * 1e6:.2f} {r["integrity"]["lost"]} {m["publish"]["p99"] / 1e3:.0f}')
+t = r.get("tcp") or {}
+seg = lambda k: t.get(k, 0) / max(sent, 1)
+tcp = f'{seg("segs_in"):.2f} {seg("segs_out"):.2f} {(t.get("segs_out", 0) - t.get("data_segs_out", 0)) / max(sent, 1):.2f}'
+print(f'{m["sent_per_s"]:.0f} {m["received_per_s"]:.0f} {cpu / max(sent, 1) * 1e6:.2f} {r["integrity"]["lost"]} {m["publish"]["p99"] / 1e3:.0f} {tcp}')
 PY
   rm -f "$out" "$tm"
 }
@@ -175,9 +179,9 @@ bench_mqtt() {
         echo "== MQTT QoS $qos via mosquitto (${broker%%:*}): 10 topics, 1 publisher + $subs subscriber(s) each, 100 B, unlimited ($RUNS runs)"
         local cpus=() rates=()
         for _ in $(seq "$RUNS"); do
-          read -r sent recv cpu lost p99 < <(mqtt_run "$url" --qos "$qos" --topics 10 \
+          read -r sent recv cpu lost p99 seg_in seg_out bare < <(mqtt_run "$url" --qos "$qos" --topics 10 \
             --topic 'bench/q'"$qos"'/{i}' -c "$subs" --size 100 --max-in-flight 1000 --warmup 1s --duration 5s)
-          echo "  run: sent $sent msgs/s, received $recv msgs/s, $cpu CPU-s per million sent (whole msgbench process), lost $lost, publish p99 ${p99} us"
+          echo "  run: sent $sent msgs/s, received $recv msgs/s, $cpu CPU-s per million sent (whole msgbench process), lost $lost, publish p99 ${p99} us; TCP segments per message sent: $seg_in in, $seg_out out ($bare bare ACKs)"
           cpus+=("$cpu"); rates+=("$sent")
         done
         echo "  median: $(printf '%s\n' "${rates[@]}" | median) msgs/s sent, $(printf '%s\n' "${cpus[@]}" | median) CPU-s per million"

@@ -84,6 +84,19 @@ fn pub_sub_delivers_everything_once() {
             "{name}: e2e latencies recorded"
         );
         assert_eq!(u(&m["counters"]["errors"]["send"]), 0, "{name}");
+        // Every network driver's sockets report what the kernel's TCP stack did for them.
+        let t = &r["tcp"];
+        if name == "mem" {
+            assert!(t.is_null(), "{name}: no sockets, no TCP figures");
+        } else {
+            assert!(u(&t["connections"]) >= 1, "{name}: {t}");
+            assert!(
+                u(&t["data_segs_out"]) >= 1 && u(&t["data_segs_in"]) >= 1,
+                "{name}: {t}"
+            );
+            assert!(u(&t["segs_out"]) >= u(&t["data_segs_out"]), "{name}: {t}");
+            assert!(u(&t["segs_in"]) >= u(&t["data_segs_in"]), "{name}: {t}");
+        }
     }
 }
 
@@ -116,6 +129,10 @@ fn fan_out_reaches_every_consumer() {
         assert_eq!(u(&r["integrity"]["expected"]), 90_000, "{name}");
         assert_eq!(u(&r["integrity"]["delivered"]), 90_000, "{name}");
         assert_eq!(u(&r["integrity"]["duplicated"]), 0, "{name}");
+        // One connection per client, and each adds its TCP counters as it closes.
+        if matches!(name, "nats" | "mosquitto" | "mqtt-serve") {
+            assert_eq!(u(&r["tcp"]["connections"]), 5, "{name}: {}", r["tcp"]);
+        }
     }
 }
 

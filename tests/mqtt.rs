@@ -254,6 +254,12 @@ fn hold_connections() {
             .map(|p| p["counters"]["closes"].as_u64().unwrap_or(0))
             .sum();
         assert_eq!(closes, 400, "{url}");
+        // Every held connection added its kernel counters as it closed: at least the
+        // handshake's segments and the CONNECT each way.
+        let t = &r["tcp"];
+        assert_eq!(u(&t["connections"]), 400, "{url}: {t}");
+        assert!(u(&t["data_segs_out"]) >= 800, "{url}: {t}");
+        assert!(u(&t["segs_in"]) >= 800, "{url}: {t}");
     }
 }
 

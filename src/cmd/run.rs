@@ -353,6 +353,7 @@ pub fn run(args: RunArgs) -> Result<ExitCode> {
         },
         connections: outcome.connections.clone(),
         stages: outcome.stages.clone(),
+        tcp: outcome.tcp,
     }));
     out.flush();
     out.finish_views();

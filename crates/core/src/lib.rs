@@ -13,6 +13,7 @@
 //! - [`presets`]: ready-made scenarios (the `ecp` preset).
 //! - [`payload`]: message sizes and stamped, incompressible bodies.
 //! - [`runner`]: producer and consumer loops, phases, the coordinator.
+//! - [`tcp_tally`]: process-wide TCP counters the drivers' sockets add to as they close.
 //! - [`clock`], [`units`], [`rng`], [`shutdown`]: small supporting pieces.
 #![deny(missing_docs)]
 
@@ -27,6 +28,7 @@ pub mod runner;
 pub mod scenario;
 pub mod shutdown;
 pub mod stamp;
+pub mod tcp_tally;
 pub mod units;
 
 /// CPUs this process may run on (1 when the system cannot say): sizes worker pools and turns

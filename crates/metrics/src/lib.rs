@@ -16,6 +16,8 @@
 //! - [`aggregate`]: interval series and per-phase cumulative state, plus the final integrity
 //!   accounting (expected versus delivered).
 //! - [`summary`]: percentiles and rates computed from histograms.
+//! - [`tcp`]: the kernel's TCP counters of the generator's connections (segments, bare ACKs,
+//!   retransmissions).
 //! - [`codec`]: HdrHistogram V2 + DEFLATE + base64, the encoding used in `results.jsonl`.
 #![deny(missing_docs)]
 
@@ -28,6 +30,7 @@ pub mod recorder;
 pub mod snapshot;
 pub mod stages;
 pub mod summary;
+pub mod tcp;
 
 pub use aggregate::{Aggregator, ConnectionSummary, Gauges, IntervalStats, PhaseTotals};
 pub use counters::{ConnectFailure, ConnectFailures, Counters, ErrorKind};
@@ -37,6 +40,7 @@ pub use recorder::Recorder;
 pub use snapshot::{Histograms, Recorded, RecordedLatencies, Role, Snapshot};
 pub use stages::{StageCounts, StageEnd, StageRecorded, StageRecorder, StageStats};
 pub use summary::LatencySummary;
+pub use tcp::TcpSummary;
 
 use serde::{Deserialize, Serialize};
 

@@ -16,6 +16,11 @@
 
 #[cfg(target_os = "linux")]
 pub mod ring;
+mod stream;
+mod tcp_info;
+
+use stream::Io;
+pub use stream::Stream;
 
 use bytes::BytesMut;
 use msgbench_core::driver::ConnectFailure;
@@ -25,16 +30,12 @@ use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName, UnixTime};
 use rustls::{DigitallySignedStruct, SignatureScheme};
 use std::io;
-use std::mem::MaybeUninit;
 use std::net::{IpAddr, SocketAddr};
-use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Duration;
-use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
-use tokio::net::{TcpSocket, TcpStream};
+use tokio::net::TcpSocket;
 use tokio_rustls::TlsConnector;
-use tokio_rustls::TlsStream;
 
 /// Why a connection could not be made, with the classified cause.
 #[derive(Debug, thiserror::Error)]
@@ -292,9 +293,9 @@ pub async fn connect_with(
         match tls {
             #[cfg(target_os = "linux")]
             None if fd_free => ring::RingStream::adopt(tcp)
-                .map(Stream::Ring)
+                .map(|r| Stream::client(Io::Ring(r)))
                 .map_err(|e| NetError::new(ConnectFailure::NoFds, e.to_string())),
-            None => Ok(Stream::Tcp(tcp)),
+            None => Ok(Stream::client(Io::Tcp(tcp))),
             Some(t) => {
                 let name = ServerName::try_from(target.host.clone()).map_err(|e| {
                     NetError::new(ConnectFailure::Tls, format!("bad TLS server name: {e}"))
@@ -307,7 +308,7 @@ pub async fn connect_with(
                     };
                     NetError::new(cause, format!("TLS handshake failed: {e}"))
                 })?;
-                Ok(Stream::Tls(Box::new(s.into())))
+                Ok(Stream::client(Io::Tls(Box::new(s.into()))))
             }
         }
     };
@@ -338,6 +339,15 @@ async fn resolve(target: &Target) -> Result<SocketAddr, NetError> {
             format!("{} resolves to no address", target.host),
         )
     })
+}
+
+/// Adds a client socket's kernel TCP counters to the run's tally
+/// ([`msgbench_core::tcp_tally`]), for a driver that took the socket out of its [`Stream`]
+/// ([`Stream::into_tcp`]): call it once, just before the socket closes.
+pub fn tally_tcp(sock: &impl std::os::fd::AsRawFd) {
+    if let Some(c) = tcp_info::read(sock.as_raw_fd()) {
+        msgbench_core::tcp_tally::add(&c);
+    }
 }
 
 fn set_bind_no_port(sock: &TcpSocket) {
@@ -462,172 +472,6 @@ impl Wire {
                 Poll::Ready(Err(e)) => return Poll::Ready(Err(e)),
                 Poll::Pending => return Poll::Pending,
             }
-        }
-    }
-}
-
-/// A connection, plain or TLS: a client's (from [`connect`]) or, in msgbench's own servers, an
-/// accepted one (a server-side TLS stream converts with `.into()`).
-pub enum Stream {
-    /// Plain TCP.
-    Tcp(TcpStream),
-    /// TLS over TCP, client or server side.
-    Tls(Box<TlsStream<TcpStream>>),
-    /// Plain TCP held in an io_uring table instead of a descriptor ([`ring`]).
-    #[cfg(target_os = "linux")]
-    Ring(ring::RingStream),
-}
-
-impl Stream {
-    /// The protocol the server chose by ALPN in the TLS handshake (`None` for plain TCP, or
-    /// when the server chose none).
-    pub fn alpn_protocol(&self) -> Option<&[u8]> {
-        match self {
-            Stream::Tls(s) => s.get_ref().1.alpn_protocol(),
-            _ => None,
-        }
-    }
-
-    /// Reads what is available into the spare capacity of `buf` (reserving `chunk` bytes if it
-    /// has less than `chunk / 4` free). `Ready(Ok(0))` means the peer closed.
-    pub fn poll_read_into(
-        &mut self,
-        cx: &mut Context<'_>,
-        buf: &mut BytesMut,
-        chunk: usize,
-    ) -> Poll<io::Result<usize>> {
-        if buf.capacity() - buf.len() < chunk / 4 {
-            buf.reserve(chunk);
-        }
-        let spare = buf.spare_capacity_mut();
-        // SAFETY: ReadBuf only writes initialised bytes into the spare capacity and reports how
-        // many; we then mark exactly that many as part of the buffer.
-        let spare: &mut [MaybeUninit<u8>] = spare;
-        let mut rb = ReadBuf::uninit(spare);
-        let r = match self {
-            Stream::Tcp(s) => Pin::new(s).poll_read(cx, &mut rb),
-            Stream::Tls(s) => Pin::new(s.as_mut()).poll_read(cx, &mut rb),
-            #[cfg(target_os = "linux")]
-            Stream::Ring(s) => Pin::new(s).poll_read(cx, &mut rb),
-        };
-        match r {
-            Poll::Ready(Ok(())) => {
-                let n = rb.filled().len();
-                unsafe { buf.set_len(buf.len() + n) };
-                Poll::Ready(Ok(n))
-            }
-            Poll::Ready(Err(e)) => Poll::Ready(Err(e)),
-            Poll::Pending => Poll::Pending,
-        }
-    }
-
-    /// Writes some of `data`.
-    pub fn poll_write(&mut self, cx: &mut Context<'_>, data: &[u8]) -> Poll<io::Result<usize>> {
-        match self {
-            Stream::Tcp(s) => Pin::new(s).poll_write(cx, data),
-            Stream::Tls(s) => Pin::new(s.as_mut()).poll_write(cx, data),
-            #[cfg(target_os = "linux")]
-            Stream::Ring(s) => Pin::new(s).poll_write(cx, data),
-        }
-    }
-
-    /// Pushes out anything the TLS layer or the ring still holds (no-op for TCP).
-    pub fn poll_flush(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        match self {
-            Stream::Tcp(_) => Poll::Ready(Ok(())),
-            Stream::Tls(s) => Pin::new(s.as_mut()).poll_flush(cx),
-            #[cfg(target_os = "linux")]
-            Stream::Ring(s) => Pin::new(s).poll_flush(cx),
-        }
-    }
-
-    /// Writes all of `buf` (advancing it) and flushes. Cancel-safe: what was written is gone
-    /// from `buf`, what was not stays.
-    pub fn poll_write_all(
-        &mut self,
-        cx: &mut Context<'_>,
-        buf: &mut BytesMut,
-    ) -> Poll<io::Result<()>> {
-        use bytes::Buf;
-        while !buf.is_empty() {
-            match self.poll_write(cx, buf) {
-                Poll::Ready(Ok(0)) => return Poll::Ready(Err(io::ErrorKind::WriteZero.into())),
-                Poll::Ready(Ok(n)) => buf.advance(n),
-                Poll::Ready(Err(e)) => return Poll::Ready(Err(e)),
-                Poll::Pending => return Poll::Pending,
-            }
-        }
-        self.poll_flush(cx)
-    }
-
-    /// The local address (to report which source address a connection used).
-    pub fn local_addr(&self) -> io::Result<SocketAddr> {
-        match self {
-            Stream::Tcp(s) => s.local_addr(),
-            Stream::Tls(s) => s.get_ref().0.local_addr(),
-            #[cfg(target_os = "linux")]
-            Stream::Ring(s) => Ok(s.local_addr()),
-        }
-    }
-}
-
-/// Every stream kind through tokio's I/O traits (for libraries that take them, such as hyper).
-impl AsyncRead for Stream {
-    fn poll_read(
-        self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        buf: &mut ReadBuf<'_>,
-    ) -> Poll<io::Result<()>> {
-        match self.get_mut() {
-            Stream::Tcp(s) => Pin::new(s).poll_read(cx, buf),
-            Stream::Tls(s) => Pin::new(s.as_mut()).poll_read(cx, buf),
-            #[cfg(target_os = "linux")]
-            Stream::Ring(s) => Pin::new(s).poll_read(cx, buf),
-        }
-    }
-}
-
-impl AsyncWrite for Stream {
-    fn poll_write(
-        self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        buf: &[u8],
-    ) -> Poll<io::Result<usize>> {
-        self.get_mut().poll_write(cx, buf)
-    }
-
-    fn poll_write_vectored(
-        self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        bufs: &[io::IoSlice<'_>],
-    ) -> Poll<io::Result<usize>> {
-        match self.get_mut() {
-            Stream::Tcp(s) => Pin::new(s).poll_write_vectored(cx, bufs),
-            Stream::Tls(s) => Pin::new(s.as_mut()).poll_write_vectored(cx, bufs),
-            #[cfg(target_os = "linux")]
-            Stream::Ring(s) => Pin::new(s).poll_write_vectored(cx, bufs),
-        }
-    }
-
-    fn is_write_vectored(&self) -> bool {
-        match self {
-            Stream::Tcp(s) => s.is_write_vectored(),
-            Stream::Tls(s) => s.is_write_vectored(),
-            #[cfg(target_os = "linux")]
-            Stream::Ring(_) => false,
-        }
-    }
-
-    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        Stream::poll_flush(self.get_mut(), cx)
-    }
-
-    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        match self.get_mut() {
-            Stream::Tcp(s) => Pin::new(s).poll_shutdown(cx),
-            Stream::Tls(s) => Pin::new(s.as_mut()).poll_shutdown(cx),
-            #[cfg(target_os = "linux")]
-            Stream::Ring(s) => Pin::new(s).poll_shutdown(cx),
         }
     }
 }

@@ -477,7 +477,14 @@ fn summary(s: &mut String, r: &RunReport) {
             }
         );
     }
-    s.push_str("</table></section>\n");
+    s.push_str("</table>\n");
+    if let Some((heading, lines)) = crate::text::tcp_lines(r) {
+        let _ = writeln!(s, "<h3>{}</h3>", esc(&heading));
+        for l in lines {
+            let _ = writeln!(s, "<p>{}</p>", esc(&l));
+        }
+    }
+    s.push_str("</section>\n");
 }
 
 fn integrity(s: &mut String, r: &RunReport) {

@@ -675,6 +675,10 @@ fn merged_end(readers: &[Reader], mut warnings: Vec<String>) -> End {
         warnings,
         connections,
         stages: Vec::new(),
+        tcp: ends.iter().filter_map(|(_, e)| e.tcp).reduce(|mut a, b| {
+            a.add(&b);
+            a
+        }),
     }
 }
 

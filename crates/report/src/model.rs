@@ -78,6 +78,9 @@ pub struct RunReport {
     /// Connection workloads: peak, rate and memory per connection (from `end`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub connections: Option<ConnectionSummary>,
+    /// The kernel's TCP counters of the generator's connections (from `end`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tcp: Option<msgbench_metrics::TcpSummary>,
     /// Multi-stage runs: the stage table.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub stages: Vec<crate::stages::StageReport>,
@@ -365,6 +368,7 @@ impl ReportBuilder {
             events: self.events,
             intervals: self.rows,
             connections: end.and_then(|e| e.connections.clone()),
+            tcp: end.and_then(|e| e.tcp),
             distributions,
             begin,
         })

@@ -149,6 +149,10 @@ pub struct End {
     /// Multi-stage runs: each stage and the messages that never reached it.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub stages: Vec<msgbench_metrics::StageEnd>,
+    /// The kernel's TCP counters of the generator's connections (segments, bare ACKs,
+    /// retransmissions), summed as they closed; absent when there were none to ask.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tcp: Option<msgbench_metrics::TcpSummary>,
 }
 
 /// One line of the results file.

@@ -162,6 +162,7 @@ pub fn write(r: &RunReport, out: &mut dyn Write) -> std::io::Result<()> {
     writeln!(out)?;
     if let Some(cs) = &r.connections {
         connections_block(out, r, cs)?;
+        tcp_block(out, r)?;
         return warnings(out, r);
     }
     // The result: measured sends, and every delivery of them (drain included).
@@ -202,7 +203,59 @@ pub fn write(r: &RunReport, out: &mut dyn Write) -> std::io::Result<()> {
         i.foreign,
         i.completeness * 100.0
     )?;
+    tcp_block(out, r)?;
     warnings(out, r)
+}
+
+/// The TCP counters as lines of a report: a heading, the totals, and (when messages moved) the
+/// cost per message, which says whether the other side batches and why the generator's CPU is
+/// what it is.
+pub(crate) fn tcp_lines(r: &RunReport) -> Option<(String, Vec<String>)> {
+    let t = r.tcp.as_ref()?;
+    let heading = format!(
+        "tcp ({} connection{}, as the kernel counted them)",
+        t.connections,
+        if t.connections == 1 { "" } else { "s" }
+    );
+    let mut lines = vec![format!(
+        "segments in {}  out {} (of them {} bare ACKs)  retransmitted {}",
+        t.segs_in,
+        t.segs_out,
+        t.bare_out(),
+        t.retransmitted
+    )];
+    let moved: u64 = r
+        .phases
+        .iter()
+        .map(|p| p.counters.sent + p.counters.received)
+        .sum();
+    if moved > 0 {
+        let per = |n: u64| n as f64 / moved as f64;
+        lines.push(format!(
+            "per message sent or received: {:.2} segments in, {:.2} out, {:.2} bare ACKs",
+            per(t.segs_in),
+            per(t.segs_out),
+            per(t.bare_out())
+        ));
+    }
+    if t.retransmitted > 0 {
+        lines.push(
+            "segments were retransmitted: the network or a receive queue lost some, which shows as latency tails"
+                .to_string(),
+        );
+    }
+    Some((heading, lines))
+}
+
+fn tcp_block(out: &mut dyn Write, r: &RunReport) -> std::io::Result<()> {
+    if let Some((heading, lines)) = tcp_lines(r) {
+        writeln!(out)?;
+        writeln!(out, "{heading}")?;
+        for l in lines {
+            writeln!(out, "  {l}")?;
+        }
+    }
+    Ok(())
 }
 
 fn warnings(out: &mut dyn Write, r: &RunReport) -> std::io::Result<()> {

@@ -83,6 +83,19 @@ fn end(sent: u64, expected: u64, delivered: u64, hist_us: u64) -> End {
         warnings: vec![PARTIAL_INTEGRITY_WARNING.to_string()],
         connections: None,
         stages: Vec::new(),
+        tcp: None,
+    }
+}
+
+/// TCP counters of `connections` connections that moved `segments` data segments each way.
+fn tcp(connections: u64, segments: u64) -> msgbench_metrics::TcpSummary {
+    msgbench_metrics::TcpSummary {
+        connections,
+        segs_out: segments + 3 * connections,
+        segs_in: segments + 2 * connections,
+        data_segs_out: segments,
+        data_segs_in: segments,
+        retransmitted: 0,
     }
 }
 
@@ -119,7 +132,10 @@ fn merges_counts_histograms_and_integrity_across_segments() {
                 detail: "x".into(),
             }),
             Record::Interval(interval(1, 40, 40, 10)),
-            Record::End(end(100, 200, 100, 10)),
+            Record::End(End {
+                tcp: Some(tcp(2, 100)),
+                ..end(100, 200, 100, 10)
+            }),
         ],
     );
     let b = write(
@@ -130,7 +146,10 @@ fn merges_counts_histograms_and_integrity_across_segments() {
             Record::Interval(interval(0, 0, 58, 1000)),
             Record::Interval(interval(1, 0, 40, 1000)),
             Record::Interval(interval(2, 0, 0, 1000)),
-            Record::End(end(0, 0, 98, 1000)),
+            Record::End(End {
+                tcp: Some(tcp(1, 98)),
+                ..end(0, 0, 98, 1000)
+            }),
         ],
     );
     let mut out = Vec::new();
@@ -171,6 +190,8 @@ fn merges_counts_histograms_and_integrity_across_segments() {
     assert_eq!(e.phases[0].counters.received, 198);
     assert_eq!(e.phases[0].histograms.e2e.len(), 198);
     assert!(e.warnings.iter().all(|w| w != PARTIAL_INTEGRITY_WARNING));
+    // Each segment's TCP counters are its own connections': the merge adds them.
+    assert_eq!(e.tcp, Some(tcp(3, 198)));
     // The merged file is a results file like any other.
     let r = msgbench_report::RunReport::from_records(&recs).unwrap();
     assert_eq!(r.integrity.lost, 2);

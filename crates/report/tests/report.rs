@@ -87,3 +87,38 @@ fn summary_is_the_merge_of_intervals() {
     assert_eq!(r.integrity.lost, 0);
     assert!(r.complete);
 }
+
+/// The kernel's TCP counters appear in the text and HTML reports, per message moved.
+#[test]
+fn tcp_counters_are_reported_per_message() {
+    let mut r = fixture();
+    assert!(r.tcp.is_none(), "an in-memory run has no sockets");
+    // The fixture moved 4,999 + 10,001 messages out and 9,998 + 20,002 in: 45,000.
+    r.tcp = Some(msgbench_metrics::TcpSummary {
+        connections: 3,
+        segs_out: 30_000,
+        segs_in: 45_000,
+        data_segs_out: 21_000,
+        data_segs_in: 44_990,
+        retransmitted: 2,
+    });
+    let mut out = Vec::new();
+    render(&r, Format::Text, &mut out).unwrap();
+    let text = String::from_utf8(out).unwrap();
+    for line in [
+        "tcp (3 connections, as the kernel counted them)",
+        "  segments in 45000  out 30000 (of them 9000 bare ACKs)  retransmitted 2",
+        "  per message sent or received: 1.00 segments in, 0.67 out, 0.20 bare ACKs",
+        "  segments were retransmitted",
+    ] {
+        assert!(text.contains(line), "{line:?} missing from\n{text}");
+    }
+    let mut out = Vec::new();
+    render(&r, Format::Html, &mut out).unwrap();
+    let page = String::from_utf8(out).unwrap();
+    assert!(
+        page.contains("<h3>tcp (3 connections, as the kernel counted them)</h3>"),
+        "{page}"
+    );
+    assert!(page.contains("<p>per message sent or received: 1.00"));
+}

@@ -181,10 +181,10 @@ async fn serve(shared: Arc<Shared>, sock: TcpStream, shutdown: watch::Receiver<b
     // Small buffers: a broadcast server holds tens of thousands of these.
     let mut wire = Wire::new(4 * 1024);
     match &shared.tls {
-        None => wire.attach(Stream::Tcp(sock)),
+        None => wire.attach(Stream::accepted(sock)),
         Some(acceptor) => {
             match tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(sock)).await {
-                Ok(Ok(tls)) => wire.attach(Stream::Tls(Box::new(tls.into()))),
+                Ok(Ok(tls)) => wire.attach(Stream::accepted_tls(tls)),
                 // A client that cannot complete the handshake is a refused connection.
                 _ => {
                     shared.stats.refused.fetch_add(1, Relaxed);

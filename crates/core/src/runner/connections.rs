@@ -548,6 +548,7 @@ pub async fn run_connections<D: Driver>(
         producers_failed: 0,
         connections: Some(summary),
         stages: Vec::new(),
+        tcp: None,
     })
 }
 

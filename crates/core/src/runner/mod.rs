@@ -65,13 +65,29 @@ const MANY_CONSUMERS: u32 = 256;
 pub async fn run<D: Driver>(
     driver: Arc<D>,
     plan: &RunPlan,
+    events: mpsc::UnboundedReceiver<DriverEvent>,
+    observer: &mut dyn Observer,
+    shutdown: Shutdown,
+) -> Result<RunOutcome, RunError> {
+    // Every client has closed when either returns, so the TCP tally is complete.
+    let tcp0 = crate::tcp_tally::totals();
+    let mut outcome = match &plan.connections {
+        Some(cp) => {
+            connections::run_connections(driver, plan, cp, events, observer, shutdown).await?
+        }
+        None => run_messages(driver, plan, events, observer, shutdown).await?,
+    };
+    outcome.tcp = crate::tcp_tally::since(&tcp0);
+    Ok(outcome)
+}
+
+async fn run_messages<D: Driver>(
+    driver: Arc<D>,
+    plan: &RunPlan,
     mut events: mpsc::UnboundedReceiver<DriverEvent>,
     observer: &mut dyn Observer,
     shutdown: Shutdown,
 ) -> Result<RunOutcome, RunError> {
-    if let Some(cp) = &plan.connections {
-        return connections::run_connections(driver, plan, cp, events, observer, shutdown).await;
-    }
     let caps = driver.capabilities();
     if plan.request_reply && !caps.request_reply {
         return Err(RunError::Unsupported(format!(
@@ -800,5 +816,6 @@ pub async fn run<D: Driver>(
         producers_failed,
         connections: None,
         stages: stage_ends,
+        tcp: None,
     })
 }

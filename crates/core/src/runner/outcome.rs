@@ -51,6 +51,10 @@ pub struct RunOutcome {
     pub connections: Option<msgbench_metrics::ConnectionSummary>,
     /// Multi-stage runs: each stage and the messages that never reached it.
     pub stages: Vec<msgbench_metrics::StageEnd>,
+    /// The kernel's TCP counters of the connections the run's clients closed; absent when
+    /// none were asked (in-memory runs, connections held in io_uring tables).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tcp: Option<msgbench_metrics::TcpSummary>,
 }
 
 /// Why a run could not start.

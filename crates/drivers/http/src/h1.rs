@@ -298,7 +298,7 @@ mod tests {
         let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let c = TcpStream::connect(l.local_addr().unwrap()).await.unwrap();
         let (server, _) = l.accept().await.unwrap();
-        (Client::new(Stream::Tcp(c)), server)
+        (Client::new(Stream::from_client_tcp(c)), server)
     }
 
     fn template(method: &str) -> Template {

@@ -361,10 +361,10 @@ impl Conn {
         if self.wire.is_connected() {
             codec::put_disconnect(&mut self.wire.wbuf);
             let _ = tokio::time::timeout(Duration::from_secs(2), self.flush()).await;
-            if let Some(Stream::Tls(s)) = self.wire.stream_mut() {
+            if let Some(s) = self.wire.stream_mut().and_then(Stream::tls_mut) {
                 let _ = tokio::time::timeout(
                     Duration::from_secs(1),
-                    tokio::io::AsyncWriteExt::shutdown(s.as_mut()),
+                    tokio::io::AsyncWriteExt::shutdown(s),
                 )
                 .await;
             }

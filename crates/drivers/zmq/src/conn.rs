@@ -40,6 +40,14 @@ pub struct Conn {
     pub peer: SocketAddr,
 }
 
+/// Both ends of a ZeroMQ link are the generator's (one binds, the other dials), so every
+/// connection adds its TCP counters to the run's tally as it closes.
+impl Drop for Conn {
+    fn drop(&mut self) {
+        msgbench_net::tally_tcp(&self.tcp);
+    }
+}
+
 impl Conn {
     /// The ZMTP handshake on a fresh TCP stream: greetings, then READY both ways, checking that
     /// the peer's socket type fits `ours`. `hello` (a subscription) follows our READY. Bytes the
@@ -213,7 +221,10 @@ pub async fn dial(
     loop {
         let left = deadline.saturating_duration_since(Instant::now());
         let failure = match msgbench_net::connect(&target, None, None, left).await {
-            Ok(msgbench_net::Stream::Tcp(tcp)) => {
+            Ok(stream) => {
+                let Ok(tcp) = stream.into_tcp() else {
+                    unreachable!("a plain TCP stream was asked for")
+                };
                 match tokio::time::timeout_at(deadline, Conn::handshake(tcp, ours, hello)).await {
                     Ok(Ok(conn)) => return Ok(conn),
                     Ok(Err(HandshakeError::Zmtp(e))) => {
@@ -235,7 +246,6 @@ pub async fn dial(
                     ),
                 }
             }
-            Ok(_) => unreachable!("a plain TCP stream was asked for"),
             Err(e) => (e.cause, format!("cannot connect to {ep}: {}", e.detail)),
         };
         let retry = matches!(failure.0, ConnectFailure::Refused | ConnectFailure::Reset);
