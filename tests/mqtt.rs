@@ -662,3 +662,15 @@ fn holds_more_connections_than_the_open_file_limit() {
     let sent = phase_sum(&r, "sent");
     assert!(sent >= 1500 * 4, "sent {sent}");
 }
+
+/// A client whose broker of a list dies fails over to the next broker and goes on.
+#[test]
+fn clients_fail_over_to_the_next_broker() {
+    let d = TempDir::new("mqtt-failover");
+    let port = free_port();
+    let mut second = start_mosquitto(port, &d.0);
+    let first = mqtt_url();
+    let url = format!("{first},127.0.0.1:{port}");
+    let first = first.trim_start_matches("mqtt://").to_string();
+    assert_fails_over(&d.0, &url, "it/failover", &first, &mut second);
+}

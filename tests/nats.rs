@@ -234,3 +234,15 @@ fn server_lists_share_the_clients() {
     assert_eq!(u(&r["integrity"]["delivered"]), 4000, "{}", r["integrity"]);
     assert_eq!(u(&r["integrity"]["lost"]), 0, "{}", r["integrity"]);
 }
+
+/// A client whose server of a list dies fails over to the next server and goes on.
+#[test]
+fn clients_fail_over_to_the_next_server() {
+    let d = TempDir::new("nats-failover");
+    let port = free_port();
+    let mut second = start_server(port, &d.0);
+    let first = nats_url();
+    let url = format!("{first},nats://127.0.0.1:{port}");
+    let first = first.trim_start_matches("nats://").to_string();
+    assert_fails_over(&d.0, &url, "it.failover", &first, &mut second);
+}

@@ -3,7 +3,7 @@
 #![allow(dead_code)]
 
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+use std::process::{Child, Command, Output};
 
 /// A scratch directory removed on drop.
 pub struct TempDir(pub PathBuf);
@@ -332,4 +332,52 @@ pub fn phase_sum(report: &serde_json::Value, k: &str) -> u64 {
             .map(|p| p["counters"][k].as_u64().unwrap_or(0))
             .sum()
     })
+}
+
+/// Runs 2 producers and 1 consumer against `url`, a list of two servers (`first`, where the
+/// consumer and producer 0 connect, then `second`, where producer 1 does, and nothing
+/// subscribes), kills `second` a second in, and checks that producer 1 failed over to `first`:
+/// a reconnection to `first` is reported, and what it published afterwards arrived.
+pub fn assert_fails_over(dir: &Path, url: &str, topic: &str, first: &str, second: &mut Child) {
+    let file = format!("{}.jsonl", topic.replace(['/', '.'], "-"));
+    let run = spawn_run(
+        dir,
+        &[
+            "run",
+            url,
+            "--topic",
+            topic,
+            "-p",
+            "2",
+            "-c",
+            "1",
+            "--rate",
+            "2000",
+            "--duration",
+            "4s",
+            "--warmup",
+            "0s",
+            "-o",
+            &file,
+        ],
+    );
+    wait_for_record(&dir.join(&file), "\"connected\"");
+    std::thread::sleep(std::time::Duration::from_secs(1));
+    let _ = second.kill();
+    let _ = second.wait();
+    let r = finish_json(run);
+    let events = r["events"].to_string();
+    assert!(
+        events.contains("reconnected to") && events.contains(&format!("({first})")),
+        "{events}"
+    );
+    // Producer 0's half always arrives; without the failover, producer 1's would not, since
+    // it published to a server nobody subscribed on and then could not reconnect.
+    let sent = phase_sum(&r, "sent");
+    let received = phase_sum(&r, "received");
+    assert!(sent >= 6000, "sent {sent}");
+    assert!(
+        received * 10 >= sent * 6,
+        "received {received} of {sent}: producer 1 did not fail over"
+    );
 }

@@ -94,7 +94,8 @@ pub struct Settings {
 /// held.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct Route {
-    /// Client index: the host is `targets[index % targets.len()]`.
+    /// Client index: the host is `targets[index % targets.len()]`. A failed reconnection moves
+    /// it on, so a client whose broker died fails over to the next one in the list.
     pub index: u64,
     /// Local address to connect from (`None`: the system's choice).
     pub source: Option<IpAddr>,
@@ -327,19 +328,23 @@ impl Conn {
         }
     }
 
-    /// One reconnection attempt.
+    /// One reconnection attempt. A failed attempt moves the client to the next host of a list
+    /// (a clustered broker's other nodes).
     pub async fn try_reconnect(&mut self) -> Result<(), DriverError> {
-        self.handshake().await?;
+        if let Err(e) = self.handshake().await {
+            self.route.index = self.route.index.wrapping_add(1);
+            return Err(e);
+        }
         if let Some(ev) = &self.events {
-            ev.reconnected(
-                &self.client_id,
-                &self.ep.display,
-                if self.session_present {
-                    " (session kept)"
-                } else {
-                    ""
-                },
-            );
+            let mut note = String::new();
+            if self.ep.targets.len() > 1 {
+                let t = self.target();
+                note = format!(" ({}:{})", t.host, t.port);
+            }
+            if self.session_present {
+                note.push_str(" (session kept)");
+            }
+            ev.reconnected(&self.client_id, &self.ep.display, &note);
         }
         Ok(())
     }

@@ -17,7 +17,8 @@
 //! keep-alive schedule, and use `$share/<group>/<filter>` for competing consumers.
 //!
 //! Failures: a lost connection is reported as a `disconnected` event and re-established with
-//! backoff (`reconnected`); subscriptions are renewed unless the broker kept the session.
+//! backoff (`reconnected`); subscriptions are renewed unless the broker kept the session. With
+//! several brokers in the URL, each failed attempt moves the client to the next one (failover).
 //! Messages in flight at the cut are lost (QoS 1/2 ones expire in the runner's ack window) and
 //! show up in the integrity counts.
 //!

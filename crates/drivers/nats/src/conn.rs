@@ -101,7 +101,8 @@ impl Endpoint {
 /// is held.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct Route {
-    /// Client index: the server is `addrs[index % addrs.len()]`.
+    /// Client index: the server is `addrs[index % addrs.len()]`. A failed reconnection moves
+    /// it on, so a client whose server died fails over to the next one in the list.
     pub index: u64,
     /// Local address to connect from (`None`: the system's choice).
     pub source: Option<IpAddr>,
@@ -400,14 +401,23 @@ impl Conn {
         }
     }
 
-    /// One reconnection attempt; reports success.
+    /// One reconnection attempt; reports success. A failed attempt moves the client to the
+    /// next server of a list, as NATS clients fail over within a cluster.
     pub async fn try_reconnect(&mut self) -> Result<(), DriverError> {
         match self.handshake().await.map_err(|e| self.connect_error(e)) {
             Ok(()) => {
-                self.events.reconnected(&self.name, &self.ep.display, "");
+                let to = if self.ep.addrs.len() > 1 {
+                    format!(" ({})", self.addr())
+                } else {
+                    String::new()
+                };
+                self.events.reconnected(&self.name, &self.ep.display, &to);
                 Ok(())
             }
-            Err(e) => Err(e),
+            Err(e) => {
+                self.route.index = self.route.index.wrapping_add(1);
+                Err(e)
+            }
         }
     }
 

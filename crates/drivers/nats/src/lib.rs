@@ -17,8 +17,9 @@
 //! Failures: a lost connection is reported as a `disconnected` event and re-established with
 //! backoff (`reconnected` event); subscriptions are replayed. Messages buffered at the cut are
 //! lost and show up in the integrity counts. TLS is not supported yet. A URL may list several
-//! servers (`nats://a:4222,b:4222`): clients are shared out round robin and stay on theirs, so
-//! producers and consumers on different servers need those servers clustered.
+//! servers (`nats://a:4222,b:4222`): clients are shared out round robin, so producers and
+//! consumers on different servers need those servers clustered; a client whose server dies
+//! fails over, trying the next server of the list at each reconnection attempt.
 //!
 //! Connection-scale runs: held sessions answer the server's PINGs, and beyond the open-file
 //! limit their sockets live in io_uring tables (`msgbench_net::ring`) instead of descriptors.
