@@ -52,8 +52,8 @@ impl TcpSummary {
         }
     }
 
-    /// Segments sent that carried no data: almost all of them ACKs for small segments the
-    /// generator read without answering.
+    /// Segments sent that carried no data: in a data run almost all of them bare ACKs for small
+    /// segments the generator read without answering (plus each connection's SYN and FIN).
     pub fn bare_out(&self) -> u64 {
         self.segs_out.saturating_sub(self.data_segs_out)
     }

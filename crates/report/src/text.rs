@@ -207,9 +207,9 @@ pub fn write(r: &RunReport, out: &mut dyn Write) -> std::io::Result<()> {
     warnings(out, r)
 }
 
-/// The TCP counters as lines of a report: a heading, the totals, and (when messages moved) the
-/// cost per message, which says whether the other side batches and why the generator's CPU is
-/// what it is.
+/// The TCP counters as lines of a report: a heading, the totals, and the cost per message
+/// (which says whether the other side batches and why the generator's CPU is what it is) or,
+/// for a connection workload, per connection.
 pub(crate) fn tcp_lines(r: &RunReport) -> Option<(String, Vec<String>)> {
     let t = r.tcp.as_ref()?;
     let heading = format!(
@@ -218,7 +218,7 @@ pub(crate) fn tcp_lines(r: &RunReport) -> Option<(String, Vec<String>)> {
         if t.connections == 1 { "" } else { "s" }
     );
     let mut lines = vec![format!(
-        "segments in {}  out {} (of them {} bare ACKs)  retransmitted {}",
+        "segments in {}  out {} ({} of them without data: ACKs, SYN, FIN)  retransmitted {}",
         t.segs_in,
         t.segs_out,
         t.bare_out(),
@@ -229,10 +229,15 @@ pub(crate) fn tcp_lines(r: &RunReport) -> Option<(String, Vec<String>)> {
         .iter()
         .map(|p| p.counters.sent + p.counters.received)
         .sum();
-    if moved > 0 {
-        let per = |n: u64| n as f64 / moved as f64;
+    let (per_what, n) = if r.connections.is_some() {
+        ("connection", t.connections)
+    } else {
+        ("message sent or received", moved)
+    };
+    if n > 0 {
+        let per = |k: u64| k as f64 / n as f64;
         lines.push(format!(
-            "per message sent or received: {:.2} segments in, {:.2} out, {:.2} bare ACKs",
+            "per {per_what}: {:.2} segments in, {:.2} out, {:.2} out without data",
             per(t.segs_in),
             per(t.segs_out),
             per(t.bare_out())
