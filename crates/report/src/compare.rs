@@ -58,6 +58,8 @@ pub enum Unit {
     Ratio,
     /// Generator CPU seconds per million messages sent.
     CpuSecondsPerMillion,
+    /// TCP segments per message sent or received.
+    SegmentsPerMessage,
 }
 
 impl Unit {
@@ -80,6 +82,7 @@ impl Unit {
             Unit::Count => format!("{}", v.round() as i64),
             Unit::Ratio => format!("{:.4}%", v * 100.0),
             Unit::CpuSecondsPerMillion => format!("{v:.3}"),
+            Unit::SegmentsPerMessage => format!("{v:.2}"),
         }
     }
 
@@ -423,6 +426,36 @@ impl Comparison {
                 cpu(ra),
                 cpu(rb),
             )],
+        ));
+        // What the kernel's TCP stack did per message: a broker that batches shows fewer
+        // segments, a lossy network retransmits.
+        let seg = |r: &RunReport, pick| r.tcp_per_message(pick);
+        let retrans = |r: &RunReport| r.tcp.map(|t| t.retransmitted as f64);
+        groups.extend(group(
+            "tcp",
+            vec![
+                Row::new(
+                    "segments in per message",
+                    Unit::SegmentsPerMessage,
+                    Better::Lower,
+                    seg(a, |t| t.segs_in),
+                    seg(b, |t| t.segs_in),
+                ),
+                Row::new(
+                    "segments out per message",
+                    Unit::SegmentsPerMessage,
+                    Better::Lower,
+                    seg(a, |t| t.segs_out),
+                    seg(b, |t| t.segs_out),
+                ),
+                Row::new(
+                    "retransmitted segments",
+                    Unit::Count,
+                    Better::Lower,
+                    retrans(a),
+                    retrans(b),
+                ),
+            ],
         ));
 
         let plan_differences = plan_differences(&a.begin.plan, &b.begin.plan);

@@ -389,4 +389,17 @@ impl RunReport {
     pub fn measure(&self) -> Option<&PhaseReport> {
         self.result.as_ref()
     }
+
+    /// TCP segments (`segs_in` or `segs_out` of [`tcp`](Self::tcp)) per message sent or
+    /// received over the whole run, the span the kernel counted; `None` without TCP figures or
+    /// messages.
+    pub fn tcp_per_message(&self, pick: fn(&msgbench_metrics::TcpSummary) -> u64) -> Option<f64> {
+        let t = self.tcp.as_ref()?;
+        let moved: u64 = self
+            .phases
+            .iter()
+            .map(|p| p.counters.sent + p.counters.received)
+            .sum();
+        (moved > 0).then(|| pick(t) as f64 / moved as f64)
+    }
 }

@@ -224,23 +224,21 @@ pub(crate) fn tcp_lines(r: &RunReport) -> Option<(String, Vec<String>)> {
         t.bare_out(),
         t.retransmitted
     )];
-    let moved: u64 = r
-        .phases
-        .iter()
-        .map(|p| p.counters.sent + p.counters.received)
-        .sum();
-    let (per_what, n) = if r.connections.is_some() {
-        ("connection", t.connections)
-    } else {
-        ("message sent or received", moved)
-    };
-    if n > 0 {
-        let per = |k: u64| k as f64 / n as f64;
+    if r.connections.is_some() {
+        let per = |k: u64| k as f64 / t.connections.max(1) as f64;
         lines.push(format!(
-            "per {per_what}: {:.2} segments in, {:.2} out, {:.2} out without data",
+            "per connection: {:.2} segments in, {:.2} out, {:.2} out without data",
             per(t.segs_in),
             per(t.segs_out),
             per(t.bare_out())
+        ));
+    } else if let (Some(i), Some(o), Some(b)) = (
+        r.tcp_per_message(|t| t.segs_in),
+        r.tcp_per_message(|t| t.segs_out),
+        r.tcp_per_message(|t| t.bare_out()),
+    ) {
+        lines.push(format!(
+            "per message sent or received: {i:.2} segments in, {o:.2} out, {b:.2} out without data"
         ));
     }
     if t.retransmitted > 0 {

@@ -247,3 +247,41 @@ fn stages_are_matched_by_name() {
         .collect();
     assert_eq!(order, ["stage Sent", "stage Received", "stage Inbox"]);
 }
+
+/// TCP figures compare per message moved: fewer segments (a broker that batches) is better,
+/// and a run without sockets has none to compare.
+#[test]
+fn tcp_segments_per_message() {
+    let mut a = fixture();
+    assert!(Comparison::new(&a, &a).group("tcp").is_none(), "no sockets");
+    // The fixture moved 45,000 messages.
+    let tcp = |segs_in, segs_out, retransmitted| msgbench_metrics::TcpSummary {
+        connections: 2,
+        segs_in,
+        segs_out,
+        data_segs_in: segs_in / 2,
+        data_segs_out: segs_out / 2,
+        retransmitted,
+    };
+    a.tcp = Some(tcp(90_000, 67_500, 0));
+    let mut b = a.clone();
+    b.tcp = Some(tcp(45_000, 67_500, 3));
+    let c = Comparison::new(&a, &b);
+    let r = c.row("tcp", "segments in per message").unwrap();
+    assert_eq!(
+        (r.a, r.b, r.verdict),
+        (Some(2.0), Some(1.0), Verdict::Better)
+    );
+    let r = c.row("tcp", "segments out per message").unwrap();
+    assert_eq!((r.a, r.b, r.verdict), (Some(1.5), Some(1.5), Verdict::Same));
+    let r = c.row("tcp", "retransmitted segments").unwrap();
+    assert_eq!((r.unit, r.verdict), (Unit::Count, Verdict::Worse));
+    let mut out = Vec::new();
+    write_text(&c, &mut out).unwrap();
+    let text = String::from_utf8(out).unwrap();
+    assert!(text.contains("segments in per message"), "{text}");
+    // Only one side with sockets: shown, not judged.
+    let c = Comparison::new(&fixture(), &b);
+    let r = c.row("tcp", "segments in per message").unwrap();
+    assert_eq!(r.verdict, Verdict::NotComparable);
+}
