@@ -60,7 +60,21 @@ fn between_two_processes() {
         let producers = side("producers", &tx);
         std::thread::sleep(std::time::Duration::from_millis(300));
         let receivers = side("consumers", &rx);
-        let (p, c) = (finish_json(producers), finish_json(receivers));
+        // Both finish before either is judged, so a failure shows what each side said.
+        let (p, c) = (
+            producers.wait_with_output().unwrap(),
+            receivers.wait_with_output().unwrap(),
+        );
+        assert!(
+            p.status.success() && c.status.success(),
+            "{name}: producers: {}\nconsumers: {}",
+            stderr(&p),
+            stderr(&c)
+        );
+        let (p, c): (serde_json::Value, serde_json::Value) = (
+            serde_json::from_slice(&p.stdout).unwrap(),
+            serde_json::from_slice(&c.stdout).unwrap(),
+        );
         assert_eq!(u(&measure(&p)["counters"]["sent"]), n, "{name}: {p}");
         assert_eq!(u(&measure(&c)["counters"]["sent"]), 0, "{name}");
         let o = msgbench(

@@ -115,7 +115,28 @@ pub fn env_or_hint(name: &str) -> String {
 }
 
 /// A free TCP port on 127.0.0.1.
+///
+/// Taken below the kernel's ephemeral range when there is room: a port from that range may be
+/// handed to some other test's outgoing connection between this check and the server's bind
+/// (a test whose clients retry until the server binds then waits out its timeout).
 pub fn free_port() -> u16 {
+    let lo = std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
+        .ok()
+        .and_then(|s| s.split_whitespace().next()?.parse::<u16>().ok())
+        .unwrap_or(0);
+    if lo > 12_000 {
+        let span = (lo - 11_000) as u64;
+        let seed = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.subsec_nanos() as u64)
+            ^ ((std::process::id() as u64) << 16);
+        for k in 0..span {
+            let port = 10_000 + ((seed.wrapping_mul(2_654_435_761) + k) % span) as u16;
+            if std::net::TcpListener::bind(("127.0.0.1", port)).is_ok() {
+                return port;
+            }
+        }
+    }
     std::net::TcpListener::bind("127.0.0.1:0")
         .unwrap()
         .local_addr()
