@@ -3,8 +3,8 @@
 //! The generator's CPU and the broker's latency both depend on how many TCP segments a message
 //! costs: a broker that writes every message as its own segment wakes its subscribers once per
 //! message, and every small segment a socket reads unanswered makes the kernel send a bare ACK.
-//! Retransmitted segments mean the network (or a full receive queue) lost something, which shows
-//! up as latency tails. None of this is visible from the messages themselves, so the drivers'
+//! Retransmitted segments mean something was lost or acknowledged late, and each one is a wait
+//! that shows up in the latency tail. None of this is visible from the messages themselves, so the drivers'
 //! sockets read their counters from the kernel (`TCP_INFO`) as they close, and the run reports
 //! the sum.
 
@@ -25,7 +25,9 @@ pub struct TcpSummary {
     pub data_segs_out: u64,
     /// Segments received that carried data.
     pub data_segs_in: u64,
-    /// Segments sent again (the kernel's `tcpi_total_retrans`).
+    /// Segments sent again (the kernel's `tcpi_total_retrans`): lost ones, and also tail loss
+    /// probes and timeouts when an acknowledgement was merely late (on loopback, a descheduled
+    /// receiver).
     pub retransmitted: u64,
 }
 

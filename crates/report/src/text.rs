@@ -243,7 +243,7 @@ pub(crate) fn tcp_lines(r: &RunReport) -> Option<(String, Vec<String>)> {
     }
     if t.retransmitted > 0 {
         lines.push(
-            "segments were retransmitted: the network or a receive queue lost some, which shows as latency tails"
+            "segments were retransmitted (lost, or not acknowledged in time: a loss probe or a timeout): each is a wait that shows in the latency tail"
                 .to_string(),
         );
     }
