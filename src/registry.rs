@@ -45,8 +45,8 @@ pub fn drivers() -> Vec<DriverInfo> {
         },
         DriverInfo {
             name: "nats",
-            schemes: &["nats"],
-            about: "NATS core: pub/sub, fan-out, queue groups, request/reply, connection workloads (own lean client; no TLS yet)",
+            schemes: &["nats", "tls", "nats+tls"],
+            about: "NATS core: pub/sub, fan-out, queue groups, request/reply, connection workloads, TLS (own lean client)",
             caps: Capabilities {
                 acks: false,
                 queue_groups: true,
@@ -181,8 +181,8 @@ macro_rules! with_driver {
                 let $d = MemDriver::from_url(url)?;
                 $body
             }
-            "nats" => {
-                let $d = NatsDriver::new(url, $sink.clone(), plan.connect_timeout)?;
+            "nats" | "tls" | "nats+tls" => {
+                let $d = NatsDriver::new(url, &plan.tls, $sink.clone(), plan.connect_timeout)?;
                 $body
             }
             "amqp" | "amqps" => {

@@ -7,6 +7,10 @@ use std::time::Duration;
 use util::*;
 
 fn start_server(port: u16, dir: &std::path::Path) -> Child {
+    start_server_with(port, dir, &[])
+}
+
+fn start_server_with(port: u16, dir: &std::path::Path, extra: &[&str]) -> Child {
     let mut child = Command::new("nats-server")
         .args([
             "-a",
@@ -14,8 +18,9 @@ fn start_server(port: u16, dir: &std::path::Path) -> Child {
             "-p",
             &port.to_string(),
             "-l",
-            &dir.join("nats.log").display().to_string(),
+            &dir.join(format!("nats-{port}.log")).display().to_string(),
         ])
+        .args(extra)
         .stdout(Stdio::null())
         .stderr(Stdio::null())
         .spawn()
@@ -245,4 +250,71 @@ fn clients_fail_over_to_the_next_server() {
     let url = format!("{first},nats://127.0.0.1:{port}");
     let first = first.trim_start_matches("nats://").to_string();
     assert_fails_over(&d.0, &url, "it.failover", &first, &mut second);
+}
+
+/// Kills a server when the test ends, passed or not.
+struct Killed(Child);
+
+impl Drop for Killed {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// `tls://` starts TLS after the server's INFO: verified against a CA, refused without it,
+/// taken with `--insecure`; a plain URL against a TLS-only server says what to use instead.
+#[test]
+fn tls_after_the_servers_info() {
+    let d = TempDir::new("nats-tls");
+    let ca = env_or_hint("MSGBENCH_IT_MQTT_CA");
+    let certs = std::path::Path::new(&ca).parent().unwrap();
+    let (cert, key) = (certs.join("server.pem"), certs.join("server.key"));
+    let port = free_port();
+    let _server = Killed(start_server_with(
+        port,
+        &d.0,
+        &[
+            "--tls",
+            "--tlscert",
+            cert.to_str().unwrap(),
+            "--tlskey",
+            key.to_str().unwrap(),
+        ],
+    ));
+    let url = format!("tls://localhost:{port}");
+    let args = |extra: &[&'static str]| {
+        let mut a = vec![
+            "run",
+            url.as_str(),
+            "--topic",
+            "it.tls",
+            "--warmup",
+            "0s",
+            "--no-output",
+        ];
+        a.extend_from_slice(extra);
+        a
+    };
+    let mut verified = args(&["-n", "5000", "-c", "2"]);
+    verified.extend(["--ca-file", ca.as_str()]);
+    let r = run_json(&d.0, &verified);
+    assert_eq!(
+        u(&r["integrity"]["delivered"]),
+        10_000,
+        "{}",
+        r["integrity"]
+    );
+    assert_eq!(u(&r["integrity"]["lost"]), 0);
+    // TLS connections count their TCP segments too.
+    assert_eq!(u(&r["tcp"]["connections"]), 3, "{}", r["tcp"]);
+    let o = msgbench(&d.0, &args(&["-n", "10"]));
+    assert_eq!(o.status.code(), Some(1), "an unknown CA must fail");
+    assert!(stderr(&o).contains("TLS"), "{}", stderr(&o));
+    let r = run_json(&d.0, &args(&["-n", "1000", "--insecure"]));
+    assert_eq!(u(&r["integrity"]["delivered"]), 1000);
+    let plain = format!("nats://127.0.0.1:{port}");
+    let o = msgbench(&d.0, &["run", &plain, "-n", "10", "--no-output"]);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(stderr(&o).contains("tls://"), "{}", stderr(&o));
 }

@@ -274,6 +274,8 @@ Examples:
   msgbench run mqtt://127.0.0.1:1883,127.0.0.1:1884 --connections 100000 --source-addrs 127.0.0.1-127.0.0.4
       Clients shared round robin by two brokers; beyond the open-file limit, MQTT connections
       are held in io_uring tables (Linux).
+  msgbench run tls://nats.example:4222 --ca-file ca.pem --rate 10000 --duration 30s
+      NATS over TLS (started after the server's INFO, as NATS servers expect).
   msgbench run nats://127.0.0.1:4222 --storm --concurrency 64 --duration 10s
       Connect storm: connect, handshake, close, repeat; connections/s and handshake latency.
   msgbench run nats://127.0.0.1:4222 --producers 4 --consumers 4 --rate 50000 --size 1KiB --duration 30s

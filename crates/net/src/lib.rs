@@ -296,20 +296,7 @@ pub async fn connect_with(
                 .map(|r| Stream::client(Io::Ring(r)))
                 .map_err(|e| NetError::new(ConnectFailure::NoFds, e.to_string())),
             None => Ok(Stream::client(Io::Tcp(tcp))),
-            Some(t) => {
-                let name = ServerName::try_from(target.host.clone()).map_err(|e| {
-                    NetError::new(ConnectFailure::Tls, format!("bad TLS server name: {e}"))
-                })?;
-                let s = t.connector.connect(name, tcp).await.map_err(|e| {
-                    let cause = if e.kind() == io::ErrorKind::InvalidData {
-                        ConnectFailure::Tls
-                    } else {
-                        classify(&e)
-                    };
-                    NetError::new(cause, format!("TLS handshake failed: {e}"))
-                })?;
-                Ok(Stream::client(Io::Tls(Box::new(s.into()))))
-            }
+            Some(t) => tls_handshake(t, &target.host, tcp).await,
         }
     };
     match tokio::time::timeout(timeout, work).await {
@@ -317,6 +304,50 @@ pub async fn connect_with(
         Err(_) => Err(NetError::new(
             ConnectFailure::Timeout,
             format!("no connection within {timeout:?}"),
+        )),
+    }
+}
+
+/// The client side of a TLS handshake on a connected socket, verifying the server as `host`.
+async fn tls_handshake(
+    t: &Tls,
+    host: &str,
+    tcp: tokio::net::TcpStream,
+) -> Result<Stream, NetError> {
+    let name = ServerName::try_from(host.to_string())
+        .map_err(|e| NetError::new(ConnectFailure::Tls, format!("bad TLS server name: {e}")))?;
+    let s = t.connector.connect(name, tcp).await.map_err(|e| {
+        let cause = if e.kind() == io::ErrorKind::InvalidData {
+            ConnectFailure::Tls
+        } else {
+            classify(&e)
+        };
+        NetError::new(cause, format!("TLS handshake failed: {e}"))
+    })?;
+    Ok(Stream::client(Io::Tls(Box::new(s.into()))))
+}
+
+/// Turns a plain TCP client connection into TLS, for protocols that start in the clear and
+/// switch once the server says so (NATS announces TLS in its first message). Nothing may be
+/// buffered on either side at that moment. A connection held in an io_uring table cannot be
+/// switched.
+pub async fn upgrade_tls(
+    stream: Stream,
+    tls: &Tls,
+    host: &str,
+    timeout: Duration,
+) -> Result<Stream, NetError> {
+    let tcp = stream.into_tcp().map_err(|_| {
+        NetError::new(
+            ConnectFailure::Tls,
+            "TLS cannot be started on this connection (held in an io_uring table, or already TLS)",
+        )
+    })?;
+    match tokio::time::timeout(timeout, tls_handshake(tls, host, tcp)).await {
+        Ok(r) => r,
+        Err(_) => Err(NetError::new(
+            ConnectFailure::Timeout,
+            format!("no TLS handshake within {timeout:?}"),
         )),
     }
 }

@@ -82,6 +82,8 @@ impl Unit {
             Unit::Count => format!("{}", v.round() as i64),
             Unit::Ratio => format!("{:.4}%", v * 100.0),
             Unit::CpuSecondsPerMillion => format!("{v:.3}"),
+            // Batched traffic has a few segments per thousand messages: keep them visible.
+            Unit::SegmentsPerMessage if v != 0.0 && v.abs() < 0.1 => format!("{v:.4}"),
             Unit::SegmentsPerMessage => format!("{v:.2}"),
         }
     }

@@ -224,10 +224,18 @@ pub(crate) fn tcp_lines(r: &RunReport) -> Option<(String, Vec<String>)> {
         t.bare_out(),
         t.retransmitted
     )];
+    // Batched traffic has a few segments per thousand messages: keep them visible.
+    let fmt = |v: f64| {
+        if v > 0.0 && v < 0.1 {
+            format!("{v:.4}")
+        } else {
+            format!("{v:.2}")
+        }
+    };
     if r.connections.is_some() {
-        let per = |k: u64| k as f64 / t.connections.max(1) as f64;
+        let per = |k: u64| fmt(k as f64 / t.connections.max(1) as f64);
         lines.push(format!(
-            "per connection: {:.2} segments in, {:.2} out, {:.2} out without data",
+            "per connection: {} segments in, {} out, {} out without data",
             per(t.segs_in),
             per(t.segs_out),
             per(t.bare_out())
@@ -238,7 +246,10 @@ pub(crate) fn tcp_lines(r: &RunReport) -> Option<(String, Vec<String>)> {
         r.tcp_per_message(|t| t.bare_out()),
     ) {
         lines.push(format!(
-            "per message sent or received: {i:.2} segments in, {o:.2} out, {b:.2} out without data"
+            "per message sent or received: {} segments in, {} out, {} out without data",
+            fmt(i),
+            fmt(o),
+            fmt(b)
         ));
     }
     if t.retransmitted > 0 {

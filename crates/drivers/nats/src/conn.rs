@@ -16,11 +16,14 @@ use std::time::Duration;
 /// Where and how to connect, parsed from `nats://[user:pass@|token@]host[:port][,host[:port]...]`
 /// (each further server may repeat `nats://`, as the `nats` CLI writes server lists). Several
 /// servers (nodes of a cluster, or several servers on one machine) share the clients out round
-/// robin by client index, as the MQTT driver does.
+/// robin by client index, as the MQTT driver does. `tls://` (or `nats+tls://`) asks for TLS,
+/// which starts after the server's INFO, as NATS servers expect.
 #[derive(Debug, Clone)]
 pub struct Endpoint {
     /// `host:port` of each server.
     pub addrs: Vec<String>,
+    /// TLS connector, for `tls://` URLs.
+    pub tls: Option<msgbench_net::Tls>,
     user: Option<String>,
     pass: Option<String>,
     token: Option<String>,
@@ -29,18 +32,24 @@ pub struct Endpoint {
 }
 
 impl Endpoint {
-    /// Parses a `nats://` URL.
-    pub fn parse(url: &str) -> Result<Endpoint, DriverError> {
+    /// Parses a `nats://` or `tls://` URL; `tls` builds the connector for the latter.
+    pub fn parse(
+        url: &str,
+        tls: impl FnOnce() -> Result<msgbench_net::Tls, String>,
+    ) -> Result<Endpoint, DriverError> {
         let display = msgbench_core::scenario::plan::redact_url(url);
-        if url.starts_with("tls://") || url.starts_with("nats+tls://") {
-            return Err(DriverError::Config(format!(
-                "{display}: TLS is not supported by the NATS driver yet"
-            )));
-        }
-        let rest = url
-            .strip_prefix("nats://")
-            .ok_or_else(|| DriverError::Config(format!("`{display}` is not a nats:// URL")))?;
-        let rest = rest.replace(",nats://", ",");
+        let (scheme, rest) = ["nats", "tls", "nats+tls"]
+            .into_iter()
+            .find_map(|s| Some((s, url.strip_prefix(s)?.strip_prefix("://")?)))
+            .ok_or_else(|| {
+                DriverError::Config(format!("`{display}` is not a nats:// or tls:// URL"))
+            })?;
+        let tls = if scheme == "nats" {
+            None
+        } else {
+            Some(tls().map_err(|m| DriverError::Config(format!("TLS: {m}")))?)
+        };
+        let rest = rest.replace(&format!(",{scheme}://"), ",");
         let rest = rest.split(['/', '?']).next().unwrap_or("");
         let (creds, hostports) = match rest.rsplit_once('@') {
             Some((c, h)) => (Some(c), h),
@@ -72,6 +81,7 @@ impl Endpoint {
         }
         Ok(Endpoint {
             addrs,
+            tls,
             user,
             pass,
             token,
@@ -224,10 +234,39 @@ impl Conn {
                     )));
                 }
             }
-            if self.info.tls_required {
-                return Err(io_err(
-                    "the server requires TLS, which the msgbench NATS driver does not support yet",
-                ));
+            match (
+                &self.ep.tls,
+                self.info.tls_required || self.info.tls_available,
+            ) {
+                (Some(tls), true) => {
+                    let plain = self
+                        .stream
+                        .take()
+                        .ok_or_else(|| io_err("connection lost"))?;
+                    let host = msgbench_net::Target::parse(self.addr(), 4222).map_err(io_err)?;
+                    let secure = msgbench_net::upgrade_tls(plain, tls, &host.host, self.timeout)
+                        .await
+                        .map_err(|e| {
+                            let kind = if e.cause == ConnectFailure::Timeout {
+                                io::ErrorKind::TimedOut
+                            } else {
+                                io::ErrorKind::InvalidData
+                            };
+                            io::Error::new(kind, e.detail)
+                        })?;
+                    self.stream = Some(secure);
+                }
+                (Some(_), false) => {
+                    return Err(io_err(
+                        "the server does not offer TLS (use nats:// for a plain connection)",
+                    ));
+                }
+                (None, _) if self.info.tls_required => {
+                    return Err(io_err(
+                        "the server requires TLS: use tls://host:port (with --ca-file, or --insecure)",
+                    ));
+                }
+                (None, _) => {}
             }
             self.wbuf.extend_from_slice(b"CONNECT ");
             self.wbuf
@@ -443,36 +482,50 @@ impl Conn {
 mod tests {
     use super::*;
 
+    fn plain(url: &str) -> Result<Endpoint, DriverError> {
+        Endpoint::parse(url, || Err("not asked for".into()))
+    }
+
     #[test]
     fn endpoints() {
-        let e = Endpoint::parse("nats://127.0.0.1:14222").unwrap();
+        let e = plain("nats://127.0.0.1:14222").unwrap();
         assert_eq!(e.addrs, ["127.0.0.1:14222"]);
-        let e = Endpoint::parse("nats://bob:pw@localhost").unwrap();
+        let e = plain("nats://bob:pw@localhost").unwrap();
         assert_eq!(
             (e.addrs[0].as_str(), e.user.as_deref(), e.pass.as_deref()),
             ("localhost:4222", Some("bob"), Some("pw"))
         );
         assert_eq!(e.display, "nats://bob:***@localhost");
         assert!(e.connect_json("x").contains("\"pass\":\"pw\""));
-        let e = Endpoint::parse("nats://s3cret@h:1").unwrap();
+        let e = plain("nats://s3cret@h:1").unwrap();
         assert_eq!(e.token.as_deref(), Some("s3cret"));
+        // TLS: asked for by the scheme, with the connector built from the TLS settings.
+        assert!(e.tls.is_none());
+        assert!(plain("tls://h:1").unwrap_err().to_string().contains("TLS"));
+        let insecure = || {
+            msgbench_net::Tls::new(&msgbench_core::scenario::TlsPlan {
+                insecure: true,
+                ..Default::default()
+            })
+        };
+        let e = Endpoint::parse("nats+tls://a:1,nats+tls://b", insecure).unwrap();
+        assert!(e.tls.is_some());
+        assert_eq!(e.addrs, ["a:1", "b:4222"]);
         assert!(
-            Endpoint::parse("tls://h:1")
-                .unwrap_err()
-                .to_string()
-                .contains("TLS")
+            Endpoint::parse("tls://a:1", insecure)
+                .unwrap()
+                .tls
+                .is_some()
         );
-        assert!(Endpoint::parse("nats://").is_err());
-        assert!(Endpoint::parse("nats://a:1,").is_err());
+        assert!(plain("mqtt://a").is_err());
+        assert!(plain("nats://").is_err());
+        assert!(plain("nats://a:1,").is_err());
         assert_eq!(
-            Endpoint::parse("nats://a:1,b,[::1]:3").unwrap().addrs,
+            plain("nats://a:1,b,[::1]:3").unwrap().addrs,
             ["a:1", "b:4222", "[::1]:3"]
         );
-        let e = Endpoint::parse("nats://u:p@a:1,nats://b:2/x").unwrap();
+        let e = plain("nats://u:p@a:1,nats://b:2/x").unwrap();
         assert_eq!((e.addrs.len(), e.user.as_deref()), (2, Some("u")));
-        assert_eq!(
-            Endpoint::parse("nats://[::1]").unwrap().addrs,
-            ["[::1]:4222"]
-        );
+        assert_eq!(plain("nats://[::1]").unwrap().addrs, ["[::1]:4222"]);
     }
 }

@@ -16,7 +16,9 @@
 //!
 //! Failures: a lost connection is reported as a `disconnected` event and re-established with
 //! backoff (`reconnected` event); subscriptions are replayed. Messages buffered at the cut are
-//! lost and show up in the integrity counts. TLS is not supported yet. A URL may list several
+//! lost and show up in the integrity counts. `tls://host:4222` (or `nats+tls://`) switches to
+//! TLS after the server's INFO, as NATS servers expect, verifying the server (`--ca-file`,
+//! `--cert`/`--key` for a client certificate, `--insecure`). A URL may list several
 //! servers (`nats://a:4222,b:4222`): clients are shared out round robin, so producers and
 //! consumers on different servers need those servers clustered; a client whose server dies
 //! fails over, trying the next server of the list at each reconnection attempt.
@@ -62,11 +64,12 @@ impl NatsDriver {
     /// A driver for `nats://[user:pass@|token@]host[:port][,host[:port]...]`.
     pub fn new(
         url: &str,
+        tls: &msgbench_core::scenario::TlsPlan,
         events: EventSink,
         connect_timeout: Duration,
     ) -> Result<Self, DriverError> {
         Ok(Self {
-            ep: Arc::new(Endpoint::parse(url)?),
+            ep: Arc::new(Endpoint::parse(url, || msgbench_net::Tls::new(tls))?),
             events,
             connect_timeout,
         })
@@ -95,7 +98,8 @@ impl Driver for NatsDriver {
 
     /// Held sessions can live in io_uring tables (the driver speaks plain TCP only).
     fn fd_free_sessions(&self) -> bool {
-        cfg!(target_os = "linux")
+        // TLS starts after the server's INFO, on the socket itself: rings hold plain TCP only.
+        cfg!(target_os = "linux") && self.ep.tls.is_none()
     }
 
     fn session_hosts(&self) -> usize {

@@ -46,6 +46,9 @@ pub struct Info {
     /// The server requires TLS.
     #[serde(default)]
     pub tls_required: bool,
+    /// The server accepts TLS without requiring it (`allow_non_tls`).
+    #[serde(default)]
+    pub tls_available: bool,
     /// The server requires authentication.
     #[serde(default)]
     pub auth_required: bool,
