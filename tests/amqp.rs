@@ -465,9 +465,7 @@ fn sink_serves_storms_and_large_messages() {
 #[test]
 fn tls_against_the_sink() {
     let d = TempDir::new("amqp-sink-tls");
-    let ca = env_or_hint("MSGBENCH_IT_MQTT_CA");
-    let dir = std::path::Path::new(&ca).parent().unwrap();
-    let (cert, key) = (dir.join("server.pem"), dir.join("server.key"));
+    let (ca, cert, key) = test_certs();
     let sink = Server::amqp_sink(
         "amqps",
         &[

@@ -267,9 +267,7 @@ impl Drop for Killed {
 #[test]
 fn tls_after_the_servers_info() {
     let d = TempDir::new("nats-tls");
-    let ca = env_or_hint("MSGBENCH_IT_MQTT_CA");
-    let certs = std::path::Path::new(&ca).parent().unwrap();
-    let (cert, key) = (certs.join("server.pem"), certs.join("server.key"));
+    let (ca, cert, key) = test_certs();
     let port = free_port();
     let _server = Killed(start_server_with(
         port,

@@ -194,9 +194,7 @@ impl Server {
     }
 
     fn with_test_cert(server: &str, scheme: &str) -> Server {
-        let ca = env_or_hint("MSGBENCH_IT_MQTT_CA");
-        let dir = std::path::Path::new(&ca).parent().unwrap();
-        let (cert, key) = (dir.join("server.pem"), dir.join("server.key"));
+        let (_, cert, key) = test_certs();
         Server::start(
             server,
             scheme,
@@ -401,4 +399,12 @@ pub fn assert_fails_over(dir: &Path, url: &str, topic: &str, first: &str, second
         received * 10 >= sent * 6,
         "received {received} of {sent}: producer 1 did not fail over"
     );
+}
+
+/// The brokers' test CA (`MSGBENCH_IT_MQTT_CA`) and the server certificate and key it signed
+/// (for `localhost` and 127.0.0.1), for servers a test starts itself.
+pub fn test_certs() -> (String, PathBuf, PathBuf) {
+    let ca = env_or_hint("MSGBENCH_IT_MQTT_CA");
+    let dir = Path::new(&ca).parent().unwrap().to_path_buf();
+    (ca, dir.join("server.pem"), dir.join("server.key"))
 }
