@@ -668,7 +668,7 @@ fn holds_more_connections_than_the_open_file_limit() {
 fn clients_fail_over_to_the_next_broker() {
     let d = TempDir::new("mqtt-failover");
     let port = free_port();
-    let mut second = start_mosquitto(port, &d.0);
+    let mut second = Killed(start_mosquitto(port, &d.0));
     let first = mqtt_url();
     let url = format!("{first},127.0.0.1:{port}");
     let first = first.trim_start_matches("mqtt://").to_string();

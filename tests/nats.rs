@@ -245,21 +245,11 @@ fn server_lists_share_the_clients() {
 fn clients_fail_over_to_the_next_server() {
     let d = TempDir::new("nats-failover");
     let port = free_port();
-    let mut second = start_server(port, &d.0);
+    let mut second = Killed(start_server(port, &d.0));
     let first = nats_url();
     let url = format!("{first},nats://127.0.0.1:{port}");
     let first = first.trim_start_matches("nats://").to_string();
     assert_fails_over(&d.0, &url, "it.failover", &first, &mut second);
-}
-
-/// Kills a server when the test ends, passed or not.
-struct Killed(Child);
-
-impl Drop for Killed {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
 }
 
 /// `tls://` starts TLS after the server's INFO: verified against a CA, refused without it,

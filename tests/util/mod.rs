@@ -357,7 +357,7 @@ pub fn phase_sum(report: &serde_json::Value, k: &str) -> u64 {
 /// consumer and producer 0 connect, then `second`, where producer 1 does, and nothing
 /// subscribes), kills `second` a second in, and checks that producer 1 failed over to `first`:
 /// a reconnection to `first` is reported, and what it published afterwards arrived.
-pub fn assert_fails_over(dir: &Path, url: &str, topic: &str, first: &str, second: &mut Child) {
+pub fn assert_fails_over(dir: &Path, url: &str, topic: &str, first: &str, second: &mut Killed) {
     let file = format!("{}.jsonl", topic.replace(['/', '.'], "-"));
     let run = spawn_run(
         dir,
@@ -382,8 +382,7 @@ pub fn assert_fails_over(dir: &Path, url: &str, topic: &str, first: &str, second
     );
     wait_for_record(&dir.join(&file), "\"connected\"");
     std::thread::sleep(std::time::Duration::from_secs(1));
-    let _ = second.kill();
-    let _ = second.wait();
+    second.kill();
     let r = finish_json(run);
     let events = r["events"].to_string();
     assert!(
@@ -407,4 +406,22 @@ pub fn test_certs() -> (String, PathBuf, PathBuf) {
     let ca = env_or_hint("MSGBENCH_IT_MQTT_CA");
     let dir = Path::new(&ca).parent().unwrap().to_path_buf();
     (ca, dir.join("server.pem"), dir.join("server.key"))
+}
+
+/// A server process a test started, killed when the test ends, passed or failed (a panic must
+/// not leave brokers running).
+pub struct Killed(pub Child);
+
+impl Killed {
+    /// Kills it now (a broker dying mid-run).
+    pub fn kill(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+impl Drop for Killed {
+    fn drop(&mut self) {
+        self.kill();
+    }
 }
