@@ -8,22 +8,12 @@ use msgbench_dashboard::Store;
 use serde_json::Value;
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpStream;
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 use util::*;
 
-/// Kills the child on drop (a failed assertion must not leave it running).
-struct Running(Child);
-
-impl Drop for Running {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
 /// Starts msgbench and reads its stderr until it prints the dashboard URL.
-fn start(dir: &std::path::Path, args: &[&str]) -> (Running, String) {
+fn start(dir: &std::path::Path, args: &[&str]) -> (Killed, String) {
     let mut child = Command::new(bin())
         .args(args)
         .current_dir(dir)
@@ -46,7 +36,7 @@ fn start(dir: &std::path::Path, args: &[&str]) -> (Running, String) {
     };
     // Keep draining stderr so the child never blocks on a full pipe.
     std::thread::spawn(move || std::io::copy(&mut err, &mut std::io::sink()));
-    (Running(child), url)
+    (Killed(child), url)
 }
 
 fn host_port(url: &str) -> String {

@@ -6,7 +6,7 @@
 
 mod util;
 
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use util::*;
 
 fn artemis_url() -> String {
@@ -32,33 +32,22 @@ fn queues(tag: &str) -> Vec<String> {
     ]
 }
 
-/// `msgbench serve ecp-endpoint`, stopped when dropped.
-struct Sim(Child);
-
-impl Sim {
-    fn start(extra: &[String]) -> Sim {
-        let child = Command::new(bin())
-            .args([
-                "serve",
-                "ecp-endpoint",
-                "--quiet",
-                "--broker",
-                &artemis_url(),
-            ])
-            .args(extra)
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("starting msgbench serve ecp-endpoint");
-        Sim(child)
-    }
-}
-
-impl Drop for Sim {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
+/// Starts `msgbench serve ecp-endpoint`, stopped when dropped.
+fn start_sim(extra: &[String]) -> Killed {
+    let child = Command::new(bin())
+        .args([
+            "serve",
+            "ecp-endpoint",
+            "--quiet",
+            "--broker",
+            &artemis_url(),
+        ])
+        .args(extra)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("starting msgbench serve ecp-endpoint");
+    Killed(child)
 }
 
 fn stage<'a>(r: &'a serde_json::Value, name: &str) -> &'a serde_json::Value {
@@ -90,7 +79,7 @@ fn endpoint_mode_counts_every_stage_exactly() {
         ]
         .map(String::from),
     );
-    let _sim = Sim::start(&sim_args);
+    let _sim = start_sim(&sim_args);
     let url = artemis_url();
     let mut args: Vec<String> = ["run", "--preset", "ecp", "--outbox-url", &url]
         .map(String::from)
@@ -193,7 +182,7 @@ fn amqp_mode_loops_back_through_the_broker() {
 fn toolbox_mode_matches_replies_by_ba_message_id() {
     let d = TempDir::new("ecp-toolbox");
     let q = queues("toolbox");
-    let _sim = Sim::start(&q);
+    let _sim = start_sim(&q);
     let url = artemis_url();
     let mut args: Vec<String> = [
         "run",

@@ -613,7 +613,7 @@ fn keep_alive_holds_slow_clients() {
 fn holds_more_connections_than_the_open_file_limit() {
     let d = TempDir::new("mqtt-fd-free");
     let port = free_port();
-    let mut second = start_mosquitto(port, &d.0);
+    let mut second = Killed(start_mosquitto(port, &d.0));
     let url = format!("{},127.0.0.1:{port}", mqtt_url());
     let args = [
         "run",
@@ -636,8 +636,7 @@ fn holds_more_connections_than_the_open_file_limit() {
     // broker dies.
     wait_for_record(&d.path("held.jsonl"), "\"connected\"");
     std::thread::sleep(Duration::from_millis(2500));
-    let _ = second.kill();
-    let _ = second.wait();
+    second.kill();
     let r = finish_json(run);
     let c = &r["connections"];
     assert_eq!(u(&c["peak_held"]), 1500, "{c}");

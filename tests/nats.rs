@@ -148,7 +148,7 @@ fn oversized_messages_fail_fast() {
 fn holds_more_connections_than_the_open_file_limit() {
     let d = TempDir::new("nats-fd-free");
     let port = free_port();
-    let mut second = start_server(port, &d.0);
+    let mut second = Killed(start_server(port, &d.0));
     let url = format!("{},nats://127.0.0.1:{port}", nats_url());
     let args = [
         "run",
@@ -169,8 +169,7 @@ fn holds_more_connections_than_the_open_file_limit() {
     let run = spawn_run_with_nofile(&d.0, &args, 400);
     wait_for_record(&d.path("held.jsonl"), "\"connected\"");
     std::thread::sleep(Duration::from_millis(1500));
-    let _ = second.kill();
-    let _ = second.wait();
+    second.kill();
     let r = finish_json(run);
     assert_valid_and_pure(&d.0, "held.jsonl", &r);
     let c = &r["connections"];
