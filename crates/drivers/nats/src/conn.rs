@@ -180,10 +180,13 @@ impl Conn {
     }
 
     fn connect_error(&self, e: io::Error) -> DriverError {
-        let cause = if e.kind() == io::ErrorKind::PermissionDenied {
-            ConnectFailure::Rejected
-        } else {
-            msgbench_net::classify(&e)
+        let net = e
+            .get_ref()
+            .and_then(|inner| inner.downcast_ref::<msgbench_net::NetError>());
+        let cause = match net {
+            Some(n) => n.cause,
+            None if e.kind() == io::ErrorKind::PermissionDenied => ConnectFailure::Rejected,
+            None => msgbench_net::classify(&e),
         };
         DriverError::Connect {
             target: if self.ep.addrs.len() > 1 {
@@ -209,19 +212,8 @@ impl Conn {
         let r = self.route;
         let connected =
             msgbench_net::connect_with(&target, r.source, None, self.timeout, r.fd_free).await;
-        let stream = match connected {
-            Ok(s) => s,
-            Err(e) => {
-                let kind = match e.cause {
-                    ConnectFailure::Timeout => io::ErrorKind::TimedOut,
-                    ConnectFailure::Refused => io::ErrorKind::ConnectionRefused,
-                    ConnectFailure::NoPorts => io::ErrorKind::AddrNotAvailable,
-                    _ => io::ErrorKind::Other,
-                };
-                return Err(io::Error::new(kind, e.detail));
-            }
-        };
-        self.stream = Some(stream);
+        // The classified failure travels inside the I/O error, for `connect_error`.
+        self.stream = Some(connected.map_err(io::Error::other)?);
         self.rbuf.clear();
         let pending_writes = std::mem::take(&mut self.wbuf);
         let limit = self.timeout;
@@ -243,18 +235,8 @@ impl Conn {
                         .stream
                         .take()
                         .ok_or_else(|| io_err("connection lost"))?;
-                    let host = msgbench_net::Target::parse(self.addr(), 4222).map_err(io_err)?;
-                    let secure = msgbench_net::upgrade_tls(plain, tls, &host.host, self.timeout)
-                        .await
-                        .map_err(|e| {
-                            let kind = if e.cause == ConnectFailure::Timeout {
-                                io::ErrorKind::TimedOut
-                            } else {
-                                io::ErrorKind::InvalidData
-                            };
-                            io::Error::new(kind, e.detail)
-                        })?;
-                    self.stream = Some(secure);
+                    let secure = msgbench_net::upgrade_tls(plain, tls, &target.host, self.timeout);
+                    self.stream = Some(secure.await.map_err(io::Error::other)?);
                 }
                 (Some(_), false) => {
                     return Err(io_err(
