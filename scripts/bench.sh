@@ -155,8 +155,9 @@ m = r["result"]
 sent = sum(p["counters"]["sent"] for p in r["phases"])
 cpu = float(u) + float(s)
 t = r.get("tcp") or {}
-seg = lambda k: t.get(k, 0) / max(sent, 1)
-tcp = f'{seg("segs_in"):.2f} {seg("segs_out"):.2f} {(t.get("segs_out", 0) - t.get("data_segs_out", 0)) / max(sent, 1):.2f}'
+seg = lambda n: f'{n / max(sent, 1):.2f}'
+g = lambda k: t.get(k, 0)
+tcp = f'{seg(g("segs_in"))} {seg(g("segs_out"))} {seg(g("segs_out") - g("data_segs_out"))}'
 print(f'{m["sent_per_s"]:.0f} {m["received_per_s"]:.0f} {cpu / max(sent, 1) * 1e6:.2f} {r["integrity"]["lost"]} {m["publish"]["p99"] / 1e3:.0f} {tcp}')
 PY
   rm -f "$out" "$tm"

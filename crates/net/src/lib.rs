@@ -376,9 +376,7 @@ async fn resolve(target: &Target) -> Result<SocketAddr, NetError> {
 /// ([`msgbench_core::tcp_tally`]), for a driver that took the socket out of its [`Stream`]
 /// ([`Stream::into_tcp`]): call it once, just before the socket closes.
 pub fn tally_tcp(sock: &impl std::os::fd::AsRawFd) {
-    if let Some(c) = tcp_info::read(sock.as_raw_fd()) {
-        msgbench_core::tcp_tally::add(&c);
-    }
+    tcp_info::tally(sock.as_raw_fd());
 }
 
 fn set_bind_no_port(sock: &TcpSocket) {

@@ -41,9 +41,8 @@ impl Drop for Stream {
     fn drop(&mut self) {
         if self.tallied
             && let Some(fd) = self.raw_fd()
-            && let Some(c) = tcp_info::read(fd)
         {
-            msgbench_core::tcp_tally::add(&c);
+            tcp_info::tally(fd);
         }
     }
 }

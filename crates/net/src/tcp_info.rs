@@ -56,6 +56,13 @@ pub(crate) fn read(_fd: RawFd) -> Option<TcpSummary> {
     None
 }
 
+/// Adds a closing socket's counters to the run's tally ([`msgbench_core::tcp_tally`]).
+pub(crate) fn tally(fd: RawFd) {
+    if let Some(c) = read(fd) {
+        msgbench_core::tcp_tally::add(&c);
+    }
+}
+
 #[cfg(all(test, target_os = "linux"))]
 mod tests {
     use std::io::{Read, Write};

@@ -224,14 +224,7 @@ pub(crate) fn tcp_lines(r: &RunReport) -> Option<(String, Vec<String>)> {
         t.bare_out(),
         t.retransmitted
     )];
-    // Batched traffic has a few segments per thousand messages: keep them visible.
-    let fmt = |v: f64| {
-        if v > 0.0 && v < 0.1 {
-            format!("{v:.4}")
-        } else {
-            format!("{v:.2}")
-        }
-    };
+    let fmt = |v: f64| crate::compare::Unit::SegmentsPerMessage.fmt(v);
     if r.connections.is_some() {
         let per = |k: u64| fmt(k as f64 / t.connections.max(1) as f64);
         lines.push(format!(
