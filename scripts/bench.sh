@@ -142,7 +142,7 @@ bench_memory() {
 }
 
 # mqtt_run ARGS... -> prints "sent_per_s received_per_s cpu_s_per_million_sent lost p99_publish_us
-#   tcp_segments_in tcp_segments_out tcp_bare_acks" (the last three per message sent)
+#   tcp_segments_in tcp_segments_out tcp_bare_acks e2e_p50_us e2e_p99_us" (segments per message sent)
 mqtt_run() {
   local out tm
   out=$(mktemp); tm=$(mktemp)
@@ -158,7 +158,9 @@ t = r.get("tcp") or {}
 seg = lambda n: f'{n / max(sent, 1):.2f}'
 g = lambda k: t.get(k, 0)
 tcp = f'{seg(g("segs_in"))} {seg(g("segs_out"))} {seg(g("segs_out") - g("data_segs_out"))}'
-print(f'{m["sent_per_s"]:.0f} {m["received_per_s"]:.0f} {cpu / max(sent, 1) * 1e6:.2f} {r["integrity"]["lost"]} {m["publish"]["p99"] / 1e3:.0f} {tcp}')
+e2e = m.get("e2e") or {}
+lat = f'{e2e.get("p50", 0) / 1e3:.0f} {e2e.get("p99", 0) / 1e3:.0f}'
+print(f'{m["sent_per_s"]:.0f} {m["received_per_s"]:.0f} {cpu / max(sent, 1) * 1e6:.2f} {r["integrity"]["lost"]} {m["publish"]["p99"] / 1e3:.0f} {tcp} {lat}')
 PY
   rm -f "$out" "$tm"
 }
@@ -169,24 +171,41 @@ bench_mqtt() {
   # Two brokers: the test mosquitto (set_tcp_nodelay true: every message its own TCP segment,
   # lowest latency) and a mosquitto as shipped (Nagle on: at high rates several messages share a
   # segment, so subscribers take fewer wake-ups and reads).
-  local dir pid port qos subs broker url
+  local dir pid port qos subs every v broker url
   dir=$(mktemp -d)
   read -r pid port < <(extra_mosquitto "$dir/default" "$(ulimit -n)")
   for broker in "nodelay:$MSGBENCH_IT_MQTT_URL" "default:mqtt://127.0.0.1:$port"; do
     url=${broker#*:}
     for qos in 0 1; do
-      # -c 0: publishing only, as the Go client the issue compares with was measured.
-      for subs in 1 0; do
-        echo "== MQTT QoS $qos via mosquitto (${broker%%:*}): 10 topics, 1 publisher + $subs subscriber(s) each, 100 B, unlimited ($RUNS runs)"
+      # -c 0: publishing only, as the Go client the issue compares with was measured. QoS 1
+      # subscribers also run with batched acknowledgements (--ack-every 16).
+      local variants="1:1 0:1"
+      [ "$qos" = 1 ] && variants="1:1 1:16 0:1"
+      for v in $variants; do
+        subs=${v%%:*}; every=${v#*:}
+        local ack=""; [ "$qos" = 1 ] && [ "$subs" != 0 ] && ack=", --ack-every $every"
+        echo "== MQTT QoS $qos via mosquitto (${broker%%:*}): 10 topics, 1 publisher + $subs subscriber(s) each, 100 B, unlimited$ack ($RUNS runs)"
         local cpus=() rates=()
         for _ in $(seq "$RUNS"); do
-          read -r sent recv cpu lost p99 seg_in seg_out bare < <(mqtt_run "$url" --qos "$qos" --topics 10 \
-            --topic 'bench/q'"$qos"'/{i}' -c "$subs" --size 100 --max-in-flight 1000 --warmup 1s --duration 5s)
+          read -r sent recv cpu lost p99 seg_in seg_out bare _ _ < <(mqtt_run "$url" --qos "$qos" --topics 10 \
+            --topic 'bench/q'"$qos"'/{i}' -c "$subs" --size 100 --max-in-flight 1000 --warmup 1s --duration 5s \
+            --ack-every "$every")
           echo "  run: sent $sent msgs/s, received $recv msgs/s, $cpu CPU-s per million sent (whole msgbench process), lost $lost, publish p99 ${p99} us; TCP segments per message sent: $seg_in in, $seg_out out ($bare bare ACKs)"
           cpus+=("$cpu"); rates+=("$sent")
         done
         echo "  median: $(printf '%s\n' "${rates[@]}" | median) msgs/s sent, $(printf '%s\n' "${cpus[@]}" | median) CPU-s per million"
       done
+    done
+    # What batched acknowledgements cost at a steady rate: the broker with Nagle on holds its
+    # next delivery to a subscriber until the previous one is acknowledged.
+    for every in 1 16; do
+      local p50s=() p99s=()
+      for _ in $(seq "$RUNS"); do
+        read -r _ _ cpu lost _ _ _ _ e50 e99 < <(mqtt_run "$url" --qos 1 --topics 10 \
+          --topic 'bench/q1/{i}' -c 1 --size 100 --rate 20000 --warmup 1s --duration 5s --ack-every "$every")
+        p50s+=("$e50"); p99s+=("$e99")
+      done
+      echo "== MQTT QoS 1 via mosquitto (${broker%%:*}), 10 + 10 clients, 20,000 msgs/s, --ack-every $every: median e2e p50 $(printf '%s\n' "${p50s[@]}" | median) us, p99 $(printf '%s\n' "${p99s[@]}" | median) us ($RUNS runs)"
     done
   done
   kill "$pid" 2>/dev/null || true

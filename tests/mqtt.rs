@@ -44,6 +44,93 @@ fn qos_1_and_2_ack_every_message() {
     }
 }
 
+/// `--ack-every 16`: consumers write their acknowledgements in batches. Every message still
+/// arrives once (QoS 1 and 2, whose PUBREC and PUBCOMP are batched too), and the consumers'
+/// connections carry far fewer data segments back to the broker than with an ack per message.
+#[test]
+fn batched_acks_keep_every_message_in_fewer_segments() {
+    let d = TempDir::new("mqtt-ack-every");
+    let url = mqtt_url();
+    let run = |qos: &str, every: &str| {
+        let topic = format!("it/ack-every/{qos}/{every}");
+        let r = run_json(
+            &d.0,
+            &run_args(
+                &url,
+                &[
+                    "--qos",
+                    qos,
+                    "--topic",
+                    &topic,
+                    "-n",
+                    "20000",
+                    "--ack-every",
+                    every,
+                    "--max-in-flight",
+                    "1000",
+                ],
+            ),
+        );
+        let i = &r["integrity"];
+        assert_eq!(
+            (u(&i["delivered"]), u(&i["lost"]), u(&i["duplicated"])),
+            (20_000, 0, 0),
+            "qos {qos}, ack every {every}: {i}"
+        );
+        assert_eq!(u(&measure(&r)["counters"]["acked"]), 20_000, "qos {qos}");
+        u(&r["tcp"]["data_segs_out"])
+    };
+    run("2", "16");
+    let (one, batched) = (run("1", "1"), run("1", "16"));
+    // The producer's writes are batched either way (64 KiB); the consumer's acks are not.
+    assert!(
+        batched * 3 < one,
+        "data segments out: {batched} with --ack-every 16, {one} with 1"
+    );
+}
+
+/// A batch of acknowledgements never waits for more deliveries than the broker will send:
+/// with a broker that sends one message at a time until it is acknowledged, each ack goes out
+/// on its own within the time bound, and every message arrives.
+#[test]
+fn batched_acks_go_out_in_time() {
+    let _ = mqtt_url();
+    let d = TempDir::new("mqtt-ack-bound");
+    let port = free_port();
+    let _server = Killed(start_mosquitto_with(
+        port,
+        &d.0,
+        "max_inflight_messages 1\n",
+    ));
+    let url = format!("mqtt://127.0.0.1:{port}");
+    let r = run_json(
+        &d.0,
+        &run_args(
+            &url,
+            &[
+                "--qos",
+                "1",
+                "--rate",
+                "2000",
+                "-n",
+                "400",
+                "--ack-every",
+                "1000",
+            ],
+        ),
+    );
+    let i = &r["integrity"];
+    assert_eq!((u(&i["delivered"]), u(&i["lost"])), (400, 0), "{i}");
+    // Each delivery waited for the previous one's acknowledgement, which waited the time
+    // bound (more than the 0.5 ms between sends): the broker's pace shows in the latency, not
+    // in losses.
+    assert!(
+        u(&measure(&r)["e2e"]["max"]) >= 1_000_000,
+        "{}",
+        measure(&r)["e2e"]
+    );
+}
+
 /// MQTT 5 with a shared subscription: each message reaches exactly one group member.
 #[test]
 fn mqtt5_shared_subscription() {
@@ -364,10 +451,15 @@ fn unreachable_broker_fails_fast() {
 }
 
 fn start_mosquitto(port: u16, dir: &std::path::Path) -> Child {
+    start_mosquitto_with(port, dir, "")
+}
+
+/// A mosquitto of its own on `port`, with `extra` configuration lines.
+fn start_mosquitto_with(port: u16, dir: &std::path::Path, extra: &str) -> Child {
     let conf = dir.join("m.conf");
     std::fs::write(
         &conf,
-        format!("listener {port} 127.0.0.1\nallow_anonymous true\npersistence false\nset_tcp_nodelay true\n"),
+        format!("listener {port} 127.0.0.1\nallow_anonymous true\npersistence false\nset_tcp_nodelay true\n{extra}"),
     )
     .unwrap();
     let bin = ["/usr/sbin/mosquitto", "mosquitto"]

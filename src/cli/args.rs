@@ -264,6 +264,9 @@ Examples:
       Demo: 5 s of MQTT pub/sub against an embedded broker on a free loopback port.
   msgbench run mqtt://127.0.0.1:1883 --qos 1 --producers 10 --consumers 1 --size 100 --rate 50k
       10 QoS 1 publishers on one topic (publish latency = PUBLISH to PUBACK).
+  msgbench run mqtt://127.0.0.1:1883 --qos 1 --topics 10 --topic 'bench/{i}' --ack-every 16
+      A subscriber per topic, writing its PUBACKs 16 at a time (at most 1 ms late): fewer TCP
+      segments for both sides at high rates.
   msgbench run mqtt://127.0.0.1:1883 --topics 10 --topic 'bench/{i}' --subscribe 'bench/+'
       10 topics, each subscriber on a wildcard (MQTT 5: --mqtt-version 5; shared: --queue-group g).
   msgbench run mqtts://broker:8883 --ca-file ca.pem --cert client.pem --key client.key
@@ -465,6 +468,12 @@ pub struct RunArgs {
     /// Publish retained messages (MQTT).
     #[arg(long, help_heading = "Protocol client")]
     pub retain: bool,
+    /// Consumers acknowledge N deliveries at a time (default 1): AMQP 0-9-1 sends one
+    /// multiple-ack per N (and when idle); MQTT QoS 1/2 writes N acknowledgements together, at
+    /// most 1 ms late, so fewer TCP segments go back to the broker (a broker with Nagle on may
+    /// hold its next delivery until they arrive).
+    #[arg(long, value_name = "N", help_heading = "Protocol client")]
+    pub ack_every: Option<u32>,
     /// Protocol version: MQTT 3.1.1 (default) or 5.
     #[arg(long, value_name = "VERSION", help_heading = "Protocol client")]
     pub mqtt_version: Option<String>,
@@ -547,9 +556,6 @@ pub struct RunArgs {
     /// Consumers do not ack (no_ack).
     #[arg(long, help_heading = "AMQP 0-9-1")]
     pub auto_ack: bool,
-    /// Manual acks: one multiple-ack every N deliveries (default 1).
-    #[arg(long, value_name = "N", help_heading = "AMQP 0-9-1")]
-    pub ack_every: Option<u32>,
     /// Durable exchange and queues.
     #[arg(long, help_heading = "AMQP 0-9-1")]
     pub durable: bool,

@@ -215,6 +215,7 @@ fn flags_to_scenario(a: &RunArgs) -> Result<Scenario> {
     s.client.client_id = a.client_id.clone();
     s.client.persistent_session = a.persistent_session.then_some(true);
     s.client.hello = a.hello.clone();
+    s.client.ack_every = a.ack_every;
     s.tls.ca_file = a.ca_file.clone();
     s.tls.cert_file = a.cert.clone();
     s.tls.key_file = a.key.clone();

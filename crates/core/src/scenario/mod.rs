@@ -189,6 +189,10 @@ pub struct ClientSection {
     /// A text message receiving clients send after connecting, `{i}` and `{topic}` replaced
     /// (WebSocket: a subscribe request for servers that want one).
     pub hello: Option<String>,
+    /// MQTT QoS 1/2 consumers write their acknowledgements this many at a time, at most 1 ms
+    /// late (default 1: each at once). Fewer, fuller TCP segments to the broker; see the MQTT
+    /// driver for what it changes on the broker's side.
+    pub ack_every: Option<u32>,
 }
 
 /// `[tls]`
@@ -440,6 +444,7 @@ impl Scenario {
                     retain,
                     persistent_session,
                     hello,
+                    ack_every: client_ack_every,
                 },
             tls:
                 TlsSection {
@@ -548,6 +553,7 @@ impl Scenario {
         pick(&mut self.client.retain, retain);
         pick(&mut self.client.persistent_session, persistent_session);
         pick(&mut self.client.hello, hello);
+        pick(&mut self.client.ack_every, client_ack_every);
         pick(&mut self.tls.ca_file, ca_file);
         pick(&mut self.tls.cert_file, cert_file);
         pick(&mut self.tls.key_file, key_file);

@@ -68,6 +68,18 @@ pub struct ClientPlan {
     /// Message receiving clients send after connecting (`{i}`, `{topic}` replaced).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub hello: Option<String>,
+    /// MQTT QoS 1/2 consumers write their acknowledgements this many at a time (at most 1 ms
+    /// late); 1 = each as soon as the consumer has read what arrived.
+    #[serde(default = "one", skip_serializing_if = "is_one")]
+    pub ack_every: u32,
+}
+
+fn one() -> u32 {
+    1
+}
+
+fn is_one(n: &u32) -> bool {
+    *n == 1
 }
 
 impl ClientPlan {
@@ -552,7 +564,7 @@ fn resolve_amqp(s: &Scenario) -> Result<AmqpPlan, PlanError> {
     }
     let ack_every = a.ack_every.unwrap_or(1);
     if ack_every == 0 {
-        return Err(err("amqp.ack_every", "must be at least 1"));
+        return Err(err("amqp.ack_every", "must be at least 1 (--ack-every)"));
     }
     let channels_per_connection = a.channels_per_connection.unwrap_or(1);
     if !(1..=2047).contains(&channels_per_connection) {
@@ -629,6 +641,10 @@ fn resolve_client(s: &Scenario) -> Result<ClientPlan, PlanError> {
     if client_id.is_empty() {
         return Err(err("client.client_id", "the client id pattern is empty"));
     }
+    let ack_every = c.ack_every.unwrap_or(1);
+    if ack_every == 0 {
+        return Err(err("client.ack_every", "must be at least 1 (--ack-every)"));
+    }
     Ok(ClientPlan {
         client_id,
         keep_alive,
@@ -637,6 +653,7 @@ fn resolve_client(s: &Scenario) -> Result<ClientPlan, PlanError> {
         retain: c.retain.unwrap_or(false),
         persistent_session,
         hello: c.hello.clone(),
+        ack_every,
     })
 }
 
@@ -821,6 +838,23 @@ mod tests {
                 .to_string()
                 .contains("{i}")
         );
+    }
+
+    #[test]
+    fn client_ack_batches() {
+        assert_eq!(plan("").unwrap().client.ack_every, 1);
+        let p = plan("[client]\nqos = 1\nack_every = 16\n").unwrap();
+        assert_eq!(p.client.ack_every, 16);
+        let e = plan("[client]\nack_every = 0\n").unwrap_err();
+        assert_eq!(e.setting, "client.ack_every");
+        // Results files written before the setting existed still read, as one at a time.
+        let mut v = serde_json::to_value(&p.client).unwrap();
+        v.as_object_mut().unwrap().remove("ack_every");
+        let old: ClientPlan = serde_json::from_value(v).unwrap();
+        assert_eq!(old.ack_every, 1);
+        // One at a time is left out of the results file (unchanged for runs that do not batch).
+        let one = serde_json::to_value(plan("").unwrap().client).unwrap();
+        assert!(one.get("ack_every").is_none(), "{one}");
     }
 
     #[test]

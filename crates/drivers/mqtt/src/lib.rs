@@ -13,8 +13,9 @@
 //! End-to-end latency is measured at the subscriber as for every driver. Producers respect the
 //! broker's receive maximum (MQTT 5): at that many unacknowledged messages `send` waits.
 //!
-//! Consumers subscribe with the run's QoS, answer PUBACK / PUBREC+PUBCOMP, send PINGREQ on the
-//! keep-alive schedule, and use `$share/<group>/<filter>` for competing consumers.
+//! Consumers subscribe with the run's QoS, answer PUBACK / PUBREC+PUBCOMP (at once, or in
+//! batches with `ack_every`, see [`MAX_ACK_DELAY`]), send PINGREQ on the keep-alive schedule,
+//! and use `$share/<group>/<filter>` for competing consumers.
 //!
 //! Failures: a lost connection is reported as a `disconnected` event and re-established with
 //! backoff (`reconnected`); subscriptions are renewed unless the broker kept the session. With
@@ -188,6 +189,7 @@ impl Driver for MqttDriver {
             conn,
             keep_alive,
             ping: Box::pin(tokio::time::sleep(ping_period(keep_alive))),
+            acks: AckBatch::new(self.client.ack_every),
         })
     }
 
@@ -436,6 +438,56 @@ pub struct MqttConsumer {
     conn: Conn,
     keep_alive: Duration,
     ping: Pin<Box<Sleep>>,
+    acks: AckBatch,
+}
+
+/// Longest an acknowledgement waits for others to share its write, when consumers batch them
+/// (`ack_every` > 1; tokio's timer rounds it up to the next millisecond).
+///
+/// With `ack_every` = 1 each acknowledgement goes out as soon as the consumer has nothing more
+/// to read, as MQTT client libraries do. A broker that sends each delivery in its own TCP
+/// segment then gets one segment back per delivery, and that kernel work, on both sides, is
+/// most of what a subscriber costs. Batched, the acknowledgements go out in one write once
+/// `ack_every` are owed or the first is this old. Receive timestamps are not affected; what
+/// changes is the broker's side: its window of unacknowledged deliveries stays fuller, and a
+/// broker with Nagle's algorithm on sends its next small delivery only once the previous one
+/// is acknowledged, so it may hold that delivery until the batch goes out (and then sends
+/// several in one segment: fewer segments, but up to this much more latency at steady rates).
+pub const MAX_ACK_DELAY: Duration = Duration::from_millis(1);
+
+/// When a consumer writes the acknowledgements it owes (PUBACK, PUBREC, PUBCOMP): at once, or
+/// per batch of `every` bounded by [`MAX_ACK_DELAY`].
+struct AckBatch {
+    every: u32,
+    owed: u32,
+    deadline: Pin<Box<Sleep>>,
+}
+
+impl AckBatch {
+    fn new(every: u32) -> AckBatch {
+        AckBatch {
+            every: every.max(1),
+            owed: 0,
+            deadline: Box::pin(tokio::time::sleep(Duration::ZERO)),
+        }
+    }
+
+    /// One more acknowledgement was put in the write buffer.
+    fn owe(&mut self) {
+        if self.every > 1 && self.owed == 0 {
+            self.deadline.as_mut().reset(Instant::now() + MAX_ACK_DELAY);
+        }
+        self.owed += 1;
+    }
+
+    /// Whether the write buffer should go out before the next read; `written` says whether it
+    /// is empty (flushed, or the connection was replaced). A pending deadline wakes the task.
+    fn due(&mut self, cx: &mut Context<'_>, written: bool) -> bool {
+        if written {
+            self.owed = 0;
+        }
+        self.owed == 0 || self.owed >= self.every || self.deadline.as_mut().poll(cx).is_ready()
+    }
 }
 
 impl MqttConsumer {
@@ -446,12 +498,16 @@ impl MqttConsumer {
                 let next = Instant::now() + ping_period(self.keep_alive);
                 self.ping.as_mut().reset(next);
             }
-            match self.conn.poll_packet(cx, true) {
+            let flush = self.acks.due(cx, self.conn.wire.wbuf.is_empty());
+            match self.conn.poll_packet(cx, flush) {
                 Poll::Ready(Ok(Packet::Publish(p))) => {
                     match p.qos {
                         1 => codec::put_ack(&mut self.conn.wire.wbuf, codec::PUBACK, p.pid),
                         2 => codec::put_ack(&mut self.conn.wire.wbuf, codec::PUBREC, p.pid),
                         _ => {}
+                    }
+                    if p.qos > 0 {
+                        self.acks.owe();
                     }
                     return Poll::Ready(Ok(Delivery {
                         payload: p.payload,
@@ -461,6 +517,7 @@ impl MqttConsumer {
                 }
                 Poll::Ready(Ok(Packet::PubRel { pid })) => {
                     codec::put_ack(&mut self.conn.wire.wbuf, codec::PUBCOMP, pid);
+                    self.acks.owe();
                 }
                 Poll::Ready(Ok(Packet::Disconnect { code })) => {
                     return Poll::Ready(Err(std::io::Error::other(format!(
@@ -549,5 +606,41 @@ impl Session for MqttSession {
     async fn close(mut self) -> Result<(), DriverError> {
         self.conn.disconnect().await;
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn due(b: &mut AckBatch, written: bool) -> bool {
+        b.due(&mut Context::from_waker(Waker::noop()), written)
+    }
+
+    #[tokio::test]
+    async fn acks_go_out_per_batch_or_when_the_first_is_a_millisecond_old() {
+        let mut one = AckBatch::new(1);
+        one.owe();
+        assert!(due(&mut one, false), "one at a time: always due");
+
+        let mut b = AckBatch::new(3);
+        assert!(
+            due(&mut b, true),
+            "nothing owed: anything else buffered goes out"
+        );
+        b.owe();
+        b.owe();
+        assert!(!due(&mut b, false));
+        b.owe();
+        assert!(due(&mut b, false), "a full batch");
+        assert!(due(&mut b, true), "written: nothing owed");
+
+        b.owe();
+        assert!(!due(&mut b, false));
+        tokio::time::sleep(MAX_ACK_DELAY * 3).await;
+        assert!(due(&mut b, false), "the first waited its bound");
+        assert!(due(&mut b, true));
+        b.owe();
+        assert!(!due(&mut b, false), "a new batch starts a new bound");
     }
 }
