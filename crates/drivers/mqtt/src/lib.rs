@@ -477,7 +477,7 @@ impl AckBatch {
         if self.every > 1 && self.owed == 0 {
             self.deadline.as_mut().reset(Instant::now() + MAX_ACK_DELAY);
         }
-        self.owed += 1;
+        self.owed = self.owed.saturating_add(1);
     }
 
     /// Whether the write buffer should go out before the next read; `written` says whether it
