@@ -4,9 +4,9 @@
 //! costs: a broker that writes every message as its own segment wakes its subscribers once per
 //! message, and every small segment a socket reads unanswered makes the kernel send a bare ACK.
 //! Retransmitted segments mean something was lost or acknowledged late, and each one is a wait
-//! that shows up in the latency tail. None of this is visible from the messages themselves, so the drivers'
-//! sockets read their counters from the kernel (`TCP_INFO`) as they close, and the run reports
-//! the sum.
+//! that shows up in the latency tail. None of this is visible from the messages themselves, so
+//! the drivers' sockets read their counters from the kernel (`TCP_INFO`) as they close, and the
+//! run reports the sum.
 
 use serde::{Deserialize, Serialize};
 
