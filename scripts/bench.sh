@@ -17,6 +17,13 @@
 #   scripts/bench.sh sink       against `msgbench serve amqp-sink`: AMQP connections/s (handshake
 #                               + close, target >= 20,000) and MB/s with 10 clients x 10 MB
 #                               messages with confirms (target >= 1 GB/s)
+#   scripts/bench.sh textstamp  text stamps in a 1 KiB JSON template against binary stamps, 1 KiB,
+#                               unlimited, on mem:// and NATS, interleaved: CPU-s per million and
+#                               the ratio (target <= 1.2x)
+#   scripts/bench.sh proxy      `msgbench serve amqp-proxy` (strict, handshake-terminating, as
+#                               amqpprox) in front of `serve amqp-sink`: connections/s and MB/s
+#                               through it next to the same workloads direct, and the direct
+#                               connections/s with --pipeline-handshake (the opt-in shortcut)
 #   scripts/bench.sh conns      hold CONNS connections (default 100,000) to Mosquitto, with extra
 #                               mosquitto processes on other ports when one cannot hold them all
 #                               (its open-file limit); RSS per connection (target <= 10 KiB)
@@ -397,6 +404,52 @@ bench_sink() {
   echo "  median: $(printf '%s\n' "${cps[@]}" | median) connections/s (target >= 20,000), $(printf '%s\n' "${mbs[@]}" | median) MB/s (target >= 1,000)"
 }
 
+bench_textstamp() {
+  scripts/brokers.sh up >/dev/null
+  eval "$(scripts/brokers.sh env)"
+  local tpl='{"market":"btcusd","event":"trades","id":"{{stamp}}","seq":{{seq}},"price":"42000.5","amount":"0.013","side":"buy","pad":"{{pad}}"}'
+  local target
+  for target in mem://textstamp "$MSGBENCH_IT_NATS_URL"; do
+    echo "== stamps on ${target%%:*}: binary versus text in a 1 KiB JSON template, 1 KiB, unlimited, 5 s ($RUNS runs, interleaved)"
+    local bin=() txt=() brate=() trate=()
+    for _ in $(seq "$RUNS"); do
+      read -r rate cpu _ lost < <(measure "$target" --size 1KiB --warmup 1s --duration 5s)
+      echo "  binary: $rate msgs/s, $cpu CPU-s per million, lost $lost"; bin+=("$cpu"); brate+=("$rate")
+      read -r rate cpu _ lost < <(measure "$target" --size 1KiB --payload "$tpl" --warmup 1s --duration 5s)
+      echo "  text:   $rate msgs/s, $cpu CPU-s per million, lost $lost"; txt+=("$cpu"); trate+=("$rate")
+    done
+    local b t
+    b=$(printf '%s\n' "${bin[@]}" | median); t=$(printf '%s\n' "${txt[@]}" | median)
+    echo "  median: binary $(printf '%s\n' "${brate[@]}" | median) msgs/s at $b CPU-s/M; text $(printf '%s\n' "${trate[@]}" | median) msgs/s at $t CPU-s/M; ratio $(python3 -c "print(f'{$t/$b:.2f}')") (target <= 1.2)"
+  done
+}
+
+bench_proxy() {
+  local free='import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'
+  local sport pport; sport=$(python3 -c "$free"); pport=$(python3 -c "$free")
+  "$B" serve amqp-sink --quiet --listen "127.0.0.1:$sport" & local spid=$!
+  "$B" serve amqp-proxy --quiet --listen "127.0.0.1:$pport" --upstream "amqp://127.0.0.1:$sport" & local ppid=$!
+  sleep 0.5
+  echo "== AMQP 0-9-1 through the strict proxy (serve amqp-proxy) versus direct to serve amqp-sink ($RUNS runs, interleaved)"
+  local out; out=$(mktemp)
+  conns() { "$B" run "$1" --storm --concurrency 64 --duration 5s "${@:2}" --no-output --quiet --format json >"$out"
+    python3 -c "import json; print(round(json.load(open('$out'))['connections']['connections_per_s']))"; }
+  mbs() { "$B" run "$1" -p 10 -c 0 --size 10MB --confirm --max-in-flight 4 --warmup 1s --duration 5s \
+      --no-output --quiet --format json >"$out"
+    python3 -c "import json; print(round(json.load(open('$out'))['result']['sent_mb_per_s']))"; }
+  local dc=() pc=() sc=() dm=() pm=()
+  for _ in $(seq "$RUNS"); do
+    dc+=("$(conns "amqp://127.0.0.1:$sport")"); pc+=("$(conns "amqp://127.0.0.1:$pport")")
+    sc+=("$(conns "amqp://127.0.0.1:$sport" --pipeline-handshake)")
+    dm+=("$(mbs "amqp://127.0.0.1:$sport")"); pm+=("$(mbs "amqp://127.0.0.1:$pport")")
+    echo "  run: connections/s direct ${dc[-1]}, through the proxy ${pc[-1]}, direct pipelined ${sc[-1]}; MB/s direct ${dm[-1]}, through the proxy ${pm[-1]}"
+  done
+  rm -f "$out"
+  kill -INT "$ppid"; wait "$ppid" 2>/dev/null || true
+  kill "$spid"; wait "$spid" 2>/dev/null || true
+  echo "  median: connections/s direct $(printf '%s\n' "${dc[@]}" | median), through the proxy $(printf '%s\n' "${pc[@]}" | median), direct pipelined $(printf '%s\n' "${sc[@]}" | median); MB/s direct $(printf '%s\n' "${dm[@]}" | median), through the proxy $(printf '%s\n' "${pm[@]}" | median)"
+}
+
 bench_ws() {
   local n=${WS_CLIENTS:-10000} port
   port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
@@ -685,12 +738,14 @@ case "${1:-all}" in
   amqp) bench_amqp ;;
   sink) bench_sink ;;
   ws) bench_ws ;;
+  textstamp) bench_textstamp ;;
+  proxy) bench_proxy ;;
   http) bench_http ;;
   zmq) bench_zmq ;;
   ecp) bench_ecp ;;
   views) bench_views ;;
   merge) bench_merge ;;
   segments) bench_segments ;;
-  all) bench_mem; bench_nats; bench_memory; bench_mqtt; bench_demo; bench_storm; bench_conns; bench_amqp; bench_sink; bench_ws; bench_http; bench_zmq; bench_ecp; bench_views; bench_merge; bench_segments ;;
+  all) bench_mem; bench_nats; bench_memory; bench_mqtt; bench_demo; bench_storm; bench_conns; bench_amqp; bench_sink; bench_proxy; bench_textstamp; bench_ws; bench_http; bench_zmq; bench_ecp; bench_views; bench_merge; bench_segments ;;
   *) echo "usage: $0 [mem|nats|memory|mqtt|demo|storm|conns|nats-conns|amqp|sink|ws|http|zmq|ecp|views|merge|segments|all]" >&2; exit 2 ;;
 esac

@@ -7,8 +7,7 @@ mod live;
 mod output;
 mod registry;
 
-use clap::Parser;
-use cli::args::{Cli, Command};
+use cli::args::Command;
 use std::process::ExitCode;
 
 // Producers allocate a buffer per message in most clients and consumers free it on another
@@ -17,7 +16,7 @@ use std::process::ExitCode;
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 fn main() -> ExitCode {
-    let cli = Cli::parse();
+    let cli = cli::args::parse();
     let result = match cli.command {
         Command::Run(a) => cmd::run::run(a),
         Command::Validate(a) => cmd::validate::run(a),

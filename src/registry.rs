@@ -208,7 +208,8 @@ macro_rules! with_driver {
                     &plan.tls,
                     $sink.clone(),
                     plan.connect_timeout,
-                )?;
+                )?
+                .with_pipelined_handshake(plan.client.pipeline_handshake);
                 $body
             }
             "http" | "https" => {

@@ -1,6 +1,6 @@
 //! Command-line syntax only: clap structs with no logic. `cli::plan` turns them into a plan.
 
-use clap::{Args, Parser, Subcommand, ValueEnum};
+use clap::{Args, CommandFactory, FromArgMatches, Parser, Subcommand, ValueEnum};
 use std::path::PathBuf;
 
 const ABOUT: &str = "A fast, honest load generator and benchmark for messaging systems.";
@@ -12,6 +12,39 @@ pub struct Cli {
     /// What to do.
     #[command(subcommand)]
     pub command: Command,
+}
+
+/// Parses the command line. Every `run` option can also come from the environment as
+/// `MSGBENCH_<OPTION>` (`--connect-rate` → `MSGBENCH_CONNECT_RATE`, `--target` →
+/// `MSGBENCH_TARGET`; switches take true/false, 1/0, yes/no, on/off), as containers and Kubernetes configure tools;
+/// a variable counts as given (the command line wins over it for the same option, and options
+/// that exclude each other are refused as on the command line); `run --help` shows each one.
+pub fn parse() -> Cli {
+    let matches = with_run_env(Cli::command()).get_matches();
+    Cli::from_arg_matches(&matches).unwrap_or_else(|e| e.exit())
+}
+
+/// `cmd` with a `MSGBENCH_*` variable on every option of `run` (not the positional input).
+pub fn with_run_env(cmd: clap::Command) -> clap::Command {
+    cmd.mut_subcommand("run", |run| {
+        run.mut_args(|a| {
+            let id = a.get_id().as_str();
+            // --results-db reads $MSGBENCH_RESULTS_DB itself, where --no-history may override it.
+            if a.is_positional() || matches!(id, "help" | "version" | "results_db") {
+                return a;
+            }
+            // Built once per process; clap keeps &'static names.
+            let name: &'static str =
+                Box::leak(format!("MSGBENCH_{}", id.to_ascii_uppercase()).into_boxed_str());
+            let a = a.env(name);
+            // Switches take what people write in environments: 1/0, yes/no, on/off too.
+            if matches!(a.get_action(), clap::ArgAction::SetTrue) {
+                a.value_parser(clap::builder::BoolishValueParser::new())
+            } else {
+                a
+            }
+        })
+    })
 }
 
 /// Subcommands.
@@ -159,6 +192,9 @@ pub struct ServeArgs {
     /// (amqp://, mqtt://, nats://).
     #[arg(long, value_name = "URL")]
     pub from: Option<String>,
+    /// amqp-proxy: where to relay (amqp://HOST:PORT, or amqps:// with --ca-file).
+    #[arg(long, value_name = "URL")]
+    pub upstream: Option<String>,
     /// http: answer each request after this long (e.g. 20ms), to see queueing in the figures.
     #[arg(long)]
     pub delay: Option<String>,
@@ -244,6 +280,10 @@ pub enum ServerArg {
     Mqtt,
     /// AMQP 0-9-1 sink: accepts and counts publishes, acks confirms.
     AmqpSink,
+    /// Strict AMQP 0-9-1 proxy to --upstream (amqp:// or amqps://, verified with --ca-file):
+    /// answers the handshake itself frame by frame, as amqpprox does, then replays it upstream
+    /// and relays bytes; what a client sends before connection.open-ok is held, never relayed.
+    AmqpProxy,
     /// WebSocket broadcast: every message (from a client or relayed --from a broker) goes to
     /// every other client.
     WsBroadcast,
@@ -398,6 +438,17 @@ pub struct RunArgs {
     /// Message size including the 40-byte stamp: 1KiB, 512, or a range 100..2KiB.
     #[arg(long, short = 's')]
     pub size: Option<String>,
+    /// How the stamp travels: binary (40 bytes at the start, the default) or text (58
+    /// printable, JSON-safe bytes, found anywhere in a delivery, then printable filler): for
+    /// systems that need text or re-encode what they relay.
+    #[arg(long, value_enum)]
+    pub stamp: Option<StampArg>,
+    /// Message template, inline or @FILE (implies --stamp text). Placeholders: {{stamp}}
+    /// (required), {{seq}}, {{producer}}, {{stream}}, {{run}}, {{time}} (Unix ms) and {{pad}}
+    /// (filler up to --size; without it a message is the template alone). Example:
+    /// '{"id":"{{stamp}}","price":1.5,"seq":{{seq}},"x":"{{pad}}"}'
+    #[arg(long, value_name = "TEMPLATE|@FILE")]
+    pub payload: Option<String>,
     /// Measure for this long (30s, 5m).
     #[arg(long, short = 'd', conflicts_with = "messages")]
     pub duration: Option<String>,
@@ -493,6 +544,12 @@ pub struct RunArgs {
     /// Connect timeout per client (default 10s).
     #[arg(long, help_heading = "Protocol client")]
     pub connect_timeout: Option<String>,
+    /// Send each handshake step before the answer to the previous one (AMQP 0-9-1:
+    /// channel.open with connection.open; AMQP 1.0: begin with open): one round trip less per
+    /// connection. Off by default: proxies that answer the handshake themselves (amqpprox)
+    /// stall on a pipelined step.
+    #[arg(long, help_heading = "Protocol client")]
+    pub pipeline_handshake: bool,
     /// PEM file of the CA to trust (default: the system's roots).
     #[arg(long, help_heading = "TLS")]
     pub ca_file: Option<String>,
@@ -742,6 +799,15 @@ pub enum FormatArg {
     Csv,
     /// One self-contained HTML page with charts.
     Html,
+}
+
+/// `--stamp` values.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum StampArg {
+    /// 40 binary bytes at the start of every message.
+    Binary,
+    /// 58 printable bytes, found anywhere in a delivery.
+    Text,
 }
 
 /// `--pacing` values.

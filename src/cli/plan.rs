@@ -1,8 +1,9 @@
 //! The one place where command-line flags and a scenario file become a validated `RunPlan`.
 
-use super::args::{EcpArgs, PacingArg, RunArgs, SegmentArgs};
+use super::args::{EcpArgs, PacingArg, RunArgs, SegmentArgs, StampArg};
 use anyhow::{Context, Result, anyhow, bail};
 use msgbench_core::pacer::{RateShape, Step};
+use msgbench_core::payload::StampFormat;
 use msgbench_core::scenario::plan::Pacing;
 use msgbench_core::scenario::segment::{INDEX_ENV, Split};
 use msgbench_core::scenario::{
@@ -184,6 +185,15 @@ fn flags_to_scenario(a: &RunArgs) -> Result<Scenario> {
         )),
     };
     s.producers.size = a.size.clone();
+    s.producers.stamp = a.stamp.map(|f| match f {
+        StampArg::Binary => StampFormat::Binary,
+        StampArg::Text => StampFormat::Text,
+    });
+    match a.payload.as_deref() {
+        Some(file) if file.starts_with('@') => s.producers.payload_file = Some(file[1..].into()),
+        Some(inline) => s.producers.payload = Some(inline.into()),
+        None => {}
+    }
     s.producers.max_in_flight = a.max_in_flight;
     s.producers.pacing = a.pacing.map(|p| match p {
         PacingArg::Efficient => Pacing::Efficient,
@@ -216,6 +226,7 @@ fn flags_to_scenario(a: &RunArgs) -> Result<Scenario> {
     s.client.persistent_session = a.persistent_session.then_some(true);
     s.client.hello = a.hello.clone();
     s.client.ack_every = a.ack_every;
+    s.client.pipeline_handshake = a.pipeline_handshake.then_some(true);
     s.tls.ca_file = a.ca_file.clone();
     s.tls.cert_file = a.cert.clone();
     s.tls.key_file = a.key.clone();

@@ -75,6 +75,39 @@ pub fn run(args: ServeArgs) -> Result<ExitCode> {
                 sink.run(stop).await.context("sink failed")?;
                 status.abort();
             }
+            ServerArg::AmqpProxy => {
+                let upstream = args
+                    .upstream
+                    .as_deref()
+                    .context("amqp-proxy needs --upstream amqp://HOST:PORT (or amqps://)")?;
+                let tls = msgbench_core::scenario::TlsPlan {
+                    ca_file: args.ecp.ca_file.as_ref().map(Into::into),
+                    insecure: args.ecp.insecure,
+                    ..Default::default()
+                };
+                let config = msgbench_serve::amqp_proxy::ProxyConfig::parse(upstream, &tls)
+                    .map_err(|e| anyhow::anyhow!("--upstream: {e}"))?;
+                let listen = args.listen.as_deref().unwrap_or("127.0.0.1:5673");
+                let proxy = msgbench_serve::amqp_proxy::Proxy::bind(listen, config)
+                    .await
+                    .with_context(|| format!("cannot listen on {listen}"))?;
+                eprintln!(
+                    "msgbench serve: strict AMQP 0-9-1 proxy on amqp://{} to {} (Ctrl-C to stop)",
+                    proxy.local_addr(),
+                    msgbench_core::scenario::plan::redact_url(upstream)
+                );
+                let stats = proxy.stats();
+                proxy.run(stop).await;
+                if !args.quiet {
+                    use std::sync::atomic::Ordering::Relaxed;
+                    eprintln!(
+                        "msgbench serve: {} connections relayed, {} failed, {} bytes held (sent before open-ok)",
+                        stats.relayed.load(Relaxed),
+                        stats.failed.load(Relaxed),
+                        stats.held_bytes.load(Relaxed)
+                    );
+                }
+            }
             ServerArg::Http => {
                 let tls = match (&args.tls_cert, &args.tls_key) {
                     (Some(c), Some(k)) => Some(

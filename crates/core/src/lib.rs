@@ -8,10 +8,11 @@
 //! - [`driver`]: the `Driver` / `Producer` / `Consumer` traits every protocol implements.
 //! - [`scenario`]: the TOML scenario model, command-line overlay, and `resolve` → `RunPlan`.
 //! - [`pacer`]: rate shapes and per-producer schedules (intended send times).
-//! - [`stamp`]: the binary header every payload starts with.
+//! - [`stamp`]: the header every payload carries (binary at offset 0, or text anywhere).
 //! - [`meta`]: message ids, correlation and properties, for drivers and stages that use them.
 //! - [`presets`]: ready-made scenarios (the `ecp` preset).
 //! - [`payload`]: message sizes and stamped, incompressible bodies.
+//! - [`template`]: payload templates (JSON for gateways) with the text stamp inside.
 //! - [`runner`]: producer and consumer loops, phases, the coordinator.
 //! - [`tcp_tally`]: process-wide TCP counters the drivers' sockets add to as they close.
 //! - [`clock`], [`units`], [`rng`], [`shutdown`]: small supporting pieces.
@@ -29,6 +30,7 @@ pub mod scenario;
 pub mod shutdown;
 pub mod stamp;
 pub mod tcp_tally;
+pub mod template;
 pub mod units;
 
 /// CPUs this process may run on (1 when the system cannot say): sizes worker pools and turns

@@ -1,13 +1,92 @@
-//! Message bodies: a stamp followed by incompressible random bytes.
+//! Message bodies: a stamp followed by incompressible random bytes, by default.
 //!
 //! Each producer owns a [`PayloadBuilder`] with a pool of random bytes generated once. Every
 //! message copies its tail from a different offset of the pool, so consecutive messages differ
 //! (a broker or proxy that compresses or deduplicates gains nothing) while building a message
 //! costs one memcpy and no allocation.
+//!
+//! Systems in the middle that need text get it from a [`PayloadPlan`]: the text stamp followed
+//! by printable filler (`stamp = "text"`), or a [`Template`] (JSON for a gateway) with the text
+//! stamp inside. Filler then comes from a printable pool built the same way.
 
 use crate::rng::Rng;
-use crate::stamp::{STAMP_LEN, Stamp};
+use crate::stamp::{STAMP_LEN, Stamp, TEXT_STAMP_LEN};
+use crate::template::Template;
 use serde::{Deserialize, Serialize};
+
+/// How the stamp travels in a message.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum StampFormat {
+    /// 40 binary bytes at offset 0 (the default: smallest and cheapest, for opaque payloads).
+    #[default]
+    Binary,
+    /// 58 printable bytes ([`crate::stamp::TEXT_STAMP_LEN`]), found anywhere in a delivery:
+    /// for systems that require text or re-encode what they relay.
+    Text,
+}
+
+impl StampFormat {
+    /// The stamp's size in bytes: the smallest message of this format.
+    pub fn stamp_len(self) -> usize {
+        match self {
+            StampFormat::Binary => STAMP_LEN,
+            StampFormat::Text => TEXT_STAMP_LEN,
+        }
+    }
+
+    fn is_binary(&self) -> bool {
+        *self == StampFormat::Binary
+    }
+}
+
+/// What producers' messages look like beyond their size: the stamp's form and an optional
+/// template. The default (binary stamp, random bytes) is left out of results files.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PayloadPlan {
+    /// The stamp's form; always [`StampFormat::Text`] with a template.
+    #[serde(default, skip_serializing_if = "StampFormat::is_binary")]
+    pub stamp: StampFormat,
+    /// The message template (see [`crate::template`]), already read from its file.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub template: Option<String>,
+}
+
+impl PayloadPlan {
+    /// Binary stamps and random bytes: nothing to record.
+    pub fn is_default(&self) -> bool {
+        *self == PayloadPlan::default()
+    }
+
+    /// Checks the template parses and fits `size`, and that every message can hold the stamp.
+    /// Returns the parsed template.
+    pub fn validate(&self, size: &SizeSpec) -> Result<Option<Template>, String> {
+        let Some(src) = &self.template else {
+            if self.stamp == StampFormat::Text && size.min() < TEXT_STAMP_LEN as u64 {
+                return Err(format!(
+                    "message size {} is below the {TEXT_STAMP_LEN}-byte text stamp; use at least {TEXT_STAMP_LEN}",
+                    size.min()
+                ));
+            }
+            return Ok(None);
+        };
+        if self.stamp != StampFormat::Text {
+            return Err(
+                "a payload template carries a text stamp: leave the stamp format at text".into(),
+            );
+        }
+        let t = Template::parse(src).map_err(|e| e.to_string())?;
+        if t.pads() && t.min_len() as u64 > size.min() {
+            return Err(format!(
+                "the payload template needs at least {} bytes before padding, more than the message size {} (raise --size or shorten the template)",
+                t.min_len(),
+                size.min()
+            ));
+        }
+        Ok(Some(t))
+    }
+}
 
 /// How large messages are, stamp included.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -88,6 +167,10 @@ const POOL: usize = 64 * 1024;
 #[derive(Debug)]
 pub struct PayloadBuilder {
     size: SizeSpec,
+    format: StampFormat,
+    template: Option<Template>,
+    /// Monotonic → Unix nanoseconds, for a template's `{{time}}`.
+    unix_offset_ns: u64,
     pool: Vec<u8>,
     buf: Vec<u8>,
     rng: Rng,
@@ -95,36 +178,70 @@ pub struct PayloadBuilder {
 }
 
 impl PayloadBuilder {
-    /// A builder for `size` messages, its random content seeded by `seed`.
+    /// A builder for `size` messages of binary stamps and random bytes, seeded by `seed`.
     pub fn new(size: SizeSpec, seed: u64) -> Self {
+        Self::with_plan(size, &PayloadPlan::default(), seed)
+            .expect("binary stamps need no validation beyond the size's")
+    }
+
+    /// A builder for `size` messages shaped by `plan` (validated again here: a bad template is
+    /// an error, not a panic), its random content seeded by `seed`.
+    pub fn with_plan(size: SizeSpec, plan: &PayloadPlan, seed: u64) -> Result<Self, String> {
+        let template = plan.validate(&size)?;
+        let format = if template.is_some() {
+            StampFormat::Text
+        } else {
+            plan.stamp
+        };
         let mut rng = Rng::new(seed);
         let max = size.max() as usize;
         let mut pool = vec![0u8; POOL + max];
         rng.fill(&mut pool);
-        Self {
+        if format == StampFormat::Text {
+            // Printable filler: the same randomness folded onto [A-Za-z0-9].
+            const ALNUM: &[u8; 62] =
+                b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789";
+            for b in &mut pool {
+                *b = ALNUM[*b as usize % ALNUM.len()];
+            }
+        }
+        let unix_offset_ns = crate::clock::realtime_ns().wrapping_sub(crate::clock::now_ns());
+        Ok(Self {
             size,
+            format,
+            template,
+            unix_offset_ns,
             pool,
-            buf: vec![0u8; max.max(STAMP_LEN)],
+            buf: vec![0u8; max.max(format.stamp_len())],
             rng,
             cursor: 0,
-        }
+        })
     }
 
-    /// Builds the next message: `stamp` then random bytes, and returns it. The slice is valid until
-    /// the next call.
+    /// Builds the next message and returns it (valid until the next call): by default `stamp`
+    /// then random bytes; the text stamp then printable bytes; or the template rendered.
     #[inline]
     pub fn build(&mut self, stamp: &Stamp) -> &[u8] {
         let len = match self.size {
             SizeSpec::Fixed { bytes } => bytes as usize,
             SizeSpec::Range { min, max } => self.rng.range(min, max) as usize,
         };
-        let tail = len - STAMP_LEN;
-        if tail > 0 {
-            // Move through the pool by a prime stride so consecutive bodies differ.
-            self.cursor = (self.cursor + 4093) % POOL;
-            self.buf[STAMP_LEN..len].copy_from_slice(&self.pool[self.cursor..self.cursor + tail]);
+        // Move through the pool by a prime stride so consecutive bodies differ.
+        self.cursor = (self.cursor + 4093) % POOL;
+        if let Some(t) = &self.template {
+            let filler = &self.pool[self.cursor..self.cursor + len];
+            t.render(stamp, self.unix_offset_ns, len, filler, &mut self.buf);
+            return &self.buf;
         }
-        stamp.write(&mut self.buf);
+        let head = self.format.stamp_len();
+        let tail = len - head;
+        if tail > 0 {
+            self.buf[head..len].copy_from_slice(&self.pool[self.cursor..self.cursor + tail]);
+        }
+        match self.format {
+            StampFormat::Binary => stamp.write(&mut self.buf),
+            StampFormat::Text => stamp.write_text(&mut self.buf),
+        }
         &self.buf[..len]
     }
 }
@@ -152,6 +269,43 @@ mod tests {
         assert_eq!(first.len(), 1024);
         assert_eq!(Stamp::read(&second).unwrap().seq, 1);
         assert_ne!(first[STAMP_LEN..], second[STAMP_LEN..]);
+    }
+
+    #[test]
+    fn text_stamps_and_templates() {
+        let text = PayloadPlan {
+            stamp: StampFormat::Text,
+            template: None,
+        };
+        let mut b = PayloadBuilder::with_plan(SizeSpec::Fixed { bytes: 200 }, &text, 7).unwrap();
+        let m = b.build(&stamp(4)).to_vec();
+        assert_eq!(m.len(), 200);
+        assert!(m.iter().all(|c| c.is_ascii_graphic()), "printable");
+        assert_eq!(Stamp::find(&m).unwrap().seq, 4);
+        let small = PayloadBuilder::with_plan(SizeSpec::Fixed { bytes: 50 }, &text, 7);
+        assert!(small.unwrap_err().contains("text stamp"));
+
+        let json = PayloadPlan {
+            stamp: StampFormat::Text,
+            template: Some(r#"{"id":"{{stamp}}","n":{{seq}},"fill":"{{pad}}"}"#.into()),
+        };
+        let range = SizeSpec::Range { min: 100, max: 300 };
+        let mut b = PayloadBuilder::with_plan(range, &json, 7).unwrap();
+        for i in 0..100 {
+            let m = b.build(&stamp(i)).to_vec();
+            assert!((100..=300).contains(&m.len()), "{}", m.len());
+            let v: serde_json::Value = serde_json::from_slice(&m).unwrap();
+            assert_eq!(v["n"], i);
+            assert_eq!(Stamp::find(&m).unwrap().seq, i);
+        }
+        // Too large for the size, or a binary stamp asked for: clear errors.
+        let e = PayloadBuilder::with_plan(SizeSpec::Fixed { bytes: 64 }, &json, 7).unwrap_err();
+        assert!(e.contains("needs at least"), "{e}");
+        let binary = PayloadPlan {
+            stamp: StampFormat::Binary,
+            ..json
+        };
+        assert!(binary.validate(&range).is_err());
     }
 
     #[test]

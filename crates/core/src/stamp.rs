@@ -17,6 +17,16 @@
 //! Consumers decode it to compute end-to-end latency (from the *intended* time, so coordinated
 //! omission is corrected) and to track sequence integrity. Anything that does not decode as a
 //! stamp of the current run is counted as foreign, never a crash.
+//!
+//! # Text stamps
+//!
+//! Systems that require text (a JSON gateway, a proxy that re-encodes bodies) reject or mangle
+//! the binary stamp. The text form carries the same 40 bytes, printable and JSON-safe:
+//! [`TEXT_MARKER`] followed by their unpadded base64url encoding, [`TEXT_STAMP_LEN`] = 58 bytes
+//! in all (no character needs escaping in JSON, XML or a URL). A consumer finds it anywhere in
+//! what it receives ([`Stamp::find`]: the binary stamp at offset 0 first, then a substring
+//! search for the marker), so an intermediary may wrap, re-key or re-serialize the message
+//! around it.
 
 /// Stamp size in bytes: the smallest payload msgbench can send.
 pub const STAMP_LEN: usize = 40;
@@ -24,6 +34,27 @@ pub const STAMP_LEN: usize = 40;
 pub const MAGIC: [u8; 2] = *b"MB";
 /// Stamp format version.
 pub const VERSION: u8 = 1;
+
+/// Opens every text stamp: chosen to be rare in real payloads and free of JSON escapes.
+pub const TEXT_MARKER: &[u8; 4] = b"MB1~";
+/// Length of a text stamp: the marker and 54 base64url characters for the 40 stamp bytes.
+pub const TEXT_STAMP_LEN: usize = TEXT_MARKER.len() + 54;
+
+const B64: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_";
+
+/// base64url digit values; 0xFF marks a byte that is not one.
+const B64_VALUE: [u8; 256] = {
+    let mut t = [0xFFu8; 256];
+    let mut i = 0;
+    while i < 64 {
+        t[B64[i] as usize] = i as u8;
+        i += 1;
+    }
+    t
+};
+
+static TEXT_FINDER: std::sync::LazyLock<memchr::memmem::Finder<'static>> =
+    std::sync::LazyLock::new(|| memchr::memmem::Finder::new(TEXT_MARKER));
 
 /// The decoded fields of a stamp.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -102,6 +133,90 @@ impl Stamp {
             sent_ns: u64_at(32),
         })
     }
+
+    /// Writes the text form ([`TEXT_STAMP_LEN`] printable bytes) into the start of `out`.
+    ///
+    /// # Panics
+    /// If `out` is shorter than [`TEXT_STAMP_LEN`].
+    #[inline]
+    pub fn write_text(&self, out: &mut [u8]) {
+        let mut raw = [0u8; STAMP_LEN + 2];
+        self.write(&mut raw);
+        let out = &mut out[..TEXT_STAMP_LEN];
+        out[..TEXT_MARKER.len()].copy_from_slice(TEXT_MARKER);
+        let digits = &mut out[TEXT_MARKER.len()..];
+        // 40 bytes = 13 groups of 3 (52 digits) and one byte left (2 digits); `raw` carries two
+        // zero bytes past the stamp so the last group reads in bounds.
+        for g in 0..14 {
+            let n =
+                (raw[g * 3] as u32) << 16 | (raw[g * 3 + 1] as u32) << 8 | raw[g * 3 + 2] as u32;
+            let quad = [
+                B64[(n >> 18) as usize & 63],
+                B64[(n >> 12) as usize & 63],
+                B64[(n >> 6) as usize & 63],
+                B64[n as usize & 63],
+            ];
+            let take = if g == 13 { 2 } else { 4 };
+            digits[g * 4..g * 4 + take].copy_from_slice(&quad[..take]);
+        }
+    }
+
+    /// Reads a text stamp that starts exactly at `buf[0]` (marker included).
+    pub fn read_text(buf: &[u8]) -> Result<Stamp, StampError> {
+        if buf.len() < TEXT_STAMP_LEN {
+            return Err(StampError::Truncated(buf.len()));
+        }
+        if &buf[..TEXT_MARKER.len()] != TEXT_MARKER {
+            return Err(StampError::NotOurs);
+        }
+        let digits = &buf[TEXT_MARKER.len()..TEXT_STAMP_LEN];
+        let mut raw = [0u8; STAMP_LEN + 2];
+        for g in 0..14 {
+            let take = if g == 13 { 2 } else { 4 };
+            let mut n = 0u32;
+            for k in 0..4 {
+                let v = if k < take {
+                    B64_VALUE[digits[g * 4 + k] as usize]
+                } else {
+                    0
+                };
+                if v == 0xFF {
+                    return Err(StampError::NotOurs);
+                }
+                n = n << 6 | v as u32;
+            }
+            raw[g * 3] = (n >> 16) as u8;
+            raw[g * 3 + 1] = (n >> 8) as u8;
+            raw[g * 3 + 2] = n as u8;
+        }
+        Stamp::read(&raw[..STAMP_LEN])
+    }
+
+    /// Finds the stamp in a received message: the binary stamp at offset 0 (the default, and
+    /// the only cost for opaque payloads), else the first valid text stamp anywhere in `buf`
+    /// (a fast substring search for [`TEXT_MARKER`]). The error is the binary reading's when
+    /// no text stamp is found either.
+    #[inline]
+    pub fn find(buf: &[u8]) -> Result<Stamp, StampError> {
+        match Stamp::read(buf) {
+            Ok(s) => Ok(s),
+            Err(e) => Self::find_text(buf).ok_or(e),
+        }
+    }
+
+    /// The first valid text stamp in `buf`, if any.
+    #[cold]
+    pub fn find_text(buf: &[u8]) -> Option<Stamp> {
+        let mut from = 0;
+        while let Some(i) = TEXT_FINDER.find(&buf[from..]) {
+            let at = from + i;
+            if let Ok(s) = Stamp::read_text(&buf[at..]) {
+                return Some(s);
+            }
+            from = at + 1;
+        }
+        None
+    }
 }
 
 #[cfg(test)]
@@ -122,6 +237,39 @@ mod tests {
         s.write(&mut buf);
         assert_eq!(Stamp::read(&buf).unwrap(), s);
         assert_eq!(&buf[..2], b"MB");
+    }
+
+    #[test]
+    fn text_round_trip_anywhere_in_a_message() {
+        let s = Stamp {
+            run_id: 0xDEAD_BEEF,
+            producer: 12,
+            stream: 3,
+            seq: 1 << 40,
+            intended_ns: u64::MAX,
+            sent_ns: 5,
+        };
+        let mut t = [0u8; TEXT_STAMP_LEN];
+        s.write_text(&mut t);
+        assert!(
+            t.iter()
+                .all(|b| b.is_ascii_alphanumeric() || b"~-_".contains(b))
+        );
+        assert_eq!(Stamp::read_text(&t).unwrap(), s);
+        // Wrapped in JSON, after a decoy marker, re-keyed: still found.
+        let text = std::str::from_utf8(&t).unwrap();
+        let wrapped = format!(r#"{{"btcusd.trades":{{"note":"MB1~nope","id":"{text}","p":1}}}}"#);
+        assert_eq!(Stamp::find(wrapped.as_bytes()).unwrap(), s);
+        // The binary stamp still reads first and alone.
+        let mut b = [0u8; STAMP_LEN];
+        s.write(&mut b);
+        assert_eq!(Stamp::find(&b).unwrap(), s);
+        // A damaged digit or a cut stamp is not a stamp.
+        let mut bad = t;
+        bad[10] = b'*';
+        assert!(Stamp::read_text(&bad).is_err());
+        assert!(Stamp::find(&t[..TEXT_STAMP_LEN - 1]).is_err());
+        assert_eq!(Stamp::find(b"{\"a\":1}"), Err(StampError::NotOurs));
     }
 
     #[test]

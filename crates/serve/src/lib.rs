@@ -11,6 +11,9 @@
 //! - [`amqp`]: an AMQP 0-9-1 sink (`msgbench serve amqp-sink`): completes the handshake,
 //!   answers topology methods and publisher confirms, and counts and discards every message;
 //!   for measuring proxies and AMQP clients without a broker.
+//! - [`amqp_proxy`]: a strict AMQP 0-9-1 proxy (`msgbench serve amqp-proxy`) that answers the
+//!   handshake itself frame by frame, as amqpprox does, then replays it upstream and relays:
+//!   for proving clients work through such intermediaries and measuring what one costs.
 //! - [`ecp`]: an ECP endpoint simulator (`msgbench serve ecp-endpoint`): on an AMQP 1.0
 //!   broker, answers what a business application sends to the ECP outbox with replies, inbox
 //!   deliveries and status events, with configurable delays and deterministic faults.
@@ -22,6 +25,7 @@
 #![warn(missing_docs)]
 
 pub mod amqp;
+pub mod amqp_proxy;
 pub mod ecp;
 mod listen;
 pub mod mqtt;

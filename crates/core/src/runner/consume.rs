@@ -101,7 +101,7 @@ impl ConsumerTask {
         self.with_acct(own, |a| {
             // Close the interval (or phase) first: this delivery belongs to the one now starts.
             self.tick(a, now);
-            match Stamp::read(&d.payload) {
+            match Stamp::find(&d.payload) {
                 Ok(s) if s.run_id == self.run_id => {
                     a.rec
                         .record_delivery(now.saturating_sub(s.intended_ns), d.payload.len());

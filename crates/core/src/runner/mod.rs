@@ -89,6 +89,9 @@ async fn run_messages<D: Driver>(
     shutdown: Shutdown,
 ) -> Result<RunOutcome, RunError> {
     let caps = driver.capabilities();
+    plan.payload
+        .validate(&plan.size)
+        .map_err(|m| RunError::Unsupported(format!("payload: {m}")))?;
     if plan.request_reply && !caps.request_reply {
         return Err(RunError::Unsupported(format!(
             "the {} driver does not support request/reply",
@@ -367,10 +370,9 @@ async fn run_messages<D: Driver>(
             tagging: tagging.clone(),
             tagger: None,
         };
-        producer_tasks.spawn_on(
-            task.run(p, PayloadBuilder::new(plan.size, seed)),
-            &producer_homes[local],
-        );
+        let payload = PayloadBuilder::with_plan(plan.size, &plan.payload, seed)
+            .map_err(|m| RunError::Unsupported(format!("payload: {m}")))?;
+        producer_tasks.spawn_on(task.run(p, payload), &producer_homes[local]);
     }
     drop(snap_tx);
 
@@ -800,8 +802,15 @@ async fn run_messages<D: Driver>(
         _ => Vec::new(),
     };
     if all.foreign > 0 {
+        // Say what to try: a system in the middle that rewrites or rejects what it relays
+        // loses the stamp.
+        let hint = if plan.payload.stamp == crate::payload::StampFormat::Binary {
+            "if a system in the middle needs text or JSON, or re-encodes messages, try --stamp text or a --payload template with {{stamp}}"
+        } else {
+            "the system in the middle may drop or rewrite the text stamp (check the template keeps {{stamp}} inside a string), or they are replies from the server (subscription answers) or other publishers' messages"
+        };
         warnings.push(format!(
-            "{} deliveries were not this run's messages (foreign or truncated)",
+            "{} deliveries were not this run's messages (foreign or truncated): {hint}",
             all.foreign
         ));
     }

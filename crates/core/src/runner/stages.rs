@@ -99,7 +99,7 @@ impl StageListener {
         let mut keys: Vec<Cow<'_, str>> = Vec::with_capacity(st.keys.len());
         for src in &st.keys {
             if *src == KeySource::Stamp {
-                if let Ok(s) = Stamp::read(&d.payload)
+                if let Ok(s) = Stamp::find(&d.payload)
                     && s.run_id == self.run_id
                 {
                     self.key.render(

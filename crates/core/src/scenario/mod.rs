@@ -193,6 +193,10 @@ pub struct ClientSection {
     /// late (default 1: each at once). Fewer, fuller TCP segments to the broker; see the MQTT
     /// driver for what it changes on the broker's side.
     pub ack_every: Option<u32>,
+    /// Send each handshake step before the answer to the previous one arrives, where the
+    /// protocol allows it (default false: wait for each answer, as intermediaries that
+    /// terminate the handshake require).
+    pub pipeline_handshake: Option<bool>,
 }
 
 /// `[tls]`
@@ -279,6 +283,14 @@ pub struct ProducersSection {
     pub ack_timeout: Option<String>,
     /// `"efficient"` (default) or `"precise"`: see [`plan::Pacing`].
     pub pacing: Option<plan::Pacing>,
+    /// How the stamp travels: `"binary"` (default, at offset 0) or `"text"` (printable, found
+    /// anywhere in a delivery; for systems that need text or re-encode what they relay).
+    pub stamp: Option<crate::payload::StampFormat>,
+    /// Message template with `{{stamp}}` and other placeholders (see [`crate::template`]);
+    /// implies a text stamp.
+    pub payload: Option<String>,
+    /// The template read from this file instead (relative to the working directory).
+    pub payload_file: Option<String>,
 }
 
 /// How consumers of one topic share it.
@@ -412,6 +424,9 @@ impl Scenario {
                     request_reply,
                     ack_timeout,
                     pacing,
+                    stamp,
+                    payload,
+                    payload_file,
                 },
             consumers:
                 ConsumersSection {
@@ -445,6 +460,7 @@ impl Scenario {
                     persistent_session,
                     hello,
                     ack_every: client_ack_every,
+                    pipeline_handshake,
                 },
             tls:
                 TlsSection {
@@ -526,6 +542,12 @@ impl Scenario {
         pick(&mut self.producers.request_reply, request_reply);
         pick(&mut self.producers.ack_timeout, ack_timeout);
         pick(&mut self.producers.pacing, pacing);
+        pick(&mut self.producers.stamp, stamp);
+        // A template given one way replaces one given the other way.
+        if payload.is_some() || payload_file.is_some() {
+            self.producers.payload = payload;
+            self.producers.payload_file = payload_file;
+        }
         pick(&mut self.consumers.per_topic, c_per_topic);
         pick(&mut self.consumers.mode, mode);
         pick(&mut self.consumers.group, group);
@@ -554,6 +576,7 @@ impl Scenario {
         pick(&mut self.client.persistent_session, persistent_session);
         pick(&mut self.client.hello, hello);
         pick(&mut self.client.ack_every, client_ack_every);
+        pick(&mut self.client.pipeline_handshake, pipeline_handshake);
         pick(&mut self.tls.ca_file, ca_file);
         pick(&mut self.tls.cert_file, cert_file);
         pick(&mut self.tls.key_file, key_file);

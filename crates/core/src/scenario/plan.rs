@@ -3,7 +3,7 @@
 
 use super::{ConnectionMode, ConsumerMode, RateSpec, Scenario};
 use crate::pacer::RateShape;
-use crate::payload::SizeSpec;
+use crate::payload::{PayloadPlan, SizeSpec, StampFormat};
 use crate::units::{parse_duration, serde_duration};
 use serde::{Deserialize, Serialize};
 use std::time::Duration;
@@ -72,6 +72,12 @@ pub struct ClientPlan {
     /// late); 1 = each as soon as the consumer has read what arrived.
     #[serde(default = "one", skip_serializing_if = "is_one")]
     pub ack_every: u32,
+    /// Send each handshake step before the previous answer arrives where the protocol allows
+    /// it (AMQP 0-9-1 channel.open with connection.open, AMQP 1.0 begin with open): one round
+    /// trip less per connection, but intermediaries that terminate the handshake (amqpprox)
+    /// stall. Default false: every step waits for the answer it depends on.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub pipeline_handshake: bool,
 }
 
 fn one() -> u32 {
@@ -191,6 +197,9 @@ pub struct RunPlan {
     pub request_reply: bool,
     /// Message size, stamp included.
     pub size: SizeSpec,
+    /// The stamp's form and the message template (default: binary stamp, random bytes).
+    #[serde(default, skip_serializing_if = "PayloadPlan::is_default")]
+    pub payload: PayloadPlan,
     /// Offered load, all producers together.
     pub rate: RateShape,
     /// How paced sends wait for their intended time.
@@ -383,6 +392,7 @@ pub fn resolve(s: &Scenario, run_id: u32) -> Result<RunPlan, PlanError> {
     let size = SizeSpec::parse(s.producers.size.as_deref().unwrap_or("128"))
         .map_err(|m| err("producers.size", m))?;
     size.validate().map_err(|m| err("producers.size", m))?;
+    let payload = resolve_payload(s, &size)?;
 
     let rate = match &s.producers.rate {
         None => RateShape::Unlimited,
@@ -506,6 +516,7 @@ pub fn resolve(s: &Scenario, run_id: u32) -> Result<RunPlan, PlanError> {
         subscription,
         request_reply,
         size,
+        payload,
         rate,
         pacing: s.producers.pacing.unwrap_or_default(),
         max_in_flight,
@@ -654,7 +665,48 @@ fn resolve_client(s: &Scenario) -> Result<ClientPlan, PlanError> {
         persistent_session,
         hello: c.hello.clone(),
         ack_every,
+        pipeline_handshake: c.pipeline_handshake.unwrap_or(false),
     })
+}
+
+/// The stamp's form and the template (read from `payload_file` when given), checked against
+/// the message size.
+fn resolve_payload(s: &Scenario, size: &SizeSpec) -> Result<PayloadPlan, PlanError> {
+    let p = &s.producers;
+    let template = match (&p.payload, &p.payload_file) {
+        (Some(_), Some(_)) => {
+            return Err(err(
+                "producers.payload",
+                "give the template inline (payload) or from a file (payload_file), not both",
+            ));
+        }
+        (Some(t), None) => Some(t.clone()),
+        (None, Some(f)) => Some(std::fs::read_to_string(f).map_err(|e| {
+            err(
+                "producers.payload_file",
+                format!("cannot read the payload template `{f}`: {e}"),
+            )
+        })?),
+        (None, None) => None,
+    };
+    let stamp = match (p.stamp, &template) {
+        (Some(StampFormat::Binary), Some(_)) => {
+            return Err(err(
+                "producers.stamp",
+                "a payload template carries a text stamp: drop stamp = \"binary\" (--stamp binary)",
+            ));
+        }
+        (_, Some(_)) => StampFormat::Text,
+        (f, None) => f.unwrap_or_default(),
+    };
+    let plan = PayloadPlan { stamp, template };
+    let setting = if plan.template.is_some() {
+        "producers.payload"
+    } else {
+        "producers.size"
+    };
+    plan.validate(size).map_err(|m| err(setting, m))?;
+    Ok(plan)
 }
 
 fn resolve_connections(s: &Scenario) -> Result<Option<ConnectionPlan>, PlanError> {

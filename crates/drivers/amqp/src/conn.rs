@@ -31,6 +31,8 @@ pub struct Endpoint {
     vhost: String,
     /// The URL without its password.
     pub display: String,
+    /// Send channel.open before connection.open-ok arrives (see `ClientPlan::pipeline_handshake`).
+    pub pipeline: bool,
 }
 
 fn unescape(s: &str) -> String {
@@ -107,6 +109,7 @@ impl Endpoint {
             pass,
             vhost,
             display,
+            pipeline: false,
         })
     }
 }
@@ -282,14 +285,21 @@ impl Conn {
                 virtual_host: ShortString::from(self.ep.vhost.as_str()),
             })),
         );
-        // channel.open goes in the same write (servers handle methods in order; a refused
-        // connection.open closes the connection before the channel matters): one round trip
-        // less per connection, which is a sixth of a connect storm's.
-        codec::put_method(
-            &mut self.wire.wbuf,
-            CHANNEL,
-            AMQPClass::Channel(channel::AMQPMethod::Open(channel::Open {})),
-        );
+        // tune-ok and connection.open go together: tune-ok has no answer, so every client
+        // (and every proxy) expects open right behind it. channel.open waits for open-ok by
+        // default: an intermediary that answers the handshake itself (amqpprox) reads it frame
+        // by frame, then connects upstream and replays it, and holds a channel.open that came
+        // early. Pipelined (opt-in) it saves one round trip per connection.
+        let channel_open = |wbuf: &mut bytes::BytesMut| {
+            codec::put_method(
+                wbuf,
+                CHANNEL,
+                AMQPClass::Channel(channel::AMQPMethod::Open(channel::Open {})),
+            )
+        };
+        if self.ep.pipeline {
+            channel_open(&mut self.wire.wbuf);
+        }
         self.flush().await.map_err(io)?;
         match self
             .method(0)
@@ -303,6 +313,10 @@ impl Conn {
                     format!("expected connection.open-ok, got {other:?}"),
                 ));
             }
+        }
+        if !self.ep.pipeline {
+            channel_open(&mut self.wire.wbuf);
+            self.flush().await.map_err(io)?;
         }
         match self.method(CHANNEL).await.map_err(io)? {
             AMQPClass::Channel(channel::AMQPMethod::OpenOk(_)) => {}

@@ -91,8 +91,10 @@ impl AmqpDriver {
         events: EventSink,
         timeout: Duration,
     ) -> Result<Self, DriverError> {
+        let mut ep = Endpoint::parse(url, || msgbench_net::Tls::new(tls))?;
+        ep.pipeline = client.pipeline_handshake;
         Ok(Self(Arc::new(Inner {
-            ep: Arc::new(Endpoint::parse(url, || msgbench_net::Tls::new(tls))?),
+            ep: Arc::new(ep),
             amqp: amqp.clone(),
             client: client.clone(),
             run_id,

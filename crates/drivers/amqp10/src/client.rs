@@ -3,8 +3,10 @@
 //!
 //! - TCP (NODELAY) and TLS (rustls with the run's [`TlsPlan`]) come from `msgbench-net`.
 //! - SASL PLAIN with the URL's userinfo (percent-decoded), ANONYMOUS without one.
-//! - AMQP `open` and the session's `begin` are written together with the protocol header, so
-//!   the handshake costs two round trips after TLS.
+//! - Each handshake step waits for the answer it depends on (SASL header, init, AMQP header,
+//!   `open`, `begin`), so intermediaries that terminate the handshake step by step work; with
+//!   [`Endpoint::pipeline`] (`--pipeline-handshake`) `open` and `begin` go with the protocol
+//!   header, two round trips fewer per connection.
 //!
 //! Errors are [`DriverError`]s that say what the broker said: the SASL outcome for a wrong
 //! password, the error condition and description of a refused connection. Credentials never
@@ -35,6 +37,9 @@ pub struct Endpoint {
     /// User and password (percent-decoded), or `None` for SASL ANONYMOUS.
     login: Option<(String, String)>,
     display: String,
+    /// Write open and begin with the protocol header instead of waiting for each answer
+    /// (`ClientPlan::pipeline_handshake`).
+    pub pipeline: bool,
 }
 
 /// Percent-decoding of URL userinfo (`%40` → `@`); invalid escapes stay as they are.
@@ -95,6 +100,7 @@ impl Endpoint {
             tls,
             login,
             display,
+            pipeline: false,
         })
     }
 
@@ -257,10 +263,14 @@ impl Endpoint {
             other => return Err(self.unexpected("the SASL outcome", &other)),
         }
 
-        // AMQP: header, open and begin in one write.
+        // AMQP: by default each step waits for the peer's answer (header, then open, then
+        // begin), so an intermediary that terminates the handshake step by step never holds a
+        // frame that came early. Pipelined (opt-in), header, open and begin go in one write.
         w.wbuf.extend_from_slice(frames::AMQP_HEADER);
-        frames::put_open(&mut w.wbuf, container_id, host);
-        frames::put_begin(&mut w.wbuf, 0, crate::conn::INCOMING_WINDOW);
+        if self.pipeline {
+            frames::put_open(&mut w.wbuf, container_id, host);
+            frames::put_begin(&mut w.wbuf, 0, crate::conn::INCOMING_WINDOW);
+        }
         self.header_answer(
             &mut w,
             frames::AMQP_HEADER,
@@ -269,6 +279,10 @@ impl Endpoint {
             "",
         )
         .await?;
+        if !self.pipeline {
+            frames::put_open(&mut w.wbuf, container_id, host);
+            w.flush().await.map_err(|e| io(e, "the AMQP open"))?;
+        }
         let (mut max_frame, mut idle_ms) = (frames::MAX_FRAME, None);
         loop {
             match read_frame(&mut w)
@@ -281,6 +295,10 @@ impl Endpoint {
                 } => {
                     max_frame = m;
                     idle_ms = i;
+                    if !self.pipeline {
+                        frames::put_begin(&mut w.wbuf, 0, crate::conn::INCOMING_WINDOW);
+                        w.flush().await.map_err(|e| io(e, "the AMQP begin"))?;
+                    }
                 }
                 Performative::Begin {
                     next_outgoing_id,

@@ -105,6 +105,15 @@ impl Amqp10Driver {
             seq: AtomicU64::new(0),
         })))
     }
+
+    /// Writes `open` and `begin` with the protocol header instead of waiting for each answer
+    /// ([`Endpoint::pipeline`]). Takes effect only before the driver is shared.
+    pub fn with_pipelined_handshake(mut self, on: bool) -> Self {
+        if let Some(ep) = Arc::get_mut(&mut self.0).and_then(|i| Arc::get_mut(&mut i.ep)) {
+            ep.pipeline = on;
+        }
+        self
+    }
 }
 
 impl Driver for Amqp10Driver {
