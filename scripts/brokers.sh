@@ -62,6 +62,12 @@
 #   libzmq 4.3.4, the reference ZeroMQ implementation, through pyzmq (package 'python3-zmq') for
 #     the system Python /usr/bin/python3 (`env` exports it as MSGBENCH_IT_LIBZMQ_PYTHON once it
 #     imports zmq): tests/libzmq.rs relays msgbench's ZeroMQ traffic through it.
+#   Third-party clients of msgbench's own servers (tests/thirdparty.rs): pika (package
+#     'python3-pika', AMQP 0-9-1), paho-mqtt (package 'python3-paho-mqtt', MQTT 3.1.1 and 5) and
+#     websockets (package 'python3-websockets') for the system Python (`env` exports it as
+#     MSGBENCH_IT_PEER_PYTHON once it imports all three), curl (package 'curl') and nghttp
+#     (package 'nghttp2-client', HTTP/2). Like the brokers, one that cannot be installed fails
+#     `up`; run by hand without them, the tests that need one say they were skipped.
 # State (PID files, configs, logs, certificates) lives in
 # ${MSGBENCH_BROKERS_DIR:-$HOME/.cache/msgbench-brokers}.
 # Set MSGBENCH_NO_INSTALL=1 to forbid installing packages.
@@ -142,6 +148,40 @@ libzmq_up() { # a peer library for the interop tests (tests/libzmq.rs): nothing 
   install_pkg "python3 module zmq" python3-zmq || return 1
   libzmq_python_ok || { log "python3-zmq is installed but $SYS_PYTHON cannot import zmq"; return 1; }
   log "python3-zmq installed: $SYS_PYTHON imports zmq (libzmq $("$SYS_PYTHON" -c 'import zmq; print(zmq.zmq_version())'))"
+}
+
+# The third-party clients tests/thirdparty.rs drives msgbench's servers with: Python modules of
+# the system Python (module:package), then programs (binary:package).
+PEER_MODULES=(pika:python3-pika paho.mqtt.client:python3-paho-mqtt websockets:python3-websockets)
+PEER_BINARIES=(curl:curl nghttp:nghttp2-client)
+
+peer_python_ok() { # the system Python imports every module of PEER_MODULES
+  local m
+  [ -x "$SYS_PYTHON" ] || return 1
+  for m in "${PEER_MODULES[@]}"; do
+    "$SYS_PYTHON" -c "import ${m%%:*}" >/dev/null 2>&1 || return 1
+  done
+}
+
+peers_up() { # installs what is missing of PEER_MODULES and PEER_BINARIES; names what still is
+  local m b missing=()
+  for m in "${PEER_MODULES[@]}"; do
+    [ -x "$SYS_PYTHON" ] && "$SYS_PYTHON" -c "import ${m%%:*}" >/dev/null 2>&1 && continue
+    install_pkg "python3 module ${m%%:*}" "${m#*:}" \
+      && "$SYS_PYTHON" -c "import ${m%%:*}" >/dev/null 2>&1 || missing+=("${m#*:}")
+  done
+  for b in "${PEER_BINARIES[@]}"; do
+    need_pkg "${b%%:*}" "${b#*:}" && find_bin "${b%%:*}" >/dev/null || missing+=("${b#*:}")
+  done
+  if [ "${#missing[@]}" -gt 0 ]; then
+    log "third-party clients missing: ${missing[*]} (install these Debian packages for" \
+      "tests/thirdparty.rs)"
+    return 1
+  fi
+  log "third-party clients ready: pika $("$SYS_PYTHON" -c 'import pika; print(pika.__version__)')," \
+    "paho-mqtt $("$SYS_PYTHON" -c 'import paho.mqtt; print(paho.mqtt.__version__)')," \
+    "websockets $("$SYS_PYTHON" -c 'import websockets; print(websockets.__version__)')," \
+    "$("$(find_bin curl)" -V | head -n 1 | cut -d' ' -f1-2), $("$(find_bin nghttp)" --version)"
 }
 
 # A PID file alone cannot tell our broker from an unrelated process that got the same PID after
@@ -678,6 +718,7 @@ case "${1:-}" in
     nginx_up || failed+=(nginx)
     artemis_up || failed+=(artemis)
     libzmq_up || failed+=(python3-zmq)
+    peers_up || failed+=(third-party-clients)
     if [ "${#failed[@]}" -gt 0 ]; then log "FAILED to start: ${failed[*]}"; exit 1; fi ;;
   down) stop nats; stop mosquitto; rabbitmq_down; stop nginx; stop artemis ;;
   status)
@@ -711,6 +752,7 @@ case "${1:-}" in
     echo "export MSGBENCH_IT_HTTP_H2C_URL=http://127.0.0.1:$NGINX_H2C_PORT/"
     echo "export MSGBENCH_IT_HTTPS_URL=https://127.0.0.1:$NGINX_TLS_PORT/"
     echo "export MSGBENCH_IT_HTTPS_CA=$(printf %q "$TLS/ca.pem")"
-    if libzmq_python_ok; then echo "export MSGBENCH_IT_LIBZMQ_PYTHON=$SYS_PYTHON"; fi ;;
+    if libzmq_python_ok; then echo "export MSGBENCH_IT_LIBZMQ_PYTHON=$SYS_PYTHON"; fi
+    if peer_python_ok; then echo "export MSGBENCH_IT_PEER_PYTHON=$SYS_PYTHON"; fi ;;
   *) echo "usage: $0 up|down|status|env|restart-rabbitmq [SECONDS]|restart-artemis [SECONDS]|rabbitmqctl ARGS..." >&2; exit 2 ;;
 esac

@@ -232,6 +232,7 @@ macro_rules! with_driver {
                     url,
                     WsOptions {
                         subscribe: plan.client.hello.clone(),
+                        text: plan.payload.template.is_some(),
                     },
                     &plan.client,
                     &plan.tls,
@@ -278,11 +279,15 @@ pub async fn run_plan(
 }
 
 /// Consumes `topic` from the system `plan.target` names and hands every message to `each` until
-/// `stop` resolves (`msgbench serve ws-broadcast --from`). Reconnection is the driver's.
+/// `stop` resolves (`msgbench serve ws-broadcast --from`). With `meta`, each delivery's
+/// metadata is filled (`Meta::topic`: the routing key, subject or topic it was published on,
+/// for the drivers that know it). Says on stderr once it consumes. Reconnection is the
+/// driver's.
 pub async fn relay(
     plan: &RunPlan,
     topic: &str,
-    mut each: impl FnMut(&[u8]) + Send,
+    meta: bool,
+    mut each: impl FnMut(&msgbench_core::driver::Delivery) + Send,
     stop: impl std::future::Future<Output = ()> + Send,
 ) -> Result<()> {
     use msgbench_core::driver::{Consumer, ConsumerSpec};
@@ -293,7 +298,7 @@ pub async fn relay(
         topic: topic.to_string(),
         group: None,
         respond: false,
-        meta: false,
+        meta,
         target: None,
     };
     let mut stop = std::pin::pin!(stop);
@@ -302,12 +307,16 @@ pub async fn relay(
             .consumer(&spec)
             .await
             .map_err(|e| anyhow::anyhow!("--from {}: {e}", plan.redacted().target))?;
+        eprintln!(
+            "msgbench serve: --from {}: consuming `{topic}`",
+            plan.redacted().target
+        );
         loop {
             tokio::select! {
                 () = &mut stop => break,
                 Some(ev) = events.recv() => eprintln!("msgbench serve: --from: {}", ev.detail),
                 r = c.recv() => match r {
-                    Ok(Some(m)) => each(&m.payload),
+                    Ok(Some(m)) => each(&m),
                     Ok(None) => bail!("--from {}: the subscription ended", plan.redacted().target),
                     Err(e) => eprintln!("msgbench serve: --from: {e}"),
                 },

@@ -136,6 +136,17 @@ Examples:
   msgbench serve ws-broadcast --listen 127.0.0.1:8080 --from nats://127.0.0.1:4222 --topic feed
       Relays what NATS delivers on `feed` to every WebSocket client (the rango scenario):
   msgbench run nats://127.0.0.1:4222 --topic feed --consume-from ws://127.0.0.1:8080/ -c 1000
+  msgbench serve ws-broadcast --gateway rango --from amqp://guest:guest@127.0.0.1:5672/%2f
+      A JSON gateway shaped like rango: consumes topic exchange peatio.events.ranger (binding
+      public.#; --exchange, --topic change them), routing key public.btcusd.trades -> stream
+      btcusd.trades; clients subscribe with ws://HOST:8080/?stream=btcusd.trades or the
+      message {\"event\":\"subscribe\",\"streams\":[...]} and get {\"btcusd.trades\":BODY}; bodies
+      that are not JSON are dropped and counted (--gateway envelope re-serializes each body
+      into {\"stream\":...,\"data\":BODY,\"ts\":...} instead). Measure it end to end with JSON
+      bodies carrying the stamp:
+  msgbench run amqp://guest:guest@127.0.0.1:5672/%2f --exchange peatio.events.ranger \\
+      --exchange-type topic --topic public.btcusd.trades --payload '{\"id\":\"{{stamp}}\"}' \\
+      --consume-from 'ws://127.0.0.1:8080/?stream=btcusd.trades' -c 100
   msgbench serve http --listen 127.0.0.1:8443 --tls-cert server.pem --tls-key server.key
       200 to every request over HTTPS, HTTP/2 by ALPN (without TLS: HTTP/1.1 and h2c):
   msgbench run https://127.0.0.1:8443/ --ca-file ca.pem --http2 -p 4 --max-in-flight 64
@@ -198,9 +209,23 @@ pub struct ServeArgs {
     /// http: answer each request after this long (e.g. 20ms), to see queueing in the figures.
     #[arg(long)]
     pub delay: Option<String>,
-    /// ws-broadcast --from: the topic (routing key, subject) to consume.
-    #[arg(long, default_value = "msgbench")]
-    pub topic: String,
+    /// ws-broadcast --from: the topic (routing key, subject) to consume [default: msgbench;
+    /// with --gateway: public.# for amqp://, public.> for nats://, public/# for mqtt://].
+    #[arg(long)]
+    pub topic: Option<String>,
+    /// ws-broadcast: be a JSON WebSocket gateway instead of broadcasting: clients subscribe to
+    /// streams (?stream=NAME in the URL, or {"event":"subscribe","streams":[...]}) and get
+    /// the --from messages published on public.NAME, wrapped in JSON; bodies must be JSON.
+    #[arg(long, value_enum, value_name = "SHAPE")]
+    pub gateway: Option<GatewayArg>,
+    /// ws-broadcast --from amqp://: the exchange to bind to [default: msgbench; with
+    /// --gateway: peatio.events.ranger].
+    #[arg(long, value_name = "NAME")]
+    pub exchange: Option<String>,
+    /// ws-broadcast --from amqp://: that exchange's type [default: direct; with --gateway:
+    /// topic].
+    #[arg(long, value_name = "TYPE")]
+    pub exchange_type: Option<String>,
     /// No periodic status line.
     #[arg(long, short = 'q')]
     pub quiet: bool,
@@ -273,6 +298,16 @@ pub struct EcpServeArgs {
     pub queues: EcpQueues,
 }
 
+/// What `serve ws-broadcast --gateway` sends its clients.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum GatewayArg {
+    /// rango's shape: {"<stream>": <body>}, the body verbatim.
+    Rango,
+    /// {"stream":"<stream>","data":<body re-serialized>,"ts":<unix ms>}: the body parsed
+    /// and re-encoded, as a gateway that rewrites messages does.
+    Envelope,
+}
+
 /// Servers `msgbench serve` can run.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum ServerArg {
@@ -285,7 +320,7 @@ pub enum ServerArg {
     /// and relays bytes; what a client sends before connection.open-ok is held, never relayed.
     AmqpProxy,
     /// WebSocket broadcast: every message (from a client or relayed --from a broker) goes to
-    /// every other client.
+    /// every other client; with --gateway, a JSON gateway routing by stream (rango's shape).
     WsBroadcast,
     /// HTTP/1.1 and h2c server answering 200 to every request (for the HTTP driver's tests and
     /// for measuring the client side).

@@ -1,11 +1,12 @@
 //! `msgbench serve`: an embedded server, standalone, until Ctrl-C.
 
-use crate::cli::args::{ServeArgs, ServerArg};
+use crate::cli::args::{GatewayArg, ServeArgs, ServerArg};
 use anyhow::{Context, Result};
 use msgbench_serve::amqp::{Sink, SinkConfig};
 use msgbench_serve::mqtt::{Broker, BrokerConfig};
 use msgbench_serve::tls::tls_acceptor;
 use msgbench_serve::ws::{Broadcast, BroadcastConfig};
+use msgbench_serve::ws_gateway::{Outcome, Shape};
 use std::process::ExitCode;
 use std::time::Duration;
 
@@ -162,91 +163,7 @@ pub fn run(args: ServeArgs) -> Result<ExitCode> {
                     eprintln!("msgbench serve: answered {answered} probes");
                 }
             }
-            ServerArg::WsBroadcast => {
-                let tls = match (&args.tls_cert, &args.tls_key) {
-                    (Some(c), Some(k)) => Some(tls_acceptor(c, k).map_err(anyhow::Error::msg)?),
-                    _ => None,
-                };
-                let scheme = if tls.is_some() { "wss" } else { "ws" };
-                let listen = args.listen.as_deref().unwrap_or("127.0.0.1:8080");
-                let config = BroadcastConfig {
-                    tls,
-                    ..BroadcastConfig::default()
-                };
-                let server = Broadcast::bind(listen, config)
-                    .await
-                    .with_context(|| format!("cannot listen on {listen}"))?;
-                let from = match &args.from {
-                    Some(url) => {
-                        let s = msgbench_core::scenario::Scenario {
-                            target: Some(url.clone()),
-                            ..Default::default()
-                        };
-                        let plan = msgbench_core::scenario::plan::resolve(&s, 0)
-                            .map_err(|e| anyhow::anyhow!("--from: {e}"))?;
-                        Some(plan)
-                    }
-                    None => None,
-                };
-                eprintln!(
-                    "msgbench serve: WebSocket broadcast on {scheme}://{}{} (Ctrl-C to stop)",
-                    server.local_addr(),
-                    match &from {
-                        Some(p) => format!(
-                            ", relaying `{}` from {}",
-                            args.topic,
-                            p.redacted().target
-                        ),
-                        None => ", relaying what clients send".into(),
-                    }
-                );
-                let stats = server.stats();
-                let status = status_loop(args.quiet, move || {
-                    use std::sync::atomic::Ordering::Relaxed;
-                    (
-                        stats.connections_current.load(Relaxed),
-                        stats.connections_total.load(Relaxed),
-                        stats.messages_in.load(Relaxed),
-                        stats.frames_out.load(Relaxed),
-                    )
-                });
-                // The relay runs beside the server; if it fails (broker unreachable, bad
-                // URL), the server stops too and the error is the command's.
-                let relay = server.relay();
-                let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
-                let (failed_tx, failed_rx) = tokio::sync::oneshot::channel::<anyhow::Error>();
-                let relaying = from.map(|plan| {
-                    let topic = args.topic.clone();
-                    let mut stop_rx = stop_rx.clone();
-                    tokio::spawn(async move {
-                        let stopped = async move {
-                            let _ = stop_rx.changed().await;
-                        };
-                        if let Err(e) =
-                            crate::registry::relay(&plan, &topic, |m| relay.send(m), stopped).await
-                        {
-                            let _ = failed_tx.send(e);
-                        }
-                    })
-                });
-                let failure = std::sync::Arc::new(std::sync::Mutex::new(None));
-                let seen = failure.clone();
-                let stopping = async move {
-                    tokio::select! {
-                        () = stop => {}
-                        Ok(e) = failed_rx => { *seen.lock().expect("failure slot") = Some(e); }
-                    }
-                    let _ = stop_tx.send(true);
-                };
-                server.run(stopping).await.context("server failed")?;
-                status.abort();
-                if let Some(r) = relaying {
-                    let _ = r.await;
-                }
-                if let Some(e) = failure.lock().expect("failure slot").take() {
-                    return Err(e);
-                }
-            }
+            ServerArg::WsBroadcast => ws_broadcast(&args, stop).await?,
         }
         eprintln!("msgbench serve: stopped");
         Ok(ExitCode::SUCCESS)
@@ -277,4 +194,179 @@ fn status_loop(
             last = now;
         }
     })
+}
+
+/// `serve ws-broadcast`: the broadcast server, or with `--gateway` the JSON gateway, relaying
+/// what `--from` delivers until `stop` (or until the relay fails: its error is the command's).
+async fn ws_broadcast(args: &ServeArgs, stop: impl Future<Output = ()> + Send) -> Result<()> {
+    use std::sync::atomic::Ordering::Relaxed;
+    let tls = match (&args.tls_cert, &args.tls_key) {
+        (Some(c), Some(k)) => Some(tls_acceptor(c, k).map_err(anyhow::Error::msg)?),
+        _ => None,
+    };
+    let scheme = if tls.is_some() { "wss" } else { "ws" };
+    let listen = args.listen.as_deref().unwrap_or("127.0.0.1:8080");
+    let gateway = args.gateway.map(|g| match g {
+        GatewayArg::Rango => Shape::Rango,
+        GatewayArg::Envelope => Shape::Envelope,
+    });
+    let config = BroadcastConfig {
+        tls,
+        gateway,
+        ..BroadcastConfig::default()
+    };
+    let server = Broadcast::bind(listen, config)
+        .await
+        .with_context(|| format!("cannot listen on {listen}"))?;
+    let from_scheme = args
+        .from
+        .as_deref()
+        .and_then(|u| u.split_once("://"))
+        .map(|(s, _)| s);
+    // A gateway binds to rango's public keys unless told otherwise, in each protocol's syntax.
+    let topic = args.topic.clone().unwrap_or_else(|| {
+        match (gateway, from_scheme) {
+            (None, _) => "msgbench",
+            (Some(_), Some("nats" | "tls" | "nats+tls")) => "public.>",
+            (Some(_), Some("mqtt" | "mqtts")) => "public/#",
+            (Some(_), _) => "public.#",
+        }
+        .to_string()
+    });
+    let from = match &args.from {
+        Some(url) => {
+            let mut s = msgbench_core::scenario::Scenario {
+                target: Some(url.clone()),
+                ..Default::default()
+            };
+            // rango's exchange: peatio publishes its events to this topic exchange.
+            s.amqp.exchange = args
+                .exchange
+                .clone()
+                .or_else(|| gateway.map(|_| "peatio.events.ranger".into()));
+            s.amqp.exchange_type = args
+                .exchange_type
+                .clone()
+                .or_else(|| gateway.map(|_| "topic".into()));
+            let plan = msgbench_core::scenario::plan::resolve(&s, 0)
+                .map_err(|e| anyhow::anyhow!("--from: {e}"))?;
+            Some(plan)
+        }
+        None => None,
+    };
+    let what = match gateway {
+        None => "WebSocket broadcast".to_string(),
+        Some(shape) => format!("JSON WebSocket gateway ({shape:?} shape)"),
+    };
+    let exchange = match &from {
+        Some(p) if p.scheme().starts_with("amqp") => format!(
+            " on {} exchange `{}`",
+            p.amqp.exchange_type, p.amqp.exchange
+        ),
+        _ => String::new(),
+    };
+    eprintln!(
+        "msgbench serve: {what} on {scheme}://{}{} (Ctrl-C to stop)",
+        server.local_addr(),
+        match &from {
+            Some(p) => format!(
+                ", relaying `{topic}`{exchange} from {}",
+                p.redacted().target
+            ),
+            None if gateway.is_some() => ", nothing to relay (give --from URL)".into(),
+            None => ", relaying what clients send".into(),
+        }
+    );
+    let stats = server.stats();
+    let read = stats.clone();
+    let status = status_loop(args.quiet, move || {
+        (
+            read.connections_current.load(Relaxed),
+            read.connections_total.load(Relaxed),
+            read.messages_in.load(Relaxed),
+            read.frames_out.load(Relaxed),
+        )
+    });
+    // The relay runs beside the server; if it fails (broker unreachable, bad URL), the server
+    // stops too and the error is the command's.
+    let relay = server.relay();
+    let mut gw = gateway.map(|_| server.gateway_relay());
+    let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+    let (failed_tx, failed_rx) = tokio::sync::oneshot::channel::<anyhow::Error>();
+    let relaying = from.map(|plan| {
+        let topic = topic.clone();
+        let mut stop_rx = stop_rx.clone();
+        tokio::spawn(async move {
+            let stopped = async move {
+                let _ = stop_rx.changed().await;
+            };
+            let r = match gw.as_mut() {
+                None => {
+                    crate::registry::relay(
+                        &plan,
+                        &topic,
+                        false,
+                        |m| relay.send(&m.payload),
+                        stopped,
+                    )
+                    .await
+                }
+                Some(gw) => {
+                    // rango logs each body it cannot parse; here the first is explained and
+                    // all are counted (`rejected` in the summary).
+                    let mut told = false;
+                    let each = |m: &msgbench_core::driver::Delivery| {
+                        // Drivers that know no key per message (ws://, zmq://): the --topic.
+                        let key = m.meta.as_ref().and_then(|x| x.topic.as_deref());
+                        let key = key.unwrap_or(&topic);
+                        if gw.send(key, &m.payload) == Outcome::Rejected && !told {
+                            told = true;
+                            eprintln!(
+                                "msgbench serve: dropped a message on `{key}`: its body is not \
+                                 JSON (UTF-8); such messages are counted as rejected, not sent"
+                            );
+                        }
+                    };
+                    crate::registry::relay(&plan, &topic, true, each, stopped).await
+                }
+            };
+            if let Err(e) = r {
+                let _ = failed_tx.send(e);
+            }
+        })
+    });
+    let failure = std::sync::Arc::new(std::sync::Mutex::new(None));
+    let seen = failure.clone();
+    let stopping = async move {
+        tokio::select! {
+            () = stop => {}
+            Ok(e) = failed_rx => { *seen.lock().expect("failure slot") = Some(e); }
+        }
+        let _ = stop_tx.send(true);
+    };
+    server.run(stopping).await.context("server failed")?;
+    status.abort();
+    if let Some(r) = relaying {
+        let _ = r.await;
+    }
+    if gateway.is_some() && !args.quiet {
+        let n = |c: &std::sync::atomic::AtomicU64| c.load(Relaxed);
+        eprintln!(
+            "msgbench serve: {} messages in, {} frames out; dropped: {} not JSON, {} on no public \
+             stream (private.*), {} to unsubscribed clients, {} to clients that fell behind; {} \
+             requests from clients ({} refused)",
+            n(&stats.messages_in),
+            n(&stats.frames_out),
+            n(&stats.rejected),
+            n(&stats.ignored),
+            n(&stats.unsubscribed),
+            n(&stats.lagged),
+            n(&stats.requests),
+            n(&stats.bad_requests),
+        );
+    }
+    if let Some(e) = failure.lock().expect("failure slot").take() {
+        return Err(e);
+    }
+    Ok(())
 }

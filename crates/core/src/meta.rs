@@ -50,6 +50,11 @@ pub struct Meta {
     pub creation_time_ms: Option<u64>,
     /// Application properties (AMQP 1.0 `application-properties`, headers elsewhere), in order.
     pub properties: Vec<(String, Value)>,
+    /// Where a received message was published to: the AMQP 0-9-1 routing key (from
+    /// basic.deliver), the NATS subject, the MQTT topic name. Filled by those consumers when
+    /// [`crate::driver::ConsumerSpec::meta`] asks (what a gateway such as
+    /// `msgbench serve ws-broadcast --gateway` routes by); ignored on sent messages.
+    pub topic: Option<String>,
 }
 
 impl Meta {

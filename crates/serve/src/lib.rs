@@ -21,6 +21,8 @@
 //!   measures a host's clock offset against it.
 //! - [`ws`]: a WebSocket broadcast server (`msgbench serve ws-broadcast`): every message a client
 //!   sends, or that is relayed from a broker, goes to every other client; `ws://` or `wss://`.
+//! - [`ws_gateway`]: the same server as a JSON gateway (`ws-broadcast --gateway rango|envelope`):
+//!   relayed messages wrapped per stream and sent only to the clients subscribed to it.
 //! - [`tls`]: the TLS acceptor the AMQP sink and the broadcast server share.
 #![warn(missing_docs)]
 
@@ -32,3 +34,4 @@ pub mod mqtt;
 pub mod time;
 pub mod tls;
 pub mod ws;
+pub mod ws_gateway;

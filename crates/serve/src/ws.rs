@@ -14,6 +14,11 @@
 //!
 //! Upgrades must be RFC 6455 (`GET`, `Upgrade: websocket`, `Connection: Upgrade`, version 13,
 //! a key); anything else gets `400 Bad Request` (`426` for another version) and is closed.
+//!
+//! With [`BroadcastConfig::gateway`] the same server is a JSON gateway instead (rango's shape
+//! or an envelope): clients pick streams and get only those, client messages are subscribe
+//! requests, and what is relayed is wrapped JSON. The routing and wrapping live in
+//! [`crate::ws_gateway`]; the connections are these.
 
 use bytes::{Bytes, BytesMut};
 use msgbench_driver_ws::codec::{self, OP_BINARY, OP_CLOSE, OP_PING, OP_PONG, OP_TEXT};
@@ -38,6 +43,9 @@ pub struct BroadcastConfig {
     /// Serve `wss://` with this acceptor (from [`crate::tls::tls_acceptor`]) instead of
     /// `ws://`. Default none.
     pub tls: Option<tokio_rustls::TlsAcceptor>,
+    /// Be a JSON gateway of this shape ([`crate::ws_gateway`]) instead of broadcasting;
+    /// messages are then fed with [`Broadcast::gateway_relay`]. Default none.
+    pub gateway: Option<crate::ws_gateway::Shape>,
 }
 
 impl std::fmt::Debug for BroadcastConfig {
@@ -46,6 +54,7 @@ impl std::fmt::Debug for BroadcastConfig {
             .field("queue", &self.queue)
             .field("max_frame", &self.max_frame)
             .field("tls", &self.tls.is_some())
+            .field("gateway", &self.gateway)
             .finish()
     }
 }
@@ -56,6 +65,7 @@ impl Default for BroadcastConfig {
             queue: 65_536,
             max_frame: 16 * 1024 * 1024,
             tls: None,
+            gateway: None,
         }
     }
 }
@@ -75,28 +85,44 @@ pub struct BroadcastStats {
     pub lagged: AtomicU64,
     /// Upgrade requests refused, and TLS handshakes that failed or timed out.
     pub refused: AtomicU64,
-    /// Text messages from clients (requests; not relayed).
+    /// Text messages from clients (requests; not relayed). Gateway: every client message,
+    /// each a subscribe or unsubscribe request.
     pub requests: AtomicU64,
+    /// Gateway: requests answered with an error (not JSON, unknown event, no stream list).
+    pub bad_requests: AtomicU64,
+    /// Gateway: relayed messages dropped because their body is not JSON (counted in
+    /// `messages_in`, sent to nobody).
+    pub rejected: AtomicU64,
+    /// Gateway: relayed messages dropped because their routing key names no public stream
+    /// (`private.*`, or empty).
+    pub ignored: AtomicU64,
+    /// Gateway: messages not sent to a client because it is not subscribed to their stream
+    /// (one per client and message).
+    pub unsubscribed: AtomicU64,
 }
 
+/// One message on its way to the clients, encoded once.
 #[derive(Clone)]
-struct Item {
+pub(crate) struct Item {
     /// The connection it came from (0: the relay), which does not get it back.
-    from: u64,
-    frame: Bytes,
+    pub(crate) from: u64,
+    pub(crate) frame: Bytes,
+    /// Gateway: the stream it belongs to; only its subscribers get it.
+    pub(crate) stream: Option<Arc<str>>,
 }
 
-struct Shared {
-    tx: broadcast::Sender<Item>,
-    stats: Arc<BroadcastStats>,
+pub(crate) struct Shared {
+    pub(crate) tx: broadcast::Sender<Item>,
+    pub(crate) stats: Arc<BroadcastStats>,
     next_id: AtomicU64,
     max_frame: u64,
     tls: Option<tokio_rustls::TlsAcceptor>,
+    pub(crate) gateway: Option<crate::ws_gateway::Shape>,
 }
 
 /// Feeds messages into the broadcast from outside (e.g. a broker consumer).
 #[derive(Clone)]
-pub struct Relay(Arc<Shared>);
+pub struct Relay(pub(crate) Arc<Shared>);
 
 impl Relay {
     /// Sends `payload` to every connected client as one binary message.
@@ -114,6 +140,7 @@ impl Shared {
         let _ = self.tx.send(Item {
             from,
             frame: b.freeze(),
+            stream: None,
         });
     }
 }
@@ -142,6 +169,7 @@ impl Broadcast {
                 next_id: AtomicU64::new(1),
                 max_frame: config.max_frame,
                 tls: config.tls,
+                gateway: config.gateway,
             }),
         })
     }
@@ -231,7 +259,11 @@ async fn serve(shared: Arc<Shared>, sock: TcpStream, shutdown: watch::Receiver<b
     let stats = &shared.stats;
     stats.connections_total.fetch_add(1, Relaxed);
     stats.connections_current.fetch_add(1, Relaxed);
-    connection(&shared, id, &mut wire, &mut rx, shutdown).await;
+    // A gateway's client starts with the streams its URL names.
+    let subs = shared
+        .gateway
+        .map(|_| crate::ws_gateway::Subscriptions::from_request(&head.first));
+    connection(&shared, id, &mut wire, &mut rx, subs, shutdown).await;
     stats.connections_current.fetch_sub(1, Relaxed);
 }
 
@@ -263,24 +295,32 @@ async fn connection(
     id: u64,
     wire: &mut Wire,
     rx: &mut broadcast::Receiver<Item>,
+    // Gateway: the client's streams (`None`: a broadcast client, which gets everything).
+    mut subs: Option<crate::ws_gateway::Subscriptions>,
     mut shutdown: watch::Receiver<bool>,
 ) {
     let stats = &shared.stats;
     let mut message = Message::default();
-    // The kind of the message being received (its first frame says).
+    // The kind of the message being received (its first frame says), and whether one is
+    // begun and awaits continuation frames.
     let mut text = false;
+    let mut fragmented = false;
     let close_code = loop {
         tokio::select! {
             biased;
             _ = shutdown.changed() => break Some(codec::CLOSE_GOING_AWAY),
             item = rx.recv() => {
-                let mut frames = 0;
+                let (mut frames, mut skipped) = (0, 0);
                 let mut next = Some(item);
                 while let Some(r) = next.take() {
                     match r {
                         Ok(it) if it.from != id => {
-                            wire.wbuf.extend_from_slice(&it.frame);
-                            frames += 1;
+                            if subs.as_ref().is_some_and(|s| !s.wants(it.stream.as_deref())) {
+                                skipped += 1;
+                            } else {
+                                wire.wbuf.extend_from_slice(&it.frame);
+                                frames += 1;
+                            }
                         }
                         Ok(_) => {}
                         Err(broadcast::error::RecvError::Lagged(n)) => {
@@ -297,6 +337,12 @@ async fn connection(
                             Err(_) => None,
                         };
                     }
+                }
+                if skipped > 0 {
+                    stats.unsubscribed.fetch_add(skipped, Relaxed);
+                }
+                if frames == 0 {
+                    continue;
                 }
                 if wire.flush().await.is_err() {
                     return;
@@ -319,16 +365,33 @@ async fn connection(
                     }
                     OP_PONG => {}
                     OP_CLOSE => {
+                        if let Some(code) = bad_close(&f.payload) {
+                            break Some(code);
+                        }
                         codec::put_frame(&mut wire.wbuf, OP_CLOSE, &f.payload, None);
                         let _ = wire.flush().await;
                         return;
                     }
                     OP_TEXT | OP_BINARY | codec::OP_CONT => {
+                        // A continuation needs a message begun; a new message, none [RFC 6455 5.4].
+                        if (f.opcode == codec::OP_CONT) != fragmented {
+                            break Some(codec::CLOSE_PROTOCOL);
+                        }
+                        fragmented = !f.fin;
                         if f.opcode != codec::OP_CONT {
                             text = f.opcode == OP_TEXT;
                         }
                         if let Some(m) = message.feed(f) {
-                            if text {
+                            if text && std::str::from_utf8(&m).is_err() {
+                                break Some(CLOSE_INVALID_DATA);
+                            }
+                            if let Some(s) = subs.as_mut() {
+                                // A gateway answers every client message (a request).
+                                crate::ws_gateway::request(&m, s, &mut wire.wbuf, stats);
+                                if wire.flush().await.is_err() {
+                                    return;
+                                }
+                            } else if text {
                                 stats.requests.fetch_add(1, Relaxed);
                             } else {
                                 shared.broadcast(id, &m);
@@ -343,6 +406,29 @@ async fn connection(
     if let Some(code) = close_code {
         codec::put_close(&mut wire.wbuf, code, None);
         let _ = tokio::time::timeout(Duration::from_secs(2), wire.flush()).await;
+    }
+}
+
+/// Close code 1007: a text message (or close reason) that is not UTF-8 [RFC 6455 7.4.1].
+const CLOSE_INVALID_DATA: u16 = 1007;
+
+/// Why a close frame received must fail the connection instead of being echoed: a one-byte
+/// body, a code no endpoint may send (1005, 1006, 1015, unassigned ones), or a reason that is
+/// not UTF-8 [RFC 6455 5.5.1, 7.4].
+fn bad_close(body: &[u8]) -> Option<u16> {
+    match body {
+        [] => None,
+        [_] => Some(codec::CLOSE_PROTOCOL),
+        [hi, lo, reason @ ..] => {
+            let code = u16::from_be_bytes([*hi, *lo]);
+            if !matches!(code, 1000..=1003 | 1007..=1014 | 3000..=4999) {
+                Some(codec::CLOSE_PROTOCOL)
+            } else if std::str::from_utf8(reason).is_err() {
+                Some(CLOSE_INVALID_DATA)
+            } else {
+                None
+            }
+        }
     }
 }
 

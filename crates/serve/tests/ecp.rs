@@ -149,6 +149,7 @@ fn ba_message(seq: u64, tracing: bool) -> Meta {
             ("senderApplication".into(), Value::Str("msgbench".into())),
             ("isTracingMessage".into(), Value::Bool(tracing)),
         ],
+        topic: None,
     }
 }
 

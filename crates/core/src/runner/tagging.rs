@@ -65,6 +65,7 @@ impl Tagger {
                     (n.clone(), v)
                 })
                 .collect(),
+            topic: None,
         };
         Tagger {
             producer,

@@ -20,7 +20,8 @@
 //! What is measured: with `confirm`, publish latency is basic.publish → basic.ack from the
 //! broker (multiple acks confirm every earlier message; nacks count as refusals). Consumers
 //! use `prefetch` and either no-ack or one multiple-ack every `ack_every` deliveries (and when
-//! they go idle, so nothing waits on the generator).
+//! they go idle, so nothing waits on the generator). A consumer whose spec asks for metadata
+//! ([`ConsumerSpec::meta`]) puts each delivery's routing key in `Meta::topic`.
 //!
 //! Failures: a lost connection is a `disconnected` event, then re-established with backoff and
 //! the channel set up again; confirms outstanding at the cut never come and expire in the
@@ -651,6 +652,8 @@ impl Producer for AmqpProducer {
 struct Pending {
     tag: u64,
     redelivered: bool,
+    /// Its routing key, kept only when the consumer's spec asks for metadata.
+    routing_key: Option<String>,
     size: Option<u64>,
     body: BytesMut,
     single: Option<Bytes>,
@@ -703,6 +706,7 @@ impl AmqpConsumer {
                         self.pending = Some(Pending {
                             tag: d.delivery_tag,
                             redelivered: d.redelivered,
+                            routing_key: self.spec.meta.then(|| d.routing_key.to_string()),
                             size: None,
                             body: BytesMut::new(),
                             single: None,
@@ -758,7 +762,12 @@ impl AmqpConsumer {
         Delivery {
             payload: p.single.unwrap_or_else(|| p.body.freeze()),
             redelivered: p.redelivered,
-            meta: None,
+            meta: p.routing_key.map(|k| {
+                Box::new(msgbench_core::meta::Meta {
+                    topic: Some(k),
+                    ..Default::default()
+                })
+            }),
         }
     }
 

@@ -565,6 +565,7 @@ mod tests {
                 ("isTracingMessage".into(), meta::Value::Bool(true)),
                 ("n".into(), meta::Value::Int(-300)),
             ],
+            topic: None,
         };
         let body = vec![7u8; 3000];
         let m = OutMessage {

@@ -190,6 +190,7 @@ impl Driver for MqttDriver {
             keep_alive,
             ping: Box::pin(tokio::time::sleep(ping_period(keep_alive))),
             acks: AckBatch::new(self.client.ack_every),
+            meta: spec.meta,
         })
     }
 
@@ -439,6 +440,8 @@ pub struct MqttConsumer {
     keep_alive: Duration,
     ping: Pin<Box<Sleep>>,
     acks: AckBatch,
+    /// Put each message's topic name in `Meta::topic` ([`ConsumerSpec::meta`]).
+    meta: bool,
 }
 
 /// Longest an acknowledgement waits for others to share its write, when consumers batch them
@@ -509,10 +512,16 @@ impl MqttConsumer {
                     if p.qos > 0 {
                         self.acks.owe();
                     }
+                    let meta = self.meta.then(|| {
+                        Box::new(msgbench_core::meta::Meta {
+                            topic: Some(String::from_utf8_lossy(&p.topic).into_owned()),
+                            ..Default::default()
+                        })
+                    });
                     return Poll::Ready(Ok(Delivery {
                         payload: p.payload,
                         redelivered: p.dup,
-                        meta: None,
+                        meta,
                     }));
                 }
                 Poll::Ready(Ok(Packet::PubRel { pid })) => {

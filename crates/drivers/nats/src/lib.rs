@@ -163,6 +163,7 @@ impl Driver for NatsDriver {
         Ok(NatsConsumer {
             conn,
             respond: spec.respond,
+            meta: spec.meta,
         })
     }
 
@@ -358,6 +359,8 @@ impl Producer for NatsProducer {
 pub struct NatsConsumer {
     conn: Conn,
     respond: bool,
+    /// Put each message's subject in `Meta::topic` ([`ConsumerSpec::meta`]).
+    meta: bool,
 }
 
 impl Consumer for NatsConsumer {
@@ -367,7 +370,12 @@ impl Consumer for NatsConsumer {
                 self.conn.reconnect().await;
             }
             match self.conn.next_msg().await {
-                Ok(ServerOp::Msg { reply, payload, .. }) => {
+                Ok(ServerOp::Msg {
+                    subject,
+                    reply,
+                    payload,
+                    ..
+                }) => {
                     if self.respond
                         && let Some(r) = reply
                     {
@@ -377,7 +385,12 @@ impl Consumer for NatsConsumer {
                     return Ok(Some(Delivery {
                         payload,
                         redelivered: false,
-                        meta: None,
+                        meta: self.meta.then(|| {
+                            Box::new(msgbench_core::meta::Meta {
+                                topic: Some(String::from_utf8_lossy(&subject).into_owned()),
+                                ..Default::default()
+                            })
+                        }),
                     }));
                 }
                 Ok(_) => {}

@@ -8,7 +8,18 @@
 //! - **Consumers** connect, upgrade, optionally send a subscribe message (`subscribe`
 //!   template), and hand every text or binary message (fragments reassembled) to the runner.
 //!   Each consumer counts its own deliveries, so fan-out completeness is exact per client.
-//! - **Producers** send binary messages (masked, as RFC 6455 requires of clients), batched like
+//! - **The answer to the subscribe message** is part of a consumer's handshake: it waits up to
+//!   half the connect timeout (so the whole connection stays within it) for the server's first
+//!   message. A JSON object with an `"error"` key fails the connection with an error quoting
+//!   it; one with a `"success"` key (rango's `{"success":{"message":"subscribed",...}}`) is
+//!   consumed, never handed to the runner; anything else (data arrived first) is the first
+//!   delivery. A server that answers nothing in time (some never do, msgbench's plain
+//!   broadcast server among them) costs that wait: the consumer goes on as subscribed and the
+//!   run gets one `warning` event saying no answer came; if a success answer turns up later,
+//!   it is still consumed (an error answer then is reported as an `error` event). The same
+//!   happens after every reconnection. Held sessions send the message and do not wait.
+//! - **Producers** send binary messages (masked, as RFC 6455 requires of clients), or text
+//!   messages when the run's payloads come from a template (`--payload`), batched like
 //!   the other drivers; frames a server sends back to a producer are read and dropped.
 //! - The URL's path and query may hold `{i}` (client index) and `{topic}`: rango's
 //!   `?stream=public.{i}` gives every client its own stream.
@@ -28,13 +39,15 @@
 pub mod codec;
 pub mod conn;
 
+use bytes::Bytes;
 use conn::{Conn, Endpoint, Message, fill};
 use msgbench_core::driver::{
-    Ack, Capabilities, Consumer, ConsumerSpec, Delivery, Driver, DriverError, EventSink, Outbound,
-    Producer, ProducerSpec, Session, SessionSpec,
+    Ack, Capabilities, Consumer, ConsumerSpec, Delivery, Driver, DriverError, DriverEventKind,
+    EventSink, Outbound, Producer, ProducerSpec, Session, SessionSpec,
 };
 use msgbench_core::scenario::{ClientPlan, TlsPlan};
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::task::{Context, Poll, Waker};
 use std::time::Duration;
 
@@ -49,8 +62,14 @@ const SESSION_CHUNK: usize = 512;
 #[derive(Debug, Clone, Default)]
 pub struct WsOptions {
     /// Text message each consumer (and session) sends after every handshake, with `{i}` and
-    /// `{topic}` replaced: a subscribe request for servers that want one.
+    /// `{topic}` replaced: a subscribe request for servers that want one. Consumers then wait
+    /// for the server's answer (see the crate doc).
     pub subscribe: Option<String>,
+    /// Producers and held sessions send text messages instead of binary ones: the run's
+    /// payloads are documents from a template (`--payload`, e.g. JSON), which gateways read
+    /// from text frames only. (`serve ws-broadcast` relays binary messages and takes text
+    /// ones as requests to itself.)
+    pub text: bool,
 }
 
 /// The WebSocket driver.
@@ -61,6 +80,8 @@ pub struct WsDriver {
     run_id: u32,
     events: EventSink,
     timeout: Duration,
+    /// The run's one warning that a subscribe message went unanswered is out.
+    unanswered: Arc<AtomicBool>,
 }
 
 impl WsDriver {
@@ -81,7 +102,17 @@ impl WsDriver {
             run_id,
             events,
             timeout,
+            unanswered: Arc::default(),
         })
+    }
+
+    /// The opcode producers and sessions send with.
+    fn opcode(&self) -> u8 {
+        if self.opts.text {
+            codec::OP_TEXT
+        } else {
+            codec::OP_BINARY
+        }
     }
 
     async fn connect(
@@ -132,7 +163,10 @@ impl Driver for WsDriver {
         let conn = self
             .connect("pub", spec.id as u64, topic, None, true, PRODUCER_CHUNK)
             .await?;
-        Ok(WsProducer { conn })
+        Ok(WsProducer {
+            conn,
+            opcode: self.opcode(),
+        })
     }
 
     async fn consumer(&self, spec: &ConsumerSpec) -> Result<WsConsumer, DriverError> {
@@ -153,10 +187,24 @@ impl Driver for WsDriver {
                 CONSUMER_CHUNK,
             )
             .await?;
-        Ok(WsConsumer {
+        let mut c = WsConsumer {
             conn,
             message: Message::default(),
-        })
+            text: false,
+            answer: self.opts.subscribe.as_ref().map(|_| Answer {
+                wait: self.timeout / 2,
+                awaited: false,
+                early: None,
+                warned: self.unanswered.clone(),
+                events: self.events.clone(),
+                target: self.ep.display.clone(),
+            }),
+        };
+        if let Err(why) = c.await_answer().await {
+            c.conn.close().await;
+            return Err(DriverError::Subscribe(why));
+        }
+        Ok(c)
     }
 
     async fn session(&self, spec: &SessionSpec) -> Result<WsSession, DriverError> {
@@ -170,13 +218,18 @@ impl Driver for WsDriver {
                 SESSION_CHUNK,
             )
             .await?;
-        Ok(WsSession { conn })
+        Ok(WsSession {
+            conn,
+            opcode: self.opcode(),
+        })
     }
 }
 
 /// The sending side: one connection.
 pub struct WsProducer {
     conn: Conn,
+    /// Text or binary messages ([`WsOptions::text`]).
+    opcode: u8,
 }
 
 impl WsProducer {
@@ -211,7 +264,7 @@ impl Producer for WsProducer {
         if !self.conn.is_connected() {
             self.conn.try_reconnect().await?;
         }
-        self.conn.put(codec::OP_BINARY, msg.payload);
+        self.conn.put(self.opcode, msg.payload);
         if self.conn.wire.wbuf.len() >= WRITE_BATCH {
             self.write_out().await?;
         }
@@ -248,26 +301,163 @@ impl Producer for WsProducer {
 pub struct WsConsumer {
     conn: Conn,
     message: Message,
+    /// The message being received is text (its first frame says).
+    text: bool,
+    /// The server's answer to the subscribe message, when one was sent.
+    answer: Option<Answer>,
+}
+
+/// Where a consumer stands with the server's answer to its subscribe message.
+struct Answer {
+    /// How long to wait for it after each handshake.
+    wait: Duration,
+    /// It did not come in time; the next message is still looked at.
+    awaited: bool,
+    /// A data message that came first, delivered before anything else.
+    early: Option<Bytes>,
+    /// Shared by the driver's consumers: the warning is given once per run.
+    warned: Arc<AtomicBool>,
+    events: EventSink,
+    target: String,
+}
+
+/// What the first message after a subscribe message is.
+#[derive(Debug, PartialEq, Eq)]
+enum Answered {
+    /// `{"success":...}`: consumed.
+    Success,
+    /// `{"error":...}` (the message, shortened).
+    Error(String),
+    /// Anything else: a delivery.
+    Data,
+}
+
+/// Reads the first message after a subscribe message (`text`: it came as a text message).
+fn answered(text: bool, m: &[u8]) -> Answered {
+    if !text || !m.trim_ascii_start().starts_with(b"{") {
+        return Answered::Data;
+    }
+    match serde_json::from_slice::<serde_json::Map<String, serde_json::Value>>(m) {
+        Ok(o) if o.contains_key("error") => {
+            let s = String::from_utf8_lossy(m);
+            let cut = s.floor_char_boundary(300);
+            Answered::Error(format!(
+                "{}{}",
+                &s[..cut],
+                if cut < s.len() { "..." } else { "" }
+            ))
+        }
+        Ok(o) if o.contains_key("success") => Answered::Success,
+        _ => Answered::Data,
+    }
+}
+
+impl WsConsumer {
+    /// The next whole message and whether it is text. Cancel-safe (the partial message is kept).
+    async fn next_message(&mut self) -> std::io::Result<(bool, Bytes)> {
+        loop {
+            let f = self.conn.read_data().await?;
+            if f.opcode != codec::OP_CONT {
+                self.text = f.opcode == codec::OP_TEXT;
+            }
+            if let Some(m) = self.message.feed(f) {
+                return Ok((self.text, m));
+            }
+        }
+    }
+
+    /// After a handshake that sent a subscribe message: waits for the server's answer (see the
+    /// crate doc); the error quotes a refusal.
+    async fn await_answer(&mut self) -> Result<(), String> {
+        let Some(wait) = self.answer.as_ref().map(|a| a.wait) else {
+            return Ok(());
+        };
+        let first = tokio::time::timeout(wait, self.next_message()).await;
+        let a = self.answer.as_mut().expect("checked above");
+        a.awaited = false;
+        match first {
+            Err(_) => {
+                a.awaited = true;
+                if !a.warned.swap(true, Ordering::Relaxed) {
+                    a.events.emit(
+                        DriverEventKind::Warning,
+                        format!(
+                            "{}: no answer to the subscribe message within {wait:?} (the server may send none); consumers go on as subscribed",
+                            a.target
+                        ),
+                    );
+                }
+                Ok(())
+            }
+            Ok(Err(e)) => Err(format!(
+                "{}: the connection broke while waiting for the answer to the subscribe message: {e}",
+                a.target
+            )),
+            Ok(Ok((text, m))) => match answered(text, &m) {
+                Answered::Success => Ok(()),
+                Answered::Error(q) => Err(format!(
+                    "{}: the server refused the subscribe message: {q}",
+                    a.target
+                )),
+                Answered::Data => {
+                    a.early = Some(m);
+                    Ok(())
+                }
+            },
+        }
+    }
+
+    /// Whether a message is a late answer to the subscribe message (then it is no delivery).
+    fn late_answer(&mut self, text: bool, m: &[u8]) -> bool {
+        let Some(a) = self.answer.as_mut().filter(|a| a.awaited) else {
+            return false;
+        };
+        a.awaited = false;
+        match answered(text, m) {
+            Answered::Success => true,
+            Answered::Error(q) => {
+                a.events.emit(
+                    DriverEventKind::Error,
+                    format!(
+                        "{}: the server refused the subscribe message (late): {q}",
+                        a.target
+                    ),
+                );
+                true
+            }
+            Answered::Data => false,
+        }
+    }
+}
+
+fn delivery(payload: Bytes) -> Delivery {
+    Delivery {
+        payload,
+        redelivered: false,
+        meta: None,
+    }
 }
 
 impl Consumer for WsConsumer {
     async fn recv(&mut self) -> Result<Option<Delivery>, DriverError> {
         loop {
+            if let Some(m) = self.answer.as_mut().and_then(|a| a.early.take()) {
+                return Ok(Some(delivery(m)));
+            }
             if !self.conn.is_connected() {
                 self.message = Message::default();
                 if self.conn.try_reconnect().await.is_err() {
                     tokio::time::sleep(Duration::from_millis(200)).await;
+                } else if let Err(why) = self.await_answer().await {
+                    self.conn.lost(&std::io::Error::other(why));
+                    tokio::time::sleep(Duration::from_millis(200)).await;
                 }
                 continue;
             }
-            match std::future::poll_fn(|cx| self.conn.poll_data(cx, true)).await {
-                Ok(f) => {
-                    if let Some(payload) = self.message.feed(f) {
-                        return Ok(Some(Delivery {
-                            payload,
-                            redelivered: false,
-                            meta: None,
-                        }));
+            match self.next_message().await {
+                Ok((text, m)) => {
+                    if !self.late_answer(text, &m) {
+                        return Ok(Some(delivery(m)));
                     }
                 }
                 Err(e) => self.conn.lost(&e),
@@ -284,11 +474,13 @@ impl Consumer for WsConsumer {
 /// A held connection: answers pings, keeps nothing.
 pub struct WsSession {
     conn: Conn,
+    /// Text or binary messages ([`WsOptions::text`]).
+    opcode: u8,
 }
 
 impl Session for WsSession {
     async fn publish(&mut self, payload: &[u8]) -> Result<(), DriverError> {
-        self.conn.put(codec::OP_BINARY, payload);
+        self.conn.put(self.opcode, payload);
         self.conn
             .flush()
             .await
@@ -307,5 +499,204 @@ impl Session for WsSession {
     async fn close(mut self) -> Result<(), DriverError> {
         self.conn.close().await;
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use bytes::BytesMut;
+    use msgbench_core::driver::DriverEvent;
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    use tokio::net::TcpListener;
+
+    #[test]
+    fn answers_are_told_from_data() {
+        let s = br#"{"success":{"message":"subscribed","streams":["a"]}}"#;
+        assert_eq!(answered(true, s), Answered::Success);
+        let e = br#" {"error":{"message":"no such stream"}}"#;
+        assert!(matches!(answered(true, e), Answered::Error(q) if q.contains("no such stream")));
+        assert_eq!(answered(false, s), Answered::Data, "binary is data");
+        assert_eq!(
+            answered(true, br#"{"btcusd.trades":{"error":1}}"#),
+            Answered::Data
+        );
+        assert_eq!(answered(true, b"MB\x01"), Answered::Data);
+    }
+
+    /// A WebSocket server that answers each client's first message with `answers` (text
+    /// frames; none: silence) and then keeps the connection open.
+    async fn server(answers: &'static [&'static str]) -> String {
+        let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let url = format!("ws://{}/", l.local_addr().unwrap());
+        tokio::spawn(async move {
+            loop {
+                let (mut s, _) = l.accept().await.unwrap();
+                tokio::spawn(async move {
+                    let mut buf = BytesMut::new();
+                    let head = loop {
+                        if let Some(h) = codec::parse_head(&mut buf, 8192).unwrap() {
+                            break h;
+                        }
+                        if s.read_buf(&mut buf).await.unwrap() == 0 {
+                            return;
+                        }
+                    };
+                    let key = head.header("sec-websocket-key").unwrap().to_string();
+                    let ok = format!(
+                        "HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\n\
+                         Connection: Upgrade\r\nSec-WebSocket-Accept: {}\r\n\r\n",
+                        codec::accept_key(&key)
+                    );
+                    s.write_all(ok.as_bytes()).await.unwrap();
+                    while codec::parse(&mut buf, true, 1 << 20).unwrap().is_none() {
+                        if s.read_buf(&mut buf).await.unwrap() == 0 {
+                            return;
+                        }
+                    }
+                    let mut out = BytesMut::new();
+                    for a in answers {
+                        codec::put_frame(&mut out, codec::OP_TEXT, a.as_bytes(), None);
+                    }
+                    s.write_all(&out).await.unwrap();
+                    let mut sink = [0u8; 1024];
+                    while s.read(&mut sink).await.is_ok_and(|n| n > 0) {}
+                });
+            }
+        });
+        url
+    }
+
+    /// Producers send text messages when the payloads are a template's documents, binary
+    /// ones otherwise.
+    #[tokio::test]
+    async fn producers_send_text_for_templates() {
+        for (text, opcode) in [(true, codec::OP_TEXT), (false, codec::OP_BINARY)] {
+            let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
+            let url = format!("ws://{}/", l.local_addr().unwrap());
+            let seen = tokio::spawn(async move {
+                let (mut s, _) = l.accept().await.unwrap();
+                let mut buf = BytesMut::new();
+                let head = loop {
+                    if let Some(h) = codec::parse_head(&mut buf, 8192).unwrap() {
+                        break h;
+                    }
+                    assert!(s.read_buf(&mut buf).await.unwrap() > 0);
+                };
+                let key = head.header("sec-websocket-key").unwrap().to_string();
+                let ok = format!(
+                    "HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\n\
+                     Connection: Upgrade\r\nSec-WebSocket-Accept: {}\r\n\r\n",
+                    codec::accept_key(&key)
+                );
+                s.write_all(ok.as_bytes()).await.unwrap();
+                loop {
+                    if let Some(f) = codec::parse(&mut buf, true, 1 << 20).unwrap() {
+                        return (f.opcode, f.payload);
+                    }
+                    assert!(s.read_buf(&mut buf).await.unwrap() > 0);
+                }
+            });
+            let (mut d, _ev) = driver(&url, Duration::from_secs(2));
+            d.opts.text = text;
+            let mut p = d
+                .producer(&ProducerSpec {
+                    id: 0,
+                    topics: vec!["t".into()],
+                    request_reply: false,
+                    max_in_flight: 1,
+                })
+                .await
+                .unwrap();
+            let doc = br#"{"id":"x"}"#;
+            p.send(Outbound {
+                stream: 0,
+                token: 0,
+                payload: doc,
+                meta: None,
+            })
+            .await
+            .unwrap();
+            p.flush().await.unwrap();
+            let (op, payload) = seen.await.unwrap();
+            assert_eq!((op, &payload[..]), (opcode, &doc[..]), "text: {text}");
+        }
+    }
+
+    fn driver(
+        url: &str,
+        timeout: Duration,
+    ) -> (WsDriver, tokio::sync::mpsc::UnboundedReceiver<DriverEvent>) {
+        let s = msgbench_core::scenario::Scenario {
+            target: Some(url.into()),
+            ..Default::default()
+        };
+        let plan = msgbench_core::scenario::plan::resolve(&s, 0).unwrap();
+        let (sink, events) = EventSink::channel();
+        let opts = WsOptions {
+            subscribe: Some(r#"{"event":"subscribe","streams":["s{i}"]}"#.into()),
+            text: false,
+        };
+        let d = WsDriver::new(url, opts, &plan.client, &plan.tls, 1, sink, timeout).unwrap();
+        (d, events)
+    }
+
+    fn spec(id: u32) -> ConsumerSpec {
+        ConsumerSpec {
+            id,
+            topic: "t".into(),
+            group: None,
+            respond: false,
+            meta: false,
+            target: None,
+        }
+    }
+
+    #[tokio::test]
+    async fn the_subscribe_answer_is_part_of_the_handshake() {
+        let t = Duration::from_millis(600);
+        // Success, then data: the answer is consumed, the data is the first delivery.
+        let url = server(&[
+            r#"{"success":{"message":"subscribed","streams":["s0"]}}"#,
+            "{\"x\":1}",
+        ])
+        .await;
+        let (d, _ev) = driver(&url, t);
+        let mut c = d.consumer(&spec(0)).await.unwrap();
+        assert_eq!(&c.recv().await.unwrap().unwrap().payload[..], b"{\"x\":1}");
+
+        // Data first: delivered, nothing lost.
+        let url = server(&["{\"y\":2}", "{\"y\":3}"]).await;
+        let (d, _ev) = driver(&url, t);
+        let mut c = d.consumer(&spec(0)).await.unwrap();
+        assert_eq!(&c.recv().await.unwrap().unwrap().payload[..], b"{\"y\":2}");
+        assert_eq!(&c.recv().await.unwrap().unwrap().payload[..], b"{\"y\":3}");
+
+        // An error: the connection fails, quoting it.
+        let url = server(&[r#"{"error":{"message":"unknown stream s0"}}"#]).await;
+        let (d, _ev) = driver(&url, t);
+        let e = d.consumer(&spec(0)).await.err().unwrap().to_string();
+        assert!(
+            e.contains("refused the subscribe message") && e.contains("unknown stream s0"),
+            "{e}"
+        );
+
+        // Silence: each consumer goes on after half the timeout, one warning for the run.
+        let url = server(&[]).await;
+        let (d, mut ev) = driver(&url, t);
+        let started = std::time::Instant::now();
+        let (s0, s1) = (spec(0), spec(1));
+        let (a, b) = tokio::join!(d.consumer(&s0), d.consumer(&s1));
+        assert!(a.is_ok() && b.is_ok());
+        let took = started.elapsed();
+        assert!(took >= t / 2 && took < t, "{took:?}");
+        let w = ev.try_recv().unwrap();
+        assert_eq!(w.kind, DriverEventKind::Warning);
+        assert!(
+            w.detail.contains("no answer to the subscribe message"),
+            "{}",
+            w.detail
+        );
+        assert!(ev.try_recv().is_err(), "one warning, not one per consumer");
     }
 }

@@ -6,8 +6,9 @@
 //! the reader only ever waits for writers, and writers only wait for their sockets.
 
 use super::Shared;
-use super::router::{Route, valid_topic};
+use super::router::{Publication, Route, SubOpts, valid_topic};
 use super::session::{ConnCtl, Msg, Out, PidBits, Session};
+use super::wire::{self, Props, Will, complete_packet, parse_will};
 use super::{BrokerStats, router::parse_filter};
 use bytes::{BufMut, Bytes, BytesMut};
 use msgbench_driver_mqtt::codec::{self, Packet, Publish, Version};
@@ -64,8 +65,26 @@ fn connect_level(buf: &[u8]) -> Option<u8> {
     buf.get(i + 3 + name_len).copied()
 }
 
+/// Publishes a will as a client's PUBLISH would be (retained first when asked), on behalf of
+/// session `from`.
+async fn publish_will(shared: &Shared, will: &Will, from: u64) {
+    let p = Publication {
+        topic: will.topic.clone(),
+        payload: will.payload.clone(),
+        qos: will.qos,
+        retain: will.retain,
+        props: will.props().map(Arc::new),
+        from,
+    };
+    if will.retain {
+        shared.router.retain(&p);
+    }
+    shared.router.route(&will.topic).deliver(&p).await;
+}
+
 enum Handshake {
-    Connect(codec::Connect),
+    /// CONNECT, its will, and the maximum packet size it asks for.
+    Connect(codec::Connect, Option<Box<Will>>, Option<u32>),
     /// CONNECT with a protocol level other than 4 or 5.
     BadLevel,
     Fail,
@@ -80,8 +99,16 @@ async fn read_connect<R: AsyncRead + Unpin>(
         if connect_level(buf).is_some_and(|l| l != 4 && l != 5) {
             return Handshake::BadLevel;
         }
+        // Read before the codec consumes the packet: it skips the will and the properties.
+        let extras = complete_packet(buf)
+            .map(|n| (parse_will(&buf[..n]), wire::client_max_packet(&buf[..n])));
         match codec::parse(buf, Version::V311, max) {
-            Ok(Some(Packet::Connect(c))) => return Handshake::Connect(c),
+            Ok(Some(Packet::Connect(c))) => {
+                return match extras {
+                    Some((Ok(will), max_out)) => Handshake::Connect(c, will.map(Box::new), max_out),
+                    _ => Handshake::Fail,
+                };
+            }
             Ok(None) => {}
             Ok(Some(_)) | Err(_) => return Handshake::Fail,
         }
@@ -105,14 +132,16 @@ fn put_varint(buf: &mut BytesMut, mut n: usize) {
 }
 
 /// MQTT 5 CONNACK (success) with the properties the codec's `put_connack` does not write:
-/// the assigned client identifier and the broker's maximum packet size.
+/// the assigned client identifier, the broker's maximum packet size, and that subscription
+/// identifiers are not available (the broker would have to send them back with every message
+/// [MQTT-3.3.4-3]; a client told so must not use them).
 fn put_connack_v5(
     buf: &mut BytesMut,
     present: bool,
     assigned: Option<&str>,
     max_packet: Option<u32>,
 ) {
-    let mut props = 0;
+    let mut props = 2;
     if let Some(id) = assigned {
         props += 3 + id.len();
     }
@@ -134,6 +163,8 @@ fn put_connack_v5(
         buf.put_u8(0x27);
         buf.put_u32(m);
     }
+    buf.put_u8(0x29);
+    buf.put_u8(0);
 }
 
 /// Serves one accepted connection (plain TCP's owned halves, or a TLS stream's split halves) to
@@ -153,8 +184,8 @@ pub(crate) async fn serve<R, W>(
         r = tokio::time::timeout(CONNECT_TIMEOUT, read_connect(&mut rd, &mut buf, max)) => r,
         _ = shutdown.wait_for(|s| *s) => return,
     };
-    let connect = match hs {
-        Ok(Handshake::Connect(c)) => c,
+    let (connect, will, max_out) = match hs {
+        Ok(Handshake::Connect(c, will, max_out)) => (c, will, max_out),
         Ok(Handshake::BadLevel) => {
             // 3.1.1-style CONNACK, return code 1: unacceptable protocol version.
             let _ = wr.write_all(&[0x20, 2, 0, 1]).await;
@@ -191,7 +222,7 @@ pub(crate) async fn serve<R, W>(
 
     let mut connack = BytesMut::with_capacity(64);
     let limit = (max < codec::MAX_REMAINING).then(|| u32::try_from(max).unwrap_or(u32::MAX));
-    if version == Version::V5 && (assigned || limit.is_some()) {
+    if version == Version::V5 {
         put_connack_v5(
             &mut connack,
             att.present,
@@ -212,6 +243,7 @@ pub(crate) async fn serve<R, W>(
             next_pid: 1,
             inflight: inflight.clone(),
             sent: 0,
+            max_out: max_out.map(|m| m as usize),
         },
         ctl.clone(),
         shared.stats.clone(),
@@ -227,13 +259,16 @@ pub(crate) async fn serve<R, W>(
         keep_alive: Duration::from_millis(u64::from(connect.keep_alive) * 1500),
         last_topic: Vec::new(),
         last_route: None,
+        next_props: None,
+        next_opts: None,
     };
     let mut close = ctl.close.subscribe();
-    tokio::select! {
-        _ = reader.run(&mut rd, &mut buf) => {}
-        _ = close.wait_for(|c| *c) => {}
-        _ = shutdown.wait_for(|s| *s) => {}
-    }
+    let stop = tokio::select! {
+        stop = reader.run(&mut rd, &mut buf) => stop,
+        // Taken over by a new connection with the same client id, or the broker stops.
+        _ = close.wait_for(|c| *c) => Stop::Abort,
+        _ = shutdown.wait_for(|s| *s) => Stop::Abort,
+    };
     ctl.close.send_replace(true);
     let rx = (&mut writer.0).await.ok().map(|(rx, _wr)| rx);
     let Reader { qos2, .. } = reader;
@@ -241,6 +276,33 @@ pub(crate) async fn serve<R, W>(
         .sessions
         .detach(&shared.router, &client_id, conn_id, &att.session, rx, qos2);
     ctl.done.send_replace(true);
+    // The will goes out unless the client said DISCONNECT (MQTT 5: with any reason but 0x04,
+    // "disconnect with will message").
+    let Some(will) = will.filter(|_| !matches!(stop, Stop::Disconnect(code) if code != 0x04))
+    else {
+        return;
+    };
+    if will.delay == 0 || !att.session.persistent {
+        // MQTT 5: the will waits for its delay or the end of the session, whichever comes
+        // first; a clean session ends with its connection.
+        publish_will(&shared, &will, att.session.id).await;
+        return;
+    }
+    // A persistent session: after the delay, unless a new connection resumed the session
+    // meanwhile [MQTT-3.1.3-9].
+    let resumed = att.session.resumed.load(Relaxed);
+    let session = att.session.clone();
+    tokio::spawn(async move {
+        tokio::select! {
+            () = tokio::time::sleep(Duration::from_secs(u64::from(will.delay))) => {
+                if session.resumed.load(Relaxed) == resumed {
+                    publish_will(&shared, &will, session.id).await;
+                }
+            }
+            // (The guard `wait_for` returns is not Send: dropped inside.)
+            () = async { drop(shutdown.wait_for(|s| *s).await) } => {}
+        }
+    });
 }
 
 /// Packet ids of QoS 1/2 messages sent to this client and not yet acknowledged: the writer
@@ -296,6 +358,8 @@ struct Batch {
     inflight: Arc<Inflight>,
     /// PUBLISH packets in `buf`.
     sent: u64,
+    /// MQTT 5: the largest packet the client accepts (its CONNECT's maximum packet size).
+    max_out: Option<usize>,
 }
 
 impl Batch {
@@ -308,6 +372,24 @@ impl Batch {
     }
 
     fn publish(&mut self, m: &Msg) {
+        // MQTT 5 message expiry: an expired message is dropped, a live one carries the time
+        // left (3.1.1 cannot say it, but expiry holds all the same).
+        let expiry = match m.props.as_deref().map(Props::expiry_left) {
+            Some(Err(())) => return,
+            Some(Ok(left)) => left,
+            None => None,
+        };
+        let v5 = self.version == Version::V5;
+        let props = match &m.props {
+            Some(p) if v5 => p.raw.len() + if expiry.is_some() { 5 } else { 0 },
+            _ => 0,
+        };
+        if self.max_out.is_some_and(|max| {
+            wire::publish_size(v5, m.topic.len(), m.payload.len(), m.qos, props) > max
+        }) {
+            // Larger than the client accepts: discarded, as if delivered [MQTT-3.1.2-25].
+            return;
+        }
         let pid = if m.qos > 0 {
             let pid = self.inflight.claim(self.next_pid);
             self.next_pid = pid.checked_add(1).unwrap_or(1);
@@ -315,16 +397,26 @@ impl Batch {
         } else {
             0
         };
-        codec::put_publish(
-            &mut self.buf,
-            self.version,
-            &m.topic,
-            &m.payload,
-            m.qos,
-            m.retain,
-            false,
-            pid,
-        );
+        match &m.props {
+            Some(p) if self.version == Version::V5 => wire::put_publish_v5(
+                &mut self.buf,
+                (&m.topic, &m.payload),
+                m.qos,
+                m.retain,
+                pid,
+                (&p.raw, expiry),
+            ),
+            _ => codec::put_publish(
+                &mut self.buf,
+                self.version,
+                &m.topic,
+                &m.payload,
+                m.qos,
+                m.retain,
+                false,
+                pid,
+            ),
+        }
         self.sent += 1;
     }
 }
@@ -389,8 +481,8 @@ async fn write_loop<W: AsyncWrite + Unpin>(
 
 /// Why the reader stopped.
 enum Stop {
-    /// DISCONNECT.
-    Disconnect,
+    /// DISCONNECT, with its reason code (always 0 in MQTT 3.1.1).
+    Disconnect(u8),
     /// End of stream, I/O error, protocol error, keep-alive expiry or a closed queue.
     Abort,
 }
@@ -409,6 +501,10 @@ struct Reader {
     /// A one-entry route cache: publishers mostly repeat one topic.
     last_topic: Vec<u8>,
     last_route: Option<Arc<Route>>,
+    /// MQTT 5: the properties of the PUBLISH being handled, and the subscription options of
+    /// the SUBSCRIBE being handled, read before the codec (which skips them) parses it.
+    next_props: Option<Props>,
+    next_opts: Option<Vec<u8>>,
 }
 
 impl Reader {
@@ -419,6 +515,10 @@ impl Reader {
         loop {
             let mut published = 0;
             loop {
+                if self.version == Version::V5 && self.peek(buf).is_err() {
+                    self.shared.stats.messages_in.fetch_add(published, Relaxed);
+                    return Stop::Abort;
+                }
                 let p = match codec::parse(buf, self.version, max) {
                     Ok(Some(p)) => p,
                     Ok(None) => break,
@@ -460,6 +560,25 @@ impl Reader {
         }
     }
 
+    /// MQTT 5: reads what the codec skips from a complete PUBLISH (its properties) or SUBSCRIBE
+    /// (its subscription options) at the front of `buf`, for [`Reader::handle`] to use once the
+    /// codec has parsed it; `Err` for a protocol error there.
+    fn peek(&mut self, buf: &[u8]) -> Result<(), ()> {
+        let kind = buf.first().map(|h| h >> 4);
+        if !matches!(kind, Some(3 | 8)) {
+            return Ok(());
+        }
+        let Some(n) = complete_packet(buf) else {
+            return Ok(());
+        };
+        if kind == Some(3) {
+            self.next_props = wire::publish_props(&buf[..n])?;
+        } else {
+            self.next_opts = Some(wire::subscribe_options(&buf[..n])?);
+        }
+        Ok(())
+    }
+
     async fn send(&self, out: Out) -> Result<(), Stop> {
         self.tx.send(out).await.map_err(|_| Stop::Abort)
     }
@@ -491,7 +610,7 @@ impl Reader {
                 self.send(Out::Raw(b.freeze())).await?;
             }
             Packet::PingReq => self.send(Out::Raw(Bytes::from_static(&[0xd0, 0]))).await?,
-            Packet::Disconnect { .. } => return Err(Stop::Disconnect),
+            Packet::Disconnect { code } => return Err(Stop::Disconnect(code)),
             // A second CONNECT, or packets only a server sends.
             _ => return Err(Stop::Abort),
         }
@@ -510,9 +629,18 @@ impl Reader {
             }
             pending.insert(p.pid);
         }
+        let (qos, pid) = (p.qos, p.pid);
+        let p = Publication {
+            topic: p.topic,
+            payload: p.payload,
+            qos,
+            retain: p.retain,
+            props: self.next_props.take().map(Arc::new),
+            from: self.session.id,
+        };
         let router = &self.shared.router;
         if p.retain {
-            router.retain(&p.topic, &p.payload, p.qos);
+            router.retain(&p);
         }
         let route = match &self.last_route {
             Some(r) if self.last_topic == p.topic && r.is_current(router) => r.clone(),
@@ -524,10 +652,10 @@ impl Reader {
                 r
             }
         };
-        route.deliver(&p.topic, &p.payload, p.qos).await;
-        match p.qos {
-            1 => self.send(Out::Ack(codec::PUBACK, p.pid)).await,
-            2 => self.send(Out::Ack(codec::PUBREC, p.pid)).await,
+        route.deliver(&p).await;
+        match qos {
+            1 => self.send(Out::Ack(codec::PUBACK, pid)).await,
+            2 => self.send(Out::Ack(codec::PUBREC, pid)).await,
             _ => Ok(()),
         }
     }
@@ -538,16 +666,42 @@ impl Reader {
         } else {
             0x80
         };
+        // MQTT 5 subscription options (3.1.1: none): no local, retain as published, and
+        // retain handling — 0: send retained messages, 1: only for a new subscription, 2: not.
+        let opts = self.next_opts.take();
         let mut codes = Vec::with_capacity(filters.len());
-        for (f, qos) in &filters {
-            let ok = *qos <= 2 && self.shared.router.subscribe(&self.session, f, *qos);
-            codes.push(if ok { *qos } else { fail });
+        let mut retained = Vec::with_capacity(filters.len());
+        for (i, (f, qos)) in filters.iter().enumerate() {
+            let o = opts.as_ref().and_then(|o| o.get(i)).copied().unwrap_or(0);
+            let so = SubOpts {
+                no_local: o & 0x04 != 0,
+                retain_as_published: o & 0x08 != 0,
+            };
+            let group = parse_filter(f).map(|(g, _)| g.is_some());
+            if so.no_local && group == Some(true) {
+                // A protocol error on a shared subscription [MQTT-3.8.3-4].
+                return Err(Stop::Abort);
+            }
+            let existed = if *qos <= 2 {
+                self.shared.router.subscribe(&self.session, f, *qos, so)
+            } else {
+                None
+            };
+            codes.push(if existed.is_some() { *qos } else { fail });
+            retained.push(
+                group == Some(false)
+                    && match (o >> 4) & 3 {
+                        0 => true,
+                        1 => existed == Some(false),
+                        _ => false,
+                    },
+            );
         }
         let mut b = BytesMut::with_capacity(8 + codes.len());
         codec::put_suback(&mut b, self.version, pid, &codes);
         self.send(Out::Raw(b.freeze())).await?;
-        for ((f, qos), code) in filters.iter().zip(&codes) {
-            if *code == *qos && matches!(parse_filter(f), Some((None, _))) {
+        for (((f, qos), code), send) in filters.iter().zip(&codes).zip(retained) {
+            if *code == *qos && send {
                 for m in self.shared.router.retained_for(f, *qos) {
                     self.send(Out::Pub(m)).await?;
                 }

@@ -18,12 +18,26 @@
 //!   message goes to one member of each matching group, round robin, preferring connected
 //!   members.
 //! - Retained messages (an empty retained payload deletes), sent with the retain flag to new
-//!   non-shared subscriptions; live deliveries carry retain = 0.
+//!   non-shared subscriptions; live deliveries carry retain = 0 (MQTT 5: unless the
+//!   subscription asks for retain as published).
 //! - Persistent sessions (3.1.1 clean session = 0, MQTT 5 clean start = 0): subscriptions survive
 //!   disconnects and are restored with CONNACK session-present = 1; up to
 //!   [`BrokerConfig::queue_depth`] QoS ≥ 1 messages are kept while the client is away and sent on
 //!   reconnect (QoS 0 is dropped while offline, as the protocol allows). Sessions live in memory
 //!   until the broker stops.
+//! - Will messages, published when a connection ends without DISCONNECT (broken, timed out,
+//!   closed for a protocol error, taken over), at their QoS and retained when asked; MQTT 5:
+//!   also after DISCONNECT with reason 0x04, with their properties, and the will delay interval
+//!   honoured for a persistent session (not published if a connection resumes the session within
+//!   it; a clean session ends with its connection, so its will goes out at once).
+//! - MQTT 5 PUBLISH properties forwarded unaltered to MQTT 5 subscribers, retained messages
+//!   included: payload format indicator, content type, response topic, correlation data, user
+//!   properties (in order); the message expiry interval counted down, and a message that
+//!   expired before it was sent (queued, retained) is dropped. 3.1.1 subscribers get the message
+//!   without them.
+//! - MQTT 5 subscription options: no local, retain as published, retain handling 0/1/2.
+//! - MQTT 5 maximum packet size of a client: a message that would exceed it is not sent to that
+//!   client (dropped for it, as the protocol says).
 //! - Session takeover: a second connection with a client id in use closes the first.
 //! - Keep-alive: a client silent for 1.5 × its keep-alive is disconnected.
 //! - TLS (`mqtts://`) with [`Broker::with_tls`]; plain TCP otherwise.
@@ -35,10 +49,11 @@
 //!
 //! - No authentication or authorisation: any user name and password is accepted. Do not expose
 //!   the listener to an untrusted network.
-//! - No will messages (accepted in CONNECT and ignored), no MQTT 5 topic aliases (the broker
-//!   advertises none, so clients must not use them), no subscription options beyond QoS
-//!   (no-local, retain-as-published and retain-handling are ignored), and MQTT 5 PUBLISH
-//!   properties are not forwarded.
+//! - No MQTT 5 topic aliases and no subscription identifiers: CONNACK advertises neither (no
+//!   topic alias maximum; subscription identifiers available = 0), so a client sending one
+//!   commits a protocol error and is disconnected.
+//! - The receive maximum of an MQTT 5 client is not enforced: the broker may have up to 65,535
+//!   QoS ≥ 1 messages unacknowledged towards any client (real clients default to that).
 //! - MQTT 5 session expiry is not read: clean start = 0 means "keep the session until the broker
 //!   stops", clean start = 1 means "end it with the connection".
 //! - No persistence to disk and no retransmission: messages in flight when a connection drops
@@ -57,6 +72,7 @@ mod router;
 mod session;
 #[cfg(test)]
 mod tests;
+mod wire;
 
 use std::future::Future;
 use std::io;

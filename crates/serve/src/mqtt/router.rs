@@ -7,6 +7,7 @@
 //! clone an `Arc`.
 
 use super::session::{Msg, Out, Session, lock};
+use super::wire::Props;
 use bytes::Bytes;
 use msgbench_driver_mqtt::codec::topic_matches;
 use std::collections::HashMap;
@@ -62,9 +63,31 @@ pub(crate) fn valid_topic(topic: &[u8]) -> bool {
         && std::str::from_utf8(topic).is_ok()
 }
 
+/// MQTT 5 subscription options beyond QoS (3.1.1: both off).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(crate) struct SubOpts {
+    /// Not to the session that published the message.
+    pub no_local: bool,
+    /// Keep the retain flag of live deliveries as published (else 0).
+    pub retain_as_published: bool,
+}
+
+/// An application message entering the broker: from a PUBLISH, or a will.
+pub(crate) struct Publication {
+    pub topic: Bytes,
+    pub payload: Bytes,
+    pub qos: u8,
+    pub retain: bool,
+    /// MQTT 5 properties forwarded with it.
+    pub props: Option<Arc<Props>>,
+    /// The publishing session (for no local).
+    pub from: u64,
+}
+
 struct Sub {
     session: Arc<Session>,
     qos: u8,
+    opts: SubOpts,
 }
 
 struct Group {
@@ -86,12 +109,13 @@ impl Node {
     }
 }
 
-fn upsert(list: &mut Vec<Sub>, session: &Arc<Session>, qos: u8) {
+fn upsert(list: &mut Vec<Sub>, session: &Arc<Session>, qos: u8, opts: SubOpts) {
     match list.iter_mut().find(|s| s.session.id == session.id) {
-        Some(s) => s.qos = qos,
+        Some(s) => (s.qos, s.opts) = (qos, opts),
         None => list.push(Sub {
             session: session.clone(),
             qos,
+            opts,
         }),
     }
 }
@@ -151,8 +175,13 @@ impl Table {
             for s in &node.subs {
                 match seen.entry(s.session.id) {
                     Entry::Occupied(i) => {
+                        // One copy for overlapping subscriptions: the highest QoS, kept from
+                        // the publisher only if every one says no local, its retain flag if
+                        // any says so.
                         let t = &mut route.plain[*i.get()];
                         t.qos = t.qos.max(s.qos);
+                        t.opts.no_local &= s.opts.no_local;
+                        t.opts.retain_as_published |= s.opts.retain_as_published;
                     }
                     Entry::Vacant(v) => {
                         v.insert(route.plain.len());
@@ -187,6 +216,7 @@ pub(crate) struct Target {
     session: Arc<Session>,
     tx: Option<mpsc::Sender<Out>>,
     qos: u8,
+    opts: SubOpts,
 }
 
 impl Target {
@@ -195,6 +225,7 @@ impl Target {
             session: s.session.clone(),
             tx: s.session.live_tx(),
             qos: s.qos,
+            opts: s.opts,
         }
     }
 
@@ -241,14 +272,18 @@ pub(crate) struct Route {
 
 impl Route {
     /// Queues the message for every recipient, waiting while a recipient's queue is full.
-    pub async fn deliver(&self, topic: &Bytes, payload: &Bytes, qos: u8) {
+    pub async fn deliver(&self, p: &Publication) {
         let msg = |t: &Target| Msg {
-            topic: topic.clone(),
-            payload: payload.clone(),
-            qos: qos.min(t.qos),
-            retain: false,
+            topic: p.topic.clone(),
+            payload: p.payload.clone(),
+            qos: p.qos.min(t.qos),
+            retain: p.retain && t.opts.retain_as_published,
+            props: p.props.clone(),
         };
         for t in &self.plain {
+            if t.opts.no_local && t.session.id == p.from {
+                continue;
+            }
             t.deliver(msg(t)).await;
         }
         for g in &self.groups {
@@ -264,13 +299,16 @@ impl Route {
 }
 
 /// Subscriptions, routes and retained messages of one broker.
+type Retained = (Bytes, u8, Option<Arc<Props>>);
+
 #[derive(Default)]
 pub(crate) struct Router {
     table: RwLock<Table>,
     cache: RwLock<HashMap<Bytes, Arc<Route>>>,
     generation: AtomicU64,
-    /// Topic → (payload, QoS); both copied so they do not pin a connection's read buffer.
-    retained: Mutex<HashMap<Bytes, (Bytes, u8)>>,
+    /// Topic → (payload, QoS, MQTT 5 properties); copied so they do not pin a connection's
+    /// read buffer.
+    retained: Mutex<HashMap<Bytes, Retained>>,
 }
 
 impl Router {
@@ -307,15 +345,20 @@ impl Router {
         route
     }
 
-    /// Adds or updates a subscription; false if the filter is invalid.
-    pub fn subscribe(&self, session: &Arc<Session>, raw: &str, qos: u8) -> bool {
-        let Some((group, filter)) = parse_filter(raw) else {
-            return false;
-        };
+    /// Adds or updates a subscription: whether it existed already; `None` if the filter is
+    /// invalid.
+    pub fn subscribe(
+        &self,
+        session: &Arc<Session>,
+        raw: &str,
+        qos: u8,
+        opts: SubOpts,
+    ) -> Option<bool> {
+        let (group, filter) = parse_filter(raw)?;
         let mut table = write(&self.table);
         let node = table.node(filter);
         match group {
-            None => upsert(&mut node.subs, session, qos),
+            None => upsert(&mut node.subs, session, qos, opts),
             Some(name) => {
                 let i = match node.groups.iter().position(|g| g.name == name) {
                     Some(i) => i,
@@ -328,12 +371,14 @@ impl Router {
                         node.groups.len() - 1
                     }
                 };
-                upsert(&mut node.groups[i].members, session, qos);
+                upsert(&mut node.groups[i].members, session, qos, opts);
             }
         }
-        lock(&session.filters).insert(raw.to_string(), qos);
+        let existed = lock(&session.filters)
+            .insert(raw.to_string(), qos)
+            .is_some();
         self.invalidate();
-        true
+        Some(existed)
     }
 
     /// Removes a subscription; whether it existed.
@@ -358,29 +403,33 @@ impl Router {
         self.invalidate();
     }
 
-    /// Stores (or, with an empty payload, deletes) the retained message of `topic`.
-    pub fn retain(&self, topic: &[u8], payload: &[u8], qos: u8) {
+    /// Stores (or, with an empty payload, deletes) the retained message of `p`'s topic.
+    pub fn retain(&self, p: &Publication) {
         let mut retained = lock(&self.retained);
-        if payload.is_empty() {
+        let topic = &p.topic[..];
+        if p.payload.is_empty() {
             retained.remove(topic);
-        } else if let Some(slot) = retained.get_mut(topic) {
-            *slot = (Bytes::copy_from_slice(payload), qos);
+            return;
+        }
+        let value = (Bytes::copy_from_slice(&p.payload), p.qos, p.props.clone());
+        if let Some(slot) = retained.get_mut(topic) {
+            *slot = value;
         } else {
-            retained.insert(
-                Bytes::copy_from_slice(topic),
-                (Bytes::copy_from_slice(payload), qos),
-            );
+            retained.insert(Bytes::copy_from_slice(topic), value);
         }
     }
 
-    /// Retained messages matching a (non-shared) filter, flagged retained, at QoS at most `qos`.
+    /// Retained messages matching a (non-shared) filter, flagged retained, at QoS at most `qos`;
+    /// expired ones (MQTT 5 message expiry) are deleted instead.
     pub fn retained_for(&self, filter: &str, qos: u8) -> Vec<Msg> {
-        let retained = lock(&self.retained);
-        let msg = |t: &Bytes, (p, q): &(Bytes, u8)| Msg {
+        let mut retained = lock(&self.retained);
+        retained.retain(|_, (_, _, props)| !props.as_deref().is_some_and(Props::is_expired));
+        let msg = |t: &Bytes, (p, q, props): &Retained| Msg {
             topic: t.clone(),
             payload: p.clone(),
             qos: qos.min(*q),
             retain: true,
+            props: props.clone(),
         };
         if filter.contains(['+', '#']) {
             retained

@@ -25,6 +25,8 @@ pub(crate) struct Msg {
     /// Delivery QoS (already lowered to the subscription's).
     pub qos: u8,
     pub retain: bool,
+    /// MQTT 5 properties, sent to MQTT 5 subscribers (shared, never pinning a read buffer).
+    pub props: Option<Arc<super::wire::Props>>,
 }
 
 impl Msg {
@@ -92,6 +94,9 @@ pub(crate) struct Session {
     pub filters: Mutex<HashMap<String, u8>>,
     /// Incoming QoS 2 ids awaiting PUBREL, while no connection holds them.
     qos2: Mutex<Option<PidBits>>,
+    /// Connections that resumed this session (CONNECT with session present = 1): a delayed
+    /// will is not published once it changed.
+    pub resumed: AtomicU64,
 }
 
 impl Session {
@@ -212,6 +217,7 @@ impl Sessions {
                     sink: Mutex::new(Sink::Gone),
                     filters: Mutex::new(HashMap::new()),
                     qos2: Mutex::new(None),
+                    resumed: AtomicU64::new(0),
                 });
                 (s, false)
             }
@@ -221,6 +227,9 @@ impl Sessions {
             _ => VecDeque::new(),
         };
         let qos2 = lock(&session.qos2).take();
+        if present {
+            session.resumed.fetch_add(1, Relaxed);
+        }
         map.insert(
             client_id.to_string(),
             Entry {
