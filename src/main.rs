@@ -31,7 +31,11 @@ fn main() -> ExitCode {
         Ok(code) => code,
         Err(e) => {
             eprintln!("error: {e:#}");
-            ExitCode::from(1)
+            ExitCode::from(if e.downcast_ref::<cmd::verdict::UsageError>().is_some() {
+                cmd::verdict::EXIT_USAGE
+            } else {
+                cmd::verdict::EXIT_COULD_NOT_RUN
+            })
         }
     }
 }

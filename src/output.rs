@@ -5,7 +5,9 @@
 
 use crate::live::LiveView;
 use msgbench_core::runner::{Observer, RunEvent};
+use msgbench_core::shutdown::Shutdown;
 use msgbench_metrics::IntervalStats;
+use msgbench_report::verdict::Threshold;
 use msgbench_report::{EventRecord, Record, ReportBuilder, ResultsWriter, live};
 use std::fs::File;
 
@@ -27,6 +29,16 @@ pub struct RunOutput {
     progress: Option<msgbench_tui::ProgressLine>,
     /// A full-screen view owns the terminal: print nothing on stderr until it is gone.
     terminal_taken: bool,
+    /// `--threshold-abort`: the thresholds judged every measure interval.
+    watch: Option<Watch>,
+}
+
+/// Thresholds judged while the run goes on, and the stop they ask for.
+struct Watch {
+    thresholds: Vec<Threshold>,
+    shutdown: Shutdown,
+    /// The first verdict that failed, once one has.
+    tripped: Option<String>,
 }
 
 impl RunOutput {
@@ -45,7 +57,62 @@ impl RunOutput {
             views: Vec::new(),
             progress: None,
             terminal_taken: false,
+            watch: None,
         }
+    }
+
+    /// Judges `thresholds` (those that can be judged before the end) on the figures so far
+    /// after every interval of the measure phase, and requests a stop at the first failure.
+    pub fn watch_thresholds(&mut self, thresholds: &[Threshold], shutdown: Shutdown) {
+        let thresholds: Vec<Threshold> = thresholds
+            .iter()
+            .filter(|t| t.judged_live())
+            .cloned()
+            .collect();
+        if !thresholds.is_empty() {
+            self.watch = Some(Watch {
+                thresholds,
+                shutdown,
+                tripped: None,
+            });
+        }
+    }
+
+    /// The failed threshold that stopped the run, if one did.
+    pub fn tripped(&self) -> Option<&str> {
+        self.watch.as_ref()?.tripped.as_deref()
+    }
+
+    /// After a measure interval: the thresholds judged on the report so far (a clone of the
+    /// builder: once per interval, never on the hot path).
+    fn judge_live(&mut self, iv: &IntervalStats) {
+        let Some(w) = &self.watch else { return };
+        if w.tripped.is_some() || iv.phase != msgbench_metrics::Phase::Measure {
+            return;
+        }
+        let Ok(so_far) = self.report.clone().finish() else {
+            return;
+        };
+        let Some(failed) = msgbench_report::verdict::evaluate(&so_far, &w.thresholds)
+            .into_iter()
+            .find(|v| !v.pass)
+        else {
+            return;
+        };
+        let detail = format!(
+            "threshold {} failed (actual {}) after {:.1}s: stopping the run (--threshold-abort)",
+            failed.threshold, failed.shown, iv.end_s
+        );
+        if let Some(w) = &mut self.watch {
+            w.tripped = Some(failed.threshold.clone());
+            w.shutdown.request();
+        }
+        self.say(&format!("msgbench: {detail}"));
+        self.push(Record::Event(EventRecord {
+            at_s: iv.end_s,
+            kind: "threshold".into(),
+            detail,
+        }));
     }
 
     /// Shows a progress line below the table on long runs (call only when stderr is a
@@ -139,6 +206,7 @@ impl Observer for RunOutput {
             self.lines += 1;
         }
         self.push(Record::Interval(iv.clone()));
+        self.judge_live(iv);
     }
 
     fn event(&mut self, ev: &RunEvent) {

@@ -393,13 +393,21 @@ Examples:
       Live charts in the browser (the URL is printed; --dashboard 0.0.0.0:8643 serves other
       machines, with a printed token). Every run is also recorded for `msgbench dashboard`
       (--results-db PATH elsewhere, --no-history not at all).
+  msgbench run nats://127.0.0.1:4222 --rate 20k --threshold 'e2e.p99 < 10ms' --threshold 'lost == 0' --junit verdicts.xml
+      A verdict for CI: exit code 3 when a threshold fails (the report and the results file
+      list each with its actual value; --threshold-abort stops at the first failure).
   msgbench run nats://broker:4222 -p 8 -c 8 -n 1M --segment 0/4 --start-at 2026-11-22T10:00:00Z -o seg-0.jsonl
       One of four segments of one run (run 1/4, 2/4, 3/4 alike, on other machines), then:
       msgbench merge seg-*.jsonl -o run.jsonl
 
 Rates are messages per second for all producers together; --producers and --consumers are
 per topic. Latencies are measured from each message's intended send time (coordinated
-omission corrected). Ctrl-C stops early and still writes the report and results file.";
+omission corrected). Ctrl-C stops early and still writes the report and results file.
+
+Exit codes: 0 the run completed (and every threshold passed); 1 it could not run (unreachable
+target, refused connection, every producer failed, I/O error); 2 usage error (bad flag, URL,
+scenario or threshold); 3 verdict failed: a threshold failed, or, without thresholds, nothing
+was delivered where deliveries were expected; 130 interrupted (Ctrl-C, SIGTERM).";
 
 const VALIDATE_EXAMPLES: &str = "\
 Examples:
@@ -411,6 +419,8 @@ Examples:
   msgbench report results.jsonl
   msgbench report results.jsonl --format json
   msgbench report results.jsonl --format csv > intervals.csv
+  msgbench report results.jsonl --threshold 'e2e.p99 < 5ms' --threshold 'completeness >= 99.99%'
+      Judges an old run by new thresholds (exit code 3 when one fails; --junit FILE too).
   msgbench report results.jsonl --format html -o report.html
       One self-contained page (opens without a network): configuration, summary, charts of
       throughput, latency percentiles, errors, integrity and CPU over time, and the latency
@@ -540,6 +550,13 @@ pub struct RunArgs {
     /// Format of the final report on stdout.
     #[arg(long, value_enum, default_value_t = FormatArg::Text)]
     pub format: FormatArg,
+    #[command(flatten)]
+    pub verdict: VerdictArgs,
+    /// Judge the thresholds every interval of the measure phase too and stop the run at the
+    /// first that fails (exit code 3; thresholds on the delivery account, such as lost and
+    /// completeness, are judged at the end only).
+    #[arg(long, help_heading = "Verdicts")]
+    pub threshold_abort: bool,
     /// Serve live Prometheus metrics at http://ADDR/metrics while the run lasts. ADDR is PORT
     /// or :PORT (on 127.0.0.1) or HOST:PORT; port 0 picks a free port (the URL is printed).
     #[arg(long, value_name = "ADDR")]
@@ -795,6 +812,26 @@ pub struct ReportArgs {
     /// Write the report to this file instead of stdout.
     #[arg(long, short = 'o', value_name = "FILE")]
     pub output: Option<PathBuf>,
+    #[command(flatten)]
+    pub verdict: VerdictArgs,
+}
+
+/// Thresholds and where their verdicts go (`run` and `report`).
+#[derive(Debug, Clone, Default, Args)]
+pub struct VerdictArgs {
+    /// A pass/fail condition on the result, METRIC OP VALUE (repeatable; replaces the
+    /// scenario's [thresholds]; `report`: replaces the run's): 'e2e.p99 < 10ms',
+    /// 'lost == 0', 'received_per_s >= 50k', 'completeness >= 99.99%', 'publish.p999 < 50ms',
+    /// 'stage.NAME.p99 < 20ms'. A failed one makes the exit code 3.
+    #[arg(long, value_name = "COND", help_heading = "Verdicts")]
+    pub threshold: Vec<String>,
+    /// Write the verdicts as JUnit XML (one test case per threshold) for CI.
+    #[arg(long, value_name = "FILE", help_heading = "Verdicts")]
+    pub junit: Option<PathBuf>,
+    /// Write a JSON summary for scripts: verdict, exit code, thresholds, the result's figures
+    /// and the delivery account (format: the README's "Verdicts").
+    #[arg(long, value_name = "FILE", help_heading = "Verdicts")]
+    pub summary: Option<PathBuf>,
 }
 
 /// `msgbench compare`.

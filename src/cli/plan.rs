@@ -70,6 +70,7 @@ pub fn build(args: &RunArgs, run_id: u32) -> Result<(RunPlan, bool)> {
     http_defaults(&mut scenario);
     let mut plan = resolve(&scenario, run_id).map_err(|e| anyhow!("invalid run: {e}"))?;
     apply_segment(&mut plan, &args.segment)?;
+    msgbench_report::verdict::parse_all(&plan.thresholds).map_err(|e| anyhow!("{e}"))?;
     Ok((plan, demo))
 }
 
@@ -165,6 +166,12 @@ fn flags_to_scenario(a: &RunArgs) -> Result<Scenario> {
     }
     s.topics.count = a.topics;
     s.topics.pattern = a.topic.clone();
+    if !a.verdict.threshold.is_empty() {
+        s.thresholds = Some(msgbench_core::scenario::ThresholdsSection(
+            a.verdict.threshold.clone(),
+        ));
+    }
+    s.output.threshold_abort = a.threshold_abort.then_some(true);
     s.producers.per_topic = a.producers;
     s.consumers.per_topic = a.consumers;
     if let Some(g) = &a.queue_group {

@@ -9,6 +9,7 @@ pub mod run;
 pub mod serve;
 pub mod serve_ecp;
 pub mod validate;
+pub mod verdict;
 
 use crate::cli::args::FormatArg;
 use msgbench_report::Format;

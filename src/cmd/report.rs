@@ -42,12 +42,21 @@ pub fn write_to(
     Ok(())
 }
 
-/// Reads the results file and renders it.
+/// Reads the results file and renders it; with `--threshold`, judges it by those instead of
+/// the run's own thresholds. The exit code is the verdict's (3 when a threshold fails).
 pub fn run(args: ReportArgs) -> Result<ExitCode> {
-    let report = load(&args.results)?;
+    let thresholds = msgbench_report::verdict::parse_all(&args.verdict.threshold)
+        .map_err(|e| super::verdict::usage(anyhow::anyhow!(e)))?;
+    let mut report = load(&args.results)?;
+    if !thresholds.is_empty() {
+        report.judge(&thresholds);
+    }
     write_to(args.output.as_deref(), |out| {
         msgbench_report::render(&report, super::format(args.format), out)?;
         Ok(())
     })?;
-    Ok(ExitCode::SUCCESS)
+    let c = super::verdict::conclude(&report, false);
+    super::verdict::write_outputs(&args.verdict, &report, &c, Some(&args.results))?;
+    super::verdict::explain(&c, &report);
+    Ok(ExitCode::from(c.code))
 }

@@ -203,11 +203,14 @@ fn start_dashboard(addr: &str, token: Option<&str>) -> Result<msgbench_dashboard
 
 /// Runs the benchmark; the exit code is 0 on a completed run, 130 when interrupted.
 pub fn run(args: RunArgs) -> Result<ExitCode> {
+    use super::verdict::usage;
     if let Some(addr) = &args.dashboard.dashboard {
-        check_dashboard_addr(addr)?;
+        check_dashboard_addr(addr).map_err(usage)?;
     }
-    let (mut plan, demo) = crate::cli::plan::build(&args, new_run_id())?;
-    registry::check_scheme(&plan)?;
+    let (mut plan, demo) = crate::cli::plan::build(&args, new_run_id()).map_err(usage)?;
+    registry::check_scheme(&plan).map_err(usage)?;
+    let thresholds =
+        msgbench_report::verdict::parse_all(&plan.thresholds).map_err(anyhow::Error::msg)?;
     let clock = setup_clock(&plan, args.segment.time_reference.as_deref(), args.quiet)?;
     let rt = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
@@ -286,6 +289,9 @@ pub fn run(args: RunArgs) -> Result<ExitCode> {
     };
     let quiet = args.quiet || tui.is_some();
     let mut out = RunOutput::new(writer, quiet, fanout);
+    if plan.threshold_abort {
+        out.watch_thresholds(&thresholds, shutdown.clone());
+    }
     if tui.is_some() {
         out.terminal_taken();
     } else if !quiet && std::io::stderr().is_terminal() {
@@ -338,9 +344,11 @@ pub fn run(args: RunArgs) -> Result<ExitCode> {
             return Err(e);
         }
     };
-    out.push(Record::End(End {
+    // A stop the thresholds asked for is a verdict, not an interruption.
+    let tripped = out.tripped().map(str::to_string);
+    let mut end = End {
         duration_s: outcome.duration_s,
-        interrupted: outcome.interrupted,
+        interrupted: outcome.interrupted && tripped.is_none(),
         drain_complete: outcome.drain_complete,
         phases: outcome.phases.clone(),
         integrity: outcome.integrity,
@@ -354,7 +362,17 @@ pub fn run(args: RunArgs) -> Result<ExitCode> {
         connections: outcome.connections.clone(),
         stages: outcome.stages.clone(),
         tcp: outcome.tcp,
-    }));
+        thresholds: Vec::new(),
+    };
+    if !thresholds.is_empty() {
+        // Judged on the report the file will give, `end` included (its delivery account).
+        let mut probe = out.report.clone();
+        probe.add(&Record::End(end.clone()));
+        if let Ok(r) = probe.finish() {
+            end.thresholds = msgbench_report::verdict::evaluate(&r, &thresholds);
+        }
+    }
+    out.push(Record::End(end));
     out.flush();
     out.finish_views();
     if let Some(b) = broker {
@@ -389,13 +407,12 @@ pub fn run(args: RunArgs) -> Result<ExitCode> {
         eprintln!(
             "error: every producer stopped on an error that retrying cannot fix (see the warnings above)"
         );
-        return Ok(ExitCode::from(1));
+        return Ok(ExitCode::from(super::verdict::EXIT_COULD_NOT_RUN));
     }
-    Ok(if outcome.interrupted {
-        ExitCode::from(130)
-    } else {
-        ExitCode::SUCCESS
-    })
+    let c = super::verdict::conclude(&report, outcome.interrupted && tripped.is_none());
+    super::verdict::write_outputs(&args.verdict, &report, &c, path.as_deref())?;
+    super::verdict::explain(&c, &report);
+    Ok(ExitCode::from(c.code))
 }
 
 #[cfg(test)]

@@ -15,6 +15,8 @@ pub fn run(args: ValidateArgs) -> Result<ExitCode> {
             .and_then(|s| {
                 let plan = resolve(&s, 0).map_err(|e| anyhow!("{}: {e}", f.display()))?;
                 registry::check_scheme(&plan).map_err(|e| anyhow!("{}: {e}", f.display()))?;
+                msgbench_report::verdict::parse_all(&plan.thresholds)
+                    .map_err(|e| anyhow!("{}: [thresholds]: {e}", f.display()))?;
                 Ok(plan)
             });
         match checked {

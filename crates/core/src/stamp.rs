@@ -140,28 +140,28 @@ impl Stamp {
     /// If `out` is shorter than [`TEXT_STAMP_LEN`].
     #[inline]
     pub fn write_text(&self, out: &mut [u8]) {
-        let mut raw = [0u8; STAMP_LEN + 2];
+        let mut raw = [0u8; STAMP_LEN];
         self.write(&mut raw);
         let out = &mut out[..TEXT_STAMP_LEN];
         out[..TEXT_MARKER.len()].copy_from_slice(TEXT_MARKER);
         let digits = &mut out[TEXT_MARKER.len()..];
-        // 40 bytes = 13 groups of 3 (52 digits) and one byte left (2 digits); `raw` carries two
-        // zero bytes past the stamp so the last group reads in bounds.
-        for g in 0..14 {
-            let n =
-                (raw[g * 3] as u32) << 16 | (raw[g * 3 + 1] as u32) << 8 | raw[g * 3 + 2] as u32;
-            let quad = [
-                B64[(n >> 18) as usize & 63],
-                B64[(n >> 12) as usize & 63],
-                B64[(n >> 6) as usize & 63],
-                B64[n as usize & 63],
-            ];
-            let take = if g == 13 { 2 } else { 4 };
-            digits[g * 4..g * 4 + take].copy_from_slice(&quad[..take]);
+        // 40 bytes = 13 groups of 3 (52 digits) and one byte left (2 digits).
+        for (g, quad) in digits[..52].chunks_exact_mut(4).enumerate() {
+            let n = u32::from(raw[g * 3]) << 16
+                | u32::from(raw[g * 3 + 1]) << 8
+                | u32::from(raw[g * 3 + 2]);
+            quad[0] = B64[(n >> 18) as usize & 63];
+            quad[1] = B64[(n >> 12) as usize & 63];
+            quad[2] = B64[(n >> 6) as usize & 63];
+            quad[3] = B64[n as usize & 63];
         }
+        let last = raw[39];
+        digits[52] = B64[(last >> 2) as usize];
+        digits[53] = B64[((last & 3) << 4) as usize];
     }
 
     /// Reads a text stamp that starts exactly at `buf[0]` (marker included).
+    #[inline]
     pub fn read_text(buf: &[u8]) -> Result<Stamp, StampError> {
         if buf.len() < TEXT_STAMP_LEN {
             return Err(StampError::Truncated(buf.len()));
@@ -170,26 +170,30 @@ impl Stamp {
             return Err(StampError::NotOurs);
         }
         let digits = &buf[TEXT_MARKER.len()..TEXT_STAMP_LEN];
-        let mut raw = [0u8; STAMP_LEN + 2];
-        for g in 0..14 {
-            let take = if g == 13 { 2 } else { 4 };
-            let mut n = 0u32;
-            for k in 0..4 {
-                let v = if k < take {
-                    B64_VALUE[digits[g * 4 + k] as usize]
-                } else {
-                    0
-                };
-                if v == 0xFF {
-                    return Err(StampError::NotOurs);
-                }
-                n = n << 6 | v as u32;
-            }
+        let mut raw = [0u8; STAMP_LEN];
+        // Invalid digits map to 0xFF: OR-ed together, one test at the end finds any of them.
+        let mut bad = 0u8;
+        for (g, quad) in digits[..52].chunks_exact(4).enumerate() {
+            let v: [u8; 4] = std::array::from_fn(|k| B64_VALUE[quad[k] as usize]);
+            bad |= v[0] | v[1] | v[2] | v[3];
+            let n = u32::from(v[0]) << 18
+                | u32::from(v[1]) << 12
+                | u32::from(v[2]) << 6
+                | u32::from(v[3]);
             raw[g * 3] = (n >> 16) as u8;
             raw[g * 3 + 1] = (n >> 8) as u8;
             raw[g * 3 + 2] = n as u8;
         }
-        Stamp::read(&raw[..STAMP_LEN])
+        let (a, b) = (
+            B64_VALUE[digits[52] as usize],
+            B64_VALUE[digits[53] as usize],
+        );
+        bad |= a | b;
+        if bad & 0x80 != 0 {
+            return Err(StampError::NotOurs);
+        }
+        raw[39] = a << 2 | b >> 4;
+        Stamp::read(&raw)
     }
 
     /// Finds the stamp in a received message: the binary stamp at offset 0 (the default, and
@@ -204,13 +208,26 @@ impl Stamp {
         }
     }
 
-    /// The first valid text stamp in `buf`, if any.
-    #[cold]
+    /// A valid text stamp in `buf`, if any: where the last message's stamp was (on this
+    /// thread) is tried first — a template puts it at the same offset in every message, and a
+    /// gateway's wrapping moves it by the same amount — then the first one a substring search
+    /// finds. (A message carrying two stamps is read by one of them.)
     pub fn find_text(buf: &[u8]) -> Option<Stamp> {
+        thread_local! {
+            static LAST_AT: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
+        }
+        let hint = LAST_AT.get();
+        if let Some(at) = buf.get(hint..)
+            && at.starts_with(TEXT_MARKER)
+            && let Ok(s) = Stamp::read_text(at)
+        {
+            return Some(s);
+        }
         let mut from = 0;
         while let Some(i) = TEXT_FINDER.find(&buf[from..]) {
             let at = from + i;
             if let Ok(s) = Stamp::read_text(&buf[at..]) {
+                LAST_AT.set(at);
                 return Some(s);
             }
             from = at + 1;
@@ -270,6 +287,23 @@ mod tests {
         assert!(Stamp::read_text(&bad).is_err());
         assert!(Stamp::find(&t[..TEXT_STAMP_LEN - 1]).is_err());
         assert_eq!(Stamp::find(b"{\"a\":1}"), Err(StampError::NotOurs));
+        // Every byte position carries (the last digit pair included), and a damaged last digit
+        // is seen.
+        let all = Stamp {
+            sent_ns: u64::MAX - 0x0102,
+            ..s
+        };
+        let mut t2 = [0u8; TEXT_STAMP_LEN];
+        all.write_text(&mut t2);
+        assert_eq!(Stamp::read_text(&t2).unwrap(), all);
+        let mut bad = t2;
+        bad[TEXT_STAMP_LEN - 1] = b'.';
+        assert!(Stamp::read_text(&bad).is_err());
+        // Messages whose stamps sit at another offset than the last one's (the hint) are found.
+        for pad in [0usize, 7, 3, 100, 7] {
+            let m = format!("{}{}", " ".repeat(pad), text);
+            assert_eq!(Stamp::find(m.as_bytes()).unwrap(), s, "offset {pad}");
+        }
     }
 
     #[test]

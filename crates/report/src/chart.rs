@@ -296,6 +296,7 @@ mod tests {
             connect: LatencySummary::default(),
             gauges: None,
             stages: Vec::new(),
+            saturated: false,
         }
     }
 

@@ -524,6 +524,24 @@ fn warnings(s: &mut String, r: &RunReport) {
     s.push_str("</section>\n");
 }
 
+fn thresholds(s: &mut String, r: &RunReport) {
+    if r.thresholds.is_empty() {
+        return;
+    }
+    s.push_str("<section id=\"thresholds\"><h2>Thresholds</h2>\n<table class=\"thresholds\"><tr><th>verdict</th><th>threshold</th><th>actual</th></tr>\n");
+    for v in &r.thresholds {
+        let _ = writeln!(
+            s,
+            "<tr><td class=\"{}\">{}</td><td>{}</td><td>{}</td></tr>",
+            if v.pass { "ok" } else { "bad" },
+            if v.pass { "pass" } else { "FAIL" },
+            esc(&v.threshold),
+            esc(&v.shown)
+        );
+    }
+    s.push_str("</table>\n</section>\n");
+}
+
 fn events(s: &mut String, r: &RunReport) {
     if r.events.is_empty() {
         return;
@@ -570,6 +588,19 @@ fn body(r: &RunReport) -> String {
     if r.interrupted {
         s.push_str("<p class=\"badge bad\">INTERRUPTED: stopped early by a signal</p>\n");
     }
+    if !r.thresholds.is_empty() {
+        let failed = r.thresholds.iter().filter(|v| !v.pass).count();
+        let _ = writeln!(
+            s,
+            "<p class=\"badge {}\"><a href=\"#thresholds\">{}</a></p>",
+            if failed == 0 { "ok" } else { "bad" },
+            if failed == 0 {
+                format!("all {} thresholds passed", r.thresholds.len())
+            } else {
+                format!("FAILED: {failed} of {} thresholds", r.thresholds.len())
+            }
+        );
+    }
     if !r.warnings.is_empty() {
         let _ = writeln!(
             s,
@@ -580,6 +611,7 @@ fn body(r: &RunReport) -> String {
     }
     s.push_str("</header>\n<main>\n");
     summary(&mut s, r);
+    thresholds(&mut s, r);
     s.push_str("<section id=\"charts\"><h2>Over time</h2><p class=\"note\">Shaded: warm-up and drain. Each point is one interval; on long runs, a bucket of intervals showing their summed rates and their worst latency percentiles.</p><div id=\"timeseries\"></div></section>\n");
     s.push_str("<section id=\"distribution\"><h2>Latency percentile distribution</h2><p class=\"note\">The result (measure phase and its drain): latency at each percentile, on a logarithmic “nines” axis.</p><div id=\"percentiles\"></div></section>\n");
     integrity(&mut s, r);

@@ -679,6 +679,9 @@ fn merged_end(readers: &[Reader], mut warnings: Vec<String>) -> End {
             a.add(&b);
             a
         }),
+        // Judged again on the merged figures (see `RunReport`): a segment's verdict is not
+        // the run's.
+        thresholds: Vec::new(),
     }
 }
 

@@ -87,6 +87,13 @@ pub struct RunReport {
     /// Percentile curves of the result's latencies (the HdrHistogram percentile plot).
     #[serde(default, skip_serializing_if = "Distributions::is_empty")]
     pub distributions: Distributions,
+    /// Whether the generator kept up, per interval; `None` without measure intervals.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub generator: Option<GeneratorHealth>,
+    /// The verdict of each threshold: from `end` when the run wrote them, else judged here on
+    /// the plan's thresholds (a merged or killed run), or on new ones ([`RunReport::judge`]).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub thresholds: Vec<crate::verdict::Verdict>,
 }
 
 fn no_values(l: &LatencySummary) -> bool {
@@ -121,6 +128,28 @@ pub struct IntervalRow {
     /// Multi-stage runs: each stage's figures in the window, by stage index.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub stages: Vec<IntervalStage>,
+    /// The generator was saturated in this window (see [`GeneratorHealth`]): its figures may
+    /// show msgbench's limit, not the system's.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub saturated: bool,
+}
+
+/// Share of the generator's threads' time above which an interval counts as saturated.
+pub const SATURATED_BUSY: f64 = 0.9;
+
+/// Whether the generator kept up: judged per interval against the threads it actually ran
+/// (its worker threads, or every CPU when it ran on the main runtime), not the whole machine,
+/// which a broker on the same host shares.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct GeneratorHealth {
+    /// The threads the generator's producers and consumers ran on.
+    pub threads: u64,
+    /// Measure-phase intervals in which the generator's CPU reached [`SATURATED_BUSY`] of them.
+    pub saturated_intervals: u64,
+    /// Measure-phase intervals.
+    pub measure_intervals: u64,
+    /// Share of the measure phase's intervals that were not saturated (1.0: all valid).
+    pub valid_share: f64,
 }
 
 /// One stage of a multi-stage run in one interval.
@@ -169,8 +198,9 @@ impl PhaseReport {
 }
 
 /// Builds a [`RunReport`] one record at a time, keeping only per-phase merged histograms and
-/// small per-interval summaries, so memory does not grow with the length of the run.
-#[derive(Debug, Default)]
+/// small per-interval summaries, so memory does not grow with the length of the run. Cloned
+/// to judge thresholds on the figures so far without disturbing the run's own builder.
+#[derive(Debug, Default, Clone)]
 pub struct ReportBuilder {
     begin: Option<Begin>,
     end: Option<End>,
@@ -182,7 +212,7 @@ pub struct ReportBuilder {
 }
 
 /// What a phase's intervals add up to.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 struct PhaseAcc {
     phase: Phase,
     counters: Counters,
@@ -247,6 +277,7 @@ impl ReportBuilder {
                     cpu_s: i.cpu_s,
                     connect: LatencySummary::of(&i.histograms.connect),
                     gauges: i.gauges,
+                    saturated: false,
                     stages: i
                         .stages
                         .iter()
@@ -307,6 +338,21 @@ impl ReportBuilder {
         });
 
         let mut warnings = end.map(|e| e.warnings.clone()).unwrap_or_default();
+        let mut rows = self.rows;
+        let generator = judge_generator(&begin, &mut rows);
+        if let Some(g) = &generator
+            && g.saturated_intervals > 0
+        {
+            warnings.push(format!(
+                "the generator was saturated (its CPU at {:.0}% or more of its {} thread{}) in {} of {} measure intervals, so {:.0}% of the measure phase is valid: in those intervals the figures may show msgbench's limit, not the system's (give it more threads with --workers, or spread the load over segments)",
+                SATURATED_BUSY * 100.0,
+                g.threads,
+                if g.threads == 1 { "" } else { "s" },
+                g.saturated_intervals,
+                g.measure_intervals,
+                g.valid_share * 100.0
+            ));
+        }
         let integrity = match end {
             Some(e) => e.integrity,
             None => {
@@ -338,7 +384,7 @@ impl ReportBuilder {
         }
         let duration_s = end
             .map(|e| e.duration_s)
-            .unwrap_or_else(|| self.rows.iter().map(|i| i.end_s).fold(0.0, f64::max));
+            .unwrap_or_else(|| rows.iter().map(|i| i.end_s).fold(0.0, f64::max));
         let str_field = |k: &str| {
             begin
                 .plan
@@ -353,7 +399,8 @@ impl ReportBuilder {
             end.map(|e| e.stages.as_slice()),
             result.as_ref().map_or(0, |r| r.counters.sent),
         );
-        Ok(RunReport {
+        let mut report = RunReport {
+            thresholds: end.map(|e| e.thresholds.clone()).unwrap_or_default(),
             stages,
             name: str_field("name"),
             target: str_field("target"),
@@ -366,13 +413,46 @@ impl ReportBuilder {
             warnings,
             result,
             events: self.events,
-            intervals: self.rows,
+            intervals: rows,
+            generator,
             connections: end.and_then(|e| e.connections.clone()),
             tcp: end.and_then(|e| e.tcp),
             distributions,
             begin,
-        })
+        };
+        if report.thresholds.is_empty() {
+            let planned = report.planned_thresholds();
+            if !planned.is_empty() {
+                report.judge(&planned);
+            }
+        }
+        Ok(report)
     }
+}
+
+/// Marks the saturated intervals of `rows` and sums up the measure phase's. The generator's
+/// threads: the plan's `workers`, or the host's CPUs when it ran on the main runtime.
+fn judge_generator(begin: &Begin, rows: &mut [IntervalRow]) -> Option<GeneratorHealth> {
+    let threads = match begin.plan.get("workers").and_then(|w| w.as_u64()) {
+        Some(n) if n > 0 => n,
+        _ => u64::from(begin.host.cpus.max(1)),
+    } * (begin.segments.len().max(1) as u64); // a merged run: every segment's threads
+
+    let (mut saturated, mut measured) = (0, 0);
+    for r in rows.iter_mut() {
+        let dt = r.end_s - r.start_s;
+        r.saturated = dt > 0.0 && r.cpu_s / (threads as f64 * dt) >= SATURATED_BUSY;
+        if r.phase == Phase::Measure {
+            measured += 1;
+            saturated += u64::from(r.saturated);
+        }
+    }
+    (measured > 0).then(|| GeneratorHealth {
+        threads,
+        saturated_intervals: saturated,
+        measure_intervals: measured,
+        valid_share: 1.0 - saturated as f64 / measured as f64,
+    })
 }
 
 impl RunReport {
@@ -383,6 +463,26 @@ impl RunReport {
             b.add(r);
         }
         b.finish()
+    }
+
+    /// The thresholds the run's plan holds (`thresholds` in `begin`), those that parse.
+    pub fn planned_thresholds(&self) -> Vec<crate::verdict::Threshold> {
+        self.begin
+            .plan
+            .get("thresholds")
+            .and_then(|v| v.as_array())
+            .map(|a| {
+                a.iter()
+                    .filter_map(|t| t.as_str())
+                    .filter_map(|t| crate::verdict::Threshold::parse(t).ok())
+                    .collect()
+            })
+            .unwrap_or_default()
+    }
+
+    /// Judges the report against `thresholds`, replacing any verdicts it had.
+    pub fn judge(&mut self, thresholds: &[crate::verdict::Threshold]) {
+        self.thresholds = crate::verdict::evaluate(self, thresholds);
     }
 
     /// The result of the run (measure phase plus its drain), if the measure phase ran.

@@ -153,6 +153,9 @@ pub struct End {
     /// retransmissions), summed as they closed; absent when there were none to ask.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tcp: Option<msgbench_metrics::TcpSummary>,
+    /// The verdict of each threshold of the plan, in order (none without thresholds).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub thresholds: Vec<crate::verdict::Verdict>,
 }
 
 /// One line of the results file.

@@ -43,7 +43,7 @@ pub struct StageReport {
 }
 
 /// Accumulates stage figures from intervals (warm-up excluded).
-#[derive(Debug, Default)]
+#[derive(Debug, Default, Clone)]
 pub(crate) struct StageAcc {
     stats: Vec<StageStats>,
     last_s: Vec<f64>,

@@ -203,6 +203,15 @@ pub fn write(r: &RunReport, out: &mut dyn Write) -> std::io::Result<()> {
         i.foreign,
         i.completeness * 100.0
     )?;
+    if i.lost > 0 {
+        writeln!(
+            out,
+            "  LOST {} of {} expected deliveries ({:.4}%): the system under test did not deliver them",
+            i.lost,
+            i.expected,
+            i.lost as f64 * 100.0 / i.expected.max(1) as f64
+        )?;
+    }
     tcp_block(out, r)?;
     warnings(out, r)
 }
@@ -265,7 +274,38 @@ fn tcp_block(out: &mut dyn Write, r: &RunReport) -> std::io::Result<()> {
     Ok(())
 }
 
+/// Each threshold's verdict, then the overall one.
+fn thresholds_block(out: &mut dyn Write, r: &RunReport) -> std::io::Result<()> {
+    if r.thresholds.is_empty() {
+        return Ok(());
+    }
+    writeln!(out)?;
+    writeln!(out, "thresholds")?;
+    let width = r.thresholds.iter().map(|v| v.threshold.len()).max();
+    for v in &r.thresholds {
+        writeln!(
+            out,
+            "  {}  {:<w$}  actual {}",
+            if v.pass { "pass" } else { "FAIL" },
+            v.threshold,
+            v.shown,
+            w = width.unwrap_or(0)
+        )?;
+    }
+    let failed = r.thresholds.iter().filter(|v| !v.pass).count();
+    if failed == 0 {
+        writeln!(out, "  all {} thresholds passed", r.thresholds.len())
+    } else {
+        writeln!(
+            out,
+            "  FAILED: {failed} of {} thresholds",
+            r.thresholds.len()
+        )
+    }
+}
+
 fn warnings(out: &mut dyn Write, r: &RunReport) -> std::io::Result<()> {
+    thresholds_block(out, r)?;
     if !r.warnings.is_empty() {
         writeln!(out)?;
         for w in &r.warnings {

@@ -84,6 +84,7 @@ fn end(sent: u64, expected: u64, delivered: u64, hist_us: u64) -> End {
         connections: None,
         stages: Vec::new(),
         tcp: None,
+        thresholds: Vec::new(),
     }
 }
 
@@ -134,6 +135,7 @@ fn merges_counts_histograms_and_integrity_across_segments() {
             Record::Interval(interval(1, 40, 40, 10)),
             Record::End(End {
                 tcp: Some(tcp(2, 100)),
+                thresholds: Vec::new(),
                 ..end(100, 200, 100, 10)
             }),
         ],
@@ -148,6 +150,7 @@ fn merges_counts_histograms_and_integrity_across_segments() {
             Record::Interval(interval(2, 0, 0, 1000)),
             Record::End(End {
                 tcp: Some(tcp(1, 98)),
+                thresholds: Vec::new(),
                 ..end(0, 0, 98, 1000)
             }),
         ],

@@ -694,17 +694,8 @@ async fn run_messages<D: Driver>(
         .collect();
     let integrity = agg.integrity();
     let all = agg.all_counters();
-    // Generator health: a generator using (nearly) all the machine's CPU may itself be the
-    // limit the figures show.
-    let measure = agg.totals(Phase::Measure);
-    let cpus = crate::available_cpus() as f64;
-    let busy = measure.cpu_s / measure.duration_s() / cpus;
-    if agg.phase_started(Phase::Measure) && busy >= 0.9 {
-        warnings.push(format!(
-            "msgbench used {:.0}% of this machine's {cpus} CPUs during the measure phase: the generator, not the system under test, may be the limit",
-            busy * 100.0
-        ));
-    }
+    // Generator health is judged per interval by the report, against the generator's own
+    // threads (`msgbench_report::model::GeneratorHealth`).
     if all.late_sends > 0 {
         warnings.push(format!(
             "{} sends left later than {:?} after their intended time: the generator or backpressure could not keep the schedule",

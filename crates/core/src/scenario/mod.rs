@@ -122,6 +122,57 @@ pub struct Scenario {
     /// Stages each message is tracked through.
     #[serde(default)]
     pub stages: Vec<StageSection>,
+    /// Pass/fail conditions on the result: `[thresholds]` with `"e2e.p99" = "< 10ms"`,
+    /// `lost = "== 0"`, or a list of conditions per metric.
+    pub thresholds: Option<ThresholdsSection>,
+}
+
+/// `[thresholds]`: each key a metric, each value a condition (`"< 10ms"`) or a list of them;
+/// held as whole thresholds (`"e2e.p99 < 10ms"`), in key order. Checked where they are parsed
+/// (`msgbench_report::verdict`).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct ThresholdsSection(pub Vec<String>);
+
+impl Serialize for ThresholdsSection {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        self.0.serialize(s)
+    }
+}
+
+impl<'de> Deserialize<'de> for ThresholdsSection {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        #[derive(Deserialize)]
+        #[serde(untagged)]
+        enum Conditions {
+            One(String),
+            Many(Vec<String>),
+        }
+        #[derive(Deserialize)]
+        #[serde(untagged)]
+        enum Form {
+            Table(std::collections::BTreeMap<String, Conditions>),
+            List(Vec<String>),
+        }
+        let form = Form::deserialize(d).map_err(|_| {
+            serde::de::Error::custom(
+                "expected [thresholds] entries like \"e2e.p99\" = \"< 10ms\" or lost = [\"== 0\"]",
+            )
+        })?;
+        Ok(ThresholdsSection(match form {
+            Form::List(l) => l,
+            Form::Table(t) => t
+                .into_iter()
+                .flat_map(|(metric, c)| {
+                    let list = match c {
+                        Conditions::One(c) => vec![c],
+                        Conditions::Many(l) => l,
+                    };
+                    list.into_iter()
+                        .map(move |c| format!("{metric} {}", c.trim()))
+                })
+                .collect(),
+        }))
+    }
 }
 
 /// `[http]`: the requests HTTP producers send.
@@ -348,6 +399,9 @@ pub struct OutputSection {
     /// Worker threads for producers and consumers (default: see
     /// [`colocated::default_workers`]).
     pub workers: Option<usize>,
+    /// Judge the thresholds every interval of the measure phase too, and stop the run at the
+    /// first that fails (those on the delivery account are judged at the end only).
+    pub threshold_abort: Option<bool>,
 }
 
 /// A scenario file that could not be read, with where and why.
@@ -449,6 +503,7 @@ impl Scenario {
                     late_threshold,
                     connect_timeout,
                     workers,
+                    threshold_abort,
                 },
             client:
                 ClientSection {
@@ -514,6 +569,7 @@ impl Scenario {
             message,
             tracking,
             stages,
+            thresholds,
         } = over;
         if message != MessageSection::default() {
             self.message = message;
@@ -566,6 +622,8 @@ impl Scenario {
         pick(&mut self.output.late_threshold, late_threshold);
         pick(&mut self.output.connect_timeout, connect_timeout);
         pick(&mut self.output.workers, workers);
+        pick(&mut self.output.threshold_abort, threshold_abort);
+        pick(&mut self.thresholds, thresholds);
         pick(&mut self.consumers.subscribe, subscribe);
         pick(&mut self.consumers.target, consume_from);
         pick(&mut self.client.client_id, client_id);

@@ -260,6 +260,13 @@ pub struct RunPlan {
     /// so the segments of a run start together.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub start_at_unix_ms: Option<u64>,
+    /// Pass/fail conditions on the result (`e2e.p99 < 10ms`), judged at the end into the
+    /// `end` record's verdicts; parsed and checked by `msgbench_report::verdict`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub thresholds: Vec<String>,
+    /// Judge the thresholds during the measure phase too and stop at the first failure.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub threshold_abort: bool,
 }
 
 /// HTTP request settings (used by the `http://` driver only).
@@ -539,6 +546,8 @@ pub fn resolve(s: &Scenario, run_id: u32) -> Result<RunPlan, PlanError> {
         tracking,
         segment: None,
         start_at_unix_ms: None,
+        thresholds: s.thresholds.clone().map(|t| t.0).unwrap_or_default(),
+        threshold_abort: s.output.threshold_abort.unwrap_or(false),
     })
 }
 
