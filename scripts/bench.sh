@@ -20,6 +20,8 @@
 #   scripts/bench.sh textstamp  text stamps in a 1 KiB JSON template against binary stamps, 1 KiB,
 #                               unlimited, on mem:// and NATS, interleaved: CPU-s per million and
 #                               the ratio (target <= 1.2x)
+#   scripts/bench.sh verdicts   mem:// 64 B unlimited with and without 4 thresholds judged every
+#                               interval (--threshold-abort), interleaved: msgs/s and the ratio
 #   scripts/bench.sh proxy      `msgbench serve amqp-proxy` (strict, handshake-terminating, as
 #                               amqpprox) in front of `serve amqp-sink`: connections/s and MB/s
 #                               through it next to the same workloads direct, and the direct
@@ -424,6 +426,21 @@ bench_textstamp() {
   done
 }
 
+bench_verdicts() {
+  echo "== thresholds cost nothing on the hot path: mem:// 64 B unlimited, 5 s, plain versus 4 thresholds judged every interval (--threshold-abort) ($RUNS runs, interleaved)"
+  local plain=() judged=()
+  for _ in $(seq "$RUNS"); do
+    read -r rate cpu _ _ < <(measure mem://verdicts --size 64 --warmup 1s --duration 5s)
+    echo "  plain:  $rate msgs/s, $cpu CPU-s per million"; plain+=("$rate")
+    read -r rate cpu _ _ < <(measure mem://verdicts --size 64 --warmup 1s --duration 5s --threshold-abort \
+      --threshold 'e2e.p99 < 10s' --threshold 'received_per_s >= 1' --threshold 'errors == 0' --threshold 'lost == 0')
+    echo "  judged: $rate msgs/s, $cpu CPU-s per million"; judged+=("$rate")
+  done
+  local a b
+  a=$(printf '%s\n' "${plain[@]}" | median); b=$(printf '%s\n' "${judged[@]}" | median)
+  echo "  median: plain $a msgs/s, judged $b msgs/s, ratio $(python3 -c "print(f'{$b/$a:.3f}')") (target: 1 within noise)"
+}
+
 bench_proxy() {
   local free='import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'
   local sport pport; sport=$(python3 -c "$free"); pport=$(python3 -c "$free")
@@ -739,6 +756,7 @@ case "${1:-all}" in
   sink) bench_sink ;;
   ws) bench_ws ;;
   textstamp) bench_textstamp ;;
+  verdicts) bench_verdicts ;;
   proxy) bench_proxy ;;
   http) bench_http ;;
   zmq) bench_zmq ;;
@@ -746,6 +764,6 @@ case "${1:-all}" in
   views) bench_views ;;
   merge) bench_merge ;;
   segments) bench_segments ;;
-  all) bench_mem; bench_nats; bench_memory; bench_mqtt; bench_demo; bench_storm; bench_conns; bench_amqp; bench_sink; bench_proxy; bench_textstamp; bench_ws; bench_http; bench_zmq; bench_ecp; bench_views; bench_merge; bench_segments ;;
+  all) bench_mem; bench_nats; bench_memory; bench_mqtt; bench_demo; bench_storm; bench_conns; bench_amqp; bench_sink; bench_proxy; bench_textstamp; bench_verdicts; bench_ws; bench_http; bench_zmq; bench_ecp; bench_views; bench_merge; bench_segments ;;
   *) echo "usage: $0 [mem|nats|memory|mqtt|demo|storm|conns|nats-conns|amqp|sink|ws|http|zmq|ecp|views|merge|segments|all]" >&2; exit 2 ;;
 esac
