@@ -19,6 +19,7 @@ fn main() -> ExitCode {
     let cli = cli::args::parse();
     let result = match cli.command {
         Command::Run(a) => cmd::run::run(a),
+        Command::Search(a) => cmd::search::run(a),
         Command::Validate(a) => cmd::validate::run(a),
         Command::Report(a) => cmd::report::run(a),
         Command::Compare(a) => cmd::compare::run(a),

@@ -31,6 +31,10 @@ pub struct RunOutput {
     terminal_taken: bool,
     /// `--threshold-abort`: the thresholds judged every measure interval.
     watch: Option<Watch>,
+    /// The host's figures for each interval record, and the last taken (intervals written
+    /// together at a phase's end share it instead of measuring a few microseconds each).
+    host: msgbench_metrics::HostSampler,
+    last_host: Option<(std::time::Instant, msgbench_metrics::HostStats)>,
 }
 
 /// Thresholds judged while the run goes on, and the stop they ask for.
@@ -58,7 +62,22 @@ impl RunOutput {
             progress: None,
             terminal_taken: false,
             watch: None,
+            host: msgbench_metrics::HostSampler::new(),
+            last_host: None,
         }
+    }
+
+    /// The host since the last interval written.
+    fn host_stats(&mut self) -> Option<msgbench_metrics::HostStats> {
+        let now = std::time::Instant::now();
+        if let Some((at, h)) = self.last_host
+            && now.duration_since(at) < std::time::Duration::from_millis(200)
+        {
+            return Some(h);
+        }
+        let h = self.host.sample()?;
+        self.last_host = Some((now, h));
+        Some(h)
     }
 
     /// Judges `thresholds` (those that can be judged before the end) on the figures so far
@@ -205,7 +224,11 @@ impl Observer for RunOutput {
             }
             self.lines += 1;
         }
-        self.push(Record::Interval(iv.clone()));
+        let mut record = iv.clone();
+        if record.host.is_none() {
+            record.host = self.host_stats();
+        }
+        self.push(Record::Interval(record));
         self.judge_live(iv);
     }
 

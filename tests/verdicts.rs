@@ -356,3 +356,105 @@ fn a_saturated_generator_is_flagged_against_its_own_threads() {
     );
     assert!(!r["warnings"].to_string().contains("saturated"));
 }
+
+/// Every interval record carries the host's figures (CPU, memory, network, load), valid per
+/// the schema; the JSON report keeps them per interval and the HTML report charts them.
+#[test]
+fn host_metrics_are_in_the_results_file() {
+    let d = TempDir::new("verdicts-host");
+    let nats = nats_url();
+    let r = run_json(
+        &d.0,
+        &[
+            "run",
+            &nats,
+            "--topic",
+            "host.metrics",
+            "--rate",
+            "2000",
+            "--size",
+            "1KiB",
+            "--warmup",
+            "0s",
+            "--duration",
+            "3s",
+            "-o",
+            "h.jsonl",
+        ],
+    );
+    assert_valid_and_pure(&d.0, "h.jsonl", &r);
+    let text = std::fs::read_to_string(d.path("h.jsonl")).unwrap();
+    let intervals: Vec<Value> = text
+        .lines()
+        .map(|l| serde_json::from_str::<Value>(l).unwrap())
+        .filter(|v| v["type"] == "interval")
+        .collect();
+    assert!(intervals.len() >= 3);
+    for iv in &intervals {
+        let h = &iv["host"];
+        assert!(u(&h["mem_total_bytes"]) > 0, "{iv}");
+        assert!(u(&h["mem_used_bytes"]) > 0, "{iv}");
+        let busy = h["cpu_busy"].as_f64().unwrap();
+        assert!((0.0..=1.0).contains(&busy), "{h}");
+    }
+    // 2,000 KiB-messages a second through NATS over loopback: over a full measure second the
+    // host moved at least those bytes each way.
+    let full = intervals
+        .iter()
+        .find(|iv| {
+            iv["phase"] == "measure"
+                && iv["end_s"].as_f64().unwrap() - iv["start_s"].as_f64().unwrap() > 0.9
+        })
+        .expect("a full measure interval");
+    assert!(
+        u(&full["host"]["net_rx_bytes"]) >= 2_000_000,
+        "{}",
+        full["host"]
+    );
+    assert!(u(&full["host"]["net_tx_packets"]) > 0, "{}", full["host"]);
+    let rows = r["intervals"].as_array().unwrap();
+    assert!(
+        rows.iter()
+            .all(|row| row["host"]["mem_total_bytes"].as_u64() > Some(0))
+    );
+    let o = msgbench(
+        &d.0,
+        &["report", "h.jsonl", "--format", "html", "-o", "h.html"],
+    );
+    assert!(o.status.success(), "{}", stderr(&o));
+    let html = std::fs::read_to_string(d.path("h.html")).unwrap();
+    assert!(
+        html.contains("\"host\":{\"cpu_pct\":["),
+        "the chart data carries the host series"
+    );
+}
+
+/// Latency injected by the in-process broker (`mem://?delay=`) is what the thresholds see:
+/// every delivery at least 20 ms after its intended send time.
+#[test]
+fn injected_latency_is_judged() {
+    let d = TempDir::new("verdicts-delay");
+    let o = msgbench(
+        &d.0,
+        &[
+            "run",
+            "mem://delayed?delay=20ms",
+            "-n",
+            "500",
+            "--rate",
+            "1000",
+            "--warmup",
+            "0s",
+            "-q",
+            "--no-output",
+            "--threshold",
+            "e2e.p50 >= 20ms",
+            "--threshold",
+            "e2e.p99 < 5ms",
+        ],
+    );
+    assert_eq!(code(&o), 3, "{}", stderr(&o));
+    let out = stdout(&o);
+    assert!(out.contains("pass  e2e.p50 >= 20ms"), "{out}");
+    assert!(out.contains("FAIL  e2e.p99 < 5ms"), "{out}");
+}

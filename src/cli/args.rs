@@ -54,6 +54,10 @@ pub enum Command {
     /// Run a benchmark (no target: a short demo against the embedded in-process broker).
     #[command(after_help = RUN_EXAMPLES)]
     Run(RunArgs),
+    /// Find the highest rate at which every objective holds (a capacity search): rates grow,
+    /// then the knee is bisected and repeated; every step goes to one results file.
+    #[command(after_help = SEARCH_EXAMPLES)]
+    Search(SearchArgs),
     /// Check scenario files without running them.
     #[command(after_help = VALIDATE_EXAMPLES)]
     Validate(ValidateArgs),
@@ -439,6 +443,28 @@ Examples:
 
 Runs with different plans (target, size, rate...) are compared all the same, with a warning.";
 
+const SEARCH_EXAMPLES: &str = "\
+Examples:
+  msgbench search nats://127.0.0.1:4222 --slo 'e2e.p99 < 10ms' --slo 'lost == 0'
+      How many messages per second NATS takes while p99 stays under 10 ms and nothing is
+      lost: rates from 1,000/s double until an objective fails, the bracket is halved to 2%,
+      and the rate found is run twice more to show it holds.
+  msgbench search scenario.toml --slo 'publish.p999 < 50ms' --start-rate 20k --max-rate 2M
+  msgbench search 'mem://?max_rate=50k' --slo 'e2e.p99 < 10ms'
+      A system of known capacity (the in-process broker capped at 50,000 msgs/s).
+  msgbench report search.jsonl -f html -o knee.html
+      The step table and the knee (achieved rate and p50/p99/p99.9 against the offered rate).
+  msgbench compare before.jsonl after.jsonl
+      Capacity of search B against search A, then the figures of all steps together.
+
+Each step runs the workload at one offered rate: a warm-up (--warmup, default 1s here) and a
+measure phase (--duration, default 2s here). A step passes when every objective (--slo, and
+--threshold or the scenario's [thresholds]) holds and it sent at least --min-achieved of the
+rate offered. A failing step during which msgbench's own threads were saturated ends the
+search: above that rate the figures describe msgbench, and the answer is a lower bound.
+Exit codes: 0 a capacity was found, 1 could not run, 2 usage error, 3 no rate held the
+objectives, 130 interrupted (the steps so far are reported).";
+
 const DRIVERS_EXAMPLES: &str = "\
 Examples:
   msgbench drivers";
@@ -791,6 +817,43 @@ pub struct EcpArgs {
     /// Do not drain the stage queues before the run.
     #[arg(long)]
     pub no_clean: bool,
+}
+
+/// `msgbench search`: the workload of `run`, at rates the search chooses.
+#[derive(Debug, Args)]
+pub struct SearchArgs {
+    #[command(flatten)]
+    pub run: RunArgs,
+    #[command(flatten)]
+    pub search: SearchOptions,
+}
+
+/// The capacity search's own options.
+#[derive(Debug, Args, Default, PartialEq, Eq)]
+#[command(next_help_heading = "Capacity search")]
+pub struct SearchOptions {
+    /// An objective every step must meet, METRIC OP VALUE as for --threshold (repeatable):
+    /// 'e2e.p99 < 10ms', 'lost == 0', 'publish.p999 < 50ms', 'completeness >= 99.99%'.
+    #[arg(long, value_name = "COND")]
+    pub slo: Vec<String>,
+    /// The first rate tried, messages per second (default 1000; 20k, 1.5M accepted).
+    #[arg(long, value_name = "RATE")]
+    pub start_rate: Option<String>,
+    /// The highest rate tried (default 10M): holding the objectives there ends the search.
+    #[arg(long, value_name = "RATE")]
+    pub max_rate: Option<String>,
+    /// How narrow the bracket around the knee must get, relative to its lower end (default 2%).
+    #[arg(long, value_name = "PERCENT")]
+    pub precision: Option<String>,
+    /// Extra runs at the rate found, to show it holds (default 2).
+    #[arg(long, value_name = "N")]
+    pub repeat: Option<u32>,
+    /// The least share of the offered rate a step must send to pass (default 95%).
+    #[arg(long, value_name = "PERCENT")]
+    pub min_achieved: Option<String>,
+    /// Upper bound on the number of steps (default 40).
+    #[arg(long, value_name = "N")]
+    pub max_steps: Option<u32>,
 }
 
 /// `msgbench validate`.

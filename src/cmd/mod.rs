@@ -6,6 +6,7 @@ pub mod drivers;
 pub mod merge;
 pub mod report;
 pub mod run;
+pub mod search;
 pub mod serve;
 pub mod serve_ecp;
 pub mod validate;

@@ -17,13 +17,13 @@ use std::io::IsTerminal;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-fn new_run_id() -> u32 {
+pub(crate) fn new_run_id() -> u32 {
     let x = (now_ns() ^ ((std::process::id() as u64) << 40)).wrapping_mul(0x9E37_79B9_7F4A_7C15);
     (x >> 32) as u32
 }
 
 /// `YYYYmmdd-HHMMSS` (UTC) for default file names.
-fn utc_stamp(unix_s: u64) -> String {
+pub(crate) fn utc_stamp(unix_s: u64) -> String {
     let (y, m, d, hh, mm, ss) = msgbench_report::html::civil(unix_s);
     format!("{y:04}{m:02}{d:02}-{hh:02}{mm:02}{ss:02}")
 }
@@ -121,7 +121,11 @@ fn describe(plan: &RunPlan) -> String {
 /// Chooses the clock of this run and describes it for `begin`. Segments (and runs given a time
 /// reference) measure in wall-clock time, corrected against the reference if there is one, so
 /// stamps compare across hosts; everything else uses the host's monotonic clock.
-fn setup_clock(plan: &RunPlan, reference: Option<&str>, quiet: bool) -> Result<ClockInfo> {
+pub(crate) fn setup_clock(
+    plan: &RunPlan,
+    reference: Option<&str>,
+    quiet: bool,
+) -> Result<ClockInfo> {
     let kernel = ClockState::read();
     let mut info = ClockInfo {
         source: "CLOCK_MONOTONIC".into(),
@@ -171,7 +175,7 @@ fn setup_clock(plan: &RunPlan, reference: Option<&str>, quiet: bool) -> Result<C
     Ok(info)
 }
 
-fn hostname() -> String {
+pub(crate) fn hostname() -> String {
     std::fs::read_to_string("/proc/sys/kernel/hostname")
         .map(|s| s.trim().to_string())
         .unwrap_or_else(|_| "unknown".into())
@@ -199,6 +203,32 @@ fn start_dashboard(addr: &str, token: Option<&str>) -> Result<msgbench_dashboard
     }
     eprintln!("msgbench: dashboard on {}", d.url());
     Ok(d)
+}
+
+/// The `end` record of a run that ended with `outcome` (without verdicts).
+pub(crate) fn end_record(
+    outcome: &msgbench_core::runner::RunOutcome,
+    plan: &RunPlan,
+    interrupted: bool,
+) -> End {
+    End {
+        duration_s: outcome.duration_s,
+        interrupted,
+        drain_complete: outcome.drain_complete,
+        phases: outcome.phases.clone(),
+        integrity: outcome.integrity,
+        warnings: {
+            let mut w = outcome.warnings.clone();
+            if plan.segment.is_some_and(|s| s.count > 1) {
+                w.push(msgbench_report::merge::PARTIAL_INTEGRITY_WARNING.to_string());
+            }
+            w
+        },
+        connections: outcome.connections.clone(),
+        stages: outcome.stages.clone(),
+        tcp: outcome.tcp,
+        thresholds: Vec::new(),
+    }
 }
 
 /// Runs the benchmark; the exit code is 0 on a completed run, 130 when interrupted.
@@ -346,24 +376,7 @@ pub fn run(args: RunArgs) -> Result<ExitCode> {
     };
     // A stop the thresholds asked for is a verdict, not an interruption.
     let tripped = out.tripped().map(str::to_string);
-    let mut end = End {
-        duration_s: outcome.duration_s,
-        interrupted: outcome.interrupted && tripped.is_none(),
-        drain_complete: outcome.drain_complete,
-        phases: outcome.phases.clone(),
-        integrity: outcome.integrity,
-        warnings: {
-            let mut w = outcome.warnings.clone();
-            if plan.segment.is_some_and(|s| s.count > 1) {
-                w.push(msgbench_report::merge::PARTIAL_INTEGRITY_WARNING.to_string());
-            }
-            w
-        },
-        connections: outcome.connections.clone(),
-        stages: outcome.stages.clone(),
-        tcp: outcome.tcp,
-        thresholds: Vec::new(),
-    };
+    let mut end = end_record(&outcome, &plan, outcome.interrupted && tripped.is_none());
     if !thresholds.is_empty() {
         // Judged on the report the file will give, `end` included (its delivery account).
         let mut probe = out.report.clone();

@@ -14,6 +14,7 @@
 //! - [`payload`]: message sizes and stamped, incompressible bodies.
 //! - [`template`]: payload templates (JSON for gateways) with the text stamp inside.
 //! - [`runner`]: producer and consumer loops, phases, the coordinator.
+//! - [`search`]: the capacity search's strategy (which rate next, when the answer is known).
 //! - [`tcp_tally`]: process-wide TCP counters the drivers' sockets add to as they close.
 //! - [`clock`], [`units`], [`rng`], [`shutdown`]: small supporting pieces.
 #![deny(missing_docs)]
@@ -27,6 +28,7 @@ pub mod presets;
 pub mod rng;
 pub mod runner;
 pub mod scenario;
+pub mod search;
 pub mod shutdown;
 pub mod stamp;
 pub mod tcp_tally;

@@ -360,6 +360,7 @@ mod tests {
             cpu_s: 0.0,
             gauges: None,
             stages: Vec::new(),
+            host: None,
         }
     }
 

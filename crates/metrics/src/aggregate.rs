@@ -32,6 +32,10 @@ pub struct IntervalStats {
     /// Multi-stage tracking, by stage index (runs with stages only).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub stages: Vec<StageStats>,
+    /// The host over the window (CPU, memory, network, load), sampled as the interval is
+    /// written; absent where `/proc` is not readable.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub host: Option<crate::host::HostStats>,
 }
 
 /// Levels (not sums) sampled once per interval.
@@ -274,6 +278,7 @@ impl Aggregator {
             cpu_s: p.cpu_s,
             gauges: p.gauges,
             stages: p.stages,
+            host: None,
         }
     }
 

@@ -40,7 +40,8 @@
             var r = Math.min(u.bbox.left + u.bbox.width, Math.max(x0, x1));
             if (r <= l) return;
             ctx.save();
-            ctx.fillStyle = p[0] === 'warmup' ? 'rgba(255,200,0,0.12)' : 'rgba(120,120,255,0.12)';
+            ctx.fillStyle = p[0] === 'warmup' ? 'rgba(255,200,0,0.12)'
+              : p[0] === 'saturated' ? 'rgba(220,0,0,0.14)' : 'rgba(120,120,255,0.12)';
             ctx.fillRect(l, u.bbox.top, r - l, u.bbox.height);
             ctx.restore();
           });
@@ -148,8 +149,40 @@
     return d;
   }
 
+  // A capacity search: x is the offered rate, one point per rate tried.
+  function kneeChart(parent, title, yLabel, fmt, knee, series) {
+    var xs = knee.map(function (k) { return k.offered; });
+    return add(parent, {
+      title: title,
+      scales: { x: { time: false } },
+      series: [{ label: 'offered', value: function (u, v) { return v == null ? '-' : fmtNum(v) + '/s'; } }]
+        .concat(series.map(function (s, i) {
+          return {
+            label: s.label, stroke: s.color || COLORS[i % COLORS.length], width: 1.5, dash: s.dash,
+            points: { show: true, size: 6 }, value: function (u, v) { return fmt(v); }
+          };
+        })),
+      axes: [{ label: 'offered msgs/s', values: function (u, s) { return s.map(fmtNum); } },
+        { label: yLabel, size: 70, values: function (u, s) { return s.map(fmt); } }]
+    }, [xs].concat(series.map(function (s) { return s.values; })));
+  }
+
+  function drawKnee(knee) {
+    var host = section('knee');
+    if (!host || !knee || !knee.length) return;
+    kneeChart(host, 'Achieved against offered', 'msgs/s', fmtNum, knee, [
+      { label: 'all of it', values: knee.map(function (k) { return k.offered; }), color: '#999', dash: [4, 4] },
+      { label: 'achieved/s', values: knee.map(function (k) { return k.received; }), color: COLORS[0] }]);
+    kneeChart(host, 'End-to-end latency against offered', 'latency', fmtMs, knee, [
+      { label: 'p50', values: knee.map(function (k) { return k.p50_ms; }), color: COLORS[0] },
+      { label: 'p99', values: knee.map(function (k) { return k.p99_ms; }), color: COLORS[1] },
+      { label: 'p99.9', values: knee.map(function (k) { return k.p999_ms; }), color: COLORS[2] }]);
+  }
+
   function drawRun(r) {
-    var c = r.chart, t = c.t, ph = c.phases, host = section('timeseries');
+    drawKnee(r.knee);
+    var c = r.chart, t = c.t, host = section('timeseries');
+    var ph = c.phases.concat((c.saturated || []).map(function (s) { return ['saturated', s[0], s[1]]; }));
     timeChart(host, 'Throughput', 'msgs/s', fmtNum, t, [
       { label: 'sent/s', values: c.sent_per_s },
       { label: 'received/s', values: c.received_per_s }], ph);
@@ -184,6 +217,16 @@
       { label: 'cpu', values: c.cpu_pct }], ph);
     if (c.held) timeChart(host, 'Connections held', 'connections', fmtNum, t, [
       { label: 'held', values: c.held }], ph);
+    if (c.host) {
+      timeChart(host, 'Host CPU and memory', '% busy / % in use', fmtPct, t, [
+        { label: 'cpu', values: c.host.cpu_pct, color: COLORS[0] },
+        { label: 'memory', values: c.host.mem_pct, color: COLORS[2] }], ph);
+      timeChart(host, 'Host network (every interface)', 'MB/s', fmtNum, t, [
+        { label: 'received', values: c.host.rx_mb_per_s, color: COLORS[0] },
+        { label: 'sent', values: c.host.tx_mb_per_s, color: COLORS[1] }], ph);
+      timeChart(host, 'Host load average', 'runnable tasks (1 min)', fmtNum, t, [
+        { label: 'load1', values: c.host.load1 }], ph);
+    }
     var dist = section('percentiles');
     percentileChart(dist, 'Latency by percentile', r.distributions);
     percentileChart(dist, 'Stages: latency from the intended send time by percentile', r.stage_distributions);

@@ -59,6 +59,21 @@ pub struct StageSeries {
     pub latency: LatencySeries,
 }
 
+/// The host's figures per chart point.
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+pub struct HostSeries {
+    /// CPU busy, percent of all CPUs.
+    pub cpu_pct: Vec<f64>,
+    /// Memory in use, percent of the total.
+    pub mem_pct: Vec<f64>,
+    /// Network MB/s received, every interface.
+    pub rx_mb_per_s: Vec<f64>,
+    /// Network MB/s sent, every interface.
+    pub tx_mb_per_s: Vec<f64>,
+    /// One-minute load average.
+    pub load1: Vec<f64>,
+}
+
 /// Every chart column of a run; all vectors have the length of `t`.
 #[derive(Debug, Clone, Default, PartialEq, Serialize)]
 pub struct ChartData {
@@ -94,8 +109,14 @@ pub struct ChartData {
     pub cpu_pct: Vec<f64>,
     /// Connections held at the end of each point (connection workloads), if sampled.
     pub held: Option<Vec<u64>>,
+    /// The host per point, when the run sampled it: CPU busy and memory in use (percent),
+    /// network MB/s received and sent (every interface), one-minute load average.
+    pub host: Option<HostSeries>,
     /// Phase spans `(phase, start_s, end_s)`, for shading.
     pub phases: Vec<(Phase, f64, f64)>,
+    /// Spans `(start_s, end_s)` of consecutive intervals in which the generator was saturated
+    /// (their figures may show msgbench's limit), for shading.
+    pub saturated: Vec<(f64, f64)>,
 }
 
 /// Groups `rows` (in time order) into at most `max_points` runs of consecutive rows of equal
@@ -243,6 +264,36 @@ impl ChartData {
             d.reordered.push(reord);
             d.cpu_pct
                 .push(rs.iter().map(|r| r.cpu_s).sum::<f64>() / dur * 100.0);
+            let hs: Vec<&msgbench_metrics::HostStats> =
+                rs.iter().filter_map(|r| r.host.as_ref()).collect();
+            if hs.is_empty()
+                && let Some(h) = d.host.as_mut()
+            {
+                // A point without host figures in a run that has them: a gap, not a zero.
+                for v in [
+                    &mut h.cpu_pct,
+                    &mut h.mem_pct,
+                    &mut h.rx_mb_per_s,
+                    &mut h.tx_mb_per_s,
+                    &mut h.load1,
+                ] {
+                    v.push(f64::NAN);
+                }
+            }
+            if let Some(last) = hs.last() {
+                let h = d.host.get_or_insert_with(HostSeries::default);
+                let n = hs.len() as f64;
+                h.cpu_pct
+                    .push(hs.iter().map(|h| h.cpu_busy).sum::<f64>() / n * 100.0);
+                h.mem_pct
+                    .push(last.mem_used_bytes as f64 * 100.0 / last.mem_total_bytes.max(1) as f64);
+                let mb = |f: fn(&msgbench_metrics::HostStats) -> u64| {
+                    hs.iter().map(|h| f(h)).sum::<u64>() as f64 / dur / 1e6
+                };
+                h.rx_mb_per_s.push(mb(|h| h.net_rx_bytes));
+                h.tx_mb_per_s.push(mb(|h| h.net_tx_bytes));
+                h.load1.push(last.load1);
+            }
             held.push(last_held);
         }
         d.errors = kinds
@@ -251,15 +302,18 @@ impl ChartData {
             .map(|(k, v)| (format!("{k:?}").to_lowercase(), v))
             .collect();
         d.held = any_gauges.then_some(held);
-        for p in Phase::ALL {
-            let mut span: Option<(f64, f64)> = None;
-            for r in rows.iter().filter(|r| r.phase == p) {
-                span = Some(span.map_or((r.start_s, r.end_s), |(a, b)| {
-                    (a.min(r.start_s), b.max(r.end_s))
-                }));
+        for r in rows.iter().filter(|r| r.saturated) {
+            match d.saturated.last_mut() {
+                Some(last) if r.start_s <= last.1 + 1e-6 => last.1 = last.1.max(r.end_s),
+                _ => d.saturated.push((r.start_s, r.end_s)),
             }
-            if let Some((a, b)) = span {
-                d.phases.push((p, a, b));
+        }
+        // Consecutive intervals of one phase make a span: one per phase in a run, one per
+        // step and phase in a capacity search.
+        for r in &rows {
+            match d.phases.last_mut() {
+                Some((p, _, b)) if *p == r.phase => *b = b.max(r.end_s),
+                _ => d.phases.push((r.phase, r.start_s, r.end_s)),
             }
         }
         d
@@ -297,6 +351,7 @@ mod tests {
             gauges: None,
             stages: Vec::new(),
             saturated: false,
+            host: None,
         }
     }
 

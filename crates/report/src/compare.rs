@@ -462,6 +462,37 @@ impl Comparison {
 
         let plan_differences = plan_differences(&a.begin.plan, &b.begin.plan);
         let mut warnings = Vec::new();
+        // Two capacity searches: their answers first, then the figures of all steps together.
+        match (&a.search, &b.search) {
+            (Some(sa), Some(sb)) => {
+                let d = crate::search::compare(sa, sb);
+                groups.insert(
+                    0,
+                    Group {
+                        name: "capacity search".into(),
+                        rows: vec![Row::new(
+                            "capacity msgs/s",
+                            Unit::PerSecond,
+                            Better::Higher,
+                            d.a,
+                            d.b,
+                        )],
+                    },
+                );
+                for (tag, limit) in ["A", "B"].iter().zip(&d.limits) {
+                    if limit != "objectives" {
+                        warnings.push(format!(
+                            "search {tag} ended on `{limit}`, not on its objectives: its capacity is a bound, not the knee"
+                        ));
+                    }
+                }
+            }
+            (Some(_), None) | (None, Some(_)) => warnings.push(
+                "only one of the files is a capacity search: its figures add every step together"
+                    .into(),
+            ),
+            (None, None) => {}
+        }
         if !plan_differences.is_empty() {
             warnings.push(format!(
                 "the runs have different plans ({}): differences may come from the workload, not the system",

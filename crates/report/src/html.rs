@@ -95,6 +95,9 @@ pub struct RunCharts {
     pub distributions: Vec<Curve>,
     /// Percentile curves of each stage (multi-stage runs).
     pub stage_distributions: Vec<Curve>,
+    /// A capacity search's knee: one point per offered rate (none for other runs).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub knee: Vec<crate::search::KneePoint>,
 }
 
 impl RunCharts {
@@ -121,6 +124,11 @@ impl RunCharts {
                     points: s.percentiles.clone(),
                 })
                 .collect(),
+            knee: r
+                .search
+                .as_ref()
+                .map(crate::search::knee_points)
+                .unwrap_or_default(),
         }
     }
 }
@@ -524,6 +532,56 @@ fn warnings(s: &mut String, r: &RunReport) {
     s.push_str("</section>\n");
 }
 
+/// A capacity search: the answer, the knee and every step.
+fn search(s: &mut String, r: &RunReport) {
+    let Some(se) = &r.search else { return };
+    s.push_str("<section id=\"search\"><h2>Capacity search</h2>\n");
+    match &se.end {
+        Some(e) => {
+            let _ = writeln!(
+                s,
+                "<p class=\"badge {}\">{}</p><p class=\"note\">Objectives: {}; a step must also send {:.0}% of the rate offered. The summary below adds every step together.</p>",
+                if e.capacity_per_s.is_some() {
+                    "ok"
+                } else {
+                    "bad"
+                },
+                esc(&e.summary),
+                esc(&e.objectives.join(", ")),
+                e.min_achieved * 100.0
+            );
+        }
+        None => s.push_str(
+            "<p class=\"badge warn\">INCOMPLETE: the search ended before its answer</p>\n",
+        ),
+    }
+    s.push_str("<div id=\"knee\"></div>\n<table class=\"num\"><tr><th>step</th><th>kind</th><th>offered/s</th><th>sent/s</th><th>received/s</th><th>e2e p50</th><th>e2e p99</th><th>e2e p99.9</th><th>lost</th><th>valid</th><th>verdict</th></tr>\n");
+    for st in &se.steps {
+        let lat = |ns: u64| crate::live::latency(ns);
+        let _ = writeln!(
+            s,
+            "<tr><td>{}</td><td>{}</td><td>{:.0}</td><td>{:.0}</td><td>{:.0}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{:.0}%</td><td class=\"{}\">{}</td></tr>",
+            st.index,
+            esc(&st.kind),
+            st.offered_per_s,
+            st.sent_per_s,
+            st.received_per_s,
+            lat(st.e2e_ns[0]),
+            lat(st.e2e_ns[1]),
+            lat(st.e2e_ns[2]),
+            st.lost,
+            st.valid_share * 100.0,
+            if st.pass { "ok" } else { "bad" },
+            if st.pass {
+                "pass".to_string()
+            } else {
+                esc(&format!("FAIL: {}", st.why))
+            }
+        );
+    }
+    s.push_str("</table>\n</section>\n");
+}
+
 fn thresholds(s: &mut String, r: &RunReport) {
     if r.thresholds.is_empty() {
         return;
@@ -610,9 +668,10 @@ fn body(r: &RunReport) -> String {
         );
     }
     s.push_str("</header>\n<main>\n");
+    search(&mut s, r);
     summary(&mut s, r);
     thresholds(&mut s, r);
-    s.push_str("<section id=\"charts\"><h2>Over time</h2><p class=\"note\">Shaded: warm-up and drain. Each point is one interval; on long runs, a bucket of intervals showing their summed rates and their worst latency percentiles.</p><div id=\"timeseries\"></div></section>\n");
+    s.push_str("<section id=\"charts\"><h2>Over time</h2><p class=\"note\">Shaded: warm-up and drain; red: intervals in which the generator was saturated. Each point is one interval; on long runs, a bucket of intervals showing their summed rates and their worst latency percentiles.</p><div id=\"timeseries\"></div></section>\n");
     s.push_str("<section id=\"distribution\"><h2>Latency percentile distribution</h2><p class=\"note\">The result (measure phase and its drain): latency at each percentile, on a logarithmic “nines” axis.</p><div id=\"percentiles\"></div></section>\n");
     integrity(&mut s, r);
     warnings(&mut s, r);

@@ -15,6 +15,7 @@
 //!   the HTML report draws.
 //! - [`compare`]: the [`Comparison`] of two runs and its text/JSON/HTML renderings.
 //! - [`prometheus`]: the live figures in the Prometheus text exposition format.
+//! - [`search`]: a capacity search's steps and answer, its knee and the comparison of two.
 //! - [`verdict`]: thresholds (`e2e.p99 < 10ms`) judged against a report, and their JUnit XML.
 //! - `schema/results.schema.json`: the JSON Schema every line satisfies (enforced by tests).
 #![deny(missing_docs)]
@@ -29,6 +30,7 @@ pub mod merge;
 pub mod model;
 pub mod prometheus;
 pub mod records;
+pub mod search;
 pub mod stages;
 pub mod text;
 pub mod verdict;

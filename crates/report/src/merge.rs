@@ -188,6 +188,13 @@ impl Reader {
                         self.line
                     )));
                 }
+                Record::SearchStep(_) | Record::Search(_) => {
+                    return Err(MergeError::Refused(format!(
+                        "{}: line {}: a capacity search (`msgbench search`) is one process's run: it cannot be merged",
+                        self.path.display(),
+                        self.line
+                    )));
+                }
                 Record::Event(_) => unreachable!("events are passed on by read_record"),
             }
         }

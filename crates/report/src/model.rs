@@ -94,6 +94,9 @@ pub struct RunReport {
     /// the plan's thresholds (a merged or killed run), or on new ones ([`RunReport::judge`]).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub thresholds: Vec<crate::verdict::Verdict>,
+    /// A capacity search's steps and answer (files written by `msgbench search`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub search: Option<crate::search::SearchReport>,
 }
 
 fn no_values(l: &LatencySummary) -> bool {
@@ -132,6 +135,9 @@ pub struct IntervalRow {
     /// show msgbench's limit, not the system's.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub saturated: bool,
+    /// The host over the window, when the run sampled it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub host: Option<msgbench_metrics::HostStats>,
 }
 
 /// Share of the generator's threads' time above which an interval counts as saturated.
@@ -209,6 +215,7 @@ pub struct ReportBuilder {
     events: Vec<EventRecord>,
     events_dropped: u64,
     stages: crate::stages::StageAcc,
+    search: Option<crate::search::SearchReport>,
 }
 
 /// What a phase's intervals add up to.
@@ -244,6 +251,14 @@ impl ReportBuilder {
                 }
             }
             Record::Event(_) => {}
+            Record::SearchStep(s) => self
+                .search
+                .get_or_insert_with(Default::default)
+                .steps
+                .push(s.clone()),
+            Record::Search(e) => {
+                self.search.get_or_insert_with(Default::default).end = Some(e.clone())
+            }
             Record::Interval(i) => {
                 self.stages.add(i);
                 let slot = match self.phases.iter().position(|p| p.phase == i.phase) {
@@ -278,6 +293,7 @@ impl ReportBuilder {
                     connect: LatencySummary::of(&i.histograms.connect),
                     gauges: i.gauges,
                     saturated: false,
+                    host: i.host,
                     stages: i
                         .stages
                         .iter()
@@ -419,6 +435,7 @@ impl ReportBuilder {
             tcp: end.and_then(|e| e.tcp),
             distributions,
             begin,
+            search: self.search,
         };
         if report.thresholds.is_empty() {
             let planned = report.planned_thresholds();

@@ -330,7 +330,7 @@ impl Exporter {
                     cpu_s: i.cpu_s,
                 });
             }
-            Record::Event(_) => {}
+            Record::Event(_) | Record::SearchStep(_) | Record::Search(_) => {}
             Record::End(e) => {
                 self.end = Some(e.integrity);
                 self.elapsed_s = self.elapsed_s.max(e.duration_s);

@@ -170,6 +170,10 @@ pub enum Record {
     Interval(IntervalStats),
     /// A happening.
     Event(EventRecord),
+    /// A capacity search: one step done (`msgbench search`).
+    SearchStep(crate::search::SearchStep),
+    /// A capacity search: its answer, before `end`.
+    Search(crate::search::SearchEnd),
     /// Last line.
     End(End),
 }

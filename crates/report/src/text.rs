@@ -159,6 +159,9 @@ pub fn write(r: &RunReport, out: &mut dyn Write) -> std::io::Result<()> {
             "segment {label} of a segmented run (merge the segments for the whole run)"
         )?;
     }
+    if let Some(s) = &r.search {
+        crate::search::write_text(s, out)?;
+    }
     writeln!(out)?;
     if let Some(cs) = &r.connections {
         connections_block(out, r, cs)?;

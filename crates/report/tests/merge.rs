@@ -50,6 +50,7 @@ fn interval(index: u64, sent: u64, received: u64, e2e_us: u64) -> IntervalStats 
         cpu_s: 0.1,
         gauges: None,
         stages: Vec::new(),
+        host: None,
     }
 }
 

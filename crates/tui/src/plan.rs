@@ -305,6 +305,7 @@ impl RunProgress {
                     }
                 }
             }
+            Record::SearchStep(_) | Record::Search(_) => {}
             Record::End(e) => {
                 self.now_s = self.now_s.max(e.duration_s);
                 self.phase = RunPhase::Done {

@@ -210,6 +210,7 @@ impl LiveState {
                 }
                 self.events.push_back(e.clone());
             }
+            Record::SearchStep(_) | Record::Search(_) => {}
             Record::End(e) => {
                 self.end = Some(EndInfo {
                     interrupted: e.interrupted,

@@ -115,6 +115,7 @@ fn interval(t: Tick, tweak: impl FnOnce(&mut IntervalStats)) -> Record {
         cpu_s: 0.35 + 0.05 * (t.index % 3) as f64,
         gauges: None,
         stages: Vec::new(),
+        host: None,
     };
     tweak(&mut iv);
     Record::Interval(iv)

@@ -233,6 +233,7 @@ impl Hub {
                 st.events.push_back(e.clone());
                 self.send("event", json(e));
             }
+            Record::SearchStep(_) | Record::Search(_) => {}
             Record::End(e) => {
                 let st = &mut *st;
                 if let (Some(frame), Some(series)) = (st.frame.as_mut(), st.series.as_mut())

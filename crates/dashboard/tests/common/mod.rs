@@ -46,6 +46,7 @@ pub fn interval(i: u64, sent: u64, latency_us: u64) -> Record {
         cpu_s: 0.5,
         gauges: None,
         stages: Vec::new(),
+        host: None,
     })
 }
 

@@ -23,6 +23,15 @@
 //! - `foreign_every=N`: after every N-th message, a payload that is not a msgbench stamp is
 //!   delivered too.
 //!
+//! A known latency and a known capacity, so verdicts and the capacity search can be tested
+//! against a system whose answer is known in advance:
+//! - `delay=D` (`5ms`, `250us`): every message is handed to its consumers no earlier than D
+//!   after it was sent (a fixed network or broker latency).
+//! - `max_rate=N`: the broker accepts at most N messages per second, all producers together.
+//!   It behaves as a single server with a queue: below N nothing waits; above N each send waits
+//!   for its slot, so the backlog (and the latency measured from the intended send time) grows
+//!   for as long as the offered rate stays above N — the knee a capacity search looks for.
+//!
 //! Brokers are per process and named by the URL host (`mem://a` and `mem://b` are separate).
 //!
 //! # Layout
@@ -30,12 +39,13 @@
 //! - [`MemProducer`] / [`MemConsumer`]: the two sides.
 
 use bytes::{Buf, BufMut, Bytes, BytesMut};
+use msgbench_core::clock::now_ns;
 use msgbench_core::driver::{
     Ack, Capabilities, Consumer, ConsumerSpec, Delivery, Driver, DriverError, NoSession, Outbound,
     Producer, ProducerSpec, SessionSpec,
 };
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::task::{Context, Poll};
 use tokio::sync::mpsc;
@@ -46,8 +56,9 @@ pub const DEFAULT_CAPACITY: usize = 8_192;
 /// Frames per batch when a subscriber is busy.
 pub const BATCH_FRAMES: usize = 64;
 
-/// Frame header: payload length (u32) and reply token (u64, `u64::MAX` = none).
-const FRAME_HEADER: usize = 12;
+/// Frame header: payload length (u32), reply token (u64, `u64::MAX` = none) and the time the
+/// frame becomes deliverable (u64 ns on the msgbench clock, 0 = at once; see `delay=`).
+const FRAME_HEADER: usize = 20;
 const NO_TOKEN: u64 = u64::MAX;
 
 /// Faults injected into every producer's stream.
@@ -81,7 +92,41 @@ struct Topic {
 #[derive(Default)]
 struct Broker {
     topics: Mutex<HashMap<String, Topic>>,
+    /// `max_rate=`: when the single server is next free (ns on the msgbench clock), shared by
+    /// every producer of this broker.
+    next_free_ns: AtomicU64,
 }
+
+impl Broker {
+    /// Reserves the next service slot of a broker that serves one message every `interval_ns`,
+    /// and returns when that slot begins. Slots up to [`SLOT_CREDIT_NS`] in the past are still
+    /// served: a producer that overslept its timer catches up instead of losing the server's
+    /// time (which would make the capacity depend on the timer, not on `max_rate`).
+    fn reserve(&self, interval_ns: u64, now: u64) -> u64 {
+        let mut next = self.next_free_ns.load(Ordering::Relaxed);
+        loop {
+            let slot = next.max(now.saturating_sub(SLOT_CREDIT_NS));
+            match self.next_free_ns.compare_exchange_weak(
+                next,
+                slot + interval_ns,
+                Ordering::Relaxed,
+                Ordering::Relaxed,
+            ) {
+                Ok(_) => return slot,
+                Err(seen) => next = seen,
+            }
+        }
+    }
+}
+
+/// How far ahead of its slot a producer may run before it sleeps: sleeping per message would
+/// cost more than the cap is meant to model, and the timer is no finer than a millisecond.
+const SLOT_SLACK_NS: u64 = 1_000_000;
+
+/// How far in the past an unused slot of `max_rate=` may still be taken (a token bucket this
+/// deep): more than the timer's overshoot, little enough that an idle broker does not bank
+/// a burst worth measuring.
+const SLOT_CREDIT_NS: u64 = 5_000_000;
 
 fn broker(name: &str) -> Arc<Broker> {
     static BROKERS: OnceLock<Mutex<HashMap<String, Arc<Broker>>>> = OnceLock::new();
@@ -97,10 +142,14 @@ pub struct MemDriver {
     broker: Arc<Broker>,
     capacity: usize,
     faults: Faults,
+    /// `delay=`: the fixed latency added to every message, in ns (0 = none).
+    delay_ns: u64,
+    /// `max_rate=`: ns between two messages the broker serves (0 = no cap).
+    interval_ns: u64,
 }
 
 impl MemDriver {
-    /// Parses `mem://[name][?capacity=N&drop_every=N&dup_every=N&reorder_every=N&foreign_every=N]`.
+    /// Parses `mem://[name][?capacity=N&drop_every=N&dup_every=N&reorder_every=N&foreign_every=N&delay=D&max_rate=N]`.
     pub fn from_url(url: &str) -> Result<Self, DriverError> {
         let rest = url
             .strip_prefix("mem://")
@@ -108,10 +157,29 @@ impl MemDriver {
         let (name, query) = rest.split_once('?').unwrap_or((rest, ""));
         let mut capacity = DEFAULT_CAPACITY;
         let mut faults = Faults::default();
+        let mut delay_ns = 0;
+        let mut interval_ns = 0;
         for kv in query.split('&').filter(|s| !s.is_empty()) {
             let (k, v) = kv.split_once('=').ok_or_else(|| {
                 DriverError::Config(format!("mem:// option `{kv}` needs a value"))
             })?;
+            if k == "delay" {
+                let d = msgbench_core::units::parse_duration(v)
+                    .map_err(|e| DriverError::Config(format!("mem:// option `delay`: {e}")))?;
+                delay_ns = d.as_nanos().min(u64::MAX as u128) as u64;
+                continue;
+            }
+            if k == "max_rate" {
+                let r = msgbench_core::units::parse_count(v)
+                    .map_err(|e| DriverError::Config(format!("mem:// option `max_rate`: {e}")))?;
+                if !(1.0..=1e9).contains(&r) {
+                    return Err(DriverError::Config(format!(
+                        "mem:// option `max_rate` must be between 1 and 1G messages per second, got `{v}`"
+                    )));
+                }
+                interval_ns = (1e9 / r).round() as u64;
+                continue;
+            }
             let n: u64 = v.parse().map_err(|_| {
                 DriverError::Config(format!(
                     "mem:// option `{k}` must be a whole number, got `{v}`"
@@ -125,7 +193,7 @@ impl MemDriver {
                 "foreign_every" => faults.foreign_every = n,
                 _ => {
                     return Err(DriverError::Config(format!(
-                        "unknown mem:// option `{k}` (known: capacity, drop_every, dup_every, reorder_every, foreign_every)"
+                        "unknown mem:// option `{k}` (known: capacity, drop_every, dup_every, reorder_every, foreign_every, delay, max_rate)"
                     )));
                 }
             }
@@ -134,6 +202,8 @@ impl MemDriver {
             broker: broker(name),
             capacity,
             faults,
+            delay_ns,
+            interval_ns,
         })
     }
 }
@@ -160,6 +230,8 @@ impl Driver for MemDriver {
             topics: spec.topics.clone(),
             routes: (0..spec.topics.len()).map(|_| None).collect(),
             faults: self.faults,
+            delay_ns: self.delay_ns,
+            interval_ns: self.interval_ns,
             n: 0,
             held: None,
             replies: spec.request_reply.then_some(ack_tx),
@@ -212,10 +284,11 @@ impl Outbox {
         }
     }
 
-    fn push(&mut self, payload: &[u8], token: u64) {
+    fn push(&mut self, payload: &[u8], token: u64, due_ns: u64) {
         self.buf.reserve(FRAME_HEADER + payload.len());
         self.buf.put_u32_le(payload.len() as u32);
         self.buf.put_u64_le(token);
+        self.buf.put_u64_le(due_ns);
         self.buf.put_slice(payload);
         self.frames += 1;
     }
@@ -253,6 +326,8 @@ pub struct MemProducer {
     topics: Vec<String>,
     routes: Vec<Option<Route>>,
     faults: Faults,
+    delay_ns: u64,
+    interval_ns: u64,
     n: u64,
     held: Option<(u32, Vec<u8>, u64)>,
     replies: Option<mpsc::UnboundedSender<u64>>,
@@ -286,9 +361,14 @@ impl MemProducer {
 
     async fn deliver(&mut self, stream: u32, payload: &[u8], token: u64) {
         let replies = self.replies.clone();
+        let due = if self.delay_ns > 0 {
+            now_ns() + self.delay_ns
+        } else {
+            0
+        };
         let route = self.route(stream);
         for o in &mut route.fanout {
-            o.push(payload, token);
+            o.push(payload, token, due);
             o.maybe_send(&replies, false).await;
         }
         for (members, next) in &mut route.groups {
@@ -296,8 +376,21 @@ impl MemProducer {
                 continue;
             }
             let i = next.fetch_add(1, Ordering::Relaxed) % members.len();
-            members[i].push(payload, token);
+            members[i].push(payload, token, due);
             members[i].maybe_send(&replies, false).await;
+        }
+    }
+
+    /// `max_rate=`: waits until the broker's server is free for this message. Sleeps only
+    /// once the producer is more than [`SLOT_SLACK_NS`] ahead, handing over what it holds
+    /// first so the consumers are not kept waiting by the producer's own sleep.
+    async fn wait_for_slot(&mut self) {
+        let now = now_ns();
+        let slot = self.broker.reserve(self.interval_ns, now);
+        if slot > now + SLOT_SLACK_NS {
+            // Sleeps until its slot; whatever the timer oversleeps is caught up (see `reserve`).
+            self.send_all().await;
+            tokio::time::sleep(std::time::Duration::from_nanos(slot - now)).await;
         }
     }
 
@@ -325,6 +418,9 @@ impl Producer for MemProducer {
         } else {
             NO_TOKEN
         };
+        if self.interval_ns > 0 {
+            self.wait_for_slot().await;
+        }
         if f.drop_every > 0 && n.is_multiple_of(f.drop_every) {
             return Ok(());
         }
@@ -383,8 +479,18 @@ impl Consumer for MemConsumer {
         loop {
             if let Some(b) = &mut self.current {
                 if b.frames.len() >= FRAME_HEADER {
+                    // `delay=`: wait before taking the frame, so a cancelled wait loses nothing.
+                    let due = u64::from_le_bytes(b.frames[12..20].try_into().expect("8 bytes"));
+                    if due > 0 {
+                        let now = now_ns();
+                        if due > now {
+                            tokio::time::sleep(std::time::Duration::from_nanos(due - now)).await;
+                            continue;
+                        }
+                    }
                     let len = b.frames.get_u32_le() as usize;
                     let token = b.frames.get_u64_le();
+                    b.frames.advance(8);
                     let payload = b.frames.split_to(len);
                     if self.respond
                         && token != NO_TOKEN
@@ -484,5 +590,85 @@ mod tests {
         assert_eq!(q2.recv().await.unwrap().unwrap().payload.as_ref(), &[1]);
         assert_eq!(q1.recv().await.unwrap().unwrap().payload.as_ref(), &[2]);
         assert_eq!(q2.recv().await.unwrap().unwrap().payload.as_ref(), &[3]);
+    }
+
+    fn spec(topic: &str) -> (ConsumerSpec, ProducerSpec) {
+        (
+            ConsumerSpec {
+                id: 0,
+                topic: topic.into(),
+                group: None,
+                respond: false,
+                meta: false,
+                target: None,
+            },
+            ProducerSpec {
+                id: 0,
+                topics: vec![topic.into()],
+                request_reply: false,
+                max_in_flight: 1,
+            },
+        )
+    }
+
+    #[test]
+    fn latency_and_capacity_options() {
+        let d = MemDriver::from_url("mem://opts?delay=5ms&max_rate=50k").unwrap();
+        assert_eq!(d.delay_ns, 5_000_000);
+        assert_eq!(d.interval_ns, 20_000);
+        for bad in ["delay=fast", "max_rate=0", "max_rate=x"] {
+            let e = MemDriver::from_url(&format!("mem://?{bad}")).err().unwrap();
+            assert!(
+                e.to_string().contains(bad.split('=').next().unwrap()),
+                "{e}"
+            );
+        }
+    }
+
+    #[tokio::test]
+    async fn delay_holds_each_message_back() {
+        let d = MemDriver::from_url("mem://unit-delay?delay=30ms").unwrap();
+        let (cs, ps) = spec("t");
+        let mut c = d.consumer(&cs).await.unwrap();
+        let mut p = d.producer(&ps).await.unwrap();
+        let t0 = now_ns();
+        p.send(Outbound {
+            stream: 0,
+            token: 0,
+            payload: b"x",
+            meta: None,
+        })
+        .await
+        .unwrap();
+        p.flush().await.unwrap();
+        assert_eq!(c.recv().await.unwrap().unwrap().payload.as_ref(), b"x");
+        let waited = now_ns() - t0;
+        assert!(waited >= 30_000_000, "delivered after {waited} ns");
+    }
+
+    #[tokio::test]
+    async fn max_rate_serves_one_message_per_slot() {
+        // 2,000 messages at most 20,000/s take at least 0.1 s however fast they are offered.
+        let d = MemDriver::from_url("mem://unit-cap?max_rate=20000&capacity=100000").unwrap();
+        let (cs, ps) = spec("t");
+        let mut c = d.consumer(&cs).await.unwrap();
+        let mut p = d.producer(&ps).await.unwrap();
+        let t0 = now_ns();
+        for i in 0..2_000u64 {
+            p.send(Outbound {
+                stream: 0,
+                token: i,
+                payload: b"x",
+                meta: None,
+            })
+            .await
+            .unwrap();
+        }
+        p.flush().await.unwrap();
+        let took = now_ns() - t0;
+        assert!(took >= 95_000_000, "2,000 sends took {took} ns");
+        for _ in 0..2_000 {
+            c.recv().await.unwrap().unwrap();
+        }
     }
 }
