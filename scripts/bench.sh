@@ -22,6 +22,8 @@
 #                               the ratio (target <= 1.2x)
 #   scripts/bench.sh verdicts   mem:// 64 B unlimited with and without 4 thresholds judged every
 #                               interval (--threshold-abort), interleaved: msgs/s and the ratio
+#   scripts/bench.sh search     a capacity search with default settings on mem:// capped at 50k msgs/s:
+#                               the time it takes and the capacity it finds
 #   scripts/bench.sh proxy      `msgbench serve amqp-proxy` (strict, handshake-terminating, as
 #                               amqpprox) in front of `serve amqp-sink`: connections/s and MB/s
 #                               through it next to the same workloads direct, and the direct
@@ -441,6 +443,23 @@ bench_verdicts() {
   echo "  median: plain $a msgs/s, judged $b msgs/s, ratio $(python3 -c "print(f'{$b/$a:.3f}')") (target: 1 within noise)"
 }
 
+bench_search() {
+  echo "== capacity search with default settings: mem:// capped at 50k msgs/s, objective e2e.p99 < 10ms (target: within 60 s, answer within 5% of 50k) ($RUNS runs)"
+  local out caps=() secs=()
+  out=$(mktemp)
+  for _ in $(seq "$RUNS"); do
+    local t0 t1
+    t0=$(date +%s.%N)
+    "$B" search 'mem://bench-search?max_rate=50k' --slo 'e2e.p99 < 10ms' --no-output --quiet --format json >"$out"
+    t1=$(date +%s.%N)
+    caps+=("$(python3 -c "import json; print(round(json.load(open('$out'))['search']['end']['capacity_per_s']))")")
+    secs+=("$(python3 -c "print(round($t1 - $t0, 1))")")
+    echo "  run: capacity ${caps[-1]} msgs/s in ${secs[-1]} s"
+  done
+  rm -f "$out"
+  echo "  median: capacity $(printf '%s\n' "${caps[@]}" | median) msgs/s, $(printf '%s\n' "${secs[@]}" | median) s"
+}
+
 bench_proxy() {
   local free='import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'
   local sport pport; sport=$(python3 -c "$free"); pport=$(python3 -c "$free")
@@ -757,6 +776,7 @@ case "${1:-all}" in
   ws) bench_ws ;;
   textstamp) bench_textstamp ;;
   verdicts) bench_verdicts ;;
+  search) bench_search ;;
   proxy) bench_proxy ;;
   http) bench_http ;;
   zmq) bench_zmq ;;
@@ -764,6 +784,6 @@ case "${1:-all}" in
   views) bench_views ;;
   merge) bench_merge ;;
   segments) bench_segments ;;
-  all) bench_mem; bench_nats; bench_memory; bench_mqtt; bench_demo; bench_storm; bench_conns; bench_amqp; bench_sink; bench_proxy; bench_textstamp; bench_verdicts; bench_ws; bench_http; bench_zmq; bench_ecp; bench_views; bench_merge; bench_segments ;;
+  all) bench_mem; bench_nats; bench_memory; bench_mqtt; bench_demo; bench_storm; bench_conns; bench_amqp; bench_sink; bench_proxy; bench_textstamp; bench_verdicts; bench_search; bench_ws; bench_http; bench_zmq; bench_ecp; bench_views; bench_merge; bench_segments ;;
   *) echo "usage: $0 [mem|nats|memory|mqtt|demo|storm|conns|nats-conns|amqp|sink|ws|http|zmq|ecp|views|merge|segments|all]" >&2; exit 2 ;;
 esac
