@@ -2,8 +2,14 @@
 //! results file. Every record written is also folded into a [`ReportBuilder`], so the final
 //! report is computed from exactly the records written (the results file is the contract), in
 //! memory that does not grow with the length of the run.
+//!
+//! Every record passes [`RunOutput::push`], which scrubs the run's secrets
+//! ([`msgbench_core::redact::Secrets`]) from its text before anything sees it: the results file,
+//! the report, the live views (TUI, dashboard, Prometheus endpoint) and stderr only ever get
+//! the scrubbed record. Interval records hold no text and are passed as they are.
 
 use crate::live::LiveView;
+use msgbench_core::redact::Secrets;
 use msgbench_core::runner::{Observer, RunEvent};
 use msgbench_core::shutdown::Shutdown;
 use msgbench_metrics::IntervalStats;
@@ -35,6 +41,8 @@ pub struct RunOutput {
     /// together at a phase's end share it instead of measuring a few microseconds each).
     host: msgbench_metrics::HostSampler,
     last_host: Option<(std::time::Instant, msgbench_metrics::HostStats)>,
+    /// The run's secrets, scrubbed from every record's text.
+    secrets: Secrets,
 }
 
 /// Thresholds judged while the run goes on, and the stop they ask for.
@@ -48,7 +56,13 @@ struct Watch {
 impl RunOutput {
     /// Writes to `writer` (if any); `fanout` says whether open gaps mean loss (not so for queue
     /// groups, whose members each see part of a stream).
-    pub fn new(writer: Option<ResultsWriter<File>>, quiet: bool, fanout: bool) -> Self {
+    /// `secrets` are scrubbed from every record ([`msgbench_core::scenario::RunPlan::secrets`]).
+    pub fn new(
+        writer: Option<ResultsWriter<File>>,
+        quiet: bool,
+        fanout: bool,
+        secrets: Secrets,
+    ) -> Self {
         Self {
             writer,
             report: ReportBuilder::new(),
@@ -64,6 +78,7 @@ impl RunOutput {
             watch: None,
             host: msgbench_metrics::HostSampler::new(),
             last_host: None,
+            secrets,
         }
     }
 
@@ -172,8 +187,9 @@ impl RunOutput {
         }
     }
 
-    /// Records and writes one line.
-    pub fn push(&mut self, r: Record) {
+    /// Records and writes one line, its secrets scrubbed first.
+    pub fn push(&mut self, mut r: Record) {
+        scrub(&self.secrets, &mut r);
         if let Some(w) = &mut self.writer
             && let Err(e) = w.write(&r)
             && self.write_error.is_none()
@@ -239,12 +255,94 @@ impl Observer for RunOutput {
                 "reconnected" | "disconnected" | "error" | "warning"
             )
         {
-            self.say(&format!("[{:>7.1}s] {}: {}", ev.at_s, ev.kind, ev.detail));
+            let detail = self.secrets.scrub(&ev.detail);
+            self.say(&format!("[{:>7.1}s] {}: {detail}", ev.at_s, ev.kind));
         }
         self.push(Record::Event(EventRecord {
             at_s: ev.at_s,
             kind: ev.kind.clone(),
             detail: ev.detail.clone(),
         }));
+    }
+}
+
+/// Scrubs `secrets` from the text of `r`. Events are scrubbed field by field; `begin`, `end`
+/// and a search's records (once per run or step each) through their JSON form, so text added
+/// to them later is covered too.
+fn scrub(secrets: &Secrets, r: &mut Record) {
+    if secrets.is_empty() {
+        return;
+    }
+    match r {
+        Record::Interval(_) => {}
+        Record::Event(e) => {
+            e.kind = secrets.scrub(&e.kind).into_owned();
+            e.detail = secrets.scrub(&e.detail).into_owned();
+        }
+        Record::Begin(_) | Record::End(_) | Record::SearchStep(_) | Record::Search(_) => {
+            let Ok(mut v) = serde_json::to_value(&*r) else {
+                return;
+            };
+            scrub_json(secrets, &mut v);
+            if let Ok(clean) = serde_json::from_value(v) {
+                *r = clean;
+            }
+        }
+    }
+}
+
+fn scrub_json(secrets: &Secrets, v: &mut serde_json::Value) {
+    match v {
+        serde_json::Value::String(s) => {
+            if let std::borrow::Cow::Owned(clean) = secrets.scrub(s) {
+                *s = clean;
+            }
+        }
+        serde_json::Value::Array(a) => a.iter_mut().for_each(|x| scrub_json(secrets, x)),
+        serde_json::Value::Object(m) => m.values_mut().for_each(|x| scrub_json(secrets, x)),
+        _ => {}
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use msgbench_report::End;
+
+    /// Free text that quotes a secret (a driver's error, a warning) reaches neither the file nor
+    /// the report with it.
+    #[test]
+    fn records_are_scrubbed_before_anything_sees_them() {
+        let mut secrets = Secrets::new();
+        secrets.add("S3cr3t-XYZZY-42");
+        let dir = std::env::temp_dir().join(format!("msgbench-scrub-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("r.jsonl");
+        let writer = ResultsWriter::new(File::create(&path).unwrap());
+        let mut out = RunOutput::new(Some(writer), true, true, secrets);
+        out.push(Record::Event(EventRecord {
+            at_s: 1.0,
+            kind: "error".into(),
+            detail: "connect to mqtt://u:S3cr3t-XYZZY-42@h failed".into(),
+        }));
+        let end = End {
+            duration_s: 1.0,
+            interrupted: false,
+            drain_complete: true,
+            phases: Vec::new(),
+            integrity: Default::default(),
+            warnings: vec!["auth S3cr3t-XYZZY-42 refused".into()],
+            connections: None,
+            stages: Vec::new(),
+            tcp: None,
+            thresholds: Vec::new(),
+        };
+        out.push(Record::End(end));
+        out.flush();
+        let text = std::fs::read_to_string(&path).unwrap();
+        std::fs::remove_dir_all(&dir).unwrap();
+        assert!(!text.contains("S3cr3t"), "{text}");
+        assert!(text.contains("mqtt://u:***@h failed"), "{text}");
+        assert!(text.contains("auth *** refused"), "{text}");
     }
 }

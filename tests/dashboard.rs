@@ -229,10 +229,13 @@ fn the_history_is_served_imported_and_guarded_by_its_token() {
             "tok-12345678",
         ],
     );
-    assert!(url.ends_with("/?token=tok-12345678"), "{url}");
+    // The printed URL never holds the token (it ends up in terminals and CI logs).
+    assert!(url.ends_with('/') && !url.contains("tok-12345678"), "{url}");
     let addr = host_port(&url);
     assert_eq!(get(&addr, "/api/runs").0, 401);
     assert_eq!(get(&addr, "/").0, 401);
+    assert_eq!(get(&addr, "/api/runs?token=tok-12345679").0, 401);
+    assert_eq!(get(&addr, "/api/runs?token=tok-1234567").0, 401);
     let (status, body) = get(&addr, "/api/runs?token=tok-12345678");
     assert_eq!(status, 200);
     let v: Value = serde_json::from_str(&body).unwrap();
@@ -283,4 +286,80 @@ fn a_target_after_dashboard_is_a_clear_error() {
         std::fs::read_dir(&dir.0).unwrap().next().is_none(),
         "left files behind"
     );
+}
+
+/// Beyond loopback without a token the dashboard is refused, before anything listens or any
+/// file is written; the error says what to give.
+#[test]
+fn a_dashboard_beyond_loopback_needs_a_token() {
+    let dir = TempDir::new("dash-needs-token");
+    let o = msgbench(
+        &dir.0,
+        &["dashboard", "--listen", "0.0.0.0:0", "--results-db", "h.db"],
+    );
+    assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
+    assert!(stderr(&o).contains("--token TOKEN"), "{}", stderr(&o));
+    let o = msgbench(
+        &dir.0,
+        &[
+            "run",
+            "mem://",
+            "-n",
+            "10",
+            "-o",
+            "r.jsonl",
+            "--dashboard=0.0.0.0:0",
+        ],
+    );
+    assert!(!o.status.success());
+    assert!(stderr(&o).contains("--dashboard-token"), "{}", stderr(&o));
+    assert!(
+        !dir.path("r.jsonl").exists(),
+        "a refused dashboard left a results file"
+    );
+}
+
+/// A token given in the environment guards the dashboard and appears nowhere in its output.
+#[test]
+fn the_token_is_never_printed() {
+    let dir = TempDir::new("dash-token-quiet");
+    let mut child = Command::new(bin())
+        .args(["dashboard", "--listen", "127.0.0.1:0", "--results-db"])
+        .arg(dir.path("h.db"))
+        .env("MSGBENCH_DASHBOARD_TOKEN", "env-token-S3cr3t")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut err = BufReader::new(child.stderr.take().unwrap());
+    let mut seen = String::new();
+    while !seen.contains("every request needs the token") {
+        let mut line = String::new();
+        assert!(err.read_line(&mut line).unwrap() > 0, "{seen}");
+        seen.push_str(&line);
+    }
+    let url = seen
+        .lines()
+        .find_map(|l| l.strip_prefix("msgbench: dashboard on "))
+        .unwrap()
+        .to_string();
+    let addr = host_port(&url);
+    assert_eq!(get(&addr, "/api/runs").0, 401);
+    assert_eq!(get(&addr, "/api/runs?token=env-token-S3cr3t").0, 200);
+    child.kill().unwrap();
+    let _ = child.wait();
+    let mut rest = String::new();
+    let _ = err.read_to_string(&mut rest);
+    let mut out = String::new();
+    let _ = child.stdout.take().unwrap().read_to_string(&mut out);
+    let all = format!("{seen}{rest}{out}");
+    assert!(!all.contains("env-token-S3cr3t"), "{all}");
+    // --help shows where the token comes from, never its value.
+    let help = Command::new(bin())
+        .args(["dashboard", "--help"])
+        .env("MSGBENCH_DASHBOARD_TOKEN", "env-token-S3cr3t")
+        .output()
+        .unwrap();
+    let help = String::from_utf8_lossy(&help.stdout);
+    assert!(help.contains("MSGBENCH_DASHBOARD_TOKEN") && !help.contains("env-token-S3cr3t"));
 }

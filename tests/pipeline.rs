@@ -106,7 +106,8 @@ fn mqtt_to_amqp_queue_group() {
     );
 }
 
-/// A pipeline end that cannot be one is refused before anything connects.
+/// A pipeline end that cannot be one is refused before anything connects, as a usage error
+/// (exit code 2).
 #[test]
 fn bad_pipelines_are_refused() {
     let d = TempDir::new("pipe-bad");
@@ -114,7 +115,7 @@ fn bad_pipelines_are_refused() {
         &d.0,
         &["run", "nats://127.0.0.1:1", "--consume-from", "mem://"],
     );
-    assert_eq!(o.status.code(), Some(1));
+    assert_eq!(o.status.code(), Some(2));
     assert!(stderr(&o).contains("pipeline"), "{}", stderr(&o));
     let o = msgbench(
         &d.0,
@@ -123,10 +124,10 @@ fn bad_pipelines_are_refused() {
     assert!(stderr(&o).contains("not a URL"), "{}", stderr(&o));
     let o = msgbench(
         &d.0,
-        &["run", "nats://127.0.0.1:1", "--consume-from", "kafka://h"],
+        &["run", "nats://127.0.0.1:1", "--consume-from", "gopher://h"],
     );
     assert!(
-        stderr(&o).contains("no driver for `kafka://`"),
+        stderr(&o).contains("no driver for `gopher://`"),
         "{}",
         stderr(&o)
     );

@@ -36,7 +36,8 @@ pub fn with_run_env(cmd: clap::Command) -> clap::Command {
             // Built once per process; clap keeps &'static names.
             let name: &'static str =
                 Box::leak(format!("MSGBENCH_{}", id.to_ascii_uppercase()).into_boxed_str());
-            let a = a.env(name);
+            // Values never shown in --help: targets and headers may hold credentials.
+            let a = a.env(name).hide_env_values(true);
             // Switches take what people write in environments: 1/0, yes/no, on/off too.
             if matches!(a.get_action(), clap::ArgAction::SetTrue) {
                 a.value_parser(clap::builder::BoolishValueParser::new())
@@ -89,9 +90,9 @@ Examples:
       file, searchable by name, tag and target (name:x tag:x target:x narrow a word to one
       field); a page per run with its charts; tick two runs to compare them side by side.
   msgbench dashboard --results-db ./runs.db --listen 127.0.0.1:0
-  msgbench dashboard --listen 0.0.0.0:8642
-      Reachable from other machines: a token is generated and printed (or give --token);
-      every request must carry it as ?token=... or Authorization: Bearer ...
+  MSGBENCH_DASHBOARD_TOKEN=$(openssl rand -hex 16) msgbench dashboard --listen 0.0.0.0:8642
+      Reachable from other machines: only with a token (--token or the variable), which every
+      request must carry as ?token=... or Authorization: Bearer ...; it is never printed.
   msgbench dashboard --import old/*.jsonl
       Add existing results files to the history, then exit.
   msgbench run mem:// --duration 1m --dashboard
@@ -114,9 +115,15 @@ pub struct DashboardArgs {
     /// Run history database (default: see below).
     #[arg(long, value_name = "PATH")]
     pub results_db: Option<PathBuf>,
-    /// Token every request must carry (?token= or Authorization: Bearer); generated and
-    /// printed when listening beyond loopback without one.
-    #[arg(long, value_name = "TOKEN")]
+    /// Token every request must carry (?token= or Authorization: Bearer); required to listen
+    /// beyond loopback. Compared in constant time, never printed; the variable keeps it out
+    /// of `ps`.
+    #[arg(
+        long,
+        value_name = "TOKEN",
+        env = "MSGBENCH_DASHBOARD_TOKEN",
+        hide_env_values = true
+    )]
     pub token: Option<String>,
     /// Add these results files to the history and exit.
     #[arg(long, value_name = "FILE", num_args = 1..)]
@@ -370,6 +377,9 @@ Examples:
       HTTP/1.1 closed loop: 50 keep-alive connections, one request in flight each.
   msgbench run http://127.0.0.1:8080/api -p 50 --rate 20000 --method GET --header 'X-Key: 1'
       HTTP at a fixed rate (open loop); latency from request to response.
+  msgbench run https://api.example/ingest --header 'Authorization: Bearer ...' --header 'X-Tenant-Sig: ...' --redact-header 'x-tenant-*'
+      Credentials are sent but never written: URL user info, Authorization, Cookie, API-key
+      headers and those matching --redact-header show as *** in results, reports and dashboard.
   msgbench run amqp://guest:guest@127.0.0.1:5672/%2f --confirm --size 1KiB --queue-group q
       RabbitMQ: publisher confirms (publish latency = publish -> confirm), one shared queue.
   msgbench run amqp://127.0.0.1 -p 100 -c 100 --channels 20 --rate 10k --mandatory
@@ -395,7 +405,7 @@ Examples:
       Without --tui, long runs on a terminal show a progress line below the table.
   msgbench run mem:// --rate 50k --duration 10m --dashboard
       Live charts in the browser (the URL is printed; --dashboard 0.0.0.0:8643 serves other
-      machines, with a printed token). Every run is also recorded for `msgbench dashboard`
+      machines, with --dashboard-token or MSGBENCH_DASHBOARD_TOKEN). Every run is also recorded for `msgbench dashboard`
       (--results-db PATH elsewhere, --no-history not at all).
   msgbench run nats://127.0.0.1:4222 --rate 20k --threshold 'e2e.p99 < 10ms' --threshold 'lost == 0' --junit verdicts.xml
       A verdict for CI: exit code 3 when a threshold fails (the report and the results file
@@ -565,6 +575,14 @@ pub struct RunArgs {
     /// Do not write a results file.
     #[arg(long, conflicts_with = "output")]
     pub no_output: bool,
+    /// Also hide the values of headers whose name matches this glob (case-insensitive, `*` any
+    /// run, `?` one character; repeatable or comma-separated; scenario `[output]
+    /// redact_headers`). Always hidden: user info in every URL, credential query parameters,
+    /// Authorization, Proxy-Authorization, Cookie and headers named like *api-key*, *token*,
+    /// *secret*, *auth*, *session*: in the results file, every report, the dashboard and the
+    /// history, as `***`.
+    #[arg(long, value_name = "GLOB", value_delimiter = ',')]
+    pub redact_header: Vec<String>,
     /// No live table on stderr.
     #[arg(long, short = 'q')]
     pub quiet: bool,
@@ -756,8 +774,8 @@ pub struct DashboardRunArgs {
     /// the URL is printed). Put it after the target, or write --dashboard=ADDR.
     #[arg(long, num_args = 0..=1, default_missing_value = "127.0.0.1:0", value_name = "ADDR")]
     pub dashboard: Option<String>,
-    /// Token every dashboard request must carry (?token= or Authorization: Bearer); generated
-    /// and printed when --dashboard listens beyond loopback without one.
+    /// Token every dashboard request must carry (?token= or Authorization: Bearer); required
+    /// for --dashboard beyond loopback. Compared in constant time, never printed.
     #[arg(long, value_name = "TOKEN", requires = "dashboard")]
     pub dashboard_token: Option<String>,
     /// Run history to record this run in (default: $MSGBENCH_RESULTS_DB, else

@@ -172,6 +172,9 @@ fn flags_to_scenario(a: &RunArgs) -> Result<Scenario> {
         ));
     }
     s.output.threshold_abort = a.threshold_abort.then_some(true);
+    if !a.redact_header.is_empty() {
+        s.output.redact_headers = Some(a.redact_header.clone());
+    }
     s.producers.per_topic = a.producers;
     s.consumers.per_topic = a.consumers;
     if let Some(g) = &a.queue_group {

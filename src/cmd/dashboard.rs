@@ -58,13 +58,13 @@ pub fn run(args: DashboardArgs) -> Result<ExitCode> {
         });
     }
     let server = HistoryDashboard::start(&args.listen, args.token.as_deref(), &db)?;
-    if server.generated_token() {
+    eprintln!("msgbench: dashboard on {}", server.url());
+    if args.token.is_some() {
         eprintln!(
-            "msgbench: listening on {} (beyond loopback): every request needs the token in this URL",
-            server.local_addr()
+            "msgbench: every request needs the token given with --token (open {}?token=TOKEN, or send Authorization: Bearer TOKEN)",
+            server.url()
         );
     }
-    eprintln!("msgbench: dashboard on {}", server.url());
     eprintln!("msgbench: run history {} (Ctrl-C stops)", db.display());
     server.wait();
     bail!("the dashboard server stopped")

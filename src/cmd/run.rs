@@ -141,15 +141,16 @@ pub(crate) fn setup_clock(
     let mut correction = 0i64;
     if let Some(r) = reference {
         let off = msgbench_serve::time::measure(r, 16, std::time::Duration::from_millis(500))
-            .with_context(|| format!("--time-reference {r}"))?;
+            .with_context(|| format!("--time-reference {}", msgbench_core::redact::url(r)))?;
         correction = off.offset_ns;
-        info.reference = Some(r.to_string());
+        info.reference = Some(msgbench_core::redact::url(r));
         info.reference_offset_ns = Some(off.offset_ns);
         info.reference_rtt_ns = Some(off.rtt_ns);
         info.uncertainty_us = Some(off.rtt_ns.div_ceil(2000));
         if !quiet {
             eprintln!(
-                "msgbench: clock offset to {r}: {:+.3} ms (± {:.3} ms, best of {} probes)",
+                "msgbench: clock offset to {}: {:+.3} ms (± {:.3} ms, best of {} probes)",
+                msgbench_core::redact::url(r),
                 off.offset_ns as f64 / 1e6,
                 off.rtt_ns as f64 / 2e6,
                 off.answered
@@ -192,16 +193,17 @@ fn check_dashboard_addr(addr: &str) -> Result<()> {
     Ok(())
 }
 
-/// Starts the live dashboard on `addr` and prints its URL (with the token, if one is needed).
+/// Starts the live dashboard on `addr` and prints its URL (never the token: see
+/// `msgbench_dashboard::auth`).
 fn start_dashboard(addr: &str, token: Option<&str>) -> Result<msgbench_dashboard::LiveDashboard> {
     let d = msgbench_dashboard::LiveDashboard::start(addr, token)?;
-    if d.generated_token() {
+    eprintln!("msgbench: dashboard on {}", d.url());
+    if token.is_some() {
         eprintln!(
-            "msgbench: the dashboard listens on {} (beyond loopback): every request needs the token in this URL",
-            d.local_addr()
+            "msgbench: every dashboard request needs the --dashboard-token (open {}?token=TOKEN, or send Authorization: Bearer TOKEN)",
+            d.url()
         );
     }
-    eprintln!("msgbench: dashboard on {}", d.url());
     Ok(d)
 }
 
@@ -318,7 +320,8 @@ pub fn run(args: RunArgs) -> Result<ExitCode> {
         None
     };
     let quiet = args.quiet || tui.is_some();
-    let mut out = RunOutput::new(writer, quiet, fanout);
+    let secrets = plan.secrets();
+    let mut out = RunOutput::new(writer, quiet, fanout, secrets.clone());
     if plan.threshold_abort {
         out.watch_thresholds(&thresholds, shutdown.clone());
     }
@@ -365,13 +368,16 @@ pub fn run(args: RunArgs) -> Result<ExitCode> {
     let outcome = match outcome {
         Ok(o) => o,
         Err(e) => {
+            // Errors may quote what failed, credentials included: scrubbed for the file (by
+            // `push`) and for the terminal alike.
+            let detail = secrets.scrub(&format!("{e:#}")).into_owned();
             out.push(Record::Event(msgbench_report::EventRecord {
                 at_s: 0.0,
                 kind: "error".into(),
-                detail: format!("{e:#}"),
+                detail: detail.clone(),
             }));
             out.flush();
-            return Err(e);
+            return Err(anyhow::Error::msg(detail));
         }
     };
     // A stop the thresholds asked for is a verdict, not an interruption.

@@ -140,6 +140,7 @@ fn search_plan(o: &SearchOptions, plan: &RunPlan) -> Result<SearchPlan> {
 /// step's own report.
 struct StepObserver<'a> {
     out: &'a mut RunOutput,
+    secrets: &'a msgbench_core::redact::Secrets,
     step: ReportBuilder,
     /// Where this step starts on the file's time axis, seconds.
     t0: f64,
@@ -169,7 +170,7 @@ impl Observer for StepObserver<'_> {
         }));
         let at_s = self.t0 + ev.at_s.max(0.0);
         if matches!(ev.kind.as_str(), "error" | "warning" | "disconnected") {
-            eprintln!("           {}: {}", ev.kind, ev.detail);
+            eprintln!("           {}: {}", ev.kind, self.secrets.scrub(&ev.detail));
         }
         self.out.event(&RunEvent {
             at_s,
@@ -299,7 +300,8 @@ pub fn run(args: SearchArgs) -> Result<ExitCode> {
         base.subscription,
         msgbench_core::scenario::SubscriptionMode::Fanout
     );
-    let mut out = RunOutput::new(writer, true, fanout);
+    let secrets = base.secrets();
+    let mut out = RunOutput::new(writer, true, fanout, secrets.clone());
     let mut plan_json = serde_json::to_value(base.redacted())?;
     if let Some(obj) = plan_json.as_object_mut() {
         obj.insert(
@@ -370,6 +372,7 @@ pub fn run(args: SearchArgs) -> Result<ExitCode> {
         }));
         let mut obs = StepObserver {
             out: &mut out,
+            secrets: &secrets,
             step: ReportBuilder::new(),
             t0,
             index0,
@@ -379,6 +382,7 @@ pub fn run(args: SearchArgs) -> Result<ExitCode> {
         obs.step.add(&Record::Begin(begin.clone()));
         let outcome = rt
             .block_on(registry::run_plan(&plan, &mut obs, shutdown.clone()))
+            .map_err(|e| anyhow!("{}", secrets.scrub(&format!("{e:#}"))))
             .with_context(|| format!("search step {index} at {} msgs/s", fmt_rate(probe.rate)))?;
         let end = super::run::end_record(&outcome, &plan, outcome.interrupted);
         obs.step.add(&Record::End(end.clone()));

@@ -95,7 +95,7 @@ pub fn run(args: ServeArgs) -> Result<ExitCode> {
                 eprintln!(
                     "msgbench serve: strict AMQP 0-9-1 proxy on amqp://{} to {} (Ctrl-C to stop)",
                     proxy.local_addr(),
-                    msgbench_core::scenario::plan::redact_url(upstream)
+                    msgbench_core::redact::url(upstream)
                 );
                 let stats = proxy.stats();
                 proxy.run(stop).await;

@@ -3,7 +3,7 @@
 
 use crate::cli::args::ServeArgs;
 use anyhow::{Context, Result, anyhow};
-use msgbench_core::scenario::plan::redact_url;
+use msgbench_core::redact;
 use msgbench_core::scenario::{Amqp10Section, TlsPlan, amqp10::resolve_amqp10};
 use msgbench_core::units::parse_duration;
 use msgbench_serve::ecp::{EcpCounters, EcpEndpointConfig, run_with};
@@ -57,13 +57,13 @@ pub async fn run(args: &ServeArgs, stop: impl Future<Output = ()> + Send) -> Res
     let cfg = config(args)?;
     eprintln!(
         "msgbench serve: ECP endpoint simulator on {} (outbox {}, reply {}, send events {}, inbox {}{}); Ctrl-C to stop",
-        redact_url(&cfg.outbox_url),
+        redact::url(&cfg.outbox_url),
         cfg.outbox,
         cfg.reply,
         cfg.send_event,
         cfg.inbox,
         if cfg.inbox_url != cfg.outbox_url {
-            format!(" on {}", redact_url(&cfg.inbox_url))
+            format!(" on {}", redact::url(&cfg.inbox_url))
         } else {
             String::new()
         }

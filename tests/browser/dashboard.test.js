@@ -189,3 +189,57 @@ test("the history lists, finds, shows and compares the run", async () => {
   child.kill("SIGTERM");
   await exited(child, 10000);
 });
+
+// Run names, tags and error texts are data, never markup: a `<script>` run name and an
+// `onerror` attribute in a tag and a warning render as the text they are, on the live page, the
+// runs list and the run page, and none of them runs.
+test("markup in run names, tags and error texts renders as text", async () => {
+  const NAME = '<script>window.__pwned = "name"</script><b id="bold-name">x</b>';
+  const TAG = '<img src=x onerror="window.__pwned = \'tag\'">';
+  const WARNING = '<img src=x onerror="window.__pwned = \'warning\'"> refused';
+  const results = path.join(tmp, "markup.jsonl");
+  const hist = path.join(tmp, "markup.db");
+  const noMarkup = async (page) => {
+    assert.equal(await page.evaluate(() => window.__pwned), undefined, "markup from a run ran");
+    assert.equal(await page.$("#bold-name"), null, "markup from a run became an element");
+  };
+
+  const { child, url } = await start(["run", "mem://", "--rate", "1000", "--duration", "4s", "--warmup", "0s",
+    "--name", NAME, "--tag", TAG, "--quiet", "-o", results, "--no-history", "--dashboard", "127.0.0.1:0"], "msgbench run");
+  const live = await browser.newPage();
+  const errors = [];
+  live.on("pageerror", (e) => errors.push(String(e)));
+  await live.goto(url);
+  await live.waitForFunction(() => window.msgbench && window.msgbench.ready, null, { timeout: 20000 });
+  await live.waitForFunction((n) => document.getElementById("title").textContent.includes(n), NAME, { timeout: 20000 });
+  assert.ok((await live.title()).includes(NAME), await live.title());
+  await noMarkup(live);
+  await live.close();
+  assert.equal(await exited(child, 60000), 0, "the run did not complete");
+
+  // A warning (as a driver's error text would be) with markup, in the file the history reads.
+  const lines = fs.readFileSync(results, "utf8").trimEnd().split("\n").map((l) => JSON.parse(l));
+  const end = lines.find((r) => r.type === "end");
+  end.warnings.push(WARNING);
+  lines.splice(lines.length - 1, 0, { type: "event", at_s: 1.0, kind: "error", detail: WARNING });
+  fs.writeFileSync(results, lines.map((l) => JSON.stringify(l)).join("\n") + "\n");
+  await run(["dashboard", "--import", results, "--results-db", hist]);
+  const { child: dash, url: histUrl } = await start(["dashboard", "--listen", "127.0.0.1:0", "--results-db", hist], "msgbench dashboard");
+  const page = await browser.newPage();
+  page.on("pageerror", (e) => errors.push(String(e)));
+  await page.goto(histUrl);
+  await page.waitForFunction(() => window.msgbench && window.msgbench.ready, null, { timeout: 20000 });
+  assert.equal(await page.textContent("#runs tr[data-run] td:nth-child(2)"), NAME);
+  assert.equal(await page.textContent("#runs tr[data-run] td:nth-child(3)"), TAG);
+  await noMarkup(page);
+  await Promise.all([page.waitForNavigation(), page.click("#runs tr[data-run] td:nth-child(2) a")]);
+  await page.waitForFunction(() => window.msgbench && window.msgbench.ready, null, { timeout: 20000 });
+  assert.ok((await page.textContent("#title")).includes(NAME));
+  const warnings = await page.$$eval("ul.warnings li", (lis) => lis.map((l) => l.textContent));
+  assert.ok(warnings.includes(WARNING), JSON.stringify(warnings));
+  await noMarkup(page);
+  assert.deepEqual(errors, []);
+  await page.close();
+  dash.kill("SIGTERM");
+  await exited(dash, 10000);
+});

@@ -11,6 +11,7 @@
 //! - [`stamp`]: the header every payload carries (binary at offset 0, or text anywhere).
 //! - [`meta`]: message ids, correlation and properties, for drivers and stages that use them.
 //! - [`presets`]: ready-made scenarios (the `ecp` preset).
+//! - [`redact`]: the one rule for hiding credentials from everything msgbench prints or writes.
 //! - [`payload`]: message sizes and stamped, incompressible bodies.
 //! - [`template`]: payload templates (JSON for gateways) with the text stamp inside.
 //! - [`runner`]: producer and consumer loops, phases, the coordinator.
@@ -25,6 +26,7 @@ pub mod meta;
 pub mod pacer;
 pub mod payload;
 pub mod presets;
+pub mod redact;
 pub mod rng;
 pub mod runner;
 pub mod scenario;

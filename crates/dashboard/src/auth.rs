@@ -1,7 +1,12 @@
-//! Who may see the dashboard. On a loopback address anyone on this machine may (as with any
-//! local tool); anywhere else a token is required, given with `--token` or generated and
-//! printed, and every request (pages, assets, the event stream, the API) must carry it as
-//! `?token=` or `Authorization: Bearer`. Anything else gets 401.
+//! Who may see the dashboard. Without a token it listens on loopback only, where anyone on
+//! this machine may see it (as with any local tool); a non-loopback address is refused unless a
+//! token is given (`--token`, `--dashboard-token`), and then every request (pages, assets, the
+//! event stream, the API) must carry it as `?token=` or `Authorization: Bearer`. Anything else
+//! gets 401.
+//!
+//! The token is compared in constant time ([`constant_time_eq`]) and never logged: the URLs
+//! msgbench prints leave it out, and [`Access`]'s `Debug` hides it. It appears only in the pages
+//! served to a request that carried it (their asset links carry it on).
 //!
 //! Without a token, requests must also name a loopback host (`127.0.0.1`, `[::1]`,
 //! `localhost`) in their `Host` header: a web page elsewhere cannot make the browser read the
@@ -38,16 +43,6 @@ fn valid_token(t: &str) -> bool {
             .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.' | b'~'))
 }
 
-/// 128 random bits in hex, from the kernel's generator.
-pub fn generate_token() -> Result<String, DashboardError> {
-    use std::io::Read;
-    let mut buf = [0u8; 16];
-    std::fs::File::open("/dev/urandom")
-        .and_then(|mut f| f.read_exact(&mut buf))
-        .map_err(|e| DashboardError::Token(format!("cannot read /dev/urandom: {e}")))?;
-    Ok(buf.iter().map(|b| format!("{b:02x}")).collect())
-}
-
 impl Access {
     /// Open to every request (loopback without a token).
     pub fn open() -> Self {
@@ -70,16 +65,17 @@ impl Access {
         })
     }
 
-    /// The rule for a server on `addr`: `token` if given; none on loopback; otherwise a
-    /// generated one. Returns the rule and whether the token was generated (to print it).
-    pub fn for_address(
-        addr: &SocketAddr,
-        token: Option<&str>,
-    ) -> Result<(Self, bool), DashboardError> {
+    /// The rule for a server on `addr`: `token` if given; none on loopback.
+    ///
+    /// # Errors
+    /// [`DashboardError::NeedsToken`] for a non-loopback address without a token (the
+    /// dashboard shows run names, targets and results: beyond this machine it is never open),
+    /// [`DashboardError::Token`] for an unusable token.
+    pub fn for_address(addr: &SocketAddr, token: Option<&str>) -> Result<Self, DashboardError> {
         match token {
-            Some(t) => Ok((Self::with_token(t)?, false)),
-            None if addr.ip().is_loopback() => Ok((Self::open(), false)),
-            None => Ok((Self::with_token(&generate_token()?)?, true)),
+            Some(t) => Self::with_token(t),
+            None if addr.ip().is_loopback() => Ok(Self::open()),
+            None => Err(DashboardError::NeedsToken { addr: *addr }),
         }
     }
 
@@ -131,13 +127,17 @@ impl Access {
     }
 }
 
-/// Compares without returning early on the first difference (the time taken does not tell how
-/// much of a guessed token was right).
-fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
-    if a.len() != b.len() {
-        return false;
+/// Compares in time that depends only on the length of `want` (the token), never on where or
+/// whether `got` differs: the time taken tells nothing about how much of a guess was right, nor
+/// its length.
+pub fn constant_time_eq(got: &[u8], want: &[u8]) -> bool {
+    // Lengths differ: still one pass over `want`, and the difference makes the result false.
+    let mut diff = (got.len() ^ want.len()) as u64;
+    for (i, w) in want.iter().enumerate() {
+        let g = got.get(i).copied().unwrap_or(!w);
+        diff |= u64::from(g ^ w);
     }
-    a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+    std::hint::black_box(diff) == 0
 }
 
 /// Middleware: 401 for a request without the token.
@@ -188,18 +188,28 @@ mod tests {
     }
 
     #[test]
-    fn loopback_needs_no_token_and_other_addresses_get_one() {
+    fn loopback_needs_no_token_and_other_addresses_are_refused_without_one() {
         let lo: SocketAddr = "127.0.0.1:0".parse().unwrap();
-        let (a, generated) = Access::for_address(&lo, None).unwrap();
-        assert!(a.token().is_none() && !generated);
-        let any: SocketAddr = "0.0.0.0:0".parse().unwrap();
-        let (a, generated) = Access::for_address(&any, None).unwrap();
-        assert!(generated);
-        assert_eq!(a.token().unwrap().len(), 32);
-        let (b, _) = Access::for_address(&any, None).unwrap();
-        assert_ne!(a.token(), b.token());
-        let (c, generated) = Access::for_address(&lo, Some("given-token")).unwrap();
-        assert_eq!((c.token(), generated), (Some("given-token"), false));
+        assert!(Access::for_address(&lo, None).unwrap().token().is_none());
+        let any: SocketAddr = "0.0.0.0:8642".parse().unwrap();
+        let e = Access::for_address(&any, None).unwrap_err();
+        assert!(matches!(e, DashboardError::NeedsToken { .. }));
+        assert!(e.to_string().contains("--token"), "{e}");
+        let v6: SocketAddr = "[::]:8642".parse().unwrap();
+        assert!(Access::for_address(&v6, None).is_err());
+        let a = Access::for_address(&any, Some("given-token")).unwrap();
+        assert_eq!(a.token(), Some("given-token"));
+        let c = Access::for_address(&lo, Some("given-token")).unwrap();
+        assert_eq!(c.token(), Some("given-token"));
+    }
+
+    #[test]
+    fn constant_time_comparison_is_exact() {
+        assert!(constant_time_eq(b"abcdefgh", b"abcdefgh"));
+        assert!(!constant_time_eq(b"abcdefgH", b"abcdefgh"));
+        assert!(!constant_time_eq(b"abcdefg", b"abcdefgh"));
+        assert!(!constant_time_eq(b"abcdefghi", b"abcdefgh"));
+        assert!(!constant_time_eq(b"", b"abcdefgh"));
     }
 
     #[test]
@@ -232,6 +242,10 @@ mod tests {
         assert!(Access::with_token("short").is_err());
         assert!(Access::with_token("has space in it").is_err());
         assert!(Access::with_token("a&token=b-long").is_err());
-        assert!(format!("{:?}", Access::with_token("never-printed").unwrap()).contains("<set>"));
+        let shown = format!("{:?}", Access::with_token("never-printed").unwrap());
+        assert!(
+            shown.contains("<set>") && !shown.contains("never-printed"),
+            "{shown}"
+        );
     }
 }

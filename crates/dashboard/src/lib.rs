@@ -18,7 +18,8 @@
 //! - [`store`]: the SQLite run history.
 //! - [`frame`]: records to chart rows; [`series`]: the bounded-memory downsampler.
 //! - [`sysstat`]: host CPU and memory from `/proc`.
-//! - [`auth`]: loopback by default, a token everywhere else.
+//! - [`auth`]: loopback by default, a token required everywhere else, compared in constant
+//!   time and never logged.
 //! - [`server`]: binding, embedded assets, the server thread.
 #![deny(missing_docs)]
 
@@ -51,6 +52,14 @@ pub enum DashboardError {
     /// The access token is unusable.
     #[error("dashboard token: {0}")]
     Token(String),
+    /// A non-loopback address without a token: refused, never served open.
+    #[error(
+        "dashboard on {addr}: beyond loopback every request must carry a token, and none was given; give one (`msgbench dashboard --token TOKEN`, `msgbench run --dashboard ADDR --dashboard-token TOKEN`; 8 to 256 letters, digits or -_.~, e.g. from `openssl rand -hex 16`) or listen on 127.0.0.1"
+    )]
+    NeedsToken {
+        /// The address bound.
+        addr: std::net::SocketAddr,
+    },
     /// The run history database failed.
     #[error("run history {}: {message}", path.display())]
     Store {

@@ -1,5 +1,5 @@
 //! The HTTP side shared by the live page and the history: binding (loopback by default, a
-//! token elsewhere), the embedded front-end assets, and a server thread of its own.
+//! token required elsewhere), the embedded front-end assets, and a server thread of its own.
 //!
 //! The server runs on its own thread with a single-threaded runtime, not on the benchmark's
 //! runtime: serving a page never takes a worker from producers and consumers, and the server
@@ -98,9 +98,10 @@ pub(crate) fn finish(app: Router, access: &Access) -> Router {
         ))
 }
 
-/// Resolves `addr` (`127.0.0.1:0`, `[::1]:8080`, `localhost:9000`, `0.0.0.0:8080`) and binds
-/// its first address; whether a token is needed is judged on the address actually bound.
-pub fn bind(addr: &str) -> Result<TcpListener, DashboardError> {
+/// Resolves `addr` (`127.0.0.1:0`, `[::1]:8080`, `localhost:9000`, `0.0.0.0:8080`), settles
+/// who may see the server there ([`Access::for_address`]: a non-loopback address without a
+/// token is refused *before* anything listens on it) and binds its first address.
+pub fn bind(addr: &str, token: Option<&str>) -> Result<(TcpListener, Access), DashboardError> {
     let bad = |m: String| DashboardError::Address {
         addr: addr.to_string(),
         message: m,
@@ -112,22 +113,24 @@ pub fn bind(addr: &str) -> Result<TcpListener, DashboardError> {
     let first = *addrs
         .first()
         .ok_or_else(|| bad("resolves to no address".into()))?;
+    let access = Access::for_address(&first, token)?;
     let l = TcpListener::bind(first).map_err(|e| bad(format!("cannot listen: {e}")))?;
     l.set_nonblocking(true)
         .map_err(|e| bad(format!("cannot listen: {e}")))?;
-    Ok(l)
+    Ok((l, access))
 }
 
 /// The URL to print for a server on `local` (a wildcard address is shown as this host's
-/// loopback address, which reaches it).
-pub fn url_for(local: SocketAddr, access: &Access) -> String {
+/// loopback address, which reaches it). It never holds the token: printed URLs end up in
+/// terminals, CI logs and shell history (see [`crate::auth`]).
+pub fn url_for(local: SocketAddr) -> String {
     let host = match local.ip() {
         ip if ip.is_unspecified() && local.is_ipv4() => "127.0.0.1".to_string(),
         ip if ip.is_unspecified() => "[::1]".to_string(),
         std::net::IpAddr::V6(v6) => format!("[{v6}]"),
         std::net::IpAddr::V4(v4) => v4.to_string(),
     };
-    format!("http://{host}:{}/{}", local.port(), access.query_suffix())
+    format!("http://{host}:{}/", local.port())
 }
 
 /// A server running on its own thread.

@@ -50,6 +50,7 @@
 pub mod amqp10;
 pub mod colocated;
 pub mod plan;
+mod redaction;
 pub mod segment;
 pub mod stages;
 
@@ -402,6 +403,9 @@ pub struct OutputSection {
     /// Judge the thresholds every interval of the measure phase too, and stop the run at the
     /// first that fails (those on the delivery account are judged at the end only).
     pub threshold_abort: Option<bool>,
+    /// Header-name globs (`x-tenant-*`) whose values are hidden in everything msgbench prints
+    /// or writes, on top of the built-in credential headers (see [`crate::redact`]).
+    pub redact_headers: Option<Vec<String>>,
 }
 
 /// A scenario file that could not be read, with where and why.
@@ -504,6 +508,7 @@ impl Scenario {
                     connect_timeout,
                     workers,
                     threshold_abort,
+                    redact_headers,
                 },
             client:
                 ClientSection {
@@ -623,6 +628,7 @@ impl Scenario {
         pick(&mut self.output.connect_timeout, connect_timeout);
         pick(&mut self.output.workers, workers);
         pick(&mut self.output.threshold_abort, threshold_abort);
+        pick(&mut self.output.redact_headers, redact_headers);
         pick(&mut self.thresholds, thresholds);
         pick(&mut self.consumers.subscribe, subscribe);
         pick(&mut self.consumers.target, consume_from);

@@ -177,7 +177,8 @@ pub struct RunPlan {
     /// Labels for finding the run again (scenario `tags`, `--tag`).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub tags: Vec<String>,
-    /// Target URL. May contain credentials: use [`RunPlan::redacted`] before printing or writing.
+    /// Target URL. May contain credentials: use [`RunPlan::redacted`] before printing or writing
+    /// (and [`RunPlan::secrets`] to scrub free text).
     pub target: String,
     /// Where consumers connect when it is not `target` (a cross-protocol pipeline); may
     /// contain credentials too.
@@ -267,6 +268,10 @@ pub struct RunPlan {
     /// Judge the thresholds during the measure phase too and stop at the first failure.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub threshold_abort: bool,
+    /// Header-name globs whose values are hidden like the built-in credential headers (see
+    /// [`crate::redact`]); already checked by [`crate::redact::HeaderRule::new`].
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub redact_headers: Vec<String>,
 }
 
 /// HTTP request settings (used by the `http://` driver only).
@@ -322,7 +327,10 @@ pub fn resolve(s: &Scenario, run_id: u32) -> Result<RunPlan, PlanError> {
     if !target.contains("://") {
         return Err(err(
             "target",
-            format!("`{target}` is not a URL; expected e.g. nats://127.0.0.1:4222 or mem://"),
+            format!(
+                "`{}` is not a URL; expected e.g. nats://127.0.0.1:4222 or mem://",
+                crate::redact::url(&target)
+            ),
         ));
     }
     let consume_from = s.consumers.target.clone();
@@ -331,7 +339,10 @@ pub fn resolve(s: &Scenario, run_id: u32) -> Result<RunPlan, PlanError> {
     {
         return Err(err(
             "consumers.target",
-            format!("`{c}` is not a URL; expected e.g. mqtt://127.0.0.1:1883"),
+            format!(
+                "`{}` is not a URL; expected e.g. mqtt://127.0.0.1:1883",
+                crate::redact::url(c)
+            ),
         ));
     }
     let count = s.topics.count.unwrap_or(1);
@@ -505,6 +516,10 @@ pub fn resolve(s: &Scenario, run_id: u32) -> Result<RunPlan, PlanError> {
         ));
     }
 
+    let redact_headers = s.output.redact_headers.clone().unwrap_or_default();
+    crate::redact::HeaderRule::new(&redact_headers)
+        .map_err(|e| err("output.redact_headers", e.to_string()))?;
+
     let workers = s.output.workers.unwrap_or_else(|| {
         let mut targets = vec![target.as_str()];
         targets.extend(consume_from.as_deref());
@@ -548,6 +563,7 @@ pub fn resolve(s: &Scenario, run_id: u32) -> Result<RunPlan, PlanError> {
         start_at_unix_ms: None,
         thresholds: s.thresholds.clone().map(|t| t.0).unwrap_or_default(),
         threshold_abort: s.output.threshold_abort.unwrap_or(false),
+        redact_headers,
     })
 }
 
@@ -815,55 +831,6 @@ impl RunPlan {
     pub fn consumer_target(&self) -> &str {
         self.consume_from.as_deref().unwrap_or(&self.target)
     }
-
-    /// A copy safe to print and write: credentials in the target replaced by `***`.
-    pub fn redacted(&self) -> RunPlan {
-        RunPlan {
-            target: redact_url(&self.target),
-            consume_from: self.consume_from.as_deref().map(redact_url),
-            ..self.clone()
-        }
-    }
-}
-
-/// Replaces the password (and any token-like query parameter) in a URL with `***`.
-pub fn redact_url(url: &str) -> String {
-    let Some((scheme, rest)) = url.split_once("://") else {
-        return url.to_string();
-    };
-    let (authority_and_path, query) = match rest.split_once('?') {
-        Some((a, q)) => (a, Some(q)),
-        None => (rest, None),
-    };
-    let (authority, path) = match authority_and_path.find('/') {
-        Some(i) => authority_and_path.split_at(i),
-        None => (authority_and_path, ""),
-    };
-    let authority = match authority.rsplit_once('@') {
-        Some((userinfo, host)) => match userinfo.split_once(':') {
-            Some((user, _)) => format!("{user}:***@{host}"),
-            None => format!("***@{host}"),
-        },
-        None => authority.to_string(),
-    };
-    let query = query.map(|q| {
-        q.split('&')
-            .map(|kv| match kv.split_once('=') {
-                Some((k, _))
-                    if ["password", "pass", "token", "secret", "nkey", "jwt"]
-                        .contains(&k.to_ascii_lowercase().as_str()) =>
-                {
-                    format!("{k}=***")
-                }
-                _ => kv.to_string(),
-            })
-            .collect::<Vec<_>>()
-            .join("&")
-    });
-    match query {
-        Some(q) => format!("{scheme}://{authority}{path}?{q}"),
-        None => format!("{scheme}://{authority}{path}"),
-    }
 }
 
 #[cfg(test)]
@@ -953,21 +920,5 @@ mod tests {
                 .contains("not a URL")
         );
         assert!(plan("[consumers]\ngroup = \"g\"\n").is_err());
-    }
-
-    #[test]
-    fn credentials_are_redacted() {
-        assert_eq!(
-            redact_url("nats://bob:secret@host:4222"),
-            "nats://bob:***@host:4222"
-        );
-        assert_eq!(redact_url("nats://tok@host"), "nats://***@host");
-        assert_eq!(
-            redact_url("amqp://h/vh?token=abc&x=1"),
-            "amqp://h/vh?token=***&x=1"
-        );
-        assert_eq!(redact_url("mem://"), "mem://");
-        let p = plan("target = \"nats://u:p@h:1\"\n").unwrap().redacted();
-        assert_eq!(p.target, "nats://u:***@h:1");
     }
 }

@@ -442,7 +442,10 @@ pub fn resolve_tracking(
         if let Some(t) = &s.target
             && !t.contains("://")
         {
-            return Err(stage_err(i, format!("target `{t}` is not a URL")));
+            return Err(stage_err(
+                i,
+                format!("target `{}` is not a URL", crate::redact::url(t)),
+            ));
         }
         let parse = |k: &str| {
             KeySource::parse(k).ok_or_else(|| {

@@ -63,7 +63,6 @@ struct HistoryState {
 pub struct HistoryDashboard {
     server: ServerHandle,
     url: String,
-    generated_token: bool,
 }
 
 impl HistoryDashboard {
@@ -74,9 +73,7 @@ impl HistoryDashboard {
     /// The database cannot be opened; a bad or unavailable address; an unusable token.
     pub fn start(addr: &str, token: Option<&str>, db: &Path) -> Result<Self, DashboardError> {
         let store = Store::open(db)?;
-        let listener = server::bind(addr)?;
-        let local = listener.local_addr()?;
-        let (access, generated_token) = Access::for_address(&local, token)?;
+        let (listener, access) = server::bind(addr, token)?;
         let state = HistoryState {
             store: Arc::new(Mutex::new(store)),
             access: access.clone(),
@@ -95,20 +92,14 @@ impl HistoryDashboard {
         );
         let server = ServerHandle::spawn(listener, app, || {})?;
         Ok(HistoryDashboard {
-            url: server::url_for(server.local_addr(), &access),
+            url: server::url_for(server.local_addr()),
             server,
-            generated_token,
         })
     }
 
-    /// The URL of the runs list (with `?token=` when one is required).
+    /// The URL of the runs list (never with the token: see [`crate::auth`]).
     pub fn url(&self) -> &str {
         &self.url
-    }
-
-    /// Whether a token was generated (see [`crate::live::LiveDashboard::generated_token`]).
-    pub fn generated_token(&self) -> bool {
-        self.generated_token
     }
 
     /// Serves until the process ends.

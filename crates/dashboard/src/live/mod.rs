@@ -75,7 +75,6 @@ pub struct LiveDashboard {
     server: ServerHandle,
     feed: LiveFeed,
     url: String,
-    generated_token: bool,
 }
 
 #[derive(Clone)]
@@ -86,15 +85,13 @@ struct LiveState {
 
 impl LiveDashboard {
     /// Binds `addr` and starts serving from a thread of its own. `token` is required of every
-    /// request when given; without one, a loopback address is open and any other address gets
-    /// a generated token (see [`LiveDashboard::generated_token`]).
+    /// request when given; without one, only a loopback address is accepted (see
+    /// [`crate::auth`]).
     ///
     /// # Errors
     /// A bad or unavailable address, an unusable token.
     pub fn start(addr: &str, token: Option<&str>) -> Result<Self, DashboardError> {
-        let listener = server::bind(addr)?;
-        let local = listener.local_addr()?;
-        let (access, generated_token) = Access::for_address(&local, token)?;
+        let (listener, access) = server::bind(addr, token)?;
         let hub = Arc::new(Hub::new(crate::series::DEFAULT_CAP));
         let (tx, mut rx) = tokio::sync::mpsc::channel::<Record>(FEED_CAPACITY);
         let state = LiveState {
@@ -120,25 +117,18 @@ impl LiveDashboard {
             });
         })?;
         Ok(LiveDashboard {
-            url: server::url_for(server.local_addr(), &access),
+            url: server::url_for(server.local_addr()),
             server,
             feed: LiveFeed {
                 tx,
                 dropped: Arc::new(AtomicU64::new(0)),
             },
-            generated_token,
         })
     }
 
-    /// The URL of the live page (with `?token=` when one is required).
+    /// The URL of the live page (never with the token: see [`crate::auth`]).
     pub fn url(&self) -> &str {
         &self.url
-    }
-
-    /// Whether a token was generated (binding a non-loopback address without `--token`): the
-    /// caller prints [`LiveDashboard::url`], which holds it.
-    pub fn generated_token(&self) -> bool {
-        self.generated_token
     }
 
     /// The run's handle for sending records.

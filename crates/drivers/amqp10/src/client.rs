@@ -67,7 +67,7 @@ fn unescape(s: &str) -> String {
 impl Endpoint {
     /// Parses `url`; `tls` is used for `amqp10s://` (verification on unless `tls.insecure`).
     pub fn parse(url: &str, tls: &TlsPlan) -> Result<Endpoint, DriverError> {
-        let display = msgbench_core::scenario::plan::redact_url(url);
+        let display = msgbench_core::redact::url(url);
         let (secure, rest) = if let Some(r) = url.strip_prefix("amqp10://") {
             (false, r)
         } else if let Some(r) = url.strip_prefix("amqp10s://") {

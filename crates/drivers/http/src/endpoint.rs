@@ -10,8 +10,8 @@ use hyper::header::{
 };
 use hyper::{HeaderMap, Method, Request, Uri};
 use msgbench_core::driver::DriverError;
+use msgbench_core::redact;
 use msgbench_core::scenario::TlsPlan;
-use msgbench_core::scenario::plan::redact_url;
 use msgbench_net::{Target, Tls};
 
 use crate::HttpOptions;
@@ -52,7 +52,7 @@ fn config(msg: String) -> DriverError {
 impl Endpoint {
     /// Parses `http://` / `https://` URLs and checks the options.
     pub fn parse(url: &str, opts: &HttpOptions, tls: &TlsPlan) -> Result<Endpoint, DriverError> {
-        let display = redact_url(url);
+        let display = redact::url(url);
         let uri: Uri = url
             .parse()
             .map_err(|e| config(format!("`{display}` is not a valid URL: {e}")))?;
@@ -128,7 +128,8 @@ impl Endpoint {
             let n = HeaderName::from_bytes(name.trim().as_bytes())
                 .map_err(|_| config(format!("`{name}` is not a valid header name")))?;
             let v = HeaderValue::from_str(value.trim())
-                .map_err(|_| config(format!("header `{name}`: `{value}` is not a valid value")))?;
+                // The value is not quoted: it may be a credential.
+                .map_err(|_| config(format!("header `{name}`: the value is not a valid header value (control characters or non-ASCII?)")))?;
             if !opts.http2 && (n == CONTENT_LENGTH || n == TRANSFER_ENCODING) {
                 return Err(config(format!(
                     "header `{name}`: the HTTP/1.1 body framing is the driver's (each request \

@@ -33,7 +33,7 @@ impl Endpoint {
         url: &str,
         tls: impl FnOnce() -> Result<Tls, String>,
     ) -> Result<Endpoint, DriverError> {
-        let display = msgbench_core::scenario::plan::redact_url(url);
+        let display = msgbench_core::redact::url(url);
         let (secure, rest) = if let Some(r) = url.strip_prefix("mqtt://") {
             (false, r)
         } else if let Some(r) = url.strip_prefix("mqtts://") {

@@ -37,7 +37,7 @@ impl Endpoint {
         url: &str,
         tls: impl FnOnce() -> Result<msgbench_net::Tls, String>,
     ) -> Result<Endpoint, DriverError> {
-        let display = msgbench_core::scenario::plan::redact_url(url);
+        let display = msgbench_core::redact::url(url);
         let (scheme, rest) = ["nats", "tls", "nats+tls"]
             .into_iter()
             .find_map(|s| Some((s, url.strip_prefix(s)?.strip_prefix("://")?)))
