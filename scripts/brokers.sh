@@ -19,6 +19,9 @@
 #
 # Brokers:
 #   nats-server on 127.0.0.1:${MSGBENCH_NATS_PORT:-14222}
+#   redis-server (package 'redis-server') on 127.0.0.1:${MSGBENCH_REDIS_PORT:-16379}: no
+#     persistence, at most 1 GiB of memory (writes beyond it are refused, not evicted); a
+#     system Redis (6379), if the package started one, is left alone
 #   mosquitto (MQTT, package 'mosquitto') with three listeners on 127.0.0.1:
 #     ${MSGBENCH_MQTT_PORT:-11883}       plain, anonymous
 #     ${MSGBENCH_MQTT_AUTH_PORT:-11884}  plain, user msgbench / password msgbench-secret only
@@ -78,6 +81,7 @@ STATE=${MSGBENCH_BROKERS_DIR:-$HOME/.cache/msgbench-brokers}
 # can be taken, between our check and the broker's bind, by any outgoing connection's local end
 # (RabbitMQ's own start-up makes several), and the broker then fails with "address in use".
 NATS_PORT=${MSGBENCH_NATS_PORT:-14222}
+REDIS_PORT=${MSGBENCH_REDIS_PORT:-16379}
 MQTT_PORT=${MSGBENCH_MQTT_PORT:-11883}
 MQTT_AUTH_PORT=${MSGBENCH_MQTT_AUTH_PORT:-11884}
 MQTTS_PORT=${MSGBENCH_MQTTS_PORT:-18883}
@@ -239,6 +243,31 @@ CONF
     log "nats-server did not open 127.0.0.1:$NATS_PORT (see $STATE/nats.log)"; return 1
   fi
   log "nats-server up on nats://127.0.0.1:$NATS_PORT (pid $(cat "$STATE/nats.pid"))"
+}
+
+redis_up() {
+  if running redis; then log "redis-server already running (pid $(cat "$STATE/redis.pid"))"; return 0; fi
+  need_pkg redis-server redis-server || return 1
+  local bin; bin=$(find_bin redis-server) || return 1
+  mkdir -p "$STATE/redis" || return 1
+  cat >"$STATE/redis.conf" <<CONF
+bind 127.0.0.1
+port $REDIS_PORT
+protected-mode yes
+daemonize no
+save ""
+appendonly no
+dir $STATE/redis
+logfile $STATE/redis.log
+maxmemory 1gb
+maxmemory-policy noeviction
+CONF
+  "$bin" "$STATE/redis.conf" >/dev/null 2>&1 &
+  record_pid redis $!
+  if ! wait_port "$REDIS_PORT" 10; then
+    log "redis-server did not open 127.0.0.1:$REDIS_PORT (see $STATE/redis.log)"; return 1
+  fi
+  log "redis-server up on redis://127.0.0.1:$REDIS_PORT (pid $(cat "$STATE/redis.pid"))"
 }
 
 # gen_leaf NAME CN EXTENSIONS: key + certificate signed by the test CA, X.509 v3, 10 years.
@@ -699,7 +728,7 @@ stop() { # stop NAME
 ephemeral_ports_note() {
   local lo hi p clash=()
   read -r lo hi </proc/sys/net/ipv4/ip_local_port_range 2>/dev/null || return 0
-  for p in "$NATS_PORT" "$MQTT_PORT" "$MQTT_AUTH_PORT" "$MQTTS_PORT" "$AMQP_PORT" "$AMQP_DIST_PORT" \
+  for p in "$NATS_PORT" "$REDIS_PORT" "$MQTT_PORT" "$MQTT_AUTH_PORT" "$MQTTS_PORT" "$AMQP_PORT" "$AMQP_DIST_PORT" \
     "$EPMD_PORT" "$RMQ_MQTT_PORT" "$NGINX_PORT" "$NGINX_H2C_PORT" "$NGINX_TLS_PORT" "$ARTEMIS_PORT" "$ARTEMIS_TLS_PORT"; do
     if [ "$p" -ge "$lo" ] && [ "$p" -le "$hi" ]; then clash+=("$p"); fi
   done
@@ -713,6 +742,7 @@ case "${1:-}" in
     ephemeral_ports_note
     failed=()
     nats_up || failed+=(nats-server)
+    redis_up || failed+=(redis-server)
     mosquitto_up || failed+=(mosquitto)
     rabbitmq_up || failed+=(rabbitmq)
     nginx_up || failed+=(nginx)
@@ -720,9 +750,10 @@ case "${1:-}" in
     libzmq_up || failed+=(python3-zmq)
     peers_up || failed+=(third-party-clients)
     if [ "${#failed[@]}" -gt 0 ]; then log "FAILED to start: ${failed[*]}"; exit 1; fi ;;
-  down) stop nats; stop mosquitto; rabbitmq_down; stop nginx; stop artemis ;;
+  down) stop nats; stop redis; stop mosquitto; rabbitmq_down; stop nginx; stop artemis ;;
   status)
     status_line nats "$NATS_PORT" "nats://127.0.0.1:$NATS_PORT"
+    status_line redis "$REDIS_PORT" "redis://127.0.0.1:$REDIS_PORT"
     status_line mosquitto "$MQTT_PORT" "mqtt://127.0.0.1:$MQTT_PORT, mqtt://127.0.0.1:$MQTT_AUTH_PORT (auth), mqtts://localhost:$MQTTS_PORT"
     status_line rabbitmq "$AMQP_PORT" "amqp://127.0.0.1:$AMQP_PORT, node $RMQ_NODE"
     status_line nginx "$NGINX_PORT" "http://127.0.0.1:$NGINX_PORT/, h2c :$NGINX_H2C_PORT, https :$NGINX_TLS_PORT"
@@ -736,6 +767,7 @@ case "${1:-}" in
     rmqctl "$@" ;;
   env)
     echo "export MSGBENCH_IT_NATS_URL=nats://127.0.0.1:$NATS_PORT"
+    echo "export MSGBENCH_IT_REDIS_URL=redis://127.0.0.1:$REDIS_PORT"
     echo "export MSGBENCH_IT_MQTT_URL=mqtt://127.0.0.1:$MQTT_PORT"
     echo "export MSGBENCH_IT_MQTT_AUTH_URL=mqtt://$MQTT_USER:$MQTT_PASS@127.0.0.1:$MQTT_AUTH_PORT"
     echo "export MSGBENCH_IT_MQTTS_URL=mqtts://localhost:$MQTTS_PORT"

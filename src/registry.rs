@@ -12,6 +12,7 @@ use msgbench_driver_http::{HttpDriver, HttpOptions};
 use msgbench_driver_mem::MemDriver;
 use msgbench_driver_mqtt::MqttDriver;
 use msgbench_driver_nats::NatsDriver;
+use msgbench_driver_redis::RedisDriver;
 use msgbench_driver_ws::{WsDriver, WsOptions};
 use msgbench_driver_zmq::ZmqDriver;
 use std::sync::Arc;
@@ -130,6 +131,19 @@ pub fn drivers() -> Vec<DriverInfo> {
                 metadata: false,
             },
         },
+        DriverInfo {
+            name: "redis",
+            schemes: &["redis", "rediss"],
+            // queue groups: in streams mode only (the URL decides).
+            about: "Redis pub/sub (PUBLISH, SUBSCRIBE/PSUBSCRIBE) and Streams (?mode=streams: XADD with ?maxlen=N trimming, XREAD fan-out, consumer groups with XREADGROUP and XACK); every reply is the message's ack; /DB, user:pass@, TLS (rediss://), connection workloads (own lean RESP2 client)",
+            caps: Capabilities {
+                acks: true,
+                queue_groups: true,
+                request_reply: false,
+                responses: false,
+                metadata: false,
+            },
+        },
     ]
 }
 
@@ -240,6 +254,10 @@ macro_rules! with_driver {
                     $sink.clone(),
                     plan.connect_timeout,
                 )?;
+                $body
+            }
+            "redis" | "rediss" => {
+                let $d = RedisDriver::new(url, &plan.tls, $sink.clone(), plan.connect_timeout)?;
                 $body
             }
             "mqtt" | "mqtts" => {

@@ -1,6 +1,7 @@
 //! The driver conformance suite: the same observable behaviour, checked for every driver against
 //! a real target (the in-process broker for `mem://`, nats-server, Mosquitto and RabbitMQ started
-//! by `scripts/brokers.sh`, and msgbench's own MQTT broker run as `msgbench serve mqtt`). A new
+//! by `scripts/brokers.sh`, Redis Streams, and msgbench's own MQTT broker run as `msgbench serve
+//! mqtt`). A new
 //! driver adds one line to `targets()`; a target that needs settings beyond its URL is a scenario
 //! file naming the target (ActiveMQ Artemis over AMQP 1.0 with the `topic` capability, so that
 //! consumers without a group each get every message).
@@ -37,6 +38,11 @@ fn targets() -> (Vec<Target>, Keep) {
         ("rabbitmq", amqp_url(), false),
         ("mqtt-serve", serve.url.clone(), false),
         ("artemis-amqp10", artemis, false),
+        (
+            "redis-streams",
+            format!("{}?mode=streams&maxlen=500000", redis_url()),
+            false,
+        ),
     ];
     (list, (serve, files))
 }

@@ -97,7 +97,8 @@ fn bad_templates_are_clear_errors() {
         let mut args = vec!["run", "mem://bad", "-n", "10", "--no-output"];
         args.extend_from_slice(extra);
         let o = msgbench(&d.0, &args);
-        assert_eq!(o.status.code(), Some(1), "{extra:?}: {}", stdout(&o));
+        // A template that cannot be used is the user's to fix: a usage error.
+        assert_eq!(o.status.code(), Some(2), "{extra:?}: {}", stdout(&o));
         assert!(stderr(&o).contains(want), "{extra:?}: {}", stderr(&o));
     }
 }

@@ -104,6 +104,11 @@ pub fn amqp_url() -> String {
     env_or_hint("MSGBENCH_IT_AMQP_URL")
 }
 
+/// The Redis server the tests use, started by `scripts/brokers.sh up`.
+pub fn redis_url() -> String {
+    env_or_hint("MSGBENCH_IT_REDIS_URL")
+}
+
 /// A variable `scripts/brokers.sh env` sets.
 pub fn env_or_hint(name: &str) -> String {
     std::env::var(name).unwrap_or_else(|_| {

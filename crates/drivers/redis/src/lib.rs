@@ -1,0 +1,546 @@
+//! # msgbench-driver-redis
+//!
+//! Redis as a message system, over a lean RESP2 client written for load generation (each
+//! producer and consumer owns one connection; commands are written straight into the
+//! connection's buffer and pipelined; payloads reach the runner as slices of the read buffer):
+//!
+//! - **Pub/sub** (`redis://host:6379`, the default): producers `PUBLISH`, consumers
+//!   `SUBSCRIBE` (`PSUBSCRIBE` when the topic holds `*`, `?` or `[`); every subscriber gets
+//!   every message. No queue groups: pub/sub has no competing consumers.
+//! - **Streams** (`redis://host:6379?mode=streams`): producers `XADD` each message as an entry
+//!   with one field (`d`), trimmed with `MAXLEN ~ N` when `?maxlen=N` is given; consumers read
+//!   with `XREAD` from the newest entry at subscription time (fan-out), or share the stream in a
+//!   consumer group (`--queue-group G`: `XGROUP CREATE ... MKSTREAM`, `XREADGROUP ... >`, and
+//!   an `XACK` of each batch sent with the next read).
+//!
+//! What "accepted" means: every command has a reply, so every message has an ack: the reply
+//! to its `PUBLISH` (how many subscribers took it) or `XADD` (the entry id). Publish latency is
+//! that round trip; an error reply (`-OOM`, `-WRONGTYPE`) is a refused message, reported as an
+//! event.
+//!
+//! Failures: a lost connection is a `disconnected` event, then reconnection with backoff
+//! (`reconnected`); a producer's unanswered messages are in doubt; consumers subscribe again
+//! (pub/sub messages published meanwhile are lost, as Redis does not keep them; a stream
+//! reader resumes after the last entry it saw). `rediss://` is TLS (`--ca-file`, `--cert`,
+//! `--key`, `--insecure`). Options: `?mode=pubsub|streams&maxlen=N&count=N&block=MS`, a
+//! database as the path (`/2`), credentials as user info (`redis://user:pass@` or
+//! `redis://:pass@`).
+//!
+//! # Layout
+//! - [`resp`]: the wire format (commands out, replies measured and taken apart in place).
+//! - [`conn`]: the URL, one connection, its handshake and reconnection.
+//! - this file: the `Driver`, `Producer`, `Consumer` and `Session` implementations.
+
+pub mod conn;
+pub mod resp;
+
+use bytes::{Bytes, BytesMut};
+use conn::{Conn, DATA_CHUNK, Endpoint, Mode, error_text};
+use msgbench_core::driver::{
+    Ack, Capabilities, Consumer, ConsumerSpec, Delivery, Driver, DriverError, EventSink, Outbound,
+    Producer, ProducerSpec, Session, SessionSpec,
+};
+use resp::{Entry, Push, Reply};
+use std::collections::VecDeque;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+/// Bytes buffered before an unpaced producer writes them out.
+pub const WRITE_BATCH: usize = 64 * 1024;
+
+/// The Redis driver.
+pub struct RedisDriver {
+    ep: Arc<Endpoint>,
+    events: EventSink,
+    connect_timeout: Duration,
+}
+
+impl RedisDriver {
+    /// A driver for `redis://` / `rediss://` (see the crate docs for the options).
+    pub fn new(
+        url: &str,
+        tls: &msgbench_core::scenario::TlsPlan,
+        events: EventSink,
+        connect_timeout: Duration,
+    ) -> Result<Self, DriverError> {
+        Ok(Self {
+            ep: Arc::new(Endpoint::parse(url, || msgbench_net::Tls::new(tls))?),
+            events,
+            connect_timeout,
+        })
+    }
+
+    async fn conn(&self, name: String, chunk: usize) -> Result<Conn, DriverError> {
+        Conn::connect(
+            self.ep.clone(),
+            name,
+            self.events.clone(),
+            self.connect_timeout,
+            None,
+            chunk,
+        )
+        .await
+    }
+}
+
+fn is_pattern(topic: &str) -> bool {
+    topic.contains(['*', '?', '['])
+}
+
+impl Driver for RedisDriver {
+    type Producer = RedisProducer;
+    type Consumer = RedisConsumer;
+    type Session = RedisSession;
+
+    fn capabilities(&self) -> Capabilities {
+        Capabilities {
+            acks: true,
+            queue_groups: self.ep.mode == Mode::Streams,
+            request_reply: false,
+            responses: false,
+            metadata: false,
+        }
+    }
+
+    async fn producer(&self, spec: &ProducerSpec) -> Result<RedisProducer, DriverError> {
+        let conn = self
+            .conn(format!("msgbench-producer-{}", spec.id), DATA_CHUNK)
+            .await?;
+        Ok(RedisProducer {
+            conn,
+            topics: spec.topics.iter().map(|t| Bytes::from(t.clone())).collect(),
+            maxlen: self.ep.maxlen.map(|n| Bytes::from(n.to_string())),
+            waiting: VecDeque::new(),
+            refused_reported: false,
+        })
+    }
+
+    async fn consumer(&self, spec: &ConsumerSpec) -> Result<RedisConsumer, DriverError> {
+        if self.ep.mode == Mode::PubSub && spec.group.is_some() {
+            return Err(DriverError::Config(
+                "Redis pub/sub has no competing consumers: use ?mode=streams for a consumer group"
+                    .into(),
+            ));
+        }
+        let conn = self
+            .conn(format!("msgbench-consumer-{}", spec.id), DATA_CHUNK)
+            .await?;
+        let mut c = RedisConsumer {
+            conn,
+            key: Bytes::from(spec.topic.clone()),
+            group: spec.group.as_ref().map(|g| Bytes::from(g.clone())),
+            me: Bytes::from(format!("msgbench-{}", spec.id)),
+            last_id: Bytes::from_static(b"0-0"),
+            batch: VecDeque::new(),
+            to_ack: Vec::new(),
+            reading: false,
+            acks_pending: 0,
+            subscribed: false,
+            positioned: false,
+            lost: None,
+        };
+        c.subscribe().await?;
+        c.subscribed = true;
+        Ok(c)
+    }
+
+    async fn session(&self, spec: &SessionSpec) -> Result<RedisSession, DriverError> {
+        let conn = Conn::connect(
+            self.ep.clone(),
+            format!("msgbench-session-{}", spec.id),
+            self.events.clone(),
+            self.connect_timeout,
+            spec.source,
+            512,
+        )
+        .await?;
+        Ok(RedisSession {
+            conn,
+            topic: Bytes::from(spec.topic.clone()),
+        })
+    }
+}
+
+/// The sending side: `PUBLISH` or `XADD`, pipelined; each reply is the ack of the oldest
+/// message still waiting.
+pub struct RedisProducer {
+    conn: Conn,
+    topics: Vec<Bytes>,
+    maxlen: Option<Bytes>,
+    /// Tokens of the messages sent and not yet answered, oldest first (replies come in order).
+    waiting: VecDeque<u64>,
+    refused_reported: bool,
+}
+
+impl RedisProducer {
+    fn encode(&mut self, msg: &Outbound<'_>) {
+        let key: &[u8] = &self.topics[msg.stream as usize];
+        let out = &mut self.conn.wire.wbuf;
+        match (self.conn.ep.mode, &self.maxlen) {
+            (Mode::PubSub, _) => resp::command(out, &[b"PUBLISH", key, msg.payload]),
+            (Mode::Streams, None) => {
+                resp::command(out, &[b"XADD", key, b"*", b"d", msg.payload]);
+            }
+            (Mode::Streams, Some(n)) => resp::command(
+                out,
+                &[b"XADD", key, b"MAXLEN", b"~", n, b"*", b"d", msg.payload],
+            ),
+        }
+    }
+
+    /// Writes what is buffered; on failure, reconnects (the unanswered are in doubt, said by
+    /// the next `poll_ack`).
+    async fn write_out(&mut self) -> Result<(), DriverError> {
+        if self.conn.wire.wbuf.is_empty() || !self.conn.wire.is_connected() {
+            return Ok(());
+        }
+        if let Err(e) = self.conn.wire.flush().await {
+            self.conn.wire.detach();
+            self.conn.reconnect(&e.to_string()).await;
+        }
+        Ok(())
+    }
+}
+
+impl Producer for RedisProducer {
+    async fn send(&mut self, msg: Outbound<'_>) -> Result<(), DriverError> {
+        if !self.conn.wire.is_connected() {
+            self.conn.reconnect("the connection was lost").await;
+        }
+        self.encode(&msg);
+        self.waiting.push_back(msg.token);
+        if self.conn.wire.wbuf.len() >= WRITE_BATCH {
+            self.write_out().await?;
+        }
+        Ok(())
+    }
+
+    async fn idle(&mut self) -> Result<(), DriverError> {
+        self.write_out().await
+    }
+
+    async fn flush(&mut self) -> Result<(), DriverError> {
+        self.write_out().await
+    }
+
+    fn poll_ack(&mut self, cx: &mut Context<'_>) -> Poll<Option<Ack>> {
+        let Some(&up_to) = self.waiting.back() else {
+            return Poll::Pending;
+        };
+        if !self.conn.wire.is_connected() {
+            self.waiting.clear();
+            return Poll::Ready(Some(Ack::InDoubt { up_to }));
+        }
+        match self.conn.wire.poll_next(cx, false, resp::take_reply) {
+            Poll::Pending => Poll::Pending,
+            Poll::Ready(Ok(reply)) => {
+                let token = self.waiting.pop_front().expect("a message waits");
+                let ok = reply == Reply::Ok;
+                if !ok && !self.refused_reported {
+                    // Once per producer: the refusals themselves are counted as nacks.
+                    self.refused_reported = true;
+                    self.conn.refused(&reply);
+                }
+                Poll::Ready(Some(Ack::One { token, ok }))
+            }
+            Poll::Ready(Err(_)) => {
+                // The connection broke: the next send reconnects (and says so).
+                self.conn.wire.detach();
+                self.waiting.clear();
+                Poll::Ready(Some(Ack::InDoubt { up_to }))
+            }
+        }
+    }
+
+    async fn close(mut self) -> Result<(), DriverError> {
+        self.write_out().await
+    }
+}
+
+/// The receiving side: pushes of a subscription, or batches of stream entries.
+pub struct RedisConsumer {
+    conn: Conn,
+    key: Bytes,
+    group: Option<Bytes>,
+    /// This consumer's name in its group.
+    me: Bytes,
+    /// Streams, fan-out: the id the next `XREAD` reads after.
+    last_id: Bytes,
+    /// Entries read and not yet handed out.
+    batch: VecDeque<Entry>,
+    /// Group entries handed out, acknowledged with the next read.
+    to_ack: Vec<Bytes>,
+    /// A read command is out and its reply not yet taken.
+    reading: bool,
+    /// `XACK` replies still to be taken before the read's.
+    acks_pending: u32,
+    /// The subscription (or the reader's position) is set up on the current connection.
+    subscribed: bool,
+    /// Streams, fan-out: the reader has taken its starting point (the newest entry when it
+    /// first subscribed); after a reconnection it resumes from `last_id`.
+    positioned: bool,
+    /// Why the connection was dropped, for the `disconnected` event.
+    lost: Option<String>,
+}
+
+impl RedisConsumer {
+    /// Subscribes (pub/sub) or positions the reader (streams); done when the subscription is
+    /// live, so nothing sent afterwards is missed.
+    async fn subscribe(&mut self) -> Result<(), DriverError> {
+        let ep = self.conn.ep.clone();
+        match ep.mode {
+            Mode::PubSub => {
+                let topic = String::from_utf8_lossy(&self.key).into_owned();
+                let verb: &[u8] = if is_pattern(&topic) {
+                    b"PSUBSCRIBE"
+                } else {
+                    b"SUBSCRIBE"
+                };
+                resp::command(&mut self.conn.wire.wbuf, &[verb, &self.key]);
+                loop {
+                    let push = std::future::poll_fn(|cx| {
+                        self.conn.wire.poll_next(cx, true, resp::take_push)
+                    })
+                    .await
+                    .map_err(|e| self.conn.lost_error(e))?;
+                    match push {
+                        Push::Subscribed => return Ok(()),
+                        Push::Error(e) => {
+                            return Err(DriverError::Subscribe(format!("{topic}: {e}")));
+                        }
+                        _ => {}
+                    }
+                }
+            }
+            Mode::Streams => {
+                self.reading = false;
+                self.acks_pending = 0;
+                self.to_ack.clear();
+                match self.group.clone() {
+                    Some(g) => {
+                        let r = self
+                            .conn
+                            .call(&[b"XGROUP", b"CREATE", &self.key, &g, b"$", b"MKSTREAM"])
+                            .await?;
+                        if r.first() == Some(&b'-') && !r.starts_with(b"-BUSYGROUP") {
+                            return Err(DriverError::Subscribe(format!(
+                                "XGROUP CREATE {}: {}",
+                                String::from_utf8_lossy(&self.key),
+                                error_text(&r)
+                            )));
+                        }
+                    }
+                    None if !self.positioned => {
+                        // Read after the newest entry now: what is sent from here on.
+                        let r = self
+                            .conn
+                            .call(&[b"XREVRANGE", &self.key, b"+", b"-", b"COUNT", b"1"])
+                            .await?;
+                        if r.first() == Some(&b'-') {
+                            return Err(DriverError::Subscribe(format!(
+                                "XREVRANGE {}: {}",
+                                String::from_utf8_lossy(&self.key),
+                                error_text(&r)
+                            )));
+                        }
+                        if let Some(id) =
+                            resp::last_id(&r).map_err(|e| DriverError::Receive(e.to_string()))?
+                        {
+                            self.last_id = id;
+                        }
+                        self.positioned = true;
+                    }
+                    None => {}
+                }
+                Ok(())
+            }
+        }
+    }
+
+    /// Writes the next read (after the acks of the last batch, in one write).
+    fn request_batch(&mut self) {
+        let ep = self.conn.ep.clone();
+        let count = ep.count.to_string();
+        let block = ep.block_ms.to_string();
+        let out = &mut self.conn.wire.wbuf;
+        if let Some(g) = &self.group {
+            if !self.to_ack.is_empty() {
+                let mut args: Vec<&[u8]> = Vec::with_capacity(self.to_ack.len() + 3);
+                args.extend([&b"XACK"[..], &self.key, g]);
+                args.extend(self.to_ack.iter().map(|b| &b[..]));
+                resp::command(out, &args);
+                self.acks_pending += 1;
+            }
+            resp::command(
+                out,
+                &[
+                    b"XREADGROUP",
+                    b"GROUP",
+                    g,
+                    &self.me,
+                    b"COUNT",
+                    count.as_bytes(),
+                    b"BLOCK",
+                    block.as_bytes(),
+                    b"STREAMS",
+                    &self.key,
+                    b">",
+                ],
+            );
+            self.to_ack.clear();
+        } else {
+            resp::command(
+                out,
+                &[
+                    b"XREAD",
+                    b"COUNT",
+                    count.as_bytes(),
+                    b"BLOCK",
+                    block.as_bytes(),
+                    b"STREAMS",
+                    &self.key,
+                    &self.last_id,
+                ],
+            );
+        }
+        self.reading = true;
+    }
+
+    /// The next delivery, or an I/O error (the caller reconnects).
+    async fn next(&mut self) -> Result<Delivery, std::io::Error> {
+        loop {
+            if let Some(e) = self.batch.pop_front() {
+                if self.group.is_some() {
+                    self.to_ack.push(e.id);
+                } else {
+                    self.last_id = e.id;
+                }
+                return Ok(delivery(e.payload));
+            }
+            match self.conn.ep.mode {
+                Mode::PubSub => {
+                    let push = std::future::poll_fn(|cx| {
+                        self.conn.wire.poll_next(cx, true, resp::take_push)
+                    })
+                    .await?;
+                    if let Push::Message(p) = push {
+                        return Ok(delivery(p));
+                    }
+                }
+                Mode::Streams => {
+                    if !self.reading {
+                        self.request_batch();
+                    }
+                    let reply = std::future::poll_fn(|cx| {
+                        self.conn.wire.poll_next(cx, true, |buf: &mut BytesMut| {
+                            Ok::<_, resp::RespError>(
+                                resp::reply_len(buf)?.map(|n| buf.split_to(n).freeze()),
+                            )
+                        })
+                    })
+                    .await?;
+                    if self.acks_pending > 0 {
+                        self.acks_pending -= 1;
+                        continue;
+                    }
+                    self.reading = false;
+                    if reply.first() == Some(&b'-') {
+                        return Err(std::io::Error::new(
+                            std::io::ErrorKind::InvalidData,
+                            error_text(&reply),
+                        ));
+                    }
+                    resp::stream_entries(reply, &mut self.batch).map_err(|e| {
+                        std::io::Error::new(std::io::ErrorKind::InvalidData, e.to_string())
+                    })?;
+                }
+            }
+        }
+    }
+}
+
+fn delivery(payload: Bytes) -> Delivery {
+    Delivery {
+        payload,
+        redelivered: false,
+        meta: None,
+    }
+}
+
+impl Consumer for RedisConsumer {
+    // Cancel-safe: every step leaves its state in the struct (connected, subscribed, a read
+    // out), so a cancelled call resumes where it was.
+    async fn recv(&mut self) -> Result<Option<Delivery>, DriverError> {
+        loop {
+            if !self.conn.wire.is_connected() {
+                let why = self
+                    .lost
+                    .take()
+                    .unwrap_or_else(|| "the connection was lost".into());
+                self.subscribed = false;
+                self.conn.reconnect(&why).await;
+            }
+            if !self.subscribed {
+                match self.subscribe().await {
+                    Ok(()) => self.subscribed = true,
+                    Err(e) if e.is_fatal() => return Err(e),
+                    Err(e) => {
+                        self.lost = Some(e.to_string());
+                        self.conn.wire.detach();
+                        continue;
+                    }
+                }
+            }
+            match self.next().await {
+                Ok(d) => return Ok(Some(d)),
+                Err(e) => {
+                    self.lost = Some(e.to_string());
+                    self.conn.wire.detach();
+                }
+            }
+        }
+    }
+
+    async fn close(mut self) -> Result<(), DriverError> {
+        let _ = self.conn.wire.flush().await;
+        Ok(())
+    }
+}
+
+/// A held connection of a connection workload: `PUBLISH` now and then, replies read and
+/// dropped while it is held.
+pub struct RedisSession {
+    conn: Conn,
+    topic: Bytes,
+}
+
+impl Session for RedisSession {
+    async fn publish(&mut self, payload: &[u8]) -> Result<(), DriverError> {
+        resp::command(
+            &mut self.conn.wire.wbuf,
+            &[b"PUBLISH", &self.topic, payload],
+        );
+        self.conn
+            .wire
+            .flush()
+            .await
+            .map_err(|e| DriverError::Send(e.to_string()))
+    }
+
+    async fn keep_alive(&mut self) -> DriverError {
+        loop {
+            let r = std::future::poll_fn(|cx| self.conn.wire.poll_next(cx, true, resp::take_reply))
+                .await;
+            if let Err(e) = r {
+                return self.conn.lost_error(e);
+            }
+        }
+    }
+
+    async fn close(mut self) -> Result<(), DriverError> {
+        resp::command(&mut self.conn.wire.wbuf, &[b"QUIT"]);
+        let _ = self.conn.wire.flush().await;
+        Ok(())
+    }
+}
