@@ -24,6 +24,8 @@
 #                               interval (--threshold-abort), interleaved: msgs/s and the ratio
 #   scripts/bench.sh search     a capacity search with default settings on mem:// capped at 50k msgs/s:
 #                               the time it takes and the capacity it finds
+#   scripts/bench.sh redis      Redis PUBLISH and XADD, 100 B, 4 connections x 64 in flight: msgbench
+#                               against redis-benchmark -P 64, msgs/s and CPU-s per million
 #   scripts/bench.sh proxy      `msgbench serve amqp-proxy` (strict, handshake-terminating, as
 #                               amqpprox) in front of `serve amqp-sink`: connections/s and MB/s
 #                               through it next to the same workloads direct, and the direct
@@ -443,6 +445,49 @@ bench_verdicts() {
   echo "  median: plain $a msgs/s, judged $b msgs/s, ratio $(python3 -c "print(f'{$b/$a:.3f}')") (target: 1 within noise)"
 }
 
+# measure_sent ARGS... -> prints "sent_per_s cpu_s_per_million_sent" (producers only)
+measure_sent() {
+  local out tm
+  out=$(mktemp); tm=$(mktemp)
+  /usr/bin/time -f "%U %S" -o "$tm" "$B" run "$@" --no-output --quiet --format json >"$out"
+  python3 - "$out" "$tm" <<'PY'
+import json, sys
+r = json.load(open(sys.argv[1]))
+u, s = open(sys.argv[2]).read().split()[-2:]
+sent = sum(p["counters"]["sent"] for p in r["phases"])
+print(f'{r["result"]["sent_per_s"]:.0f} {(float(u) + float(s)) / max(sent, 1) * 1e6:.3f}')
+PY
+  rm -f "$out" "$tm"
+}
+
+bench_redis() {
+  scripts/brokers.sh up >/dev/null
+  eval "$(scripts/brokers.sh env)"
+  local port=${MSGBENCH_IT_REDIS_URL##*:} payload
+  payload=$(head -c 100 /dev/zero | tr '\0' x)
+  echo "== Redis PUBLISH (no subscriber) and XADD (MAXLEN ~ 100000), 100 B, 4 connections with 64 commands in flight each: msgbench against redis-benchmark -c 4 -P 64 ($RUNS runs, interleaved; CPU-s per million of each client process)"
+  local kind
+  for kind in publish xadd; do
+    local mr=() mc=() rr=() rc=() url cmd
+    if [ "$kind" = publish ]; then
+      url="$MSGBENCH_IT_REDIS_URL"; cmd=(PUBLISH bench.redis.ch "$payload")
+    else
+      url="$MSGBENCH_IT_REDIS_URL?mode=streams&maxlen=100000"; cmd=(XADD bench.redis.xs MAXLEN '~' 100000 '*' d "$payload")
+    fi
+    for _ in $(seq "$RUNS"); do
+      read -r rate cpu < <(measure_sent "$url" --topic "bench.redis.$kind" -p 4 -c 0 --size 100 --max-in-flight 64 --warmup 1s --duration 5s)
+      mr+=("$rate"); mc+=("$cpu")
+      local tm out; tm=$(mktemp)
+      out=$(/usr/bin/time -f "%U %S" -o "$tm" redis-benchmark -p "$port" -c 4 -P 64 -n 2000000 -q "${cmd[@]}" 2>/dev/null | tr '\r' '\n' | grep -o '[0-9.]* requests per second' | tail -1 | cut -d' ' -f1)
+      rr+=("${out%.*}")
+      rc+=("$(python3 -c "u,s=open('$tm').read().split()[-2:]; print(f'{(float(u)+float(s))/2.0:.3f}')")")
+      rm -f "$tm"
+      echo "  $kind run: msgbench ${mr[-1]} msgs/s at ${mc[-1]} CPU-s/M; redis-benchmark ${rr[-1]} requests/s at ${rc[-1]} CPU-s/M"
+    done
+    echo "  $kind median: msgbench $(printf '%s\n' "${mr[@]}" | median) msgs/s, $(printf '%s\n' "${mc[@]}" | median) CPU-s/M; redis-benchmark $(printf '%s\n' "${rr[@]}" | median) requests/s, $(printf '%s\n' "${rc[@]}" | median) CPU-s/M (target: msgbench at least its rate at no more CPU)"
+  done
+}
+
 bench_search() {
   echo "== capacity search with default settings: mem:// capped at 50k msgs/s, objective e2e.p99 < 10ms (target: within 60 s, answer within 5% of 50k) ($RUNS runs)"
   local out caps=() secs=()
@@ -777,6 +822,7 @@ case "${1:-all}" in
   textstamp) bench_textstamp ;;
   verdicts) bench_verdicts ;;
   search) bench_search ;;
+  redis) bench_redis ;;
   proxy) bench_proxy ;;
   http) bench_http ;;
   zmq) bench_zmq ;;
@@ -784,6 +830,6 @@ case "${1:-all}" in
   views) bench_views ;;
   merge) bench_merge ;;
   segments) bench_segments ;;
-  all) bench_mem; bench_nats; bench_memory; bench_mqtt; bench_demo; bench_storm; bench_conns; bench_amqp; bench_sink; bench_proxy; bench_textstamp; bench_verdicts; bench_search; bench_ws; bench_http; bench_zmq; bench_ecp; bench_views; bench_merge; bench_segments ;;
+  all) bench_mem; bench_nats; bench_memory; bench_mqtt; bench_demo; bench_storm; bench_conns; bench_amqp; bench_sink; bench_proxy; bench_textstamp; bench_verdicts; bench_search; bench_redis; bench_ws; bench_http; bench_zmq; bench_ecp; bench_views; bench_merge; bench_segments ;;
   *) echo "usage: $0 [mem|nats|memory|mqtt|demo|storm|conns|nats-conns|amqp|sink|ws|http|zmq|ecp|views|merge|segments|all]" >&2; exit 2 ;;
 esac

@@ -361,6 +361,7 @@ mod tests {
             gauges: None,
             stages: Vec::new(),
             host: None,
+            loop_lag_ns: 0,
         }
     }
 

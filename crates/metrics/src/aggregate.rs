@@ -36,6 +36,14 @@ pub struct IntervalStats {
     /// written; absent where `/proc` is not readable.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub host: Option<crate::host::HostStats>,
+    /// The worst lateness of a timer on the generator's event loops in the window, ns
+    /// (`msgbench_core`'s lag probe): a loop blocked or starved of CPU delays every task on it.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub loop_lag_ns: u64,
+}
+
+fn is_zero(v: &u64) -> bool {
+    *v == 0
 }
 
 /// Levels (not sums) sampled once per interval.
@@ -157,6 +165,7 @@ struct Pending {
     counters: Counters,
     histograms: Histograms,
     cpu_s: f64,
+    loop_lag_ns: u64,
     gauges: Option<Gauges>,
     stages: Vec<StageStats>,
 }
@@ -241,6 +250,13 @@ impl Aggregator {
         self.phases[slot(phase)].cpu_s += cpu_s;
     }
 
+    /// The worst event-loop lag seen during interval `interval` (ns; the worst of several
+    /// samples is kept).
+    pub fn record_lag(&mut self, interval: u64, phase: Phase, lag_ns: u64) {
+        let p = self.pending.entry((interval, phase)).or_default();
+        p.loop_lag_ns = p.loop_lag_ns.max(lag_ns);
+    }
+
     /// Removes and returns the intervals with index `<= upto`, oldest first.
     pub fn take_intervals(&mut self, upto: u64) -> Vec<IntervalStats> {
         let keep = self.pending.split_off(&(upto + 1, Phase::Warmup));
@@ -279,6 +295,7 @@ impl Aggregator {
             gauges: p.gauges,
             stages: p.stages,
             host: None,
+            loop_lag_ns: p.loop_lag_ns,
         }
     }
 

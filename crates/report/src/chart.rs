@@ -352,6 +352,7 @@ mod tests {
             stages: Vec::new(),
             saturated: false,
             host: None,
+            loop_lag_ns: 0,
         }
     }
 

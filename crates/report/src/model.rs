@@ -138,10 +138,21 @@ pub struct IntervalRow {
     /// The host over the window, when the run sampled it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub host: Option<msgbench_metrics::HostStats>,
+    /// The worst lateness of a timer on the generator's event loops in the window, ns.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub loop_lag_ns: u64,
+}
+
+fn is_zero(v: &u64) -> bool {
+    *v == 0
 }
 
 /// Share of the generator's threads' time above which an interval counts as saturated.
 pub const SATURATED_BUSY: f64 = 0.9;
+
+/// Event-loop lag at or above which an interval counts as saturated whatever the CPU: a loop
+/// that late delays every send and receive on it (a hogged or starved thread).
+pub const SATURATED_LAG_NS: u64 = 20_000_000;
 
 /// Whether the generator kept up: judged per interval against the threads it actually ran
 /// (its worker threads, or every CPU when it ran on the main runtime), not the whole machine,
@@ -150,12 +161,16 @@ pub const SATURATED_BUSY: f64 = 0.9;
 pub struct GeneratorHealth {
     /// The threads the generator's producers and consumers ran on.
     pub threads: u64,
-    /// Measure-phase intervals in which the generator's CPU reached [`SATURATED_BUSY`] of them.
+    /// Measure-phase intervals in which the generator's CPU reached [`SATURATED_BUSY`] of them,
+    /// or its event loops were [`SATURATED_LAG_NS`] late.
     pub saturated_intervals: u64,
     /// Measure-phase intervals.
     pub measure_intervals: u64,
     /// Share of the measure phase's intervals that were not saturated (1.0: all valid).
     pub valid_share: f64,
+    /// The worst event-loop lag of the measure phase, ns (0 when not measured).
+    #[serde(default)]
+    pub max_loop_lag_ns: u64,
 }
 
 /// One stage of a multi-stage run in one interval.
@@ -294,6 +309,7 @@ impl ReportBuilder {
                     gauges: i.gauges,
                     saturated: false,
                     host: i.host,
+                    loop_lag_ns: i.loop_lag_ns,
                     stages: i
                         .stages
                         .iter()
@@ -360,10 +376,12 @@ impl ReportBuilder {
             && g.saturated_intervals > 0
         {
             warnings.push(format!(
-                "the generator was saturated (its CPU at {:.0}% or more of its {} thread{}) in {} of {} measure intervals, so {:.0}% of the measure phase is valid: in those intervals the figures may show msgbench's limit, not the system's (give it more threads with --workers, or spread the load over segments)",
+                "the generator was saturated (its CPU at {:.0}% or more of its {} thread{}, or its event loops {} ms late or more; worst lag {:.1} ms) in {} of {} measure intervals, so {:.0}% of the measure phase is valid: in those intervals the figures may show msgbench's limit, not the system's (give it more threads with --workers, or spread the load over segments)",
                 SATURATED_BUSY * 100.0,
                 g.threads,
                 if g.threads == 1 { "" } else { "s" },
+                SATURATED_LAG_NS / 1_000_000,
+                g.max_loop_lag_ns as f64 / 1e6,
                 g.saturated_intervals,
                 g.measure_intervals,
                 g.valid_share * 100.0
@@ -455,13 +473,15 @@ fn judge_generator(begin: &Begin, rows: &mut [IntervalRow]) -> Option<GeneratorH
         _ => u64::from(begin.host.cpus.max(1)),
     } * (begin.segments.len().max(1) as u64); // a merged run: every segment's threads
 
-    let (mut saturated, mut measured) = (0, 0);
+    let (mut saturated, mut measured, mut lag) = (0, 0, 0);
     for r in rows.iter_mut() {
         let dt = r.end_s - r.start_s;
-        r.saturated = dt > 0.0 && r.cpu_s / (threads as f64 * dt) >= SATURATED_BUSY;
+        r.saturated = (dt > 0.0 && r.cpu_s / (threads as f64 * dt) >= SATURATED_BUSY)
+            || r.loop_lag_ns >= SATURATED_LAG_NS;
         if r.phase == Phase::Measure {
             measured += 1;
             saturated += u64::from(r.saturated);
+            lag = lag.max(r.loop_lag_ns);
         }
     }
     (measured > 0).then(|| GeneratorHealth {
@@ -469,6 +489,7 @@ fn judge_generator(begin: &Begin, rows: &mut [IntervalRow]) -> Option<GeneratorH
         saturated_intervals: saturated,
         measure_intervals: measured,
         valid_share: 1.0 - saturated as f64 / measured as f64,
+        max_loop_lag_ns: lag,
     })
 }
 

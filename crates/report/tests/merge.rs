@@ -51,6 +51,7 @@ fn interval(index: u64, sent: u64, received: u64, e2e_us: u64) -> IntervalStats 
         gauges: None,
         stages: Vec::new(),
         host: None,
+        loop_lag_ns: 0,
     }
 }
 

@@ -116,6 +116,7 @@ fn interval(t: Tick, tweak: impl FnOnce(&mut IntervalStats)) -> Record {
         gauges: None,
         stages: Vec::new(),
         host: None,
+        loop_lag_ns: 0,
     };
     tweak(&mut iv);
     Record::Interval(iv)

@@ -23,6 +23,7 @@ mod connect;
 pub mod connections;
 mod consume;
 mod inflight;
+pub mod lag;
 mod outcome;
 mod produce;
 mod release;
@@ -423,6 +424,7 @@ async fn run_messages<D: Driver>(
             let k = interval_before(warmup_end, t0, tick_ns, emitted);
             let cpu = process_cpu_s();
             agg.record_cpu(k, Phase::Warmup, cpu - cpu_mark);
+            agg.record_lag(k, Phase::Warmup, lag::take_max_ns());
             cpu_mark = cpu;
             agg.end_phase(Phase::Warmup, secs(t0, warmup_end));
             agg.begin_phase(Phase::Measure, secs(t0, warmup_end));
@@ -456,6 +458,7 @@ async fn run_messages<D: Driver>(
             let k = interval_before(at, t0, tick_ns, emitted);
             let cpu = process_cpu_s();
             agg.record_cpu(k, Phase::Measure, cpu - cpu_mark);
+            agg.record_lag(k, Phase::Measure, lag::take_max_ns());
             cpu_mark = cpu;
             agg.end_phase(Phase::Measure, secs(t0, at));
             agg.begin_phase(Phase::Drain, secs(t0, at));
@@ -478,6 +481,7 @@ async fn run_messages<D: Driver>(
             let k = interval_before(now, t0, tick_ns, emitted);
             let cpu = process_cpu_s();
             agg.record_cpu(k, Phase::Warmup, cpu - cpu_mark);
+            agg.record_lag(k, Phase::Warmup, lag::take_max_ns());
             cpu_mark = cpu;
             agg.end_phase(Phase::Warmup, secs(t0, now));
             agg.begin_phase(Phase::Drain, secs(t0, now));
@@ -585,6 +589,7 @@ async fn run_messages<D: Driver>(
                     let idx = emitted.map_or(upto, |e| upto.max(e + 1));
                     let ended_in = timeline.iter().rev().find(|(start, _)| *start < t0 + (idx + 1) * tick_ns).map_or(phase, |(_, p)| *p);
                     agg.record_cpu(idx, ended_in, cpu - cpu_mark);
+                    agg.record_lag(idx, ended_in, lag::take_max_ns());
                     cpu_mark = cpu;
                     if extra != Counters::default() {
                         let mut s = Snapshot { role: Role::Consumer, task: u32::MAX, phase, interval: upto,
@@ -681,6 +686,7 @@ async fn run_messages<D: Driver>(
     }
     let last = interval_before(end, t0, tick_ns, emitted);
     agg.record_cpu(last, phase, process_cpu_s() - cpu_mark);
+    agg.record_lag(last, phase, lag::take_max_ns());
     agg.end_phase(phase, secs(t0, end));
     for iv in agg.take_all_intervals() {
         observer.interval(&iv);

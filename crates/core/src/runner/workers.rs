@@ -12,6 +12,8 @@ use tokio::sync::oneshot;
 /// A set of single-threaded runtimes on their own threads; dropped, they shut down.
 pub struct Workers {
     handles: Vec<Handle>,
+    /// The event-loop lag probes ([`super::lag`]), one per loop; aborted on drop.
+    probes: Vec<tokio::task::JoinHandle<()>>,
     stops: Vec<oneshot::Sender<()>>,
     threads: Vec<std::thread::JoinHandle<()>>,
     next: usize,
@@ -22,6 +24,7 @@ impl Workers {
     pub fn start(n: usize) -> std::io::Result<Workers> {
         let mut w = Workers {
             handles: Vec::new(),
+            probes: Vec::new(),
             stops: Vec::new(),
             threads: Vec::new(),
             next: 0,
@@ -30,6 +33,7 @@ impl Workers {
             let rt = Builder::new_current_thread().enable_all().build()?;
             let (stop_tx, stop_rx) = oneshot::channel::<()>();
             w.handles.push(rt.handle().clone());
+            w.probes.push(super::lag::spawn_probe(rt.handle()));
             w.stops.push(stop_tx);
             w.threads.push(
                 std::thread::Builder::new()
@@ -42,6 +46,9 @@ impl Workers {
                         rt.shutdown_background();
                     })?,
             );
+        }
+        if n == 0 {
+            w.probes.push(super::lag::spawn_probe(&Handle::current()));
         }
         Ok(w)
     }
@@ -59,6 +66,9 @@ impl Workers {
 
 impl Drop for Workers {
     fn drop(&mut self) {
+        for p in self.probes.drain(..) {
+            p.abort();
+        }
         for s in self.stops.drain(..) {
             let _ = s.send(());
         }
