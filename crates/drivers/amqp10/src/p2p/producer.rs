@@ -413,7 +413,13 @@ impl P2pProducer {
                     if self.routes[stream].links.is_empty() && self.incoming.is_none() {
                         return Poll::Ready(Err(()));
                     }
-                    if self.poll_service(cx).is_pending() {
+                    // Credit comes in flow frames, which are no events: reading them to the
+                    // end leaves `poll_service` pending with the credit already there.
+                    let more = self.poll_service(cx);
+                    if ready(self) {
+                        return Poll::Ready(Ok(()));
+                    }
+                    if more.is_pending() {
                         return Poll::Pending;
                     }
                 }
