@@ -64,6 +64,11 @@
 #   scripts/bench.sh segments   the same NATS workload (4 topics, 1 producer + 1 consumer each,
 #                               64 B, unlimited, 10 s) in one process versus 4 segments released
 #                               together: msgs/s received (target: segments >= 0.9x single)
+#   scripts/bench.sh p2p        the seed's comparison: scenarios/p2p-amqp10.toml (brokerless AMQP
+#                               1.0, pre-settled) and scenarios/p2p-zmq.toml (ZeroMQ PUSH/PULL),
+#                               1 -> 1, 100 B, unlimited, 5 s, interleaved, RUNS (default 3 here)
+#                               runs each; then unsettled AMQP 1.0 once per run too: msgs/s and
+#                               CPU-s per million, medians (target: AMQP 1.0 >= 1/4 of ZeroMQ)
 #
 # RUNS (default 5) sets the repetitions. The NATS benchmark starts nats-server via
 # scripts/brokers.sh; if the Go `nats` CLI is on PATH (or in ~/.cache/gobin), `nats bench`
@@ -71,6 +76,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export CARGO_TARGET_DIR=${CARGO_TARGET_DIR:-$HOME/.cache/msgbench-target}
+RUNS_SET=${RUNS:-}
 RUNS=${RUNS:-5}
 # MSGBENCH_BIN benchmarks a binary built earlier (no build).
 if [ -n "${MSGBENCH_BIN:-}" ]; then
@@ -807,6 +813,27 @@ PY
   rm -rf "$d"
 }
 
+bench_p2p() {
+  local runs=${RUNS_P2P:-${RUNS_SET:-3}}
+  echo "== brokerless point to point: AMQP 1.0 (bind=consumer) versus ZeroMQ, 1 -> 1, 100 B, unlimited, 5 s ($runs runs each, interleaved)"
+  local unsettled; unsettled=$(mktemp --suffix=.toml)
+  grep -v '^settled' scenarios/p2p-amqp10.toml >"$unsettled"
+  local ar=() ac=() ur=() uc=() zr=() zc=()
+  for _ in $(seq "$runs"); do
+    read -r rate cpu _ lost < <(measure scenarios/p2p-amqp10.toml)
+    echo "  amqp10 settled:   $rate msgs/s, $cpu CPU-s per million, lost $lost"; ar+=("$rate"); ac+=("$cpu")
+    read -r rate cpu _ lost < <(measure "$unsettled")
+    echo "  amqp10 unsettled: $rate msgs/s, $cpu CPU-s per million, lost $lost"; ur+=("$rate"); uc+=("$cpu")
+    read -r rate cpu _ lost < <(measure scenarios/p2p-zmq.toml)
+    echo "  zmq:              $rate msgs/s, $cpu CPU-s per million, lost $lost"; zr+=("$rate"); zc+=("$cpu")
+  done
+  rm -f "$unsettled"
+  local a u z
+  a=$(printf '%s\n' "${ar[@]}" | median); u=$(printf '%s\n' "${ur[@]}" | median); z=$(printf '%s\n' "${zr[@]}" | median)
+  echo "  median: amqp10 settled $a msgs/s at $(printf '%s\n' "${ac[@]}" | median) CPU-s/M; amqp10 unsettled $u msgs/s at $(printf '%s\n' "${uc[@]}" | median) CPU-s/M; zmq $z msgs/s at $(printf '%s\n' "${zc[@]}" | median) CPU-s/M"
+  echo "  ratio amqp10/zmq: settled $(python3 -c "print(f'{$a/$z:.2f}')"), unsettled $(python3 -c "print(f'{$u/$z:.2f}')") (target >= 0.25; the seed: qpid 31,000 vs ZeroMQ 650,000)"
+}
+
 case "${1:-all}" in
   mem) bench_mem ;;
   nats) bench_nats ;;
@@ -826,10 +853,11 @@ case "${1:-all}" in
   proxy) bench_proxy ;;
   http) bench_http ;;
   zmq) bench_zmq ;;
+  p2p) bench_p2p ;;
   ecp) bench_ecp ;;
   views) bench_views ;;
   merge) bench_merge ;;
   segments) bench_segments ;;
-  all) bench_mem; bench_nats; bench_memory; bench_mqtt; bench_demo; bench_storm; bench_conns; bench_amqp; bench_sink; bench_proxy; bench_textstamp; bench_verdicts; bench_search; bench_redis; bench_ws; bench_http; bench_zmq; bench_ecp; bench_views; bench_merge; bench_segments ;;
-  *) echo "usage: $0 [mem|nats|memory|mqtt|demo|storm|conns|nats-conns|amqp|sink|ws|http|zmq|ecp|views|merge|segments|all]" >&2; exit 2 ;;
+  all) bench_mem; bench_nats; bench_memory; bench_mqtt; bench_demo; bench_storm; bench_conns; bench_amqp; bench_sink; bench_proxy; bench_textstamp; bench_verdicts; bench_search; bench_redis; bench_ws; bench_http; bench_zmq; bench_p2p; bench_ecp; bench_views; bench_merge; bench_segments ;;
+  *) echo "usage: $0 [mem|nats|memory|mqtt|demo|storm|conns|nats-conns|amqp|sink|textstamp|verdicts|search|redis|ws|http|zmq|p2p|ecp|views|merge|segments|all]" >&2; exit 2 ;;
 esac

@@ -67,8 +67,9 @@
 #     imports zmq): tests/libzmq.rs relays msgbench's ZeroMQ traffic through it.
 #   Third-party clients of msgbench's own servers (tests/thirdparty.rs): pika (package
 #     'python3-pika', AMQP 0-9-1), paho-mqtt (package 'python3-paho-mqtt', MQTT 3.1.1 and 5) and
-#     websockets (package 'python3-websockets') for the system Python (`env` exports it as
-#     MSGBENCH_IT_PEER_PYTHON once it imports all three), curl (package 'curl') and nghttp
+#     websockets (package 'python3-websockets') for the system Python, and Apache Qpid Proton
+#     (package 'python3-qpid-proton', AMQP 1.0: tests/amqp10_p2p.rs, the peer of brokerless
+#     runs) (`env` exports it as MSGBENCH_IT_PEER_PYTHON once it imports all four), curl (package 'curl') and nghttp
 #     (package 'nghttp2-client', HTTP/2). Like the brokers, one that cannot be installed fails
 #     `up`; run by hand without them, the tests that need one say they were skipped.
 # State (PID files, configs, logs, certificates) lives in
@@ -156,7 +157,7 @@ libzmq_up() { # a peer library for the interop tests (tests/libzmq.rs): nothing 
 
 # The third-party clients tests/thirdparty.rs drives msgbench's servers with: Python modules of
 # the system Python (module:package), then programs (binary:package).
-PEER_MODULES=(pika:python3-pika paho.mqtt.client:python3-paho-mqtt websockets:python3-websockets)
+PEER_MODULES=(pika:python3-pika paho.mqtt.client:python3-paho-mqtt websockets:python3-websockets proton:python3-qpid-proton)
 PEER_BINARIES=(curl:curl nghttp:nghttp2-client)
 
 peer_python_ok() { # the system Python imports every module of PEER_MODULES

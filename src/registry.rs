@@ -8,6 +8,7 @@ use msgbench_core::scenario::RunPlan;
 use msgbench_core::shutdown::Shutdown;
 use msgbench_driver_amqp::AmqpDriver;
 use msgbench_driver_amqp10::Amqp10Driver;
+use msgbench_driver_amqp10::p2p::{P2pDriver, is_brokerless};
 use msgbench_driver_http::{HttpDriver, HttpOptions};
 use msgbench_driver_mem::MemDriver;
 use msgbench_driver_mqtt::MqttDriver;
@@ -73,7 +74,7 @@ pub fn drivers() -> Vec<DriverInfo> {
             name: "amqp10",
             schemes: &["amqp10", "amqp10s"],
             // acks: unless [amqp10] settled = true (the plan decides).
-            about: "AMQP 1.0 (Artemis, RabbitMQ's AMQP 1.0 plugin, Qpid, ECP endpoints): queues and topics by address and capabilities ([amqp10]), pipelined unsettled sends (acks = broker outcomes) or pre-settled, credit, accept/release/reject, message ids and application properties, SASL PLAIN/ANONYMOUS, TLS, reconnection, connection workloads (own AMQP 1.0 implementation)",
+            about: "AMQP 1.0 (Artemis, RabbitMQ's AMQP 1.0 plugin, Qpid, ECP endpoints): queues and topics by address and capabilities ([amqp10]), pipelined unsettled sends (acks = broker outcomes) or pre-settled, credit, accept/release/reject, message ids and application properties, SASL PLAIN/ANONYMOUS, TLS, reconnection, connection workloads (own AMQP 1.0 implementation); brokerless with ?bind=consumer|producer&peers=N (either side listens, port 0 picks free ports; fan-out, queue groups, credit)",
             caps: Capabilities {
                 acks: true,
                 queue_groups: true,
@@ -213,6 +214,10 @@ macro_rules! with_driver {
             }
             "zmq" => {
                 let $d = ZmqDriver::new(url, $sink.clone(), plan.connect_timeout)?;
+                $body
+            }
+            "amqp10" | "amqp10s" if is_brokerless(url) => {
+                let $d = P2pDriver::new(url, &plan.amqp10, $sink.clone(), plan.connect_timeout)?;
                 $body
             }
             "amqp10" | "amqp10s" => {

@@ -593,6 +593,8 @@ impl Sim {
             Event::Delivery(r) if Some(r.link) == outbox => self.plan(r),
             Event::Delivery(_) => {}
             Event::Settled { outcome, .. } => self.on_outcome(outcome),
+            // Brokerless link events: not on a broker's connection.
+            Event::Attached { .. } | Event::Refused(_) | Event::Detached { .. } => {}
         }
     }
 

@@ -80,8 +80,14 @@ impl Amqp10Plan {
 /// calls them: several of them without a group are a queue group (`msgbench`), so each message
 /// is expected once, not once per receiver (which would count all but one copy as lost).
 pub fn competing(sub: SubscriptionMode, consumer_target: &str, p: &Amqp10Plan) -> SubscriptionMode {
-    let amqp10 =
-        consumer_target.starts_with("amqp10://") || consumer_target.starts_with("amqp10s://");
+    // Brokerless (`?bind=`): no queue in between; several consumers each get every message
+    // unless they are given a group.
+    let brokerless = consumer_target
+        .split_once('?')
+        .is_some_and(|(_, q)| q.split('&').any(|o| o.starts_with("bind=")));
+    let amqp10 = (consumer_target.starts_with("amqp10://")
+        || consumer_target.starts_with("amqp10s://"))
+        && !brokerless;
     let fans_out = p.capabilities.iter().any(|c| c == "topic")
         || p.address.starts_with("/topic/")
         || p.address.starts_with("/exchange/");
@@ -164,6 +170,10 @@ mod tests {
         );
         assert_eq!(
             competing(SubscriptionMode::Fanout, "nats://h", &q),
+            SubscriptionMode::Fanout
+        );
+        assert_eq!(
+            competing(SubscriptionMode::Fanout, "amqp10://h:0?bind=consumer", &q),
             SubscriptionMode::Fanout
         );
     }

@@ -371,7 +371,7 @@ impl Endpoint {
 }
 
 /// The peer's 8-byte protocol header.
-async fn read_header(w: &mut Wire) -> std::io::Result<[u8; 8]> {
+pub(crate) async fn read_header(w: &mut Wire) -> std::io::Result<[u8; 8]> {
     std::future::poll_fn(|cx| {
         w.poll_next(cx, true, |b: &mut BytesMut| {
             Ok::<_, crate::codec::CodecError>((b.len() >= 8).then(|| {
@@ -385,7 +385,7 @@ async fn read_header(w: &mut Wire) -> std::io::Result<[u8; 8]> {
 }
 
 /// One whole frame's performative.
-async fn read_frame(w: &mut Wire) -> std::io::Result<Performative> {
+pub(crate) async fn read_frame(w: &mut Wire) -> std::io::Result<Performative> {
     let (_, _, body) =
         std::future::poll_fn(|cx| w.poll_next(cx, true, frames::split_frame)).await?;
     let p = Performative::parse(&body)

@@ -125,6 +125,13 @@ impl<'a> Dec<'a> {
         }
     }
 
+    /// The next value and its encoding as it was received (to echo a terminus back verbatim).
+    pub fn read_raw(&mut self) -> Result<(Value<'a>, &'a [u8]), CodecError> {
+        let start = self.pos;
+        let v = self.read()?;
+        Ok((v, &self.buf[start.min(self.pos)..self.pos]))
+    }
+
     /// Bytes consumed so far.
     pub fn pos(&self) -> usize {
         self.pos
@@ -433,6 +440,13 @@ impl<'b> Enc<'b> {
         }
         let size = (self.buf.len() - at - 4) as u32;
         self.buf[at..at + 4].copy_from_slice(&size.to_be_bytes());
+        self
+    }
+
+    /// An already encoded value (one item), written as it is: a terminus echoed back.
+    pub fn raw(&mut self, encoded: &[u8]) -> &mut Self {
+        self.item();
+        self.buf.put_slice(encoded);
         self
     }
 

@@ -31,6 +31,10 @@ use std::task::{Context, Poll};
 use std::time::Duration;
 use tokio::time::{Instant, Sleep};
 
+mod serve;
+use serve::PeerAttach;
+pub use serve::Serving;
+
 /// Read buffer growth, and the write batch a sender flushes at.
 pub(crate) const CHUNK: usize = 64 * 1024;
 /// The session's incoming window (transfer frames); refreshed at half.
@@ -70,6 +74,16 @@ pub enum Event {
     Settled { tag: u64, outcome: Outcome },
     /// A message arrived on a receiver link.
     Delivery(Received),
+    /// Brokerless: a peer attached a link and it was answered ([`Serving`]); `address` is the
+    /// link's (its target for a sender, its source for a receiver).
+    Attached { link: LinkId, address: String },
+    /// Brokerless: a peer's link was refused (the peer was told why; this says it again).
+    Refused(String),
+    /// Brokerless: the peer detached a link, and the detach was answered.
+    Detached {
+        link: LinkId,
+        error: Option<AmqpError>,
+    },
 }
 
 /// One received message.
@@ -105,6 +119,8 @@ struct Link {
     meta: bool,
     /// Receiver: a message arriving in several frames (id, settled, bytes so far).
     partial: Option<(u32, bool, BytesMut)>,
+    /// We sent a detach (the peer's detach answers it, and needs no answer).
+    we_detached: bool,
 }
 
 /// One connection and its session (channel 0). See the module docs.
@@ -123,6 +139,13 @@ pub struct Conn {
     unsettled_base: u32,
     events: VecDeque<Event>,
     scratch: BytesMut,
+    /// Brokerless listening side: links peers attach are answered (see [`Serving`]).
+    serving: Option<Serving>,
+    /// Answer the peer's detach, end and close (brokerless peers end politely) instead of
+    /// failing at the first of them as a broker's client does.
+    polite: bool,
+    sent_end: bool,
+    sent_close: bool,
 }
 
 impl Conn {
@@ -153,6 +176,10 @@ impl Conn {
             unsettled_base: 0,
             events: VecDeque::new(),
             scratch: BytesMut::new(),
+            serving: None,
+            polite: false,
+            sent_end: false,
+            sent_close: false,
         }
     }
 
@@ -165,11 +192,12 @@ impl Conn {
         }
     }
 
-    /// Attaches a sender (`credit` unused) or a receiver granting `credit`, on `address` with
-    /// terminus `capabilities`; `name` is the link name (a shared subscription's), or a unique
-    /// one is made. Waits for the broker's answer; a refusal says what the broker said.
+    /// Writes the attach of a link and returns at once (brokerless producers: the listening
+    /// consumer answers once its owner reads, which may be after the producer's setup). The
+    /// answer is taken in as it comes; a sender's credit follows it, a refusal detaches the
+    /// link ([`Event::Detached`] on a brokerless connection). Nothing is flushed.
     #[allow(clippy::too_many_arguments)]
-    pub async fn attach(
+    pub fn attach_later(
         &mut self,
         name: Option<&str>,
         address: &str,
@@ -178,7 +206,7 @@ impl Conn {
         settled: bool,
         credit: u32,
         meta: bool,
-    ) -> Result<LinkId, DriverError> {
+    ) -> LinkId {
         let id = self.links.len();
         let role = if receiver { "rcv" } else { "snd" };
         let name = name.map_or_else(
@@ -210,7 +238,27 @@ impl Conn {
             window: credit,
             meta,
             partial: None,
+            we_detached: false,
         });
+        id
+    }
+
+    /// Attaches a sender (`credit` unused) or a receiver granting `credit`, on `address` with
+    /// terminus `capabilities`; `name` is the link name (a shared subscription's), or a unique
+    /// one is made. Waits for the broker's answer; a refusal says what the broker said.
+    #[allow(clippy::too_many_arguments)]
+    pub async fn attach(
+        &mut self,
+        name: Option<&str>,
+        address: &str,
+        capabilities: &[String],
+        receiver: bool,
+        settled: bool,
+        credit: u32,
+        meta: bool,
+    ) -> Result<LinkId, DriverError> {
+        let id = self.attach_later(name, address, capabilities, receiver, settled, credit, meta);
+        let credit = credit.max(1);
         let refused = |why: String| {
             let what = if receiver {
                 "a receiver link from"
@@ -522,6 +570,12 @@ impl Conn {
                 name,
                 handle,
                 has_terminus,
+                peer_receiver,
+                snd_settle,
+                address,
+                source,
+                target,
+                initial_delivery_count,
             } => {
                 if let Some(l) = self
                     .links
@@ -530,8 +584,18 @@ impl Conn {
                 {
                     l.remote_handle = Some(handle);
                     l.answered = Some(has_terminus);
+                    return Ok(());
                 }
-                Ok(())
+                self.serve_attach(PeerAttach {
+                    name,
+                    handle,
+                    peer_receiver,
+                    snd_settle,
+                    address,
+                    source,
+                    target,
+                    initial_delivery_count,
+                })
             }
             Performative::Detach { handle, error } => {
                 let Some(id) = self.link_of(handle) else {
@@ -539,6 +603,17 @@ impl Conn {
                 };
                 let l = &mut self.links[id];
                 l.detached = Some(error.clone());
+                // Answered (once) so the handle can be reused; the same handle may come again.
+                l.remote_handle = None;
+                if self.polite {
+                    if !l.we_detached {
+                        l.we_detached = true;
+                        frames::put_detach(&mut self.wire.wbuf, id as u32);
+                    }
+                    // Also a refusal (answered without a terminus), for a link not waited for.
+                    self.events.push_back(Event::Detached { link: id, error });
+                    return Ok(());
+                }
                 if l.answered == Some(true) {
                     return Err(LinkError::Detached {
                         address: l.address.clone(),
@@ -546,6 +621,27 @@ impl Conn {
                     });
                 }
                 Ok(())
+            }
+            Performative::End(e) if self.polite => {
+                if !self.sent_end {
+                    self.sent_end = true;
+                    frames::put_end(&mut self.wire.wbuf);
+                }
+                match e {
+                    None => Ok(()),
+                    Some(e) => Err(LinkError::Ended(Some(e))),
+                }
+            }
+            Performative::Close(e) if self.polite => {
+                if !self.sent_close {
+                    if !self.sent_end {
+                        self.sent_end = true;
+                        frames::put_end(&mut self.wire.wbuf);
+                    }
+                    self.sent_close = true;
+                    frames::put_close(&mut self.wire.wbuf);
+                }
+                Err(LinkError::Closed(e))
             }
             Performative::End(e) => Err(LinkError::Ended(e)),
             Performative::Close(e) => Err(LinkError::Closed(e)),
@@ -619,6 +715,10 @@ impl Conn {
 
     /// Detaches `link` politely, waiting (at most `timeout`) for the broker's detach.
     pub async fn detach(&mut self, link: LinkId, timeout: Duration) {
+        if self.links[link].we_detached {
+            return;
+        }
+        self.links[link].we_detached = true;
         frames::put_detach(&mut self.wire.wbuf, link as u32);
         let _ = tokio::time::timeout(timeout, async {
             self.flush().await.ok()?;
@@ -638,7 +738,16 @@ impl Conn {
     /// Ends the session and closes the connection, waiting (at most `timeout`) for the
     /// broker's close so everything before it has been handled.
     pub async fn close(mut self, timeout: Duration) {
-        frames::put_end(&mut self.wire.wbuf);
+        if !self.sent_end {
+            frames::put_end(&mut self.wire.wbuf);
+        }
+        if self.sent_close {
+            let _ = tokio::time::timeout(timeout, self.flush()).await;
+            self.wire.detach();
+            return;
+        }
+        self.sent_end = true;
+        self.sent_close = true;
         frames::put_close(&mut self.wire.wbuf);
         let _ = tokio::time::timeout(timeout, async {
             if self.flush().await.is_err() {

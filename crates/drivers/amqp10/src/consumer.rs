@@ -186,7 +186,8 @@ impl Amqp10Consumer {
                         meta: self.sub.meta.then(|| Box::new(p.meta)),
                     });
                 }
-                Poll::Ready(Ok(Event::Settled { .. })) => {}
+                // Settlements and brokerless link events do not concern a broker's consumer.
+                Poll::Ready(Ok(_)) => {}
                 Poll::Ready(Err(e)) => self.lost(&e),
                 Poll::Pending => return Poll::Pending,
             }

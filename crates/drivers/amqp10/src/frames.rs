@@ -18,25 +18,25 @@ pub const MAX_FRAME: u32 = 1 << 20;
 /// The smallest maximum frame size a peer may ask for.
 pub const MIN_MAX_FRAME: u32 = 512;
 
-const OPEN: u64 = 0x10;
-const BEGIN: u64 = 0x11;
-const ATTACH: u64 = 0x12;
-const FLOW: u64 = 0x13;
+pub(crate) const OPEN: u64 = 0x10;
+pub(crate) const BEGIN: u64 = 0x11;
+pub(crate) const ATTACH: u64 = 0x12;
+pub(crate) const FLOW: u64 = 0x13;
 const TRANSFER: u64 = 0x14;
 const DISPOSITION: u64 = 0x15;
-const DETACH: u64 = 0x16;
-const END: u64 = 0x17;
-const CLOSE: u64 = 0x18;
-const ERROR: u64 = 0x1d;
-const SOURCE: u64 = 0x28;
-const TARGET: u64 = 0x29;
+pub(crate) const DETACH: u64 = 0x16;
+pub(crate) const END: u64 = 0x17;
+pub(crate) const CLOSE: u64 = 0x18;
+pub(crate) const ERROR: u64 = 0x1d;
+pub(crate) const SOURCE: u64 = 0x28;
+pub(crate) const TARGET: u64 = 0x29;
 const ACCEPTED: u64 = 0x24;
 const REJECTED: u64 = 0x25;
 const RELEASED: u64 = 0x26;
 const MODIFIED: u64 = 0x27;
-const SASL_MECHANISMS: u64 = 0x40;
-const SASL_INIT: u64 = 0x41;
-const SASL_OUTCOME: u64 = 0x44;
+pub(crate) const SASL_MECHANISMS: u64 = 0x40;
+pub(crate) const SASL_INIT: u64 = 0x41;
+pub(crate) const SASL_OUTCOME: u64 = 0x44;
 
 /// Frame types.
 pub const AMQP: u8 = 0;
@@ -313,6 +313,17 @@ fn error(v: Value<'_>) -> Result<Option<AmqpError>, CodecError> {
     }))
 }
 
+/// The address of a source or target (its first field), if it has one.
+fn terminus_address(v: Value<'_>) -> Result<Option<String>, CodecError> {
+    let Value::Described(_, mut inner) = v else {
+        return Ok(None);
+    };
+    let Value::List(mut l) = inner.read()? else {
+        return Ok(None);
+    };
+    Ok(l.read()?.as_str().map(str::to_string))
+}
+
 /// What the receiving end said about a delivery.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Outcome {
@@ -370,6 +381,10 @@ pub enum Performative {
     Empty,
     SaslMechanisms(Vec<String>),
     SaslOutcome(u8),
+    /// A client's choice of SASL mechanism (the listening side reads it).
+    SaslInit {
+        mechanism: String,
+    },
     Open {
         max_frame: u32,
         idle_ms: Option<u32>,
@@ -384,6 +399,19 @@ pub enum Performative {
         /// The peer's terminus (the source of its sender, the target of its receiver) is
         /// there: a link refused outright comes without it, followed by a detach.
         has_terminus: bool,
+        /// The peer's role is receiver (it attaches to take messages).
+        peer_receiver: bool,
+        /// The peer's sender settle mode (0 unsettled, 1 settled, 2 mixed).
+        snd_settle: u8,
+        /// The address the link is about: the target's of a sender, the source's of a
+        /// receiver.
+        address: Option<String>,
+        /// The source and target as encoded by the peer (`None`: absent), echoed back by a
+        /// listening side when it answers.
+        source: Option<Vec<u8>>,
+        target: Option<Vec<u8>>,
+        /// A sender's initial delivery count.
+        initial_delivery_count: Option<u32>,
     },
     Flow {
         next_incoming_id: Option<u32>,
@@ -444,6 +472,9 @@ impl Performative {
                 Performative::SaslMechanisms(names)
             }
             SASL_OUTCOME => Performative::SaslOutcome(f.read()?.as_uint().unwrap_or(4) as u8),
+            SASL_INIT => Performative::SaslInit {
+                mechanism: f.read()?.as_str().unwrap_or("").to_string(),
+            },
             OPEN => {
                 f.read()?;
                 f.read()?;
@@ -463,14 +494,30 @@ impl Performative {
                 let name = f.read()?.as_str().unwrap_or("").to_string();
                 let handle = uint(f.read()?).unwrap_or(0);
                 let peer_receiver = f.read()?.as_bool().unwrap_or(false);
+                let snd_settle = f.read()?.as_uint().unwrap_or(2).min(2) as u8;
+                f.read()?;
+                let (source, source_raw) = f.read_raw()?;
+                let (target, target_raw) = f.read_raw()?;
+                // unsettled, incomplete-unsettled, then the initial delivery count.
                 f.read()?;
                 f.read()?;
-                let source = f.read()?.some().is_some();
-                let target = f.read()?.some().is_some();
+                let initial_delivery_count = uint(f.read()?);
+                let raw = |v: Value<'_>, r: &[u8]| v.some().map(|_| r.to_vec());
+                let terminus = if peer_receiver { source } else { target };
                 Performative::Attach {
                     name,
                     handle,
-                    has_terminus: if peer_receiver { target } else { source },
+                    has_terminus: if peer_receiver {
+                        target.some().is_some()
+                    } else {
+                        source.some().is_some()
+                    },
+                    peer_receiver,
+                    snd_settle,
+                    address: terminus_address(terminus)?,
+                    source: raw(source, source_raw),
+                    target: raw(target, target_raw),
+                    initial_delivery_count,
                 }
             }
             FLOW => {

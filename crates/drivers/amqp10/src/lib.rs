@@ -31,6 +31,10 @@
 //! password is an authentication failure, a refused link names its address and the broker's
 //! error condition and description.
 //!
+//! Brokerless (point to point): `amqp10://HOST:PORT?bind=consumer|producer[&peers=N]` puts no
+//! broker in between: one side listens and the other attaches its links straight to it
+//! ([`p2p`], with the listening half of the protocol in [`listen`] and [`reply`]).
+//!
 //! # Layout
 //! - [`codec`]: the AMQP type system (encoder, borrowing decoder).
 //! - [`frames`]: frames and performatives.
@@ -39,6 +43,9 @@
 //! - [`conn`]: one connection: links, sending, receiving, settlement, flow control
 //!   (public: the ECP endpoint simulator in `msgbench-serve` uses it too).
 //! - `producer`, `consumer`: the runner's producers and consumers, with reconnection.
+//! - [`listen`], [`reply`]: the listening side (brokerless): accepting, the server half of the
+//!   handshake, the frames only a listener writes; [`conn`] answers peers' links.
+//! - [`p2p`]: the brokerless driver, either side listening.
 //! - this file: the `Driver` and the held session of connection workloads.
 
 pub mod client;
@@ -46,8 +53,11 @@ pub mod codec;
 pub mod conn;
 mod consumer;
 pub mod frames;
+pub mod listen;
 pub mod message;
+pub mod p2p;
 mod producer;
+pub mod reply;
 
 pub use consumer::Amqp10Consumer;
 pub use producer::Amqp10Producer;

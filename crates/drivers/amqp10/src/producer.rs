@@ -246,7 +246,7 @@ impl Producer for Amqp10Producer {
                 Poll::Ready(Ok(Event::Settled { tag, outcome })) => {
                     return Poll::Ready(Some(self.on_outcome(tag, outcome)));
                 }
-                Poll::Ready(Ok(Event::Delivery(_))) => {}
+                Poll::Ready(Ok(_)) => {}
                 Poll::Ready(Err(e)) => self.lost(&e),
                 Poll::Pending => return Poll::Pending,
             }
