@@ -62,6 +62,9 @@
 #   scripts/bench.sh segments   the same NATS workload (4 topics, 1 producer + 1 consumer each,
 #                               64 B, unlimited, 10 s) in one process versus 4 segments released
 #                               together: msgs/s received (target: segments >= 0.9x single)
+#   scripts/bench.sh kafka      Apache Kafka 4.4 (KRaft, scripts/brokers.sh up kafka): 1 producer ->
+#                               1 consumer, 1 KiB, unlimited, 10 s, acks=1 and acks=all, a fresh
+#                               topic each run: msgs/s sent and received, CPU-s per million
 #
 # RUNS (default 5) sets the repetitions. The NATS benchmark starts nats-server via
 # scripts/brokers.sh; if the Go `nats` CLI is on PATH (or in ~/.cache/gobin), `nats bench`
@@ -386,6 +389,33 @@ PY
   local a b
   a=$(printf '%s\n' "${ours[@]}" | median); b=$(printf '%s\n' "${theirs[@]}" | median)
   echo "  median: msgbench $(printf '%s\n' "${rates[@]}" | median) msgs/s at $a CPU-s/M; PerfTest $(printf '%s\n' "${prates[@]}" | median) msgs/s at $b CPU-s/M; ratio $(python3 -c "print(f'{$a/$b:.2f}')") (target <= 0.3)"
+}
+
+bench_kafka() {
+  scripts/brokers.sh up kafka >/dev/null
+  eval "$(scripts/brokers.sh env)"
+  local acks
+  for acks in 1 all; do
+    echo "== Kafka 1 producer -> 1 consumer, 1 KiB, unlimited, 10 s, acks=$acks ($RUNS runs)"
+    local rates=() recvs=() cpus=()
+    for i in $(seq "$RUNS"); do
+      local out tm; out=$(mktemp); tm=$(mktemp)
+      /usr/bin/time -f "%U %S" -o "$tm" "$B" run "$MSGBENCH_IT_KAFKA" --acks "$acks" --size 1KiB \
+        --warmup 1s --duration 10s --drain 10s --topic "bench.kafka.$acks.$$.$i" --no-output --quiet \
+        --format json >"$out"
+      read -r rate recv cpu lost < <(python3 - "$out" "$tm" <<'PY'
+import json, sys
+r = json.load(open(sys.argv[1])); u, s = open(sys.argv[2]).read().split()[-2:]
+sent = sum(p["counters"]["sent"] for p in r["phases"])
+print(f'{r["result"]["sent_per_s"]:.0f} {r["result"]["received_per_s"]:.0f} {(float(u) + float(s)) / max(sent, 1) * 1e6:.2f} {r["integrity"]["lost"]}')
+PY
+)
+      echo "  run: $rate msgs/s sent, $recv msgs/s received, $cpu CPU-s per million (msgbench process), lost $lost"
+      rates+=("$rate"); recvs+=("$recv"); cpus+=("$cpu")
+      rm -f "$out" "$tm"
+    done
+    echo "  median: $(printf '%s\n' "${rates[@]}" | median) msgs/s sent, $(printf '%s\n' "${recvs[@]}" | median) msgs/s received, $(printf '%s\n' "${cpus[@]}" | median) CPU-s per million"
+  done
 }
 
 bench_sink() {
@@ -781,9 +811,10 @@ case "${1:-all}" in
   http) bench_http ;;
   zmq) bench_zmq ;;
   ecp) bench_ecp ;;
+  kafka) bench_kafka ;;
   views) bench_views ;;
   merge) bench_merge ;;
   segments) bench_segments ;;
-  all) bench_mem; bench_nats; bench_memory; bench_mqtt; bench_demo; bench_storm; bench_conns; bench_amqp; bench_sink; bench_proxy; bench_textstamp; bench_verdicts; bench_search; bench_ws; bench_http; bench_zmq; bench_ecp; bench_views; bench_merge; bench_segments ;;
+  all) bench_mem; bench_nats; bench_memory; bench_mqtt; bench_demo; bench_storm; bench_conns; bench_amqp; bench_sink; bench_proxy; bench_textstamp; bench_verdicts; bench_search; bench_ws; bench_http; bench_zmq; bench_ecp; bench_kafka; bench_views; bench_merge; bench_segments ;;
   *) echo "usage: $0 [mem|nats|memory|mqtt|demo|storm|conns|nats-conns|amqp|sink|ws|http|zmq|ecp|views|merge|segments|all]" >&2; exit 2 ;;
 esac

@@ -9,6 +9,7 @@ use msgbench_core::shutdown::Shutdown;
 use msgbench_driver_amqp::AmqpDriver;
 use msgbench_driver_amqp10::Amqp10Driver;
 use msgbench_driver_http::{HttpDriver, HttpOptions};
+use msgbench_driver_kafka::KafkaDriver;
 use msgbench_driver_mem::MemDriver;
 use msgbench_driver_mqtt::MqttDriver;
 use msgbench_driver_nats::NatsDriver;
@@ -118,6 +119,18 @@ pub fn drivers() -> Vec<DriverInfo> {
             },
         },
         DriverInfo {
+            name: "kafka",
+            schemes: &["kafka", "kafka+ssl"],
+            about: "Apache Kafka (librdkafka): acks 0/1/all, idempotence, linger, batch size, compression, round-robin/keyed/sticky partitioning, fan-out and group consumers, latest/earliest, commit modes, topic creation, integrity per partition, TLS",
+            caps: Capabilities {
+                acks: true,
+                queue_groups: true,
+                request_reply: false,
+                responses: false,
+                metadata: false,
+            },
+        },
+        DriverInfo {
             name: "mqtt",
             schemes: &["mqtt", "mqtts"],
             // acks: at QoS 1 and 2 only (the plan decides).
@@ -190,6 +203,17 @@ macro_rules! with_driver {
                     url,
                     &plan.amqp,
                     &plan.client,
+                    &plan.tls,
+                    plan.run_id,
+                    $sink.clone(),
+                    plan.connect_timeout,
+                )?;
+                $body
+            }
+            "kafka" | "kafka+ssl" => {
+                let $d = KafkaDriver::new(
+                    url,
+                    &plan.kafka,
                     &plan.tls,
                     plan.run_id,
                     $sink.clone(),
