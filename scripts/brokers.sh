@@ -68,6 +68,7 @@
 #     formatted on first start in $STATE/kafka/data/ (kept across `up`s: topics survive), a
 #     1 GiB heap, no group join delay, topics created on demand. Starting takes several seconds.
 # Peer libraries (installed, nothing to start or stop):
+#   librdkafka-dev (Debian 12: librdkafka 2.0.2), which the Kafka driver is built against.
 #   libzmq 4.3.4, the reference ZeroMQ implementation, through pyzmq (package 'python3-zmq') for
 #     the system Python /usr/bin/python3 (`env` exports it as MSGBENCH_IT_LIBZMQ_PYTHON once it
 #     imports zmq): tests/libzmq.rs relays msgbench's ZeroMQ traffic through it.
@@ -694,7 +695,7 @@ artemis_restart() { # artemis_restart SECONDS
 # once with Maven by their coordinates through a generated pom (later `up`s need no network).
 kafka_libs() {
   local libs="$KAFKA/libs"
-  [ -s "$KAFKA/libs.ok" ] && [ "$(cat "$KAFKA/libs.ok")" = "$KAFKA_VERSION" ] && return 0
+  [ -s "$KAFKA/libs.ok" ] && [ "$(cat "$KAFKA/libs.ok")" = "$KAFKA_VERSION-2" ] && return 0
   need_pkg mvn maven || return 1
   mkdir -p "$KAFKA" && rm -rf "$libs" || return 1
   cat >"$KAFKA/pom.xml" <<POM
@@ -705,6 +706,10 @@ kafka_libs() {
   <dependencies>
     <dependency><groupId>org.apache.kafka</groupId><artifactId>kafka_2.13</artifactId><version>$KAFKA_VERSION</version></dependency>
     <dependency><groupId>org.apache.kafka</groupId><artifactId>kafka-tools</artifactId><version>$KAFKA_VERSION</version></dependency>
+    <!-- The broker's logging as its distribution ships it (SLF4J 2 to Log4j 2): without these,
+         Maven resolves SLF4J 1.7 with no binding and the broker logs nothing. -->
+    <dependency><groupId>org.slf4j</groupId><artifactId>slf4j-api</artifactId><version>2.0.17</version></dependency>
+    <dependency><groupId>org.apache.logging.log4j</groupId><artifactId>log4j-slf4j2-impl</artifactId><version>2.25.5</version></dependency>
   </dependencies>
 </project>
 POM
@@ -713,7 +718,7 @@ POM
     "-DoutputDirectory=$libs" >"$KAFKA/fetch.log" 2>&1 \
     || { log "could not fetch Kafka with Maven (see $KAFKA/fetch.log)"; rm -rf "$libs"; return 1; }
   ls "$libs"/kafka_2.13-*.jar >/dev/null 2>&1 || { log "kafka_2.13 jar missing in $libs"; return 1; }
-  echo "$KAFKA_VERSION" >"$KAFKA/libs.ok"
+  echo "$KAFKA_VERSION-2" >"$KAFKA/libs.ok"
 }
 
 kafka_conf() {
@@ -747,7 +752,17 @@ kafka_java() { # kafka_java CLASS ARGS...: runs a Kafka class with our jars
   java -Xmx1g -Xms256m -cp "$KAFKA/libs/*" -Dlog4j2.configurationFile="$KAFKA/log4j2.properties" "$@"
 }
 
+# librdkafka_dev: the C client msgbench's Kafka driver links (dynamically) at build time; `up`
+# installs it because the test script builds after starting the brokers.
+librdkafka_dev() {
+  pkg-config --exists rdkafka 2>/dev/null && return 0
+  need_pkg pkg-config pkg-config || return 1
+  install_pkg "librdkafka (pkg-config rdkafka)" librdkafka-dev || return 1
+  pkg-config --exists rdkafka || { log "librdkafka-dev is installed but pkg-config cannot find rdkafka"; return 1; }
+}
+
 kafka_up() {
+  librdkafka_dev || return 1
   if running kafka; then log "kafka already running (pid $(cat "$STATE/kafka.pid"))"; return 0; fi
   need_pkg java default-jre-headless || return 1
   local t0=$SECONDS pid port

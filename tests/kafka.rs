@@ -33,7 +33,15 @@ fn topic(tag: &str) -> String {
 
 fn run<'a>(url: &'a str, topic: &'a str, extra: &[&'a str]) -> Vec<&'a str> {
     let mut v = vec![
-        "run", url, "--topic", topic, "--warmup", "0s", "--drain", "5s", "--no-output",
+        "run",
+        url,
+        "--topic",
+        topic,
+        "--warmup",
+        "0s",
+        "--drain",
+        "5s",
+        "--no-output",
     ];
     v.extend_from_slice(extra);
     v
@@ -51,7 +59,9 @@ fn acks_all_fanout_exact() {
         &run(
             &url,
             &t,
-            &["--acks", "all", "-p", "2", "-c", "2", "-n", "10000", "-s", "1KiB"],
+            &[
+                "--acks", "all", "-p", "2", "-c", "2", "-n", "10000", "-s", "1KiB",
+            ],
         ),
     );
     let m = measure(&r);
@@ -60,7 +70,12 @@ fn acks_all_fanout_exact() {
     assert!(u(&m["publish"]["p50"]) > 0);
     let i = &r["integrity"];
     assert_eq!(
-        (u(&i["delivered"]), u(&i["lost"]), u(&i["duplicated"]), u(&i["reordered"])),
+        (
+            u(&i["delivered"]),
+            u(&i["lost"]),
+            u(&i["duplicated"]),
+            u(&i["reordered"])
+        ),
         (20_000, 0, 0, 0),
         "{i}"
     );
@@ -97,7 +112,12 @@ fn group_consumers_share_partitions() {
     );
     let i = &r["integrity"];
     assert_eq!(
-        (u(&i["expected"]), u(&i["delivered"]), u(&i["lost"]), u(&i["duplicated"])),
+        (
+            u(&i["expected"]),
+            u(&i["delivered"]),
+            u(&i["lost"]),
+            u(&i["duplicated"])
+        ),
         (9000, 9000, 0, 0),
         "{i}"
     );
@@ -113,10 +133,18 @@ fn compression_codecs_deliver() {
         let t = topic(codec);
         let r = run_json(
             &d.0,
-            &run(&url, &t, &["--compression", codec, "-n", "3000", "-s", "512"]),
+            &run(
+                &url,
+                &t,
+                &["--compression", codec, "-n", "3000", "-s", "512"],
+            ),
         );
         let i = &r["integrity"];
-        assert_eq!((u(&i["delivered"]), u(&i["lost"])), (3000, 0), "{codec}: {i}");
+        assert_eq!(
+            (u(&i["delivered"]), u(&i["lost"])),
+            (3000, 0),
+            "{codec}: {i}"
+        );
     }
 }
 
@@ -154,7 +182,12 @@ fn keyed_partitions_zero_reordered() {
         );
         let i = &r["integrity"];
         assert_eq!(
-            (u(&i["delivered"]), u(&i["lost"]), u(&i["duplicated"]), u(&i["reordered"])),
+            (
+                u(&i["delivered"]),
+                u(&i["lost"]),
+                u(&i["duplicated"]),
+                u(&i["reordered"])
+            ),
             (40_000, 0, 0, 0),
             "{how}: {i}"
         );
@@ -191,7 +224,11 @@ fn existing_topics_and_commit_modes() {
         let t = topic(commit);
         let r = run_json(
             &d.0,
-            &run(&url, &t, &["--commit", commit, "--queue-group", &t, "-n", "2000"]),
+            &run(
+                &url,
+                &t,
+                &["--commit", commit, "--queue-group", &t, "-n", "2000"],
+            ),
         );
         assert_eq!(u(&r["integrity"]["delivered"]), 2000, "{commit}");
     }
@@ -206,7 +243,15 @@ fn unreachable_broker_fails_fast() {
     let t0 = Instant::now();
     let o = msgbench(
         &d.0,
-        &["run", &url, "-n", "10", "--connect-timeout", "2s", "--no-output"],
+        &[
+            "run",
+            &url,
+            "-n",
+            "10",
+            "--connect-timeout",
+            "2s",
+            "--no-output",
+        ],
     );
     assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
     assert!(t0.elapsed() < Duration::from_secs(20), "{:?}", t0.elapsed());
@@ -224,7 +269,15 @@ fn bad_options_exit_2() {
     ] {
         let o = msgbench(
             &d.0,
-            &["run", "kafka://127.0.0.1:1", flag, value, "-n", "1", "--no-output"],
+            &[
+                "run",
+                "kafka://127.0.0.1:1",
+                flag,
+                value,
+                "-n",
+                "1",
+                "--no-output",
+            ],
         );
         assert_eq!(o.status.code(), Some(2), "{flag}: {}", stderr(&o));
         assert!(stderr(&o).contains(says), "{flag}: {}", stderr(&o));

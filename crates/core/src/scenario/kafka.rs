@@ -168,7 +168,10 @@ pub fn resolve_kafka(k: &KafkaSection) -> Result<KafkaPlan, PlanError> {
     }
     let batch_size = k.batch_size.unwrap_or(d.batch_size);
     if batch_size == 0 || batch_size > 2_147_483_647 {
-        return Err(bad("kafka.batch_size", "between 1 and 2147483647 bytes".into()));
+        return Err(bad(
+            "kafka.batch_size",
+            "between 1 and 2147483647 bytes".into(),
+        ));
     }
     let compression = k.compression.clone().unwrap_or(d.compression);
     if !["none", "gzip", "lz4", "zstd", "snappy"].contains(&compression.as_str()) {
@@ -239,7 +242,10 @@ mod tests {
 
     #[test]
     fn defaults_and_choices() {
-        assert_eq!(resolve_kafka(&KafkaSection::default()).unwrap(), KafkaPlan::default());
+        assert_eq!(
+            resolve_kafka(&KafkaSection::default()).unwrap(),
+            KafkaPlan::default()
+        );
         let p = resolve_kafka(&KafkaSection {
             acks: Some("1".into()),
             compression: Some("zstd".into()),

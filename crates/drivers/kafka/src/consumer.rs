@@ -90,6 +90,11 @@ impl GroupContext {
     /// Sets the start offsets of a new assignment (see the module docs).
     fn place(&self, client: &NativeClient, tpl: &mut TopicPartitionList) {
         let first = self.assignments.fetch_add(1, Ordering::AcqRel) == 0;
+        if tpl.count() == 0 {
+            // More members than partitions: nothing for this one (and rdkafka's `elements`
+            // must not see an empty list's null array).
+            return;
+        }
         let committed = tpl.clone();
         if !first {
             // SAFETY: a live client handle and a list this function owns.

@@ -97,11 +97,15 @@ impl KafkaDriver {
                     "`{url}`: expected kafka://host:port[,host:port...] (credentials are not supported)"
                 )));
             }
-            list.push(if s.rsplit_once(':').is_some_and(|(_, p)| p.parse::<u16>().is_ok()) {
-                s.to_string()
-            } else {
-                format!("{s}:9092")
-            });
+            list.push(
+                if s.rsplit_once(':')
+                    .is_some_and(|(_, p)| p.parse::<u16>().is_ok())
+                {
+                    s.to_string()
+                } else {
+                    format!("{s}:9092")
+                },
+            );
         }
         let servers = list.join(",");
         let mut base = ClientConfig::new();
@@ -154,7 +158,11 @@ impl KafkaDriver {
         if let Some(n) = self.topics.lock().expect("topics lock").get(topic) {
             return Ok(*n);
         }
-        let deadline = Instant::now() + self.connect_timeout;
+        // A little inside the runner's own connect timeout, so the broker's reason is reported.
+        let budget = self
+            .connect_timeout
+            .saturating_sub(Duration::from_millis(500));
+        let deadline = Instant::now() + budget.max(Duration::from_millis(500));
         let existing = self.partitions_of(topic, deadline).await?;
         let n = match existing {
             Some(n) => n,
@@ -190,7 +198,11 @@ impl KafkaDriver {
     }
 
     /// Partitions of `topic` whose leader is known, `None` if the topic does not exist.
-    async fn partitions_of(&self, topic: &str, deadline: Instant) -> Result<Option<i32>, DriverError> {
+    async fn partitions_of(
+        &self,
+        topic: &str,
+        deadline: Instant,
+    ) -> Result<Option<i32>, DriverError> {
         let cfg = self.base.clone();
         let topic = topic.to_string();
         let left = deadline
@@ -213,7 +225,7 @@ impl KafkaDriver {
         let Some(t) = md.topics().first() else {
             return Ok(None);
         };
-        match t.error().map(RDKafkaRespErr::from) {
+        match t.error() {
             None => {}
             Some(RDKafkaRespErr::RD_KAFKA_RESP_ERR_UNKNOWN_TOPIC_OR_PART) => return Ok(None),
             Some(e) => {
@@ -281,13 +293,7 @@ impl Driver for KafkaDriver {
         for t in &spec.topics {
             topics.push((t.clone(), self.provision(t).await?));
         }
-        KafkaProducer::new(
-            &self.base,
-            &self.plan,
-            spec,
-            topics,
-            self.events.clone(),
-        )
+        KafkaProducer::new(&self.base, &self.plan, spec, topics, self.events.clone())
     }
 
     async fn consumer(&self, spec: &ConsumerSpec) -> Result<KafkaConsumer, DriverError> {
@@ -337,10 +343,16 @@ mod tests {
 
     #[test]
     fn urls() {
-        assert_eq!(driver("kafka://127.0.0.1:19092").unwrap().servers, "127.0.0.1:19092");
+        assert_eq!(
+            driver("kafka://127.0.0.1:19092").unwrap().servers,
+            "127.0.0.1:19092"
+        );
         assert_eq!(driver("kafka://a,b:1/").unwrap().servers, "a:9092,b:1");
         assert!(driver("kafka+ssl://localhost:9093").is_ok());
-        assert!(matches!(driver("kafka://u:p@h:1"), Err(DriverError::Config(_))));
+        assert!(matches!(
+            driver("kafka://u:p@h:1"),
+            Err(DriverError::Config(_))
+        ));
         assert!(matches!(driver("kafka://"), Err(DriverError::Config(_))));
         assert!(matches!(driver("nats://h:1"), Err(DriverError::Config(_))));
     }
