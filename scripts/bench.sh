@@ -69,6 +69,9 @@
 #                               1 -> 1, 100 B, unlimited, 5 s, interleaved, RUNS (default 3 here)
 #                               runs each; then unsettled AMQP 1.0 once per run too: msgs/s and
 #                               CPU-s per million, medians (target: AMQP 1.0 >= 1/4 of ZeroMQ)
+#   scripts/bench.sh kafka      Apache Kafka 4.4 (KRaft, scripts/brokers.sh up kafka): 1 producer ->
+#                               1 consumer, 1 KiB, unlimited, 10 s, acks=1 and acks=all, a fresh
+#                               topic each run: msgs/s sent and received, CPU-s per million
 #
 # RUNS (default 5) sets the repetitions. The NATS benchmark starts nats-server via
 # scripts/brokers.sh; if the Go `nats` CLI is on PATH (or in ~/.cache/gobin), `nats bench`
@@ -82,7 +85,7 @@ RUNS=${RUNS:-5}
 if [ -n "${MSGBENCH_BIN:-}" ]; then
   B=$MSGBENCH_BIN
 else
-  cargo build --release --locked -q
+  cargo build --release --features kafka --locked -q
   B="$CARGO_TARGET_DIR/release/msgbench"
 fi
 PATH="$PATH:$HOME/.cache/gobin"
@@ -394,6 +397,33 @@ PY
   local a b
   a=$(printf '%s\n' "${ours[@]}" | median); b=$(printf '%s\n' "${theirs[@]}" | median)
   echo "  median: msgbench $(printf '%s\n' "${rates[@]}" | median) msgs/s at $a CPU-s/M; PerfTest $(printf '%s\n' "${prates[@]}" | median) msgs/s at $b CPU-s/M; ratio $(python3 -c "print(f'{$a/$b:.2f}')") (target <= 0.3)"
+}
+
+bench_kafka() {
+  scripts/brokers.sh up kafka >/dev/null
+  eval "$(scripts/brokers.sh env)"
+  local acks
+  for acks in 1 all; do
+    echo "== Kafka 1 producer -> 1 consumer, 1 KiB, unlimited, 10 s, acks=$acks ($RUNS runs)"
+    local rates=() recvs=() cpus=()
+    for i in $(seq "$RUNS"); do
+      local out tm; out=$(mktemp); tm=$(mktemp)
+      /usr/bin/time -f "%U %S" -o "$tm" "$B" run "$MSGBENCH_IT_KAFKA" --acks "$acks" --size 1KiB \
+        --warmup 1s --duration 10s --drain 10s --topic "bench.kafka.$acks.$$.$i" --no-output --quiet \
+        --format json >"$out"
+      read -r rate recv cpu lost < <(python3 - "$out" "$tm" <<'PY'
+import json, sys
+r = json.load(open(sys.argv[1])); u, s = open(sys.argv[2]).read().split()[-2:]
+sent = sum(p["counters"]["sent"] for p in r["phases"])
+print(f'{r["result"]["sent_per_s"]:.0f} {r["result"]["received_per_s"]:.0f} {(float(u) + float(s)) / max(sent, 1) * 1e6:.2f} {r["integrity"]["lost"]}')
+PY
+)
+      echo "  run: $rate msgs/s sent, $recv msgs/s received, $cpu CPU-s per million (msgbench process), lost $lost"
+      rates+=("$rate"); recvs+=("$recv"); cpus+=("$cpu")
+      rm -f "$out" "$tm"
+    done
+    echo "  median: $(printf '%s\n' "${rates[@]}" | median) msgs/s sent, $(printf '%s\n' "${recvs[@]}" | median) msgs/s received, $(printf '%s\n' "${cpus[@]}" | median) CPU-s per million"
+  done
 }
 
 bench_sink() {
@@ -855,9 +885,10 @@ case "${1:-all}" in
   zmq) bench_zmq ;;
   p2p) bench_p2p ;;
   ecp) bench_ecp ;;
+  kafka) bench_kafka ;;
   views) bench_views ;;
   merge) bench_merge ;;
   segments) bench_segments ;;
-  all) bench_mem; bench_nats; bench_memory; bench_mqtt; bench_demo; bench_storm; bench_conns; bench_amqp; bench_sink; bench_proxy; bench_textstamp; bench_verdicts; bench_search; bench_redis; bench_ws; bench_http; bench_zmq; bench_p2p; bench_ecp; bench_views; bench_merge; bench_segments ;;
-  *) echo "usage: $0 [mem|nats|memory|mqtt|demo|storm|conns|nats-conns|amqp|sink|textstamp|verdicts|search|redis|ws|http|zmq|p2p|ecp|views|merge|segments|all]" >&2; exit 2 ;;
+  all) bench_mem; bench_nats; bench_memory; bench_mqtt; bench_demo; bench_storm; bench_conns; bench_amqp; bench_sink; bench_proxy; bench_textstamp; bench_verdicts; bench_search; bench_redis; bench_ws; bench_http; bench_zmq; bench_p2p; bench_kafka; bench_ecp; bench_views; bench_merge; bench_segments ;;
+  *) echo "usage: $0 [mem|nats|memory|mqtt|demo|storm|conns|nats-conns|amqp|sink|textstamp|verdicts|search|redis|ws|http|zmq|p2p|kafka|ecp|views|merge|segments|all]" >&2; exit 2 ;;
 esac

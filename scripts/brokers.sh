@@ -3,6 +3,9 @@
 #
 #   scripts/brokers.sh up       install (Debian packages, when missing and allowed) and start
 #                               the brokers; install the peer libraries below
+#   scripts/brokers.sh up kafka start only Kafka (leaves the other brokers as they are)
+#   scripts/brokers.sh down kafka
+#                               stop only Kafka
 #   scripts/brokers.sh down     stop what `up` started (by PID)
 #   scripts/brokers.sh status   show what runs and where
 #   scripts/brokers.sh env      print the environment variables tests read (eval "$(... env)")
@@ -61,7 +64,14 @@
 #     and deleted when empty and unused, except under `noauto.`, where nothing is created (the
 #     missing-address tests); an address under `full.` rejects messages once it holds 256 KiB
 #     (the refused-outcome tests). Artemis takes several seconds to start.
+#   Apache Kafka $KAFKA_VERSION (Java): kafka_2.13 and kafka-tools with their runtime dependencies,
+#     fetched once from Maven Central by their coordinates with `mvn` into $STATE/kafka/libs/;
+#     a single KRaft node (broker and controller in one process) with plaintext on
+#     127.0.0.1:${MSGBENCH_KAFKA_PORT:-19092} and its controller on the port after it, storage
+#     formatted on first start in $STATE/kafka/data/ (kept across `up`s: topics survive), a
+#     1 GiB heap, no group join delay, topics created on demand. Starting takes several seconds.
 # Peer libraries (installed, nothing to start or stop):
+#   librdkafka-dev (Debian 12: librdkafka 2.0.2), which the Kafka driver is built against.
 #   libzmq 4.3.4, the reference ZeroMQ implementation, through pyzmq (package 'python3-zmq') for
 #     the system Python /usr/bin/python3 (`env` exports it as MSGBENCH_IT_LIBZMQ_PYTHON once it
 #     imports zmq): tests/libzmq.rs relays msgbench's ZeroMQ traffic through it.
@@ -100,6 +110,10 @@ ARTEMIS_TLS_PORT=${MSGBENCH_ARTEMIS_TLS_PORT:-26671}
 ARTEMIS=$STATE/artemis
 ARTEMIS_USER=msgbench
 ARTEMIS_PASS=msgbench-secret
+KAFKA_VERSION=4.4.0
+KAFKA_PORT=${MSGBENCH_KAFKA_PORT:-19092}
+KAFKA_CONTROLLER_PORT=$((KAFKA_PORT + 1))
+KAFKA=$STATE/kafka
 RMQ_NODE=msgbench@localhost
 RMQ=$STATE/rabbitmq
 RMQ_BIN=/usr/lib/rabbitmq/bin # the package's scripts proper, without the su wrappers of /usr/sbin
@@ -707,6 +721,111 @@ artemis_restart() { # artemis_restart SECONDS
   log "artemis restarted"
 }
 
+# kafka_libs: the broker's jars (kafka_2.13, kafka-tools and their runtime dependencies), fetched
+# once with Maven by their coordinates through a generated pom (later `up`s need no network).
+kafka_libs() {
+  local libs="$KAFKA/libs"
+  [ -s "$KAFKA/libs.ok" ] && [ "$(cat "$KAFKA/libs.ok")" = "$KAFKA_VERSION-2" ] && return 0
+  need_pkg mvn maven || return 1
+  mkdir -p "$KAFKA" && rm -rf "$libs" || return 1
+  cat >"$KAFKA/pom.xml" <<POM
+<project xmlns="http://maven.apache.org/POM/4.0.0">
+  <modelVersion>4.0.0</modelVersion>
+  <groupId>msgbench</groupId><artifactId>kafka-broker</artifactId><version>1</version>
+  <packaging>pom</packaging>
+  <dependencies>
+    <dependency><groupId>org.apache.kafka</groupId><artifactId>kafka_2.13</artifactId><version>$KAFKA_VERSION</version></dependency>
+    <dependency><groupId>org.apache.kafka</groupId><artifactId>kafka-tools</artifactId><version>$KAFKA_VERSION</version></dependency>
+    <!-- The broker's logging as its distribution ships it (SLF4J 2 to Log4j 2): without these,
+         Maven resolves SLF4J 1.7 with no binding and the broker logs nothing. -->
+    <dependency><groupId>org.slf4j</groupId><artifactId>slf4j-api</artifactId><version>2.0.17</version></dependency>
+    <dependency><groupId>org.apache.logging.log4j</groupId><artifactId>log4j-slf4j2-impl</artifactId><version>2.25.5</version></dependency>
+  </dependencies>
+</project>
+POM
+  log "fetching Apache Kafka $KAFKA_VERSION with Maven"
+  "$(find_bin mvn)" -q -B -f "$KAFKA/pom.xml" dependency:copy-dependencies -DincludeScope=runtime \
+    "-DoutputDirectory=$libs" >"$KAFKA/fetch.log" 2>&1 \
+    || { log "could not fetch Kafka with Maven (see $KAFKA/fetch.log)"; rm -rf "$libs"; return 1; }
+  ls "$libs"/kafka_2.13-*.jar >/dev/null 2>&1 || { log "kafka_2.13 jar missing in $libs"; return 1; }
+  echo "$KAFKA_VERSION-2" >"$KAFKA/libs.ok"
+}
+
+kafka_conf() {
+  cat <<CONF
+# Written by scripts/brokers.sh; rewritten on every \`up\`.
+process.roles=broker,controller
+node.id=1
+controller.quorum.voters=1@127.0.0.1:$KAFKA_CONTROLLER_PORT
+listeners=PLAINTEXT://127.0.0.1:$KAFKA_PORT,CONTROLLER://127.0.0.1:$KAFKA_CONTROLLER_PORT
+advertised.listeners=PLAINTEXT://127.0.0.1:$KAFKA_PORT
+controller.listener.names=CONTROLLER
+listener.security.protocol.map=PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT
+inter.broker.listener.name=PLAINTEXT
+log.dirs=$KAFKA/data
+num.partitions=1
+default.replication.factor=1
+offsets.topic.replication.factor=1
+offsets.topic.num.partitions=4
+transaction.state.log.replication.factor=1
+transaction.state.log.min.isr=1
+share.coordinator.state.topic.replication.factor=1
+share.coordinator.state.topic.min.isr=1
+group.initial.rebalance.delay.ms=0
+auto.create.topics.enable=true
+log.retention.hours=1
+log.segment.bytes=268435456
+CONF
+}
+
+kafka_java() { # kafka_java CLASS ARGS...: runs a Kafka class with our jars
+  java -Xmx1g -Xms256m -cp "$KAFKA/libs/*" -Dlog4j2.configurationFile="$KAFKA/log4j2.properties" "$@"
+}
+
+# librdkafka_dev: the C client msgbench's Kafka driver links (dynamically) at build time; `up`
+# installs it because the test script builds after starting the brokers.
+librdkafka_dev() {
+  pkg-config --exists rdkafka 2>/dev/null && return 0
+  need_pkg pkg-config pkg-config || return 1
+  install_pkg "librdkafka (pkg-config rdkafka)" librdkafka-dev || return 1
+  pkg-config --exists rdkafka || { log "librdkafka-dev is installed but pkg-config cannot find rdkafka"; return 1; }
+}
+
+kafka_up() {
+  librdkafka_dev || return 1
+  if running kafka; then log "kafka already running (pid $(cat "$STATE/kafka.pid"))"; return 0; fi
+  need_pkg java default-jre-headless || return 1
+  local t0=$SECONDS pid port
+  kafka_libs || return 1
+  kafka_conf >"$KAFKA/server.properties" || return 1
+  cat >"$KAFKA/log4j2.properties" <<'LOG4J'
+rootLogger.level = WARN
+rootLogger.appenderRef.stdout.ref = STDOUT
+appender.stdout.type = Console
+appender.stdout.name = STDOUT
+appender.stdout.layout.type = PatternLayout
+appender.stdout.layout.pattern = [%d] %p %m (%c)%n
+LOG4J
+  if [ ! -f "$KAFKA/data/meta.properties" ]; then
+    log "formatting Kafka storage in $KAFKA/data"
+    kafka_java kafka.tools.StorageTool format -t "$(kafka_java kafka.tools.StorageTool random-uuid)" \
+      -c "$KAFKA/server.properties" >"$KAFKA/format.log" 2>&1 \
+      || { log "kafka storage format failed (see $KAFKA/format.log)"; return 1; }
+  fi
+  for port in "$KAFKA_PORT" "$KAFKA_CONTROLLER_PORT"; do
+    if port_open "$port"; then log "kafka: 127.0.0.1:$port is already taken by another process"; return 1; fi
+  done
+  (exec java -Xmx1g -Xms1g -XX:+UseG1GC -cp "$KAFKA/libs/*" \
+    -Dlog4j2.configurationFile="$KAFKA/log4j2.properties" kafka.Kafka "$KAFKA/server.properties") \
+    >>"$STATE/kafka.log" 2>&1 &
+  pid=$!
+  record_pid kafka "$pid"
+  if ! wait_port "$KAFKA_PORT" 90 "$pid"; then
+    log "kafka did not open 127.0.0.1:$KAFKA_PORT (see $STATE/kafka.log)"; stop kafka; return 1
+  fi
+  log "kafka up on kafka://127.0.0.1:$KAFKA_PORT (pid $pid, $((SECONDS - t0)) s)"
+}
+
 status_line() { # status_line NAME PORT WHERE: "running" only when the process is ours and answers
   if ! running "$1"; then echo "$1: stopped"
   elif ! port_open "$2"; then echo "$1: not answering on 127.0.0.1:$2 (pid $(cat "$STATE/$1.pid"))"
@@ -730,7 +849,8 @@ ephemeral_ports_note() {
   local lo hi p clash=()
   read -r lo hi </proc/sys/net/ipv4/ip_local_port_range 2>/dev/null || return 0
   for p in "$NATS_PORT" "$REDIS_PORT" "$MQTT_PORT" "$MQTT_AUTH_PORT" "$MQTTS_PORT" "$AMQP_PORT" "$AMQP_DIST_PORT" \
-    "$EPMD_PORT" "$RMQ_MQTT_PORT" "$NGINX_PORT" "$NGINX_H2C_PORT" "$NGINX_TLS_PORT" "$ARTEMIS_PORT" "$ARTEMIS_TLS_PORT"; do
+    "$EPMD_PORT" "$RMQ_MQTT_PORT" "$NGINX_PORT" "$NGINX_H2C_PORT" "$NGINX_TLS_PORT" "$ARTEMIS_PORT" "$ARTEMIS_TLS_PORT" \
+    "$KAFKA_PORT" "$KAFKA_CONTROLLER_PORT"; do
     if [ "$p" -ge "$lo" ] && [ "$p" -le "$hi" ]; then clash+=("$p"); fi
   done
   [ "${#clash[@]}" -eq 0 ] && return 0
@@ -740,6 +860,7 @@ ephemeral_ports_note() {
 
 case "${1:-}" in
   up)
+    if [ "${2:-}" = kafka ]; then kafka_up || { log "FAILED to start: kafka"; exit 1; }; exit 0; fi
     ephemeral_ports_note
     failed=()
     nats_up || failed+=(nats-server)
@@ -748,17 +869,21 @@ case "${1:-}" in
     rabbitmq_up || failed+=(rabbitmq)
     nginx_up || failed+=(nginx)
     artemis_up || failed+=(artemis)
+    kafka_up || failed+=(kafka)
     libzmq_up || failed+=(python3-zmq)
     peers_up || failed+=(third-party-clients)
     if [ "${#failed[@]}" -gt 0 ]; then log "FAILED to start: ${failed[*]}"; exit 1; fi ;;
-  down) stop nats; stop redis; stop mosquitto; rabbitmq_down; stop nginx; stop artemis ;;
+  down)
+    if [ "${2:-}" = kafka ]; then stop kafka; exit 0; fi
+    stop nats; stop redis; stop mosquitto; rabbitmq_down; stop nginx; stop artemis; stop kafka ;;
   status)
     status_line nats "$NATS_PORT" "nats://127.0.0.1:$NATS_PORT"
     status_line redis "$REDIS_PORT" "redis://127.0.0.1:$REDIS_PORT"
     status_line mosquitto "$MQTT_PORT" "mqtt://127.0.0.1:$MQTT_PORT, mqtt://127.0.0.1:$MQTT_AUTH_PORT (auth), mqtts://localhost:$MQTTS_PORT"
     status_line rabbitmq "$AMQP_PORT" "amqp://127.0.0.1:$AMQP_PORT, node $RMQ_NODE"
     status_line nginx "$NGINX_PORT" "http://127.0.0.1:$NGINX_PORT/, h2c :$NGINX_H2C_PORT, https :$NGINX_TLS_PORT"
-    status_line artemis "$ARTEMIS_PORT" "amqp10://127.0.0.1:$ARTEMIS_PORT, amqp10s://localhost:$ARTEMIS_TLS_PORT" ;;
+    status_line artemis "$ARTEMIS_PORT" "amqp10://127.0.0.1:$ARTEMIS_PORT, amqp10s://localhost:$ARTEMIS_TLS_PORT"
+    status_line kafka "$KAFKA_PORT" "kafka://127.0.0.1:$KAFKA_PORT" ;;
   restart-rabbitmq) rabbitmq_restart "${2:-1}" ;;
   restart-artemis) artemis_restart "${2:-1}" ;;
   rabbitmqctl)
@@ -781,11 +906,12 @@ case "${1:-}" in
     echo "export MSGBENCH_IT_ARTEMIS_URL=amqp10://$ARTEMIS_USER:$ARTEMIS_PASS@127.0.0.1:$ARTEMIS_PORT"
     echo "export MSGBENCH_IT_ARTEMIS_TLS_URL=amqp10s://$ARTEMIS_USER:$ARTEMIS_PASS@localhost:$ARTEMIS_TLS_PORT"
     echo "export MSGBENCH_IT_ARTEMIS_CA=$(printf %q "$TLS/ca.pem")"
+    echo "export MSGBENCH_IT_KAFKA=kafka://127.0.0.1:$KAFKA_PORT"
     echo "export MSGBENCH_IT_HTTP_URL=http://127.0.0.1:$NGINX_PORT/"
     echo "export MSGBENCH_IT_HTTP_H2C_URL=http://127.0.0.1:$NGINX_H2C_PORT/"
     echo "export MSGBENCH_IT_HTTPS_URL=https://127.0.0.1:$NGINX_TLS_PORT/"
     echo "export MSGBENCH_IT_HTTPS_CA=$(printf %q "$TLS/ca.pem")"
     if libzmq_python_ok; then echo "export MSGBENCH_IT_LIBZMQ_PYTHON=$SYS_PYTHON"; fi
     if peer_python_ok; then echo "export MSGBENCH_IT_PEER_PYTHON=$SYS_PYTHON"; fi ;;
-  *) echo "usage: $0 up|down|status|env|restart-rabbitmq [SECONDS]|restart-artemis [SECONDS]|rabbitmqctl ARGS..." >&2; exit 2 ;;
+  *) echo "usage: $0 up [kafka]|down [kafka]|status|env|restart-rabbitmq [SECONDS]|restart-artemis [SECONDS]|rabbitmqctl ARGS..." >&2; exit 2 ;;
 esac

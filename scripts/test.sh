@@ -75,11 +75,11 @@ scripts/browser-test.sh install
 echo "test: cargo fmt --check"
 cargo fmt --all -- --check
 echo "test: cargo clippy (warnings are errors)"
-cargo clippy --workspace --all-targets --locked -q -- -D warnings
+cargo clippy --workspace --all-targets --features msgbench/kafka --locked -q -- -D warnings
 echo "test: cargo test --workspace (brokers: $MSGBENCH_IT_NATS_URL $MSGBENCH_IT_MQTT_URL)"
 log=$(mktemp)
 status=0
-cargo test --workspace --locked --no-fail-fast "$@" 2>&1 | tee "$log" || status=$?
+cargo test --workspace --features msgbench/kafka --locked --no-fail-fast "$@" 2>&1 | tee "$log" || status=$?
 # The web dashboard as a person sees it: headless Chromium on a live run and the run history.
 # It runs the binary `cargo test` just built; its TAP totals join the closing line.
 echo "test: browser (scripts/browser-test.sh run)"

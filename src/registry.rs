@@ -10,6 +10,8 @@ use msgbench_driver_amqp::AmqpDriver;
 use msgbench_driver_amqp10::Amqp10Driver;
 use msgbench_driver_amqp10::p2p::{P2pDriver, is_brokerless};
 use msgbench_driver_http::{HttpDriver, HttpOptions};
+#[cfg(feature = "kafka")]
+use msgbench_driver_kafka::KafkaDriver;
 use msgbench_driver_mem::MemDriver;
 use msgbench_driver_mqtt::MqttDriver;
 use msgbench_driver_nats::NatsDriver;
@@ -32,7 +34,8 @@ pub struct DriverInfo {
 
 /// Every driver in this build.
 pub fn drivers() -> Vec<DriverInfo> {
-    vec![
+    #[allow(unused_mut)]
+    let mut all = vec![
         DriverInfo {
             name: "mem",
             schemes: &["mem"],
@@ -145,7 +148,24 @@ pub fn drivers() -> Vec<DriverInfo> {
                 metadata: false,
             },
         },
-    ]
+    ];
+    // Kafka links librdkafka (Debian: librdkafka-dev): built with `--features kafka`.
+    #[cfg(feature = "kafka")]
+    all.push(
+    DriverInfo {
+        name: "kafka",
+        schemes: &["kafka", "kafka+ssl"],
+        about: "Apache Kafka (librdkafka): acks 0/1/all, idempotence, linger, batch size, compression, round-robin/keyed/sticky partitioning, fan-out and group consumers, latest/earliest, commit modes, topic creation, integrity per partition, TLS",
+        caps: Capabilities {
+            acks: true,
+            queue_groups: true,
+            request_reply: false,
+            responses: false,
+            metadata: false,
+        },
+    },
+    );
+    all
 }
 
 /// Fails with a helpful message when no driver answers to a URL's scheme (the target's, and
@@ -205,6 +225,18 @@ macro_rules! with_driver {
                     url,
                     &plan.amqp,
                     &plan.client,
+                    &plan.tls,
+                    plan.run_id,
+                    $sink.clone(),
+                    plan.connect_timeout,
+                )?;
+                $body
+            }
+            #[cfg(feature = "kafka")]
+            "kafka" | "kafka+ssl" => {
+                let $d = KafkaDriver::new(
+                    url,
+                    &plan.kafka,
                     &plan.tls,
                     plan.run_id,
                     $sink.clone(),

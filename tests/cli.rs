@@ -384,8 +384,8 @@ fn bad_targets_fail_clearly() {
 
     let e = stderr(&msgbench(&d.0, &["run", "localhost:4222"]));
     assert!(e.contains("neither a target URL"), "{e}");
-    let e = stderr(&msgbench(&d.0, &["run", "kafka://x:1"]));
-    assert!(e.contains("no driver for `kafka://`"), "{e}");
+    let e = stderr(&msgbench(&d.0, &["run", "pulsar://x:1"]));
+    assert!(e.contains("no driver for `pulsar://`"), "{e}");
     let e = stderr(&msgbench(&d.0, &["run", "mem://", "--size", "10"]));
     assert!(e.contains("40-byte stamp"), "{e}");
 }

@@ -759,6 +759,8 @@ pub struct RunArgs {
     #[arg(long, value_name = "NAME", help_heading = "Presets")]
     pub preset: Option<String>,
     #[command(flatten)]
+    pub kafka: super::kafka::KafkaArgs,
+    #[command(flatten)]
     pub ecp: EcpArgs,
     #[command(flatten)]
     pub segment: SegmentArgs,

@@ -1,4 +1,5 @@
 //! Command-line parsing (`args`) and flag + scenario resolution (`plan`).
 
 pub mod args;
+pub mod kafka;
 pub mod plan;

@@ -287,6 +287,7 @@ fn flags_to_scenario(a: &RunArgs) -> Result<Scenario> {
     s.amqp10.durable = a.persistent.then_some(true);
     s.amqp10.credit = a.credit;
     s.amqp10.on_receive = a.on_receive.clone();
+    s.kafka = a.kafka.section();
     Ok(s)
 }
 

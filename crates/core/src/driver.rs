@@ -376,6 +376,15 @@ pub trait Consumer: Send + 'static {
     /// The next delivery; `Ok(None)` when the subscription ended. Must be cancel-safe.
     fn recv(&mut self) -> impl Future<Output = Result<Option<Delivery>, DriverError>> + Send;
 
+    /// The ordering lane of the delivery `recv` returned last: the partition, for systems that
+    /// order messages only within partitions of a topic (Kafka). A stream's messages on
+    /// different lanes may arrive in any order, so the integrity tracker counts a message as
+    /// reordered only when it arrives after a later one of its stream *on the same lane*.
+    /// `None` (the default): the whole stream is one ordered lane.
+    fn lane(&self) -> Option<u32> {
+        None
+    }
+
     /// Unsubscribes and closes.
     fn close(self) -> impl Future<Output = Result<(), DriverError>> + Send;
 }

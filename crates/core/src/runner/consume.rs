@@ -90,7 +90,7 @@ impl ConsumerTask {
     }
 
     #[inline]
-    fn on_delivery(&self, b: &mut Books, d: &Delivery) {
+    fn on_delivery(&self, b: &mut Books, d: &Delivery, lane: Option<u32>) {
         let now = now_ns();
         let Books {
             own,
@@ -110,7 +110,13 @@ impl ConsumerTask {
                         .is_none_or(|g| g.first_delivery(s.producer, s.stream, s.seq));
                     if first_in_group {
                         let dups = a.rec.counters().duplicated;
-                        tracker.observe(s.producer, s.stream, s.seq, a.rec.counters_mut());
+                        tracker.observe_on_lane(
+                            s.producer,
+                            s.stream,
+                            s.seq,
+                            lane,
+                            a.rec.counters_mut(),
+                        );
                         if a.rec.counters().duplicated == dups {
                             *distinct += 1;
                         }
@@ -173,13 +179,15 @@ impl ConsumerTask {
                 biased;
                 r = c.recv() => match r {
                     Ok(Some(d)) => {
-                        self.on_delivery(&mut b, &d);
+                        self.on_delivery(&mut b, &d, c.lane());
                         // Take what is already waiting without another trip through select!.
                         for _ in 0..BATCH {
-                            let mut cx = Context::from_waker(Waker::noop());
-                            let fut = pin!(c.recv());
-                            match fut.poll(&mut cx) {
-                                Poll::Ready(Ok(Some(d))) => self.on_delivery(&mut b, &d),
+                            let polled = {
+                                let mut cx = Context::from_waker(Waker::noop());
+                                pin!(c.recv()).poll(&mut cx)
+                            };
+                            match polled {
+                                Poll::Ready(Ok(Some(d))) => self.on_delivery(&mut b, &d, c.lane()),
                                 Poll::Ready(Ok(None)) => break,
                                 Poll::Ready(Err(e)) => { self.record_error(&mut b, e.kind()); break }
                                 Poll::Pending => break,

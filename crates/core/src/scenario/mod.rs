@@ -49,12 +49,14 @@
 
 pub mod amqp10;
 pub mod colocated;
+pub mod kafka;
 pub mod plan;
 mod redaction;
 pub mod segment;
 pub mod stages;
 
 pub use amqp10::{Amqp10Plan, Amqp10Section, Disposition};
+pub use kafka::{KafkaPlan, KafkaSection};
 pub use plan::{
     AmqpPlan, ClientPlan, ConnectionPlan, HttpPlan, Measure, RunPlan, SubscriptionMode, TlsPlan,
     resolve,
@@ -114,6 +116,9 @@ pub struct Scenario {
     /// AMQP 1.0 link settings.
     #[serde(default)]
     pub amqp10: Amqp10Section,
+    /// Kafka producer, consumer and topic settings.
+    #[serde(default)]
+    pub kafka: KafkaSection,
     /// Ids and properties sent with every message.
     #[serde(default)]
     pub message: MessageSection,
@@ -571,6 +576,7 @@ impl Scenario {
                     credit,
                     on_receive,
                 },
+            kafka,
             message,
             tracking,
             stages,
@@ -591,6 +597,7 @@ impl Scenario {
         pick(&mut self.amqp10.durable, durable10);
         pick(&mut self.amqp10.credit, credit);
         pick(&mut self.amqp10.on_receive, on_receive);
+        overlay_kafka(&mut self.kafka, kafka);
         pick(&mut self.name, name);
         pick(&mut self.tags, tags);
         pick(&mut self.target, target);
@@ -687,6 +694,42 @@ fn line_col(text: &str, at: usize) -> (usize, usize) {
         .unwrap_or(0)
         + 1;
     (line, column)
+}
+
+/// `[kafka]` of `over` on top of `base`, field by field (destructured: a new field not merged
+/// here is a compile error).
+fn overlay_kafka(base: &mut KafkaSection, over: KafkaSection) {
+    fn pick<T>(base: &mut Option<T>, top: Option<T>) {
+        if top.is_some() {
+            *base = top;
+        }
+    }
+    let KafkaSection {
+        acks,
+        idempotence,
+        linger,
+        batch_size,
+        compression,
+        partitioner,
+        keys,
+        partitions,
+        replication_factor,
+        create_topics,
+        start,
+        commit,
+    } = over;
+    pick(&mut base.acks, acks);
+    pick(&mut base.idempotence, idempotence);
+    pick(&mut base.linger, linger);
+    pick(&mut base.batch_size, batch_size);
+    pick(&mut base.compression, compression);
+    pick(&mut base.partitioner, partitioner);
+    pick(&mut base.keys, keys);
+    pick(&mut base.partitions, partitions);
+    pick(&mut base.replication_factor, replication_factor);
+    pick(&mut base.create_topics, create_topics);
+    pick(&mut base.start, start);
+    pick(&mut base.commit, commit);
 }
 
 #[cfg(test)]

@@ -247,6 +247,9 @@ pub struct RunPlan {
     /// AMQP 1.0 settings.
     #[serde(default)]
     pub amqp10: super::amqp10::Amqp10Plan,
+    /// Kafka settings.
+    #[serde(default)]
+    pub kafka: super::kafka::KafkaPlan,
     /// Ids and properties sent with every message.
     #[serde(default, skip_serializing_if = "super::stages::MessagePlan::is_empty")]
     pub message: super::stages::MessagePlan,
@@ -484,6 +487,7 @@ pub fn resolve(s: &Scenario, run_id: u32) -> Result<RunPlan, PlanError> {
     let amqp = resolve_amqp(s)?;
     let http = resolve_http(s)?;
     let amqp10 = super::amqp10::resolve_amqp10(&s.amqp10)?;
+    let kafka = super::kafka::resolve_kafka(&s.kafka)?;
     let subscription = super::amqp10::competing(
         subscription,
         consume_from.as_deref().unwrap_or(&target),
@@ -557,6 +561,7 @@ pub fn resolve(s: &Scenario, run_id: u32) -> Result<RunPlan, PlanError> {
         amqp,
         http,
         amqp10,
+        kafka,
         message,
         tracking,
         segment: None,

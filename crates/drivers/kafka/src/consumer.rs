@@ -1,0 +1,298 @@
+//! The Kafka consumer: a thread per consumer polls librdkafka (so group rebalances are served
+//! whenever the group needs them, not only while the runner reads) and hands each message,
+//! with its partition, over a bounded channel to [`KafkaConsumer::recv`].
+//!
+//! Start offsets are applied in the rebalance callback, on that thread: on a consumer's first
+//! assignment every partition starts at the plan's start (latest: the high watermark looked up
+//! right then; earliest: the beginning) whatever the group committed before, so a run starts
+//! where it says; on later assignments (another member joined or left) committed offsets are
+//! kept and only partitions without one get the plan's start. The consumer is handed to the
+//! runner only after its first assignment, so messages sent afterwards are never skipped by a
+//! lazily resolved "latest".
+
+use bytes::Bytes;
+use msgbench_core::driver::{
+    Consumer, ConsumerSpec, Delivery, DriverError, DriverEventKind, EventSink,
+};
+use msgbench_core::scenario::KafkaPlan;
+use msgbench_core::scenario::kafka::{KafkaCommit, KafkaStart};
+use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer as _, ConsumerContext};
+use rdkafka::error::KafkaError;
+use rdkafka::message::Message;
+use rdkafka::topic_partition_list::{Offset, TopicPartitionList};
+use rdkafka::types::RDKafkaRespErr;
+use rdkafka::{ClientConfig, ClientContext, client::NativeClient};
+use rdkafka_sys as rdsys;
+use std::ffi::CString;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::thread::JoinHandle;
+use std::time::Duration;
+use tokio::sync::{mpsc, oneshot};
+
+/// Messages waiting between the polling thread and the runner.
+const CHANNEL: usize = 8192;
+/// How long one poll waits (bounds how late the thread sees a stop).
+const POLL: Duration = Duration::from_millis(100);
+/// Timeout of the look-ups made while assigning partitions.
+const LOOKUP_MS: i32 = 5000;
+
+/// Rebalance handling and error reporting of one consumer.
+pub struct GroupContext {
+    start: KafkaStart,
+    /// Assignments so far (the first ignores committed offsets).
+    assignments: AtomicU32,
+    /// Told once, after the first assignment.
+    assigned: std::sync::Mutex<Option<oneshot::Sender<()>>>,
+    events: EventSink,
+    client: String,
+}
+
+impl ClientContext for GroupContext {
+    fn error(&self, error: KafkaError, reason: &str) {
+        self.events.emit(
+            DriverEventKind::Error,
+            format!("{}: {error}: {reason}", self.client),
+        );
+    }
+}
+
+impl GroupContext {
+    /// The offset the plan starts `partition` of `topic` at.
+    fn start_offset(&self, client: &NativeClient, topic: &str, partition: i32) -> Offset {
+        match self.start {
+            KafkaStart::Earliest => Offset::Beginning,
+            KafkaStart::Latest => {
+                let (mut low, mut high) = (-1i64, -1i64);
+                let Ok(t) = CString::new(topic) else {
+                    return Offset::End;
+                };
+                // SAFETY: a live client handle, a NUL-terminated topic, two out-parameters.
+                let err = unsafe {
+                    rdsys::rd_kafka_query_watermark_offsets(
+                        client.ptr(),
+                        t.as_ptr(),
+                        partition,
+                        &mut low,
+                        &mut high,
+                        LOOKUP_MS,
+                    )
+                };
+                if err == RDKafkaRespErr::RD_KAFKA_RESP_ERR_NO_ERROR && high >= 0 {
+                    Offset::Offset(high)
+                } else {
+                    Offset::End
+                }
+            }
+        }
+    }
+
+    /// Sets the start offsets of a new assignment (see the module docs).
+    fn place(&self, client: &NativeClient, tpl: &mut TopicPartitionList) {
+        let first = self.assignments.fetch_add(1, Ordering::AcqRel) == 0;
+        if tpl.count() == 0 {
+            // More members than partitions: nothing for this one (and rdkafka's `elements`
+            // must not see an empty list's null array).
+            return;
+        }
+        let committed = tpl.clone();
+        if !first {
+            // SAFETY: a live client handle and a list this function owns.
+            unsafe { rdsys::rd_kafka_committed(client.ptr(), committed.ptr(), LOOKUP_MS) };
+        }
+        for e in committed.elements() {
+            let keep = !first && matches!(e.offset(), Offset::Offset(o) if o >= 0);
+            let offset = if keep {
+                e.offset()
+            } else {
+                self.start_offset(client, e.topic(), e.partition())
+            };
+            let _ = tpl.set_partition_offset(e.topic(), e.partition(), offset);
+        }
+    }
+}
+
+impl ConsumerContext for GroupContext {
+    fn rebalance(
+        &self,
+        native_client: &NativeClient,
+        err: RDKafkaRespErr,
+        tpl: &mut TopicPartitionList,
+    ) {
+        // SAFETY (both calls): a live client handle; the list outlives the call.
+        unsafe {
+            match err {
+                RDKafkaRespErr::RD_KAFKA_RESP_ERR__ASSIGN_PARTITIONS => {
+                    self.place(native_client, tpl);
+                    rdsys::rd_kafka_assign(native_client.ptr(), tpl.ptr());
+                    if let Some(tx) = self.assigned.lock().expect("assigned lock").take() {
+                        let _ = tx.send(());
+                    }
+                }
+                RDKafkaRespErr::RD_KAFKA_RESP_ERR__REVOKE_PARTITIONS => {
+                    rdsys::rd_kafka_assign(native_client.ptr(), std::ptr::null());
+                }
+                e => {
+                    self.events.emit(
+                        DriverEventKind::Error,
+                        format!("{}: rebalance failed: {e:?}", self.client),
+                    );
+                    rdsys::rd_kafka_assign(native_client.ptr(), std::ptr::null());
+                }
+            }
+        }
+    }
+}
+
+/// A Kafka consumer: the receiving end of its polling thread.
+pub struct KafkaConsumer {
+    rx: mpsc::Receiver<(Delivery, u32)>,
+    stop: Arc<AtomicBool>,
+    thread: Option<JoinHandle<()>>,
+    lane: Option<u32>,
+}
+
+impl KafkaConsumer {
+    /// Creates the consumer, subscribes and waits (up to `timeout`) for its first assignment.
+    pub(crate) async fn start(
+        base: &ClientConfig,
+        plan: &KafkaPlan,
+        spec: &ConsumerSpec,
+        group: String,
+        events: EventSink,
+        timeout: Duration,
+    ) -> Result<Self, DriverError> {
+        let mut cfg = base.clone();
+        let reset = match plan.start {
+            KafkaStart::Latest => "latest",
+            KafkaStart::Earliest => "earliest",
+        };
+        cfg.set("client.id", format!("msgbench-consumer-{}", spec.id))
+            .set("group.id", &group)
+            .set("auto.offset.reset", reset)
+            .set(
+                "enable.auto.commit",
+                (plan.commit == KafkaCommit::Auto).to_string(),
+            )
+            .set("enable.partition.eof", "false")
+            .set("fetch.wait.max.ms", "10")
+            .set("session.timeout.ms", "10000")
+            .set("heartbeat.interval.ms", "1000");
+        let (tx_assigned, rx_assigned) = oneshot::channel();
+        let ctx = GroupContext {
+            start: plan.start,
+            assignments: AtomicU32::new(0),
+            assigned: std::sync::Mutex::new(Some(tx_assigned)),
+            events: events.clone(),
+            client: format!("consumer {}", spec.id),
+        };
+        let c: BaseConsumer<GroupContext> = cfg
+            .create_with_context(ctx)
+            .map_err(|e| DriverError::Config(format!("kafka consumer: {e}")))?;
+        c.subscribe(&[spec.topic.as_str()])
+            .map_err(|e| DriverError::Subscribe(format!("topic `{}`: {e}", spec.topic)))?;
+        let (tx, rx) = mpsc::channel(CHANNEL);
+        let stop = Arc::new(AtomicBool::new(false));
+        let commit = plan.commit;
+        let thread = {
+            let stop = stop.clone();
+            let client = format!("consumer {}", spec.id);
+            std::thread::Builder::new()
+                .name(format!("kafka-consumer-{}", spec.id))
+                .spawn(move || poll_loop(c, tx, &stop, commit, &events, &client))
+                .map_err(|e| DriverError::Config(format!("consumer thread: {e}")))?
+        };
+        let mut me = KafkaConsumer {
+            rx,
+            stop,
+            thread: Some(thread),
+            lane: None,
+        };
+        match tokio::time::timeout(timeout.max(Duration::from_secs(10)), rx_assigned).await {
+            Ok(Ok(())) => Ok(me),
+            _ => {
+                me.shutdown().await;
+                Err(DriverError::Timeout(format!(
+                    "consumer {} got no partitions of `{}` from group `{group}`",
+                    spec.id, spec.topic
+                )))
+            }
+        }
+    }
+
+    async fn shutdown(&mut self) {
+        self.stop.store(true, Ordering::Release);
+        self.rx.close();
+        if let Some(t) = self.thread.take() {
+            let _ = tokio::task::spawn_blocking(move || t.join()).await;
+        }
+    }
+}
+
+/// The polling thread: until stopped or the runner's end is gone.
+fn poll_loop(
+    c: BaseConsumer<GroupContext>,
+    tx: mpsc::Sender<(Delivery, u32)>,
+    stop: &AtomicBool,
+    commit: KafkaCommit,
+    events: &EventSink,
+    client: &str,
+) {
+    while !stop.load(Ordering::Acquire) {
+        let Some(r) = c.poll(POLL) else { continue };
+        let m = match r {
+            Ok(m) => m,
+            Err(e) => {
+                events.emit(DriverEventKind::Error, format!("{client}: {e}"));
+                continue;
+            }
+        };
+        let d = Delivery {
+            payload: Bytes::copy_from_slice(m.payload().unwrap_or(&[])),
+            redelivered: false,
+            meta: None,
+        };
+        let partition = m.partition() as u32;
+        let committed = match commit {
+            KafkaCommit::Async => c.commit_message(&m, CommitMode::Async),
+            KafkaCommit::Sync => c.commit_message(&m, CommitMode::Sync),
+            KafkaCommit::Auto | KafkaCommit::None => Ok(()),
+        };
+        if let Err(e) = committed {
+            events.emit(DriverEventKind::Error, format!("{client}: commit: {e}"));
+        }
+        drop(m);
+        if tx.blocking_send((d, partition)).is_err() {
+            break;
+        }
+    }
+    c.unsubscribe();
+}
+
+impl Consumer for KafkaConsumer {
+    async fn recv(&mut self) -> Result<Option<Delivery>, DriverError> {
+        match self.rx.recv().await {
+            Some((d, partition)) => {
+                self.lane = Some(partition);
+                Ok(Some(d))
+            }
+            None => Ok(None),
+        }
+    }
+
+    fn lane(&self) -> Option<u32> {
+        self.lane
+    }
+
+    async fn close(mut self) -> Result<(), DriverError> {
+        self.shutdown().await;
+        Ok(())
+    }
+}
+
+impl Drop for KafkaConsumer {
+    fn drop(&mut self) {
+        // Close without waiting: the thread sees the flag within one poll.
+        self.stop.store(true, Ordering::Release);
+    }
+}

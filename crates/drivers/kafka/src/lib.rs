@@ -1,0 +1,359 @@
+//! # msgbench-driver-kafka
+//!
+//! Apache Kafka through librdkafka (the `rdkafka` crate on the system's librdkafka, linked
+//! dynamically): the reference C client that serious Kafka tools build on, so what msgbench
+//! measures is what a production client achieves, not a toy client's limits.
+//!
+//! - Producers: `acks` 0/1/all, idempotence, linger, batch size and compression are librdkafka
+//!   settings ([`KafkaPlan`]). Each message is handed to librdkafka without a per-message
+//!   allocation on our side (topic names are converted once, the token travels as the message's
+//!   opaque pointer); its delivery report is the ack, so publish latency runs from `send` to
+//!   the broker's acknowledgement (for `acks=0`, to the write). Partitions are chosen
+//!   round-robin by the driver, by a key per message (murmur2, as Java clients hash), or left
+//!   to librdkafka's sticky partitioner.
+//! - Consumers: each in a group of its own (fan-out) or all in the run's group (competing).
+//!   Every consumer has a thread polling librdkafka, so group rebalances are served even while
+//!   the runner has not started reading, and hands messages over a bounded channel. A consumer
+//!   is returned only once it has its partitions and their start offsets (latest: the high
+//!   watermark looked up then; earliest: the beginning), so nothing sent afterwards is missed.
+//!   Commits: librdkafka's periodic auto-commit, an async or sync commit per message, or none.
+//! - Ordering: Kafka orders only within a partition, so each delivery's partition is its lane
+//!   ([`Consumer::lane`]) and the integrity tracker never calls cross-partition order
+//!   "reordered".
+//! - Topics: created on first use with the plan's partitions and replication factor (an
+//!   existing topic is used as it is), or required to exist.
+//!
+//! URLs: `kafka://host:port[,host:port...]`, `kafka+ssl://...` for TLS (`--ca-file`, `--cert`
+//! and `--key`, `--insecure`).
+//!
+//! # Layout
+//! - this file: URL and configuration, topic provisioning, the `Driver`.
+//! - [`producer`]: the producer and its delivery reports.
+//! - [`consumer`]: the consumer thread, start offsets and commits.
+
+pub mod consumer;
+pub mod producer;
+
+use msgbench_core::driver::{
+    Capabilities, ConsumerSpec, Driver, DriverError, EventSink, NoSession, ProducerSpec,
+    SessionSpec,
+};
+use msgbench_core::scenario::{KafkaPlan, TlsPlan};
+use msgbench_metrics::ConnectFailure;
+use rdkafka::ClientConfig;
+use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
+use rdkafka::client::DefaultClientContext;
+use rdkafka::consumer::{BaseConsumer, Consumer as _};
+use rdkafka::error::RDKafkaErrorCode;
+use rdkafka::types::RDKafkaRespErr;
+use std::collections::HashMap;
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+pub use consumer::KafkaConsumer;
+pub use producer::KafkaProducer;
+
+/// The Kafka driver: one per run.
+pub struct KafkaDriver {
+    /// Client settings every producer, consumer and admin client starts from.
+    base: ClientConfig,
+    /// `host:port,...` without credentials, for messages.
+    servers: String,
+    plan: KafkaPlan,
+    events: EventSink,
+    connect_timeout: Duration,
+    run_id: u32,
+    /// Partition counts of the topics provisioned so far (set-up only, never on the hot path).
+    topics: Mutex<HashMap<String, i32>>,
+}
+
+impl KafkaDriver {
+    /// A driver for `kafka://host:port[,host:port...]` or `kafka+ssl://...`.
+    pub fn new(
+        url: &str,
+        plan: &KafkaPlan,
+        tls: &TlsPlan,
+        run_id: u32,
+        events: EventSink,
+        connect_timeout: Duration,
+    ) -> Result<Self, DriverError> {
+        let (scheme, rest) = url
+            .split_once("://")
+            .ok_or_else(|| DriverError::Config(format!("`{url}` is not a kafka:// URL")))?;
+        let ssl = match scheme {
+            "kafka" => false,
+            "kafka+ssl" => true,
+            other => {
+                return Err(DriverError::Config(format!(
+                    "`{other}://` is not Kafka: use kafka:// or kafka+ssl://"
+                )));
+            }
+        };
+        let servers = rest.split(['/', '?']).next().unwrap_or("");
+        let mut list = Vec::new();
+        for s in servers.split(',') {
+            if s.is_empty() || s.contains('@') {
+                return Err(DriverError::Config(format!(
+                    "`{url}`: expected kafka://host:port[,host:port...] (credentials are not supported)"
+                )));
+            }
+            list.push(
+                if s.rsplit_once(':')
+                    .is_some_and(|(_, p)| p.parse::<u16>().is_ok())
+                {
+                    s.to_string()
+                } else {
+                    format!("{s}:9092")
+                },
+            );
+        }
+        let servers = list.join(",");
+        let mut base = ClientConfig::new();
+        base.set("bootstrap.servers", &servers)
+            .set("socket.nagle.disable", "true")
+            .set("log_level", "3")
+            .set("socket.timeout.ms", "10000");
+        if ssl {
+            base.set("security.protocol", "ssl");
+            if let Some(ca) = &tls.ca_file {
+                base.set("ssl.ca.location", ca.display().to_string());
+            }
+            if let (Some(c), Some(k)) = (&tls.cert_file, &tls.key_file) {
+                base.set("ssl.certificate.location", c.display().to_string())
+                    .set("ssl.key.location", k.display().to_string());
+            }
+            if tls.insecure {
+                base.set("enable.ssl.certificate.verification", "false")
+                    .set("ssl.endpoint.identification.algorithm", "none");
+            }
+        }
+        Ok(Self {
+            base,
+            servers,
+            plan: plan.clone(),
+            events,
+            connect_timeout,
+            run_id,
+            topics: Mutex::new(HashMap::new()),
+        })
+    }
+
+    /// The settings in force (for tests and `--dry-run` style reports).
+    pub fn plan(&self) -> &KafkaPlan {
+        &self.plan
+    }
+
+    fn connect_error(&self, reason: String, cause: ConnectFailure) -> DriverError {
+        DriverError::Connect {
+            target: self.servers.clone(),
+            reason,
+            cause,
+        }
+    }
+
+    /// Makes sure `topic` exists (creating it when the plan allows) and returns its partition
+    /// count. A broker that does not answer within the connect timeout fails here, so an
+    /// unreachable target is an error at start-up, not a silent run of retries.
+    pub async fn provision(&self, topic: &str) -> Result<i32, DriverError> {
+        if let Some(n) = self.topics.lock().expect("topics lock").get(topic) {
+            return Ok(*n);
+        }
+        // A little inside the runner's own connect timeout, so the broker's reason is reported.
+        let budget = self
+            .connect_timeout
+            .saturating_sub(Duration::from_millis(500));
+        let deadline = Instant::now() + budget.max(Duration::from_millis(500));
+        let existing = self.partitions_of(topic, deadline).await?;
+        let n = match existing {
+            Some(n) => n,
+            None if !self.plan.create_topics => {
+                return Err(DriverError::Subscribe(format!(
+                    "topic `{topic}` does not exist on {} (and --no-create-topics is set)",
+                    self.servers
+                )));
+            }
+            None => {
+                self.create(topic).await?;
+                // Wait until the metadata shows every partition with a leader.
+                loop {
+                    if let Some(n) = self.partitions_of(topic, deadline).await?
+                        && n as u32 >= self.plan.partitions
+                    {
+                        break n;
+                    }
+                    if Instant::now() >= deadline {
+                        return Err(DriverError::Timeout(format!(
+                            "topic `{topic}` was created but has no leaders yet"
+                        )));
+                    }
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                }
+            }
+        };
+        self.topics
+            .lock()
+            .expect("topics lock")
+            .insert(topic.to_string(), n);
+        Ok(n)
+    }
+
+    /// Partitions of `topic` whose leader is known, `None` if the topic does not exist.
+    async fn partitions_of(
+        &self,
+        topic: &str,
+        deadline: Instant,
+    ) -> Result<Option<i32>, DriverError> {
+        let cfg = self.base.clone();
+        let topic = topic.to_string();
+        let left = deadline
+            .saturating_duration_since(Instant::now())
+            .max(Duration::from_millis(100));
+        let r = tokio::task::spawn_blocking(move || {
+            let c: BaseConsumer = cfg.create()?;
+            c.fetch_metadata(Some(&topic), left)
+        })
+        .await
+        .map_err(|e| DriverError::Subscribe(format!("metadata task: {e}")))?;
+        let md = r.map_err(|e| {
+            let cause = if e.rdkafka_error_code() == Some(RDKafkaErrorCode::OperationTimedOut) {
+                ConnectFailure::Timeout
+            } else {
+                ConnectFailure::Refused
+            };
+            self.connect_error(format!("no answer to a metadata request: {e}"), cause)
+        })?;
+        let Some(t) = md.topics().first() else {
+            return Ok(None);
+        };
+        match t.error() {
+            None => {}
+            Some(RDKafkaRespErr::RD_KAFKA_RESP_ERR_UNKNOWN_TOPIC_OR_PART) => return Ok(None),
+            Some(e) => {
+                return Err(DriverError::Subscribe(format!(
+                    "topic `{}`: {}",
+                    t.name(),
+                    RDKafkaErrorCode::from(e)
+                )));
+            }
+        }
+        if t.partitions().is_empty() || t.partitions().iter().any(|p| p.leader() < 0) {
+            return Ok(Some(0));
+        }
+        Ok(Some(t.partitions().len() as i32))
+    }
+
+    async fn create(&self, topic: &str) -> Result<(), DriverError> {
+        let admin: AdminClient<DefaultClientContext> = self
+            .base
+            .create()
+            .map_err(|e| DriverError::Config(format!("admin client: {e}")))?;
+        let new = NewTopic::new(
+            topic,
+            self.plan.partitions as i32,
+            TopicReplication::Fixed(self.plan.replication_factor as i32),
+        );
+        let opts = AdminOptions::new().operation_timeout(Some(self.connect_timeout));
+        let res = admin
+            .create_topics([&new], &opts)
+            .await
+            .map_err(|e| self.connect_error(format!("create topic: {e}"), ConnectFailure::Other))?;
+        for r in res {
+            match r {
+                Ok(_) => {}
+                Err((_, RDKafkaErrorCode::TopicAlreadyExists)) => {}
+                Err((t, e)) => {
+                    return Err(DriverError::Subscribe(format!(
+                        "cannot create topic `{t}` ({} partitions, replication factor {}): {e}",
+                        self.plan.partitions, self.plan.replication_factor
+                    )));
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+impl Driver for KafkaDriver {
+    type Producer = KafkaProducer;
+    type Consumer = KafkaConsumer;
+    type Session = NoSession;
+
+    fn capabilities(&self) -> Capabilities {
+        Capabilities {
+            acks: true,
+            queue_groups: true,
+            request_reply: false,
+            responses: false,
+            metadata: false,
+        }
+    }
+
+    async fn producer(&self, spec: &ProducerSpec) -> Result<KafkaProducer, DriverError> {
+        let mut topics = Vec::with_capacity(spec.topics.len());
+        for t in &spec.topics {
+            topics.push((t.clone(), self.provision(t).await?));
+        }
+        KafkaProducer::new(&self.base, &self.plan, spec, topics, self.events.clone())
+    }
+
+    async fn consumer(&self, spec: &ConsumerSpec) -> Result<KafkaConsumer, DriverError> {
+        if spec.target.is_some() {
+            return Err(DriverError::Config(
+                "kafka:// consumers read from the run's target only".into(),
+            ));
+        }
+        self.provision(&spec.topic).await?;
+        let group = match &spec.group {
+            Some(g) => g.clone(),
+            None => format!("msgbench-{:08x}-{}", self.run_id, spec.id),
+        };
+        KafkaConsumer::start(
+            &self.base,
+            &self.plan,
+            spec,
+            group,
+            self.events.clone(),
+            self.connect_timeout,
+        )
+        .await
+    }
+
+    async fn session(&self, _: &SessionSpec) -> Result<NoSession, DriverError> {
+        Err(DriverError::Config(
+            "connection workloads are not supported on kafka:// (librdkafka manages its own connections)"
+                .into(),
+        ))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn driver(url: &str) -> Result<KafkaDriver, DriverError> {
+        KafkaDriver::new(
+            url,
+            &KafkaPlan::default(),
+            &TlsPlan::default(),
+            1,
+            EventSink::channel().0,
+            Duration::from_secs(1),
+        )
+    }
+
+    #[test]
+    fn urls() {
+        assert_eq!(
+            driver("kafka://127.0.0.1:19092").unwrap().servers,
+            "127.0.0.1:19092"
+        );
+        assert_eq!(driver("kafka://a,b:1/").unwrap().servers, "a:9092,b:1");
+        assert!(driver("kafka+ssl://localhost:9093").is_ok());
+        assert!(matches!(
+            driver("kafka://u:p@h:1"),
+            Err(DriverError::Config(_))
+        ));
+        assert!(matches!(driver("kafka://"), Err(DriverError::Config(_))));
+        assert!(matches!(driver("nats://h:1"), Err(DriverError::Config(_))));
+    }
+}
