@@ -164,6 +164,14 @@ pub fn check_scheme(plan: &RunPlan) -> Result<()> {
             );
         }
     }
+    // Options in the URL are checked here, before anything connects: a wrong one is the user's.
+    for url in [Some(plan.target.as_str()), plan.consume_from.as_deref()]
+        .into_iter()
+        .flatten()
+        .filter(|u| u.starts_with("nats+js"))
+    {
+        msgbench_driver_nats::js::options::JsOptions::parse(url).map_err(|e| anyhow::anyhow!(e))?;
+    }
     if let Some(c) = plan.consume_from.as_deref()
         && (plan.scheme() == "mem" || c.starts_with("mem://"))
     {

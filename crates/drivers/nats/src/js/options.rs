@@ -59,8 +59,8 @@ pub struct JsOptions {
     /// `create=1|0`: create missing streams (0: a missing stream is an error).
     pub create: bool,
     /// `max_bytes=SIZE` of streams msgbench creates (oldest messages discarded beyond it);
-    /// `None`: 1 GiB on file, 256 MiB in memory (JetStream reserves it from the server's
-    /// memory budget for each memory stream).
+    /// `None`: 256 MiB on file, 64 MiB in memory. JetStream reserves each stream's max_bytes
+    /// from the server's store limits, so defaults stay small enough for many streams.
     pub max_bytes: Option<u64>,
     /// `replicas=N` of streams msgbench creates.
     pub replicas: u32,
@@ -209,8 +209,8 @@ impl JsOptions {
     /// The `max_bytes` of the streams msgbench creates.
     pub fn stream_max_bytes(&self) -> u64 {
         self.max_bytes.unwrap_or(match self.storage {
-            Storage::File => 1 << 30,
-            Storage::Memory => 256 << 20,
+            Storage::File => 256 << 20,
+            Storage::Memory => 64 << 20,
         })
     }
 
