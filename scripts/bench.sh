@@ -62,6 +62,12 @@
 #   scripts/bench.sh segments   the same NATS workload (4 topics, 1 producer + 1 consumer each,
 #                               64 B, unlimited, 10 s) in one process versus 4 segments released
 #                               together: msgs/s received (target: segments >= 0.9x single)
+#   scripts/bench.sh jetstream  NATS JetStream (nats+js://) 1 producer -> 1 pull consumer, 256 B,
+#                               file and memory streams, PubAcks with a window of 1000, unlimited,
+#                               5 s, against a nats-server of its own (JetStream on, store in a
+#                               temporary directory): msgs/s and CPU-s per million messages of
+#                               msgbench (/usr/bin/time) and of nats-server (/proc/PID/stat before
+#                               and after) in the same run (target: msgbench <= 0.5x the server)
 #
 # RUNS (default 5) sets the repetitions. The NATS benchmark starts nats-server via
 # scripts/brokers.sh; if the Go `nats` CLI is on PATH (or in ~/.cache/gobin), `nats bench`
@@ -762,9 +768,64 @@ PY
   rm -rf "$d"
 }
 
+# proc_cpu PID: user + system CPU seconds the process has used so far.
+proc_cpu() {
+  awk -v hz="$(getconf CLK_TCK)" '{sub(/^.*\) /, ""); printf "%.3f\n", ($12 + $13) / hz}' "/proc/$1/stat"
+}
+
+bench_jetstream() {
+  local d port pid
+  d=$(mktemp -d); port=$(free_port)
+  cat >"$d/js.conf" <<CONF
+listen: 127.0.0.1:$port
+jetstream {
+  store_dir: "$d/store"
+  max_memory_store: 1GB
+  max_file_store: 4GB
+}
+CONF
+  nats-server -c "$d/js.conf" -l "$d/nats.log" >/dev/null 2>&1 &
+  pid=$!
+  wait_port "$port" || { echo "nats-server did not start (see $d/nats.log)"; kill "$pid"; return 1; }
+  local storage
+  for storage in file memory; do
+    echo "== NATS JetStream 1 producer -> 1 pull consumer, 256 B, $storage stream, PubAcks (window 1000), unlimited, 5 s ($RUNS runs)"
+    local rates=() ours=() theirs=() k=0
+    for _ in $(seq "$RUNS"); do
+      k=$((k + 1))
+      local before after out tm
+      out=$(mktemp); tm=$(mktemp)
+      before=$(proc_cpu "$pid")
+      /usr/bin/time -f "%U %S" -o "$tm" "$B" run "nats+js://127.0.0.1:$port?storage=$storage&stream=BENCH_${storage}_$k" \
+        --topic "bench.js.$storage.$k" --size 256 --max-in-flight 1000 --warmup 1s --duration 5s \
+        --no-output --quiet --format json >"$out"
+      after=$(proc_cpu "$pid")
+      read -r rate cpu srv lost < <(python3 - "$out" "$tm" "$before" "$after" <<'PY'
+import json, sys
+r = json.load(open(sys.argv[1]))
+u, s = open(sys.argv[2]).read().split()[-2:]
+msgs = max(sum(p["counters"]["received"] for p in r["phases"]), 1)
+ours = (float(u) + float(s)) / msgs * 1e6
+theirs = (float(sys.argv[4]) - float(sys.argv[3])) / msgs * 1e6
+print(f'{r["result"]["received_per_s"]:.0f} {ours:.3f} {theirs:.3f} {r["integrity"]["lost"]}')
+PY
+)
+      rm -f "$out" "$tm"
+      echo "  run: $rate msgs/s end to end, CPU-s per million: msgbench $cpu, nats-server $srv, lost $lost"
+      rates+=("$rate"); ours+=("$cpu"); theirs+=("$srv")
+    done
+    local a b
+    a=$(printf '%s\n' "${ours[@]}" | median); b=$(printf '%s\n' "${theirs[@]}" | median)
+    echo "  median: $(printf '%s\n' "${rates[@]}" | median) msgs/s; CPU-s per million: msgbench $a, nats-server $b; ratio $(python3 -c "print(f'{$a/$b:.2f}')") (target <= 0.5)"
+  done
+  kill "$pid"; wait "$pid" 2>/dev/null || true
+  rm -rf "$d"
+}
+
 case "${1:-all}" in
   mem) bench_mem ;;
   nats) bench_nats ;;
+  jetstream) bench_jetstream ;;
   memory) bench_memory ;;
   mqtt) bench_mqtt ;;
   demo) bench_demo ;;
@@ -784,6 +845,6 @@ case "${1:-all}" in
   views) bench_views ;;
   merge) bench_merge ;;
   segments) bench_segments ;;
-  all) bench_mem; bench_nats; bench_memory; bench_mqtt; bench_demo; bench_storm; bench_conns; bench_amqp; bench_sink; bench_proxy; bench_textstamp; bench_verdicts; bench_search; bench_ws; bench_http; bench_zmq; bench_ecp; bench_views; bench_merge; bench_segments ;;
-  *) echo "usage: $0 [mem|nats|memory|mqtt|demo|storm|conns|nats-conns|amqp|sink|ws|http|zmq|ecp|views|merge|segments|all]" >&2; exit 2 ;;
+  all) bench_mem; bench_nats; bench_jetstream; bench_memory; bench_mqtt; bench_demo; bench_storm; bench_conns; bench_amqp; bench_sink; bench_proxy; bench_textstamp; bench_verdicts; bench_search; bench_ws; bench_http; bench_zmq; bench_ecp; bench_views; bench_merge; bench_segments ;;
+  *) echo "usage: $0 [mem|nats|jetstream|memory|mqtt|demo|storm|conns|nats-conns|amqp|sink|ws|http|zmq|ecp|views|merge|segments|all]" >&2; exit 2 ;;
 esac
