@@ -63,7 +63,7 @@
 #                               64 B, unlimited, 10 s) in one process versus 4 segments released
 #                               together: msgs/s received (target: segments >= 0.9x single)
 #   scripts/bench.sh jetstream  NATS JetStream (nats+js://) 1 producer -> 1 pull consumer, 256 B,
-#                               file and memory streams, PubAcks with a window of 1000, unlimited,
+#                               file (1 GiB) and memory (768 MiB) streams, PubAcks with a window of 1000, unlimited,
 #                               5 s, against a nats-server of its own (JetStream on, store in a
 #                               temporary directory): msgs/s and CPU-s per million messages of
 #                               msgbench (/usr/bin/time) and of nats-server (/proc/PID/stat before
@@ -205,7 +205,7 @@ bench_mqtt() {
         local cpus=() rates=()
         for _ in $(seq "$RUNS"); do
           read -r sent recv cpu lost p99 seg_in seg_out bare _ _ < <(mqtt_run "$url" --qos "$qos" --topics 10 \
-            --topic 'bench/q'"$qos"'/{i}' -c "$subs" --size 100 --max-in-flight 1000 --warmup 1s --duration 5s \
+            --topic 'bench/q'"$qos"'/{i}' -c "$subs" --size 100 --max-in-flight 1000 --warmup 1s --duration 5s --drain 15s \
             --ack-every "$every")
           echo "  run: sent $sent msgs/s, received $recv msgs/s, $cpu CPU-s per million sent (whole msgbench process), lost $lost, publish p99 ${p99} us; TCP segments per message sent: $seg_in in, $seg_out out ($bare bare ACKs)"
           cpus+=("$cpu"); rates+=("$sent")
@@ -787,8 +787,12 @@ CONF
   nats-server -c "$d/js.conf" -l "$d/nats.log" >/dev/null 2>&1 &
   pid=$!
   wait_port "$port" || { echo "nats-server did not start (see $d/nats.log)"; kill "$pid"; return 1; }
-  local storage
+  # Streams large enough for the backlog an unlimited producer builds ahead of the consumer in
+  # 6 s (beyond max_bytes a stream discards its oldest messages: counted lost), and a drain long
+  # enough for the consumer to catch up (what it has not received by then is counted lost).
+  local storage limit
   for storage in file memory; do
+    limit=$([ "$storage" = file ] && echo 1GiB || echo 768MiB)
     echo "== NATS JetStream 1 producer -> 1 pull consumer, 256 B, $storage stream, PubAcks (window 1000), unlimited, 5 s ($RUNS runs)"
     local rates=() ours=() theirs=() k=0
     for _ in $(seq "$RUNS"); do
@@ -796,8 +800,8 @@ CONF
       local before after out tm
       out=$(mktemp); tm=$(mktemp)
       before=$(proc_cpu "$pid")
-      /usr/bin/time -f "%U %S" -o "$tm" "$B" run "nats+js://127.0.0.1:$port?storage=$storage&stream=BENCH_${storage}_$k" \
-        --topic "bench.js.$storage.$k" --size 256 --max-in-flight 1000 --warmup 1s --duration 5s \
+      /usr/bin/time -f "%U %S" -o "$tm" "$B" run "nats+js://127.0.0.1:$port?storage=$storage&max_bytes=$limit&stream=BENCH_$storage" \
+        --topic "bench.js.$storage.$k" --size 256 --max-in-flight 1000 --warmup 1s --duration 5s --drain 15s \
         --no-output --quiet --format json >"$out"
       after=$(proc_cpu "$pid")
       read -r rate cpu srv lost < <(python3 - "$out" "$tm" "$before" "$after" <<'PY'

@@ -332,7 +332,7 @@ mod tests {
 
     #[test]
     fn parses_hmsg_and_status_headers() {
-        let ops = all(b"HMSG _INBOX.a 3 _INBOX.r 53 55\r\nNATS/1.0 408 Request Timeout\r\nNats-Pending-Messages: 7\r\n\r\nhi\r\nHMSG s 1 12 12\r\nNATS/1.0\r\n\r\n\r\n");
+        let ops = all(b"HMSG _INBOX.a 3 _INBOX.r 58 60\r\nNATS/1.0 408 Request Timeout\r\nNats-Pending-Messages: 7\r\n\r\nhi\r\nHMSG s 1 12 12\r\nNATS/1.0\r\n\r\n\r\n");
         let ServerOp::HMsg {
             subject,
             sid,

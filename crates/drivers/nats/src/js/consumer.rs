@@ -226,15 +226,14 @@ impl Consumer for JsConsumer {
                 continue;
             };
             match op {
+                // API replies are read where they are asked for; a late one is dropped.
                 ServerOp::Msg {
                     subject,
                     reply,
                     payload,
                     ..
-                } => {
-                    if !self.api.owns(&subject) {
-                        return Ok(Some(self.data(&subject, reply.as_ref(), payload)));
-                    }
+                } if !self.api.owns(&subject) => {
+                    return Ok(Some(self.data(&subject, reply.as_ref(), payload)));
                 }
                 ServerOp::HMsg {
                     subject,
