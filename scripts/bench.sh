@@ -72,6 +72,12 @@
 #   scripts/bench.sh kafka      Apache Kafka 4.4 (KRaft, scripts/brokers.sh up kafka): 1 producer ->
 #                               1 consumer, 1 KiB, unlimited, 10 s, acks=1 and acks=all, a fresh
 #                               topic each run: msgs/s sent and received, CPU-s per million
+#   scripts/bench.sh jetstream  NATS JetStream (nats+js://) 1 producer -> 1 pull consumer, 256 B,
+#                               file (1 GiB) and memory (768 MiB) streams, PubAcks with a window of 1000, unlimited,
+#                               5 s, against a nats-server of its own (JetStream on, store in a
+#                               temporary directory): msgs/s and CPU-s per million messages of
+#                               msgbench (/usr/bin/time) and of nats-server (/proc/PID/stat before
+#                               and after) in the same run (target: msgbench <= 0.5x the server)
 #
 # RUNS (default 5) sets the repetitions. The NATS benchmark starts nats-server via
 # scripts/brokers.sh; if the Go `nats` CLI is on PATH (or in ~/.cache/gobin), `nats bench`
@@ -210,7 +216,7 @@ bench_mqtt() {
         local cpus=() rates=()
         for _ in $(seq "$RUNS"); do
           read -r sent recv cpu lost p99 seg_in seg_out bare _ _ < <(mqtt_run "$url" --qos "$qos" --topics 10 \
-            --topic 'bench/q'"$qos"'/{i}' -c "$subs" --size 100 --max-in-flight 1000 --warmup 1s --duration 5s \
+            --topic 'bench/q'"$qos"'/{i}' -c "$subs" --size 100 --max-in-flight 1000 --warmup 1s --duration 5s --drain 15s \
             --ack-every "$every")
           echo "  run: sent $sent msgs/s, received $recv msgs/s, $cpu CPU-s per million sent (whole msgbench process), lost $lost, publish p99 ${p99} us; TCP segments per message sent: $seg_in in, $seg_out out ($bare bare ACKs)"
           cpus+=("$cpu"); rates+=("$sent")
@@ -864,9 +870,68 @@ bench_p2p() {
   echo "  ratio amqp10/zmq: settled $(python3 -c "print(f'{$a/$z:.2f}')"), unsettled $(python3 -c "print(f'{$u/$z:.2f}')") (target >= 0.25; the seed: qpid 31,000 vs ZeroMQ 650,000)"
 }
 
+# proc_cpu PID: user + system CPU seconds the process has used so far.
+proc_cpu() {
+  awk -v hz="$(getconf CLK_TCK)" '{sub(/^.*\) /, ""); printf "%.3f\n", ($12 + $13) / hz}' "/proc/$1/stat"
+}
+
+bench_jetstream() {
+  local d port pid
+  d=$(mktemp -d); port=$(free_port)
+  cat >"$d/js.conf" <<CONF
+listen: 127.0.0.1:$port
+jetstream {
+  store_dir: "$d/store"
+  max_memory_store: 1GB
+  max_file_store: 4GB
+}
+CONF
+  nats-server -c "$d/js.conf" -l "$d/nats.log" >/dev/null 2>&1 &
+  pid=$!
+  wait_port "$port" || { echo "nats-server did not start (see $d/nats.log)"; kill "$pid"; return 1; }
+  # Streams large enough for the backlog an unlimited producer builds ahead of the consumer in
+  # 6 s (beyond max_bytes a stream discards its oldest messages: counted lost), and a drain long
+  # enough for the consumer to catch up (what it has not received by then is counted lost).
+  local storage limit
+  for storage in file memory; do
+    limit=$([ "$storage" = file ] && echo 1GiB || echo 768MiB)
+    echo "== NATS JetStream 1 producer -> 1 pull consumer, 256 B, $storage stream, PubAcks (window 1000), unlimited, 5 s ($RUNS runs)"
+    local rates=() ours=() theirs=() k=0
+    for _ in $(seq "$RUNS"); do
+      k=$((k + 1))
+      local before after out tm
+      out=$(mktemp); tm=$(mktemp)
+      before=$(proc_cpu "$pid")
+      /usr/bin/time -f "%U %S" -o "$tm" "$B" run "nats+js://127.0.0.1:$port?storage=$storage&max_bytes=$limit&stream=BENCH_$storage" \
+        --topic "bench.js.$storage.$k" --size 256 --max-in-flight 1000 --warmup 1s --duration 5s --drain 15s \
+        --no-output --quiet --format json >"$out"
+      after=$(proc_cpu "$pid")
+      read -r rate cpu srv lost < <(python3 - "$out" "$tm" "$before" "$after" <<'PY'
+import json, sys
+r = json.load(open(sys.argv[1]))
+u, s = open(sys.argv[2]).read().split()[-2:]
+msgs = max(sum(p["counters"]["received"] for p in r["phases"]), 1)
+ours = (float(u) + float(s)) / msgs * 1e6
+theirs = (float(sys.argv[4]) - float(sys.argv[3])) / msgs * 1e6
+print(f'{r["result"]["received_per_s"]:.0f} {ours:.3f} {theirs:.3f} {r["integrity"]["lost"]}')
+PY
+)
+      rm -f "$out" "$tm"
+      echo "  run: $rate msgs/s end to end, CPU-s per million: msgbench $cpu, nats-server $srv, lost $lost"
+      rates+=("$rate"); ours+=("$cpu"); theirs+=("$srv")
+    done
+    local a b
+    a=$(printf '%s\n' "${ours[@]}" | median); b=$(printf '%s\n' "${theirs[@]}" | median)
+    echo "  median: $(printf '%s\n' "${rates[@]}" | median) msgs/s; CPU-s per million: msgbench $a, nats-server $b; ratio $(python3 -c "print(f'{$a/$b:.2f}')") (target <= 0.5)"
+  done
+  kill "$pid"; wait "$pid" 2>/dev/null || true
+  rm -rf "$d"
+}
+
 case "${1:-all}" in
   mem) bench_mem ;;
   nats) bench_nats ;;
+  jetstream) bench_jetstream ;;
   memory) bench_memory ;;
   mqtt) bench_mqtt ;;
   demo) bench_demo ;;
@@ -889,6 +954,6 @@ case "${1:-all}" in
   views) bench_views ;;
   merge) bench_merge ;;
   segments) bench_segments ;;
-  all) bench_mem; bench_nats; bench_memory; bench_mqtt; bench_demo; bench_storm; bench_conns; bench_amqp; bench_sink; bench_proxy; bench_textstamp; bench_verdicts; bench_search; bench_redis; bench_ws; bench_http; bench_zmq; bench_p2p; bench_kafka; bench_ecp; bench_views; bench_merge; bench_segments ;;
-  *) echo "usage: $0 [mem|nats|memory|mqtt|demo|storm|conns|nats-conns|amqp|sink|textstamp|verdicts|search|redis|ws|http|zmq|p2p|kafka|ecp|views|merge|segments|all]" >&2; exit 2 ;;
+  all) bench_mem; bench_nats; bench_jetstream; bench_memory; bench_mqtt; bench_demo; bench_storm; bench_conns; bench_amqp; bench_sink; bench_proxy; bench_textstamp; bench_verdicts; bench_search; bench_redis; bench_ws; bench_http; bench_zmq; bench_p2p; bench_kafka; bench_ecp; bench_views; bench_merge; bench_segments ;;
+  *) echo "usage: $0 [mem|nats|jetstream|memory|mqtt|demo|storm|conns|nats-conns|amqp|sink|textstamp|verdicts|search|redis|ws|http|zmq|p2p|kafka|ecp|views|merge|segments|all]" >&2; exit 2 ;;
 esac

@@ -21,7 +21,10 @@
 #                               messages survive) and wait until it answers
 #
 # Brokers:
-#   nats-server on 127.0.0.1:${MSGBENCH_NATS_PORT:-14222}
+#   nats-server on 127.0.0.1:${MSGBENCH_NATS_PORT:-14222}, JetStream on (store in $STATE/nats-js/,
+#     wiped on every `up`; at most 1 GiB in memory and 4 GiB on disk: msgbench's streams reserve
+#     256 MiB on file, 64 MiB in memory by default); core NATS tests and JetStream tests
+#     (nats+js://, MSGBENCH_IT_NATS_JS_URL) share it
 #   redis-server (package 'redis-server') on 127.0.0.1:${MSGBENCH_REDIS_PORT:-16379}: no
 #     persistence, at most 1 GiB of memory (writes beyond it are refused, not evicted); a
 #     system Redis (6379), if the package started one, is left alone
@@ -248,9 +251,15 @@ nats_up() {
   if running nats; then log "nats-server already running (pid $(cat "$STATE/nats.pid"))"; return 0; fi
   need_pkg nats-server nats-server || return 1
   local bin; bin=$(find_bin nats-server) || return 1
+  rm -rf "$STATE/nats-js"
   cat >"$STATE/nats.conf" <<CONF
 listen: 127.0.0.1:$NATS_PORT
 max_payload: 8MB
+jetstream {
+  store_dir: "$STATE/nats-js"
+  max_memory_store: 1GB
+  max_file_store: 4GB
+}
 CONF
   "$bin" -c "$STATE/nats.conf" -l "$STATE/nats.log" >/dev/null 2>&1 &
   record_pid nats $!
@@ -894,6 +903,7 @@ case "${1:-}" in
   env)
     echo "export MSGBENCH_IT_NATS_URL=nats://127.0.0.1:$NATS_PORT"
     echo "export MSGBENCH_IT_REDIS_URL=redis://127.0.0.1:$REDIS_PORT"
+    echo "export MSGBENCH_IT_NATS_JS_URL=nats+js://127.0.0.1:$NATS_PORT"
     echo "export MSGBENCH_IT_MQTT_URL=mqtt://127.0.0.1:$MQTT_PORT"
     echo "export MSGBENCH_IT_MQTT_AUTH_URL=mqtt://$MQTT_USER:$MQTT_PASS@127.0.0.1:$MQTT_AUTH_PORT"
     echo "export MSGBENCH_IT_MQTTS_URL=mqtts://localhost:$MQTTS_PORT"

@@ -14,7 +14,7 @@ use msgbench_driver_http::{HttpDriver, HttpOptions};
 use msgbench_driver_kafka::KafkaDriver;
 use msgbench_driver_mem::MemDriver;
 use msgbench_driver_mqtt::MqttDriver;
-use msgbench_driver_nats::NatsDriver;
+use msgbench_driver_nats::{JetStreamDriver, NatsDriver};
 use msgbench_driver_redis::RedisDriver;
 use msgbench_driver_ws::{WsDriver, WsOptions};
 use msgbench_driver_zmq::ZmqDriver;
@@ -56,6 +56,18 @@ pub fn drivers() -> Vec<DriverInfo> {
                 acks: false,
                 queue_groups: true,
                 request_reply: true,
+                responses: false,
+                metadata: false,
+            },
+        },
+        DriverInfo {
+            name: "nats-jetstream",
+            schemes: &["nats+js", "nats+js+tls"],
+            about: "NATS JetStream: streams (file/memory), publishes confirmed by PubAcks (acks; --max-in-flight = async publish window), pull (batched fetch) and push consumers, durable or ephemeral, explicit acks, redeliveries marked, TLS; nats+js://HOST:PORT?stream=NAME&storage=file|memory&consumer=pull|push&durable=NAME&batch=N&create=1|0&max_bytes=SIZE&replicas=N&ack_pending=N&ack_wait=D&deliver=new|all&expires=D (own client)",
+            caps: Capabilities {
+                acks: true,
+                queue_groups: true,
+                request_reply: false,
                 responses: false,
                 metadata: false,
             },
@@ -187,6 +199,14 @@ pub fn check_scheme(plan: &RunPlan) -> Result<()> {
             );
         }
     }
+    // Options in the URL are checked here, before anything connects: a wrong one is the user's.
+    for url in [Some(plan.target.as_str()), plan.consume_from.as_deref()]
+        .into_iter()
+        .flatten()
+        .filter(|u| u.starts_with("nats+js"))
+    {
+        msgbench_driver_nats::js::options::JsOptions::parse(url).map_err(|e| anyhow::anyhow!(e))?;
+    }
     if let Some(c) = plan.consume_from.as_deref()
         && (plan.scheme() == "mem" || c.starts_with("mem://"))
     {
@@ -218,6 +238,10 @@ macro_rules! with_driver {
             }
             "nats" | "tls" | "nats+tls" => {
                 let $d = NatsDriver::new(url, &plan.tls, $sink.clone(), plan.connect_timeout)?;
+                $body
+            }
+            "nats+js" | "nats+js+tls" => {
+                let $d = JetStreamDriver::new(url, &plan.tls, $sink.clone(), plan.connect_timeout)?;
                 $body
             }
             "amqp" | "amqps" => {

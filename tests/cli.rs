@@ -468,7 +468,7 @@ fn help_and_drivers() {
         );
     }
     let o = stdout(&msgbench(&d.0, &["drivers"]));
-    assert!(o.contains("nats://") && o.contains("mem://"));
+    assert!(o.contains("nats://") && o.contains("mem://") && o.contains("nats+js://"));
 }
 
 /// The no-argument demo runs the embedded broker and says so.

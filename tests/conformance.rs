@@ -1,7 +1,7 @@
 //! The driver conformance suite: the same observable behaviour, checked for every driver against
-//! a real target (the in-process broker for `mem://`, nats-server, Mosquitto, RabbitMQ, Redis
-//! Streams and Kafka started by `scripts/brokers.sh`, and msgbench's own MQTT broker run as
-//! `msgbench serve mqtt`). A new
+//! a real target (the in-process broker for `mem://`, nats-server (JetStream on the same
+//! server), Mosquitto, RabbitMQ, Redis Streams and Kafka started by `scripts/brokers.sh`, and
+//! msgbench's own MQTT broker run as `msgbench serve mqtt`). A new
 //! driver adds one line to `targets()`; a target that needs settings beyond its URL is a scenario
 //! file naming the target (ActiveMQ Artemis over AMQP 1.0 with the `topic` capability, so that
 //! consumers without a group each get every message).
@@ -35,6 +35,9 @@ fn targets() -> (Vec<Target>, Keep) {
     let mut list = vec![
         ("mem", "mem://conformance".to_string(), true),
         ("nats", nats_url(), true),
+        // JetStream: PubAcks, ephemeral pull consumers (per consumer; a durable one per queue
+        // group), streams created per topic.
+        ("jetstream", env_or_hint("MSGBENCH_IT_NATS_JS_URL"), false),
         ("mosquitto", mqtt_url(), false),
         ("rabbitmq", amqp_url(), false),
         ("mqtt-serve", serve.url.clone(), false),

@@ -373,6 +373,13 @@ Examples:
       8 subjects, 3 competing consumers per subject.
   msgbench run nats://127.0.0.1:4222 --request-reply --max-in-flight 64 --messages 1000000
       Request/reply round trips, 64 outstanding per requester, one million requests.
+  msgbench run 'nats+js://127.0.0.1:4222?storage=file&consumer=pull&batch=256' --max-in-flight 1000 --size 1KiB
+      NATS JetStream: a file stream created for the subject (create=0: it must exist), publish
+      latency to each PubAck with up to 1000 unconfirmed (the async publish window), an ephemeral
+      pull consumer fetching 256 at a time, explicit acks. Options in the URL: stream=NAME,
+      storage=file|memory, consumer=pull|push, durable=NAME (fan-out consumers: NAME-<i>; a queue
+      group shares one durable), batch=N, create=1|0, max_bytes=SIZE (256MiB file, 64MiB memory),
+      replicas=N, ack_pending=N, ack_wait=D, deliver=new|all, expires=D (pull requests).
   msgbench run http://127.0.0.1:8080/api -p 50 --duration 10s
       HTTP/1.1 closed loop: 50 keep-alive connections, one request in flight each.
   msgbench run http://127.0.0.1:8080/api -p 50 --rate 20000 --method GET --header 'X-Key: 1'
@@ -482,7 +489,8 @@ Examples:
 /// `msgbench run`.
 #[derive(Debug, Args)]
 pub struct RunArgs {
-    /// A target URL (nats://host:4222, mem://) or a scenario file (*.toml).
+    /// A target URL (nats://host:4222, nats+js://host:4222?stream=S, mem://) or a scenario
+    /// file (*.toml).
     pub input: Option<String>,
     /// Target URL (overrides the scenario's).
     #[arg(long, short = 't')]

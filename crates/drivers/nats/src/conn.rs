@@ -29,6 +29,8 @@ pub struct Endpoint {
     token: Option<String>,
     /// The URL with credentials removed, for messages.
     pub display: String,
+    /// `nats+js://`: a JetStream client (headers on; options in the query, see `crate::js`).
+    pub jetstream: bool,
 }
 
 impl Endpoint {
@@ -38,13 +40,16 @@ impl Endpoint {
         tls: impl FnOnce() -> Result<msgbench_net::Tls, String>,
     ) -> Result<Endpoint, DriverError> {
         let display = msgbench_core::redact::url(url);
-        let (scheme, rest) = ["nats", "tls", "nats+tls"]
+        let (scheme, rest) = ["nats", "tls", "nats+tls", "nats+js", "nats+js+tls"]
             .into_iter()
             .find_map(|s| Some((s, url.strip_prefix(s)?.strip_prefix("://")?)))
             .ok_or_else(|| {
-                DriverError::Config(format!("`{display}` is not a nats:// or tls:// URL"))
+                DriverError::Config(format!(
+                    "`{display}` is not a nats://, tls:// or nats+js:// URL"
+                ))
             })?;
-        let tls = if scheme == "nats" {
+        let jetstream = scheme.starts_with("nats+js");
+        let tls = if scheme == "nats" || scheme == "nats+js" {
             None
         } else {
             Some(tls().map_err(|m| DriverError::Config(format!("TLS: {m}")))?)
@@ -86,13 +91,17 @@ impl Endpoint {
             pass,
             token,
             display,
+            jetstream,
         })
     }
 
     fn connect_json(&self, name: &str) -> String {
         let mut v = serde_json::json!({
             "verbose": false, "pedantic": false, "name": name, "lang": "rust-msgbench",
-            "version": env!("CARGO_PKG_VERSION"), "protocol": 1, "echo": true, "headers": false,
+            "version": env!("CARGO_PKG_VERSION"), "protocol": 1, "echo": true,
+            // JetStream needs headers (status messages, flow control) and no-responders (a
+            // publish to a subject no stream captures fails at once instead of timing out).
+            "headers": self.jetstream, "no_responders": self.jetstream,
         });
         if let Some(u) = &self.user {
             v["user"] = u.clone().into();

@@ -29,10 +29,14 @@
 //! # Layout
 //! - [`proto`]: wire format (parse server ops, write PUB/SUB).
 //! - [`conn`]: one connection: handshake, buffers, keep-alive, reconnection.
+//! - [`js`]: NATS JetStream (`nats+js://`): streams, PubAcks, pull and push consumers.
 //! - this file: the `Driver`, `Producer` and `Consumer` implementations.
 
 pub mod conn;
+pub mod js;
 pub mod proto;
+
+pub use js::JetStreamDriver;
 
 use bytes::Bytes;
 use conn::{Conn, Endpoint, Route};
@@ -49,15 +53,15 @@ use std::time::Duration;
 /// Bytes buffered before an unpaced producer writes them out.
 pub const WRITE_BATCH: usize = 64 * 1024;
 /// Buffer size of producers and consumers.
-const DATA_CHUNK: usize = 64 * 1024;
+pub(crate) const DATA_CHUNK: usize = 64 * 1024;
 /// Buffer size of held sessions (they read only PING and INFO).
 const SESSION_CHUNK: usize = 512;
 
 /// The NATS driver.
 pub struct NatsDriver {
-    ep: Arc<Endpoint>,
-    events: EventSink,
-    connect_timeout: Duration,
+    pub(crate) ep: Arc<Endpoint>,
+    pub(crate) events: EventSink,
+    pub(crate) connect_timeout: Duration,
 }
 
 impl NatsDriver {
@@ -76,7 +80,7 @@ impl NatsDriver {
     }
 }
 
-fn inbox_prefix(id: u32) -> String {
+pub(crate) fn inbox_prefix(id: u32) -> String {
     let r = msgbench_core::clock::now_ns() ^ ((std::process::id() as u64) << 32);
     format!("_INBOX.msgbench.{r:x}.{id}.")
 }

@@ -2,8 +2,8 @@
 //! Pure functions over byte buffers, so they are unit-tested without a server.
 //!
 //! Server → client: `INFO {json}`, `MSG <subject> <sid> [reply-to] <#bytes>\r\n<payload>\r\n`,
-//! `PING`, `PONG`, `+OK`, `-ERR <message>`. (`HMSG`, headers, is not requested: the client
-//! connects with `headers: false`.)
+//! `PING`, `PONG`, `+OK`, `-ERR <message>`, and, on connections that ask for headers
+//! (JetStream), `HMSG <subject> <sid> [reply-to] <#header bytes> <#total bytes>\r\n<headers><payload>\r\n`.
 
 use bytes::{Buf, BufMut, Bytes, BytesMut};
 use serde::Deserialize;
@@ -25,6 +25,21 @@ pub enum ServerOp {
         /// Reply subject, if the publisher asked for one.
         reply: Option<Bytes>,
         /// The payload (a slice of the read buffer, no copy).
+        payload: Bytes,
+    },
+    /// A message with headers (only on connections that asked for them): JetStream status
+    /// messages (`NATS/1.0 408 Request Timeout`, flow control) and messages published with
+    /// headers.
+    HMsg {
+        /// Subject it was published on.
+        subject: Bytes,
+        /// Our subscription id.
+        sid: u64,
+        /// Reply subject, if any.
+        reply: Option<Bytes>,
+        /// The header block, from `NATS/1.0` to the blank line (a slice of the read buffer).
+        headers: Bytes,
+        /// The payload after the headers.
         payload: Bytes,
     },
     /// Keep-alive probe: answer `PONG`.
@@ -93,23 +108,47 @@ pub fn parse(buf: &mut BytesMut) -> Result<Option<ServerOp>, ParseError> {
         None => (line, &line[line.len()..]),
     };
     let op = match verb {
-        b"MSG" | b"msg" => {
-            let args: Vec<&[u8]> = rest
+        b"MSG" | b"msg" | b"HMSG" | b"hmsg" => {
+            let with_headers = verb.len() == 4;
+            let mut args: [&[u8]; 5] = [&[]; 5];
+            let mut n = 0;
+            for a in rest
                 .split(|c| *c == b' ' || *c == b'\t')
                 .filter(|a| !a.is_empty())
-                .collect();
-            let (subject, sid, reply, len) = match args.as_slice() {
-                [s, sid, len] => (*s, *sid, None, *len),
-                [s, sid, r, len] => (*s, *sid, Some(*r), *len),
-                _ => {
-                    return Err(ParseError(format!(
-                        "bad MSG line: {}",
-                        String::from_utf8_lossy(line)
-                    )));
+            {
+                if n == args.len() {
+                    n += 1;
+                    break;
                 }
+                args[n] = a;
+                n += 1;
+            }
+            let bad = || {
+                ParseError(format!(
+                    "bad {} line: {}",
+                    String::from_utf8_lossy(verb),
+                    String::from_utf8_lossy(line)
+                ))
+            };
+            // MSG: subject sid [reply] len; HMSG: subject sid [reply] hlen len.
+            let fixed = if with_headers { 4 } else { 3 };
+            let (subject, sid, reply) = match n.checked_sub(fixed) {
+                Some(0) => (args[0], args[1], None),
+                Some(1) => (args[0], args[1], Some(args[2])),
+                _ => return Err(bad()),
             };
             let sid = parse_u64(sid).ok_or_else(|| ParseError("bad MSG sid".into()))?;
-            let len = parse_u64(len).ok_or_else(|| ParseError("bad MSG size".into()))? as usize;
+            let len =
+                parse_u64(args[n - 1]).ok_or_else(|| ParseError("bad MSG size".into()))? as usize;
+            let hlen = if with_headers {
+                let h = parse_u64(args[n - 2]).ok_or_else(bad)? as usize;
+                if h > len {
+                    return Err(bad());
+                }
+                h
+            } else {
+                0
+            };
             let total = eol + 2 + len + 2;
             if buf.len() < total {
                 buf.reserve(total - buf.len());
@@ -120,11 +159,21 @@ pub fn parse(buf: &mut BytesMut) -> Result<Option<ServerOp>, ParseError> {
                 reply.map(Bytes::copy_from_slice),
             );
             buf.advance(eol + 2);
-            let payload = buf.split_to(len).freeze();
+            let mut payload = buf.split_to(len).freeze();
             if &buf[..2] != b"\r\n" {
                 return Err(ParseError("MSG payload not followed by CRLF".into()));
             }
             buf.advance(2);
+            if with_headers {
+                let headers = payload.split_to(hlen);
+                return Ok(Some(ServerOp::HMsg {
+                    subject,
+                    sid,
+                    reply,
+                    headers,
+                    payload,
+                }));
+            }
             return Ok(Some(ServerOp::Msg {
                 subject,
                 sid,
@@ -203,6 +252,30 @@ pub fn put_u64(out: &mut BytesMut, mut v: u64) {
     out.put_slice(&tmp[i..]);
 }
 
+/// The status code of a header block (`NATS/1.0 408 Request Timeout` → 408), if it has one.
+pub fn status(headers: &[u8]) -> Option<u16> {
+    let line = headers.strip_prefix(b"NATS/1.0")?;
+    let line = &line[..find_crlf(line).unwrap_or(line.len())];
+    let code = line.split(|c| *c == b' ').find(|t| !t.is_empty())?;
+    parse_u64(code).and_then(|c| u16::try_from(c).ok())
+}
+
+/// The value of header `name` (case-insensitive) in a header block.
+pub fn header<'a>(headers: &'a [u8], name: &[u8]) -> Option<&'a [u8]> {
+    headers.split(|c| *c == b'\n').skip(1).find_map(|l| {
+        let l = l.strip_suffix(b"\r").unwrap_or(l);
+        let colon = l.iter().position(|c| *c == b':')?;
+        l[..colon]
+            .eq_ignore_ascii_case(name)
+            .then(|| l[colon + 1..].trim_ascii())
+    })
+}
+
+/// Parses a decimal number (no sign, no spaces).
+pub fn number(b: &[u8]) -> Option<u64> {
+    parse_u64(b)
+}
+
 /// Parses the trailing decimal token of a reply subject (`<prefix><token>`).
 pub fn token_of(subject: &[u8], prefix: &[u8]) -> Option<u64> {
     subject.strip_prefix(prefix).and_then(parse_u64)
@@ -255,6 +328,41 @@ mod tests {
                 payload: Bytes::new()
             }
         );
+    }
+
+    #[test]
+    fn parses_hmsg_and_status_headers() {
+        let ops = all(b"HMSG _INBOX.a 3 _INBOX.r 58 60\r\nNATS/1.0 408 Request Timeout\r\nNats-Pending-Messages: 7\r\n\r\nhi\r\nHMSG s 1 12 12\r\nNATS/1.0\r\n\r\n\r\n");
+        let ServerOp::HMsg {
+            subject,
+            sid,
+            reply,
+            headers,
+            payload,
+        } = &ops[0]
+        else {
+            panic!("{:?}", ops[0])
+        };
+        assert_eq!((&subject[..], *sid), (&b"_INBOX.a"[..], 3));
+        assert_eq!(reply.as_deref(), Some(&b"_INBOX.r"[..]));
+        assert_eq!(&payload[..], b"hi");
+        assert_eq!(status(headers), Some(408));
+        assert_eq!(header(headers, b"nats-pending-messages"), Some(&b"7"[..]));
+        assert_eq!(header(headers, b"Nats-Pending-Bytes"), None);
+        let ServerOp::HMsg {
+            headers, payload, ..
+        } = &ops[1]
+        else {
+            panic!()
+        };
+        assert_eq!((status(headers), payload.len()), (None, 0));
+        assert!(
+            parse(&mut BytesMut::from(
+                &b"HMSG a 1 9 5\r\nNATS/1.0\r\n\r\n"[..]
+            ))
+            .is_err()
+        );
+        assert!(parse(&mut BytesMut::from(&b"HMSG a 1 5\r\nhello\r\n"[..])).is_err());
     }
 
     #[test]

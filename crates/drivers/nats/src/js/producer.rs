@@ -1,0 +1,196 @@
+//! The JetStream producer: core `PUB`s with a reply subject `<inbox><token>`; the stream's
+//! PubAck (`{"stream":..,"seq":..}`) on that subject is the message's ack, so publish latency is
+//! send → PubAck and the runner's `--max-in-flight` is the async publish window. A refusal (an
+//! error JSON, or a 503 "no responders" status: no stream captures the subject) is a refused
+//! ack. Sends are batched in the write buffer exactly as the core producer does.
+
+use super::api::{ApiInbox, ensure_stream};
+use super::options::JsOptions;
+use crate::WRITE_BATCH;
+use crate::conn::Conn;
+use crate::proto::{self, ServerOp};
+use bytes::Bytes;
+use msgbench_core::driver::{Ack, DriverError, DriverEventKind, EventSink, Outbound, Producer};
+use std::collections::VecDeque;
+use std::sync::Arc;
+use std::task::{Context, Poll, Waker};
+
+/// One producer: one connection, one PubAck inbox.
+pub struct JsProducer {
+    pub(super) conn: Conn,
+    pub(super) api: ApiInbox,
+    pub(super) opts: Arc<JsOptions>,
+    pub(super) events: EventSink,
+    pub(super) name: String,
+    /// Topics, as given, and their subjects (indexed by `Outbound::stream`).
+    pub(super) topics: Vec<String>,
+    pub(super) subjects: Vec<Bytes>,
+    /// PubAck reply subject prefix (`<inbox>.`); the token follows.
+    pub(super) inbox: Bytes,
+    pub(super) acks: VecDeque<Ack>,
+    /// Highest token sent on the current connection (for `Ack::InDoubt` after a cut).
+    pub(super) last_token: Option<u64>,
+    /// A refusal was reported as an event already (once per producer: they come per message).
+    pub(super) refusal_reported: bool,
+}
+
+impl JsProducer {
+    /// Takes what the server sent without waiting.
+    fn service_reads(&mut self) {
+        let mut cx = Context::from_waker(Waker::noop());
+        while let Poll::Ready(r) = self.conn.poll_msg(&mut cx) {
+            match r {
+                Ok(op) => self.on_op(op),
+                Err(e) => {
+                    self.cut(&e);
+                    break;
+                }
+            }
+        }
+    }
+
+    /// The connection is gone: PubAcks for what it carried will never come.
+    fn cut(&mut self, e: &std::io::Error) {
+        self.conn.lost(e);
+        if let Some(up_to) = self.last_token.take() {
+            self.acks.push_back(Ack::InDoubt { up_to });
+        }
+    }
+
+    fn on_op(&mut self, op: ServerOp) {
+        let (subject, headers, payload) = match &op {
+            ServerOp::Msg {
+                subject, payload, ..
+            } => (subject, None, payload),
+            ServerOp::HMsg {
+                subject,
+                headers,
+                payload,
+                ..
+            } => (subject, Some(headers), payload),
+            _ => return,
+        };
+        let Some(token) = proto::token_of(subject, &self.inbox) else {
+            return;
+        };
+        // A PubAck is `{"stream":"S","seq":N}` (maybe `"duplicate":true`); a refusal carries
+        // `"error"`, or is a status message (503: nothing captures the subject).
+        let status = headers.and_then(|h| proto::status(h));
+        let ok = status.is_none() && !contains(payload, b"\"error\"");
+        if !ok && !self.refusal_reported {
+            self.refusal_reported = true;
+            let why = match status {
+                Some(503) => "no stream captures the subject (503 no responders)".to_string(),
+                Some(s) => format!("status {s}"),
+                None => String::from_utf8_lossy(payload).into_owned(),
+            };
+            self.events.emit(
+                DriverEventKind::Error,
+                format!("{}: JetStream refused a publish: {why}", self.name),
+            );
+        }
+        self.acks.push_back(Ack::One { token, ok });
+    }
+
+    async fn write_out(&mut self) -> Result<(), DriverError> {
+        if let Err(e) = self.conn.flush().await {
+            self.cut(&e);
+            return Err(DriverError::Send(e.to_string()));
+        }
+        Ok(())
+    }
+
+    /// Reconnects and makes sure the streams are there again (a memory stream does not survive
+    /// a server restart).
+    async fn reconnect(&mut self) -> Result<(), DriverError> {
+        self.conn.try_reconnect().await?;
+        let mut stash = VecDeque::new();
+        for topic in self.topics.clone() {
+            let stream = self.opts.stream_of(&topic);
+            if let Err(e) = ensure_stream(
+                &mut self.api,
+                &mut self.conn,
+                &self.opts,
+                &stream,
+                &topic,
+                &mut stash,
+            )
+            .await
+            {
+                self.conn.lost(&std::io::Error::other(e.to_string()));
+                return Err(e.into());
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Whether `needle` occurs in `hay`.
+fn contains(hay: &[u8], needle: &[u8]) -> bool {
+    hay.windows(needle.len()).any(|w| w == needle)
+}
+
+impl Producer for JsProducer {
+    async fn send(&mut self, msg: Outbound<'_>) -> Result<(), DriverError> {
+        if !self.conn.is_connected() {
+            self.reconnect().await?;
+        }
+        let max = self.conn.info.max_payload;
+        if max > 0 && msg.payload.len() as u64 > max {
+            return Err(DriverError::Config(format!(
+                "a {}-byte message exceeds the server's max_payload of {max} bytes",
+                msg.payload.len()
+            )));
+        }
+        proto::put_pub(
+            &mut self.conn.wbuf,
+            &self.subjects[msg.stream as usize],
+            Some((&self.inbox, msg.token)),
+            msg.payload,
+        );
+        self.last_token = Some(msg.token);
+        if self.conn.wbuf.len() >= WRITE_BATCH {
+            self.write_out().await?;
+            self.service_reads();
+        }
+        Ok(())
+    }
+
+    async fn idle(&mut self) -> Result<(), DriverError> {
+        if self.conn.is_connected() && !self.conn.wbuf.is_empty() {
+            self.write_out().await?;
+        }
+        Ok(())
+    }
+
+    async fn flush(&mut self) -> Result<(), DriverError> {
+        if !self.conn.is_connected() {
+            return Err(DriverError::Closed);
+        }
+        self.write_out().await
+    }
+
+    fn poll_ack(&mut self, cx: &mut Context<'_>) -> Poll<Option<Ack>> {
+        loop {
+            if let Some(a) = self.acks.pop_front() {
+                return Poll::Ready(Some(a));
+            }
+            if !self.conn.is_connected() {
+                // The next send reconnects; what was in flight was declared in doubt.
+                return Poll::Pending;
+            }
+            match self.conn.poll_msg(cx) {
+                Poll::Ready(Ok(op)) => self.on_op(op),
+                Poll::Ready(Err(e)) => self.cut(&e),
+                Poll::Pending => return Poll::Pending,
+            }
+        }
+    }
+
+    async fn close(mut self) -> Result<(), DriverError> {
+        if self.conn.is_connected() {
+            self.write_out().await?;
+        }
+        Ok(())
+    }
+}
