@@ -188,6 +188,11 @@ pub fn check_scheme(plan: &RunPlan) -> Result<()> {
         .flatten()
     {
         let scheme = url.split("://").next().unwrap_or("");
+        if cfg!(not(feature = "kafka")) && matches!(scheme, "kafka" | "kafka+ssl") {
+            bail!(
+                "`{scheme}://` needs the Kafka driver, which links librdkafka: build with `--features kafka` (Debian: apt install librdkafka-dev)"
+            );
+        }
         if !drivers().iter().any(|d| d.schemes.contains(&scheme)) {
             let known: Vec<String> = drivers()
                 .iter()

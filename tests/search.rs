@@ -123,7 +123,9 @@ fn a_search_finds_the_capacity_of_a_slow_http_server() {
     // connections go), then searched for.
     let s = Server::http_slow("50ms");
     let d = TempDir::new("search-http");
-    let conns = ["-p", "50", "--max-in-flight", "1"];
+    // Two worker threads: 50 connections at ~1,000 requests/s keep one thread of a debug build
+    // busy enough to count as saturated, and the search would (rightly) stop there.
+    let conns = ["-p", "50", "--max-in-flight", "1", "--workers", "2"];
     let mut closed = vec!["run", s.url.as_str(), "--warmup", "1s", "--duration", "3s"];
     closed.extend(conns);
     let r = run_json(&d.0, &closed);
