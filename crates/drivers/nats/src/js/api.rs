@@ -18,6 +18,9 @@ const API_TIMEOUT: Duration = Duration::from_secs(5);
 const STREAM_NOT_FOUND: u64 = 10059;
 /// JetStream's error code for "stream name already in use with a different configuration".
 const STREAM_NAME_IN_USE: u64 = 10058;
+/// JetStream's error code for "subjects overlap with an existing stream": what a create gets
+/// when another client created the same stream a moment earlier.
+const SUBJECTS_OVERLAP: u64 = 10065;
 
 /// Why a JetStream API call failed.
 #[derive(Debug, Clone, thiserror::Error)]
@@ -177,7 +180,11 @@ pub async fn ensure_stream(
     // looked at again.
     for _ in 0..2 {
         match ensure_once(api, conn, o, stream, topic, stash).await {
-            Err(JsError::Api { err_code, .. }) if err_code == STREAM_NAME_IN_USE => continue,
+            Err(JsError::Api { err_code, .. })
+                if err_code == STREAM_NAME_IN_USE || err_code == SUBJECTS_OVERLAP =>
+            {
+                continue;
+            }
             r => return r,
         }
     }
