@@ -16,6 +16,10 @@ use std::process::ExitCode;
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 fn main() -> ExitCode {
+    // A file-size limit (RLIMIT_FSIZE) would otherwise kill the process with SIGXFSZ, without
+    // a report; ignored, the write fails with EFBIG like a full disk and the run stops cleanly.
+    // SAFETY: setting a signal's disposition to SIG_IGN before any thread exists.
+    unsafe { libc::signal(libc::SIGXFSZ, libc::SIG_IGN) };
     let cli = cli::args::parse();
     let result = match cli.command {
         Command::Run(a) => cmd::run::run(a),

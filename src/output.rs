@@ -27,8 +27,12 @@ pub struct RunOutput {
     lines: u64,
     gaps_opened: u64,
     gaps_filled: u64,
-    /// The first failure to write the results file (the run goes on; the report says so).
+    /// The first failure to write the results file (a full disk, a file-size limit). Nothing
+    /// more is written; the run is asked to stop (see [`RunOutput::stop_on_write_error`]) and
+    /// the report on stdout, built from every record, says what the file lacks.
     pub write_error: Option<String>,
+    /// Asked to stop when the results file cannot be written.
+    write_stop: Option<Shutdown>,
     /// Live views (TUI, dashboard, metrics endpoint); each sees every record written.
     views: Vec<Box<dyn LiveView>>,
     /// Plain mode on a terminal: the progress line kept below the table.
@@ -72,6 +76,7 @@ impl RunOutput {
             gaps_opened: 0,
             gaps_filled: 0,
             write_error: None,
+            write_stop: None,
             views: Vec::new(),
             progress: None,
             terminal_taken: false,
@@ -187,15 +192,28 @@ impl RunOutput {
         }
     }
 
+    /// Stops the run through `shutdown` once the results file cannot be written: a benchmark
+    /// whose results cannot be kept should not go on loading the system under test.
+    pub fn stop_on_write_error(&mut self, shutdown: Shutdown) {
+        self.write_stop = Some(shutdown);
+    }
+
     /// Records and writes one line, its secrets scrubbed first.
     pub fn push(&mut self, mut r: Record) {
         scrub(&self.secrets, &mut r);
         if let Some(w) = &mut self.writer
             && let Err(e) = w.write(&r)
-            && self.write_error.is_none()
         {
+            // Nothing more is written after the first failure: the file ends with whole
+            // records (and perhaps one torn line, which readers skip), never with a gap.
+            self.writer = None;
             self.write_error = Some(e.to_string());
-            self.say(&format!("msgbench: cannot write the results file: {e}"));
+            self.say(&format!(
+                "msgbench: cannot write the results file ({e}): stopping the run"
+            ));
+            if let Some(s) = &self.write_stop {
+                s.request();
+            }
         }
         self.report.add(&r);
         if let Some(p) = &mut self.progress {

@@ -423,12 +423,13 @@ Examples:
 
 Rates are messages per second for all producers together; --producers and --consumers are
 per topic. Latencies are measured from each message's intended send time (coordinated
-omission corrected). Ctrl-C stops early and still writes the report and results file.
+omission corrected). Ctrl-C, SIGTERM or SIGHUP stops early and still writes the report and
+results file; a second one cuts the drain short.
 
 Exit codes: 0 the run completed (and every threshold passed); 1 it could not run (unreachable
-target, refused connection, every producer failed, I/O error); 2 usage error (bad flag, URL,
-scenario or threshold); 3 verdict failed: a threshold failed, or, without thresholds, nothing
-was delivered where deliveries were expected; 130 interrupted (Ctrl-C, SIGTERM).";
+target, refused connection, every producer failed, a results file that cannot be written); 2
+usage error (bad flag, URL, scenario or threshold); 3 verdict failed: a threshold failed, or, without thresholds, nothing
+was delivered where deliveries were expected; 130 interrupted (Ctrl-C, SIGTERM, SIGHUP).";
 
 const VALIDATE_EXAMPLES: &str = "\
 Examples:

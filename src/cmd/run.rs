@@ -325,6 +325,7 @@ pub fn run(args: RunArgs) -> Result<ExitCode> {
     if plan.threshold_abort {
         out.watch_thresholds(&thresholds, shutdown.clone());
     }
+    out.stop_on_write_error(shutdown.clone());
     if tui.is_some() {
         out.terminal_taken();
     } else if !quiet && std::io::stderr().is_terminal() {
@@ -404,15 +405,19 @@ pub fn run(args: RunArgs) -> Result<ExitCode> {
     let report = out.report.finish()?;
     let mut stdout = std::io::stdout().lock();
     msgbench_report::render(&report, super::format(args.format), &mut stdout)?;
-    if let Some(p) = &path {
+    if let (Some(p), Some(e)) = (&path, &write_error) {
+        // The report above is whole (built from every record); the file ends where the
+        // writing failed and `report` renders it up to there.
         eprintln!(
-            "msgbench: results written to {}{}",
+            "error: cannot write the results file {} ({e}); the run was stopped at {:.1} s, \
+             the report above covers it and the file holds the records written before the failure",
             p.display(),
-            match &write_error {
-                Some(e) => format!(" (INCOMPLETE: {e})"),
-                None => String::new(),
-            }
+            outcome.duration_s
         );
+        return Ok(ExitCode::from(super::verdict::EXIT_COULD_NOT_RUN));
+    }
+    if let Some(p) = &path {
+        eprintln!("msgbench: results written to {}", p.display());
     }
     if let Some(p) = &path
         && !args.dashboard.no_history

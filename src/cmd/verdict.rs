@@ -18,7 +18,7 @@ pub const EXIT_COULD_NOT_RUN: u8 = 1;
 pub const EXIT_USAGE: u8 = 2;
 /// The verdict failed.
 pub const EXIT_VERDICT: u8 = 3;
-/// Stopped by Ctrl-C or SIGTERM.
+/// Stopped by Ctrl-C, SIGTERM or SIGHUP.
 pub const EXIT_INTERRUPTED: u8 = 130;
 
 /// Version of the `--summary` JSON; bumped only when a field changes meaning or goes away.

@@ -1,7 +1,13 @@
 //! Ctrl-C and other stop requests, as a cloneable handle the runner watches.
 //!
 //! The first request ends the run gracefully: producers stop, in-flight messages get a short
-//! drain, the final report and results file are written. A second request cuts the drain short.
+//! drain, the final report and results file are written. A second request cuts the drain short
+//! (the report and the results file are still written, with what was in flight counted as in
+//! doubt or lost).
+//!
+//! Ctrl-C (SIGINT), SIGTERM and SIGHUP are each a request. SIGHUP is one too because its
+//! default action kills the process without a report: a benchmark whose terminal or SSH session
+//! goes away should end the way Ctrl-C ends it, with its results file complete.
 
 use tokio::sync::watch;
 
@@ -41,16 +47,27 @@ impl Shutdown {
         let _ = rx.wait_for(|v| *v >= n).await;
     }
 
-    /// Installs a Ctrl-C (SIGINT) and SIGTERM handler that calls [`Shutdown::request`].
+    /// Installs a handler for Ctrl-C (SIGINT), SIGTERM and SIGHUP that calls
+    /// [`Shutdown::request`] once per signal received.
     pub fn listen_for_signals(&self) {
+        use tokio::signal::unix::{Signal, SignalKind, signal};
+        async fn next(s: &mut Option<Signal>) {
+            match s {
+                Some(s) => {
+                    s.recv().await;
+                }
+                None => std::future::pending::<()>().await,
+            }
+        }
         let me = self.clone();
         tokio::spawn(async move {
-            let mut term =
-                tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).ok();
+            let mut term = signal(SignalKind::terminate()).ok();
+            let mut hup = signal(SignalKind::hangup()).ok();
             loop {
                 tokio::select! {
                     r = tokio::signal::ctrl_c() => if r.is_err() { return },
-                    _ = async { match term.as_mut() { Some(t) => { t.recv().await; } None => std::future::pending::<()>().await } } => {}
+                    _ = next(&mut term) => {}
+                    _ = next(&mut hup) => {}
                 }
                 me.request();
             }

@@ -205,6 +205,11 @@ impl Aggregator {
         self.producers.entry(task).or_default().receivers = receivers_per_message;
     }
 
+    /// Messages producer `task` sent by its snapshots so far (every phase).
+    pub fn producer_sent(&self, task: u32) -> u64 {
+        self.producers.get(&task).map_or(0, |p| p.sent)
+    }
+
     /// Marks the start of `phase` at `at_s` seconds into the run.
     pub fn begin_phase(&mut self, phase: Phase, at_s: f64) {
         self.phase_bounds[slot(phase)].0 = Some(at_s);

@@ -395,14 +395,23 @@ impl ReportBuilder {
                 for p in &phases {
                     all.merge(&p.counters);
                 }
+                // Estimated: what arrived plus the holes between what arrived (messages in
+                // flight when the run was killed, after the last one seen, are not counted).
+                let delivered = all.distinct_received();
+                let lost = all.open_gaps();
+                let expected = delivered + lost;
                 Integrity {
-                    expected: 0,
-                    delivered: all.distinct_received(),
-                    lost: all.open_gaps(),
+                    expected,
+                    delivered,
+                    lost,
                     duplicated: all.duplicated,
                     reordered: all.reordered,
                     foreign: all.foreign,
-                    completeness: 0.0,
+                    completeness: if expected == 0 {
+                        0.0
+                    } else {
+                        delivered as f64 / expected as f64
+                    },
                 }
             }
         };

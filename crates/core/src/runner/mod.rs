@@ -673,6 +673,28 @@ async fn run_messages<D: Driver>(
             detail: e.detail,
         });
     }
+    // A producer stopped by force (blocked in a send at a second interrupt or past the grace)
+    // never gave its last snapshot: what it sent since is taken from its live counter, so the
+    // delivery account stays exact (those sends have no bytes or latencies on record).
+    let last_iv = interval_before(end, t0, tick_ns, emitted);
+    for (local, counter) in sent.iter().enumerate() {
+        let task = producer_ids[local];
+        let missing = counter.get().saturating_sub(agg.producer_sent(task));
+        if missing > 0 {
+            agg.add(&Snapshot {
+                role: Role::Producer,
+                task,
+                phase,
+                interval: last_iv,
+                counters: Counters {
+                    sent: missing,
+                    ..Default::default()
+                },
+                hist: Default::default(),
+                stages: Vec::new(),
+            });
+        }
+    }
     if extra != Counters::default() {
         agg.add(&Snapshot {
             role: Role::Consumer,
