@@ -270,7 +270,7 @@ impl Observer for RunOutput {
         if !self.quiet
             && matches!(
                 ev.kind.as_str(),
-                "reconnected" | "disconnected" | "error" | "warning"
+                "reconnected" | "disconnected" | "error" | "warning" | "backlog"
             )
         {
             let detail = self.secrets.scrub(&ev.detail);
@@ -353,6 +353,7 @@ mod tests {
             connections: None,
             stages: Vec::new(),
             tcp: None,
+            backlog: None,
             thresholds: Vec::new(),
         };
         out.push(Record::End(end));

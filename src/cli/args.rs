@@ -551,6 +551,12 @@ pub struct RunArgs {
     /// Longest wait for in-flight messages after the last send.
     #[arg(long)]
     pub drain: Option<String>,
+    /// Build a backlog first: consumers subscribe but read nothing until producers have sent
+    /// this many bytes (`512MiB`, `1GB`), then are released; the report gives the build time
+    /// and how fast the backlog drained. Meant for durable queues and logs (Kafka, JetStream,
+    /// Redis streams, RabbitMQ and Artemis queues). No warm-up unless one is asked for.
+    #[arg(long, value_name = "SIZE")]
+    pub backlog: Option<String>,
     /// Unacknowledged messages allowed per producer (acks, replies).
     #[arg(long)]
     pub max_in_flight: Option<usize>,

@@ -222,6 +222,7 @@ fn flags_to_scenario(a: &RunArgs) -> Result<Scenario> {
         .transpose()
         .map_err(|e| anyhow!("--messages: {e}"))?;
     s.phases.drain = a.drain.clone();
+    s.phases.backlog = a.backlog.clone();
     s.output.tick = a.tick.clone();
     s.output.workers = a.workers;
     s.output.late_threshold = a.late_threshold.clone();

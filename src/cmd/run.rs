@@ -229,6 +229,7 @@ pub(crate) fn end_record(
         connections: outcome.connections.clone(),
         stages: outcome.stages.clone(),
         tcp: outcome.tcp,
+        backlog: outcome.backlog,
         thresholds: Vec::new(),
     }
 }

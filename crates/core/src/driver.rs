@@ -385,6 +385,16 @@ pub trait Consumer: Send + 'static {
         None
     }
 
+    /// Stops (`false`) or resumes (`true`) taking messages from the system, for backlog runs
+    /// whose consumers are held back until the backlog is built: the backlog must stay in the
+    /// system under test, not in the client. A consumer that is not read from takes at most its
+    /// protocol's window (prefetch, credit, max-ack-pending), which is what the default (do
+    /// nothing) relies on; a client that fetches ahead on its own (Kafka's prefetch, up to tens
+    /// of megabytes) pauses its fetching here.
+    fn set_fetching(&mut self, on: bool) {
+        let _ = on;
+    }
+
     /// Unsubscribes and closes.
     fn close(self) -> impl Future<Output = Result<(), DriverError>> + Send;
 }

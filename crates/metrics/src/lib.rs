@@ -15,6 +15,7 @@
 //! - [`stages`]: multi-stage tracking figures (per stage: reached, latency, duplicates, failed).
 //! - [`aggregate`]: interval series and per-phase cumulative state, plus the final integrity
 //!   accounting (expected versus delivered).
+//! - [`backlog`]: the account of a backlog run (built, released, drained).
 //! - [`summary`]: percentiles and rates computed from histograms.
 //! - [`tcp`]: the kernel's TCP counters of the generator's connections (segments, bare ACKs,
 //!   retransmissions).
@@ -22,6 +23,7 @@
 #![deny(missing_docs)]
 
 pub mod aggregate;
+pub mod backlog;
 pub mod codec;
 pub mod counters;
 pub mod group_seen;
@@ -34,6 +36,7 @@ pub mod summary;
 pub mod tcp;
 
 pub use aggregate::{Aggregator, ConnectionSummary, Gauges, IntervalStats, PhaseTotals};
+pub use backlog::BacklogSummary;
 pub use counters::{ConnectFailure, ConnectFailures, Counters, ErrorKind};
 pub use group_seen::{GroupSeen, GroupView};
 pub use host::{HostSampler, HostStats};

@@ -514,6 +514,13 @@ fn integrity(s: &mut String, r: &RunReport) {
         i.foreign,
         i.completeness * 100.0
     );
+    if let Some(line) = crate::text::backlog_line(r) {
+        let _ = writeln!(
+            s,
+            "<section id=\"backlog\"><h2>Backlog</h2><p>{}</p></section>",
+            esc(&line)
+        );
+    }
 }
 
 fn warnings(s: &mut String, r: &RunReport) {

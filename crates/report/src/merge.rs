@@ -686,6 +686,8 @@ fn merged_end(readers: &[Reader], mut warnings: Vec<String>) -> End {
             a.add(&b);
             a
         }),
+        // A segmented run cannot build a backlog (each segment sees only its own sends).
+        backlog: None,
         // Judged again on the merged figures (see `RunReport`): a segment's verdict is not
         // the run's.
         thresholds: Vec::new(),

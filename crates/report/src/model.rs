@@ -81,6 +81,9 @@ pub struct RunReport {
     /// The kernel's TCP counters of the generator's connections (from `end`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tcp: Option<msgbench_metrics::TcpSummary>,
+    /// Backlog runs: the backlog built and how fast it drained (from `end`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub backlog: Option<msgbench_metrics::BacklogSummary>,
     /// Multi-stage runs: the stage table.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub stages: Vec<crate::stages::StageReport>,
@@ -460,6 +463,7 @@ impl ReportBuilder {
             generator,
             connections: end.and_then(|e| e.connections.clone()),
             tcp: end.and_then(|e| e.tcp),
+            backlog: end.and_then(|e| e.backlog),
             distributions,
             begin,
             search: self.search,

@@ -153,6 +153,9 @@ pub struct End {
     /// retransmissions), summed as they closed; absent when there were none to ask.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tcp: Option<msgbench_metrics::TcpSummary>,
+    /// Backlog runs (`--backlog`): the backlog built and how fast the consumers drained it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub backlog: Option<msgbench_metrics::BacklogSummary>,
     /// The verdict of each threshold of the plan, in order (none without thresholds).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub thresholds: Vec<crate::verdict::Verdict>,

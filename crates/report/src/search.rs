@@ -210,6 +210,7 @@ pub fn combined_end(ends: &[(End, bool)], interrupted: bool) -> End {
         connections: None,
         stages: Vec::new(),
         tcp: None,
+        backlog: None,
         thresholds: Vec::new(),
     }
 }

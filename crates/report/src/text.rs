@@ -215,8 +215,27 @@ pub fn write(r: &RunReport, out: &mut dyn Write) -> std::io::Result<()> {
             i.lost as f64 * 100.0 / i.expected.max(1) as f64
         )?;
     }
+    if let Some(line) = backlog_line(r) {
+        writeln!(out)?;
+        writeln!(out, "{line}")?;
+    }
     tcp_block(out, r)?;
     warnings(out, r)
+}
+
+/// A backlog run's account in one line: its size, the build, the drain and its rate.
+pub(crate) fn backlog_line(r: &RunReport) -> Option<String> {
+    let b = r.backlog.as_ref()?;
+    let drain = match (b.drain_s, b.drain_rate) {
+        (Some(s), Some(rate)) => format!("drained in {s:.2} s at {rate:.0} deliveries/s"),
+        _ => "NOT drained before the run ended".to_string(),
+    };
+    Some(format!(
+        "backlog  {} msgs ({:.1} MB) built in {:.2} s, consumers released, {drain}",
+        b.messages,
+        b.bytes as f64 / 1e6,
+        b.build_s
+    ))
 }
 
 /// The TCP counters as lines of a report: a heading, the totals, and the cost per message

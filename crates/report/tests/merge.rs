@@ -86,6 +86,7 @@ fn end(sent: u64, expected: u64, delivered: u64, hist_us: u64) -> End {
         connections: None,
         stages: Vec::new(),
         tcp: None,
+        backlog: None,
         thresholds: Vec::new(),
     }
 }
@@ -137,6 +138,7 @@ fn merges_counts_histograms_and_integrity_across_segments() {
             Record::Interval(interval(1, 40, 40, 10)),
             Record::End(End {
                 tcp: Some(tcp(2, 100)),
+                backlog: None,
                 thresholds: Vec::new(),
                 ..end(100, 200, 100, 10)
             }),
@@ -152,6 +154,7 @@ fn merges_counts_histograms_and_integrity_across_segments() {
             Record::Interval(interval(2, 0, 0, 1000)),
             Record::End(End {
                 tcp: Some(tcp(1, 98)),
+                backlog: None,
                 thresholds: Vec::new(),
                 ..end(0, 0, 98, 1000)
             }),

@@ -549,6 +549,7 @@ pub async fn run_connections<D: Driver>(
         connections: Some(summary),
         stages: Vec::new(),
         tcp: None,
+        backlog: None,
     })
 }
 

@@ -35,6 +35,8 @@ pub(crate) struct ConsumerTask {
     pub group: Option<Arc<GroupSeen>>,
     /// Runs on a dedicated (current-thread) worker: record into the thread's shared recorder.
     pub shared_books: bool,
+    /// A backlog run: read nothing until this turns true (see `backlog`).
+    pub hold: Option<watch::Receiver<bool>>,
 }
 
 /// What one recorder accounts for: its recorder, the interval clock and the phase.
@@ -170,6 +172,15 @@ impl ConsumerTask {
             distinct: 0,
         };
         let mut stop = self.stop.clone();
+        if let Some(mut hold) = self.hold.clone() {
+            // Subscribed, reading nothing: the system keeps what is sent until the release.
+            c.set_fetching(false);
+            tokio::select! {
+                _ = hold.wait_for(|released| *released) => {}
+                _ = stop.wait_for(|stopped| *stopped) => {}
+            }
+            c.set_fetching(true);
+        }
         loop {
             if self.state.consumers_stopped() {
                 break;

@@ -10,6 +10,7 @@
 //! - `release`: when the load is released (`--start-at`) and when a segment stops waiting.
 //! - `stall`: producers the system under test holds back; tasks that will not end.
 //! - `connect`: connecting the clients; interval arithmetic. `outcome`: the public results.
+//! - `backlog`: backlog runs (consumers held back until a backlog is built, then released).
 //!
 //! A segmented run (`plan.segment`) starts only the tasks whose global index is its own; they
 //! keep their global ids, and rates and quotas stay split over the whole run's producers.
@@ -19,6 +20,7 @@
 //! message quota is sent) → drain (until every expected delivery arrived or the drain timeout)
 //! → final snapshots → [`RunOutcome`].
 
+mod backlog;
 mod connect;
 pub mod connections;
 mod consume;
@@ -41,6 +43,7 @@ use crate::pacer::Pacer;
 use crate::payload::PayloadBuilder;
 use crate::scenario::{KeySource, Measure, RunPlan, StageSource, SubscriptionMode};
 use crate::shutdown::Shutdown;
+use backlog::{BacklogEvent, BacklogWatch};
 use consume::ConsumerTask;
 use msgbench_metrics::{Aggregator, Counters, ErrorKind, Phase, PhaseTotals, Role, Snapshot};
 use produce::ProducerTask;
@@ -275,6 +278,18 @@ async fn run_messages<D: Driver>(
     let mut agg = Aggregator::new(plan.tick.as_secs_f64());
     let receivers = plan.receivers_per_message();
 
+    if plan.backlog.is_some() && plan.segment.is_some() {
+        return Err(RunError::Unsupported(
+            "--backlog in a segmented run: a segment cannot see what the others sent".into(),
+        ));
+    }
+    let (mut backlog, hold) = match plan.backlog {
+        Some(b) => {
+            let (w, gate) = BacklogWatch::new(b, (plan.size.min() + plan.size.max()) / 2);
+            (Some(w), Some(gate))
+        }
+        None => (None, None),
+    };
     let mut consumer_tasks = JoinSet::new();
     let mut distinct = Vec::new();
     let group_seen = matches!(plan.subscription, SubscriptionMode::Queue { .. })
@@ -293,6 +308,7 @@ async fn run_messages<D: Driver>(
             stop: stop_rx.clone(),
             group: group_seen.clone(),
             shared_books: n_workers > 0,
+            hold: hold.clone(),
         };
         consumer_tasks.spawn_on(task.run(c), &consumer_homes[i]);
     }
@@ -495,6 +511,18 @@ async fn run_messages<D: Driver>(
             drain_deadline = Some(deadline);
             observer.event(&ev("phase", "drain".into(), now, t0));
         }
+        // A backlog run: the consumers are released once the backlog is sent (or no more will
+        // be), and the drain of the backlog is timed.
+        if let Some(b) = backlog.as_mut().filter(|b| b.pending()) {
+            let sent_now: u64 = sent.iter().map(|s| s.get()).sum();
+            let got: u64 = distinct.iter().map(|d| d.get()).sum();
+            let no_more = producers_done || phase == Phase::Drain || interrupted;
+            if let Some(BacklogEvent::Released(m) | BacklogEvent::Drained(m)) =
+                b.check(now, t0, sent_now, got, receivers, no_more)
+            {
+                observer.event(&ev("backlog", m, now, t0));
+            }
+        }
         // Drain: done when producers finished and every expected delivery arrived.
         if let Some(deadline) = drain_deadline {
             let expected: u64 = sent.iter().map(|s| s.get()).sum::<u64>() * receivers;
@@ -542,6 +570,11 @@ async fn run_messages<D: Driver>(
             },
             if drain_deadline.is_some() {
                 now + 5_000_000
+            } else {
+                u64::MAX
+            },
+            if backlog.as_ref().is_some_and(|b| b.pending()) {
+                now + 10_000_000
             } else {
                 u64::MAX
             },
@@ -845,5 +878,6 @@ async fn run_messages<D: Driver>(
         connections: None,
         stages: stage_ends,
         tcp: None,
+        backlog: backlog.and_then(|b| b.summary(t0)),
     })
 }

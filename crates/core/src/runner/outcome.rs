@@ -55,6 +55,9 @@ pub struct RunOutcome {
     /// none were asked (in-memory runs, connections held in io_uring tables).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tcp: Option<msgbench_metrics::TcpSummary>,
+    /// Backlog runs: the backlog built and how fast it drained.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub backlog: Option<msgbench_metrics::BacklogSummary>,
 }
 
 /// Why a run could not start.

@@ -58,8 +58,8 @@ pub mod stages;
 pub use amqp10::{Amqp10Plan, Amqp10Section, Disposition};
 pub use kafka::{KafkaPlan, KafkaSection};
 pub use plan::{
-    AmqpPlan, ClientPlan, ConnectionPlan, HttpPlan, Measure, RunPlan, SubscriptionMode, TlsPlan,
-    resolve,
+    AmqpPlan, BacklogPlan, ClientPlan, ConnectionPlan, HttpPlan, Measure, RunPlan,
+    SubscriptionMode, TlsPlan, resolve,
 };
 pub use segment::{Segment, parse_start_at, segment_run_id};
 pub use stages::{
@@ -390,6 +390,9 @@ pub struct PhasesSection {
     pub messages: Option<u64>,
     /// Longest wait for in-flight messages after the last send.
     pub drain: Option<String>,
+    /// Hold the consumers back until producers have sent this many bytes (`1GiB`), then
+    /// release them and measure how fast they clear the backlog.
+    pub backlog: Option<String>,
 }
 
 /// `[output]`
@@ -505,6 +508,7 @@ impl Scenario {
                     duration,
                     messages,
                     drain,
+                    backlog,
                 },
             output:
                 OutputSection {
@@ -630,6 +634,7 @@ impl Scenario {
         pick(&mut self.phases.duration, duration);
         pick(&mut self.phases.messages, messages);
         pick(&mut self.phases.drain, drain);
+        pick(&mut self.phases.backlog, backlog);
         pick(&mut self.output.tick, tick);
         pick(&mut self.output.late_threshold, late_threshold);
         pick(&mut self.output.connect_timeout, connect_timeout);

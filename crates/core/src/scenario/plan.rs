@@ -218,6 +218,9 @@ pub struct RunPlan {
     /// Longest wait for in-flight messages after the last send.
     #[serde(with = "serde_duration")]
     pub drain: Duration,
+    /// Consumers held back until this backlog is built (`--backlog`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub backlog: Option<BacklogPlan>,
     /// Interval between live lines and `interval` records.
     #[serde(with = "serde_duration")]
     pub tick: Duration,
@@ -275,6 +278,18 @@ pub struct RunPlan {
     /// [`crate::redact`]); already checked by [`crate::redact::HeaderRule::new`].
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub redact_headers: Vec<String>,
+}
+
+/// A backlog to build before the consumers start reading (OpenMessaging Benchmark's
+/// `consumerBacklogSizeGB`): consumers subscribe as usual (so the system keeps what is sent for
+/// them) but take nothing until producers have sent `messages`, then are released.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct BacklogPlan {
+    /// The size asked for, in bytes.
+    pub bytes: u64,
+    /// The same in messages (bytes over the mean message size, at least 1).
+    pub messages: u64,
 }
 
 /// HTTP request settings (used by the `http://` driver only).
@@ -436,7 +451,37 @@ pub fn resolve(s: &Scenario, run_id: u32) -> Result<RunPlan, PlanError> {
     if ack_timeout.is_zero() {
         return Err(err("producers.ack_timeout", "must be longer than zero"));
     }
-    let warmup = duration("phases.warmup", &s.phases.warmup, Duration::from_secs(1))?;
+    let backlog = match &s.phases.backlog {
+        None => None,
+        Some(b) => {
+            let bytes = crate::units::parse_size(b).map_err(|m| err("phases.backlog", m))?;
+            if bytes == 0 {
+                return Err(err(
+                    "phases.backlog",
+                    "must be larger than zero (e.g. 256MiB)",
+                ));
+            }
+            if consumers_per_topic == 0 || producers_per_topic == 0 || request_reply {
+                return Err(err(
+                    "phases.backlog",
+                    "a backlog needs producers to build it and consumers to drain it (not request/reply)",
+                ));
+            }
+            let mean = (size.min() + size.max()) / 2;
+            Some(BacklogPlan {
+                bytes,
+                messages: bytes.div_ceil(mean.max(1)),
+            })
+        }
+    };
+    // The backlog counts every message sent, warm-up included: without one asked for, a
+    // backlog run has no warm-up (its first messages are the backlog's).
+    let warmup_default = if backlog.is_some() {
+        Duration::ZERO
+    } else {
+        Duration::from_secs(1)
+    };
+    let warmup = duration("phases.warmup", &s.phases.warmup, warmup_default)?;
     let measure = match (s.phases.messages, &s.phases.duration) {
         (Some(_), Some(_)) => {
             return Err(err(
@@ -484,6 +529,12 @@ pub fn resolve(s: &Scenario, run_id: u32) -> Result<RunPlan, PlanError> {
         ));
     }
     let connections = resolve_connections(s)?;
+    if backlog.is_some() && connections.is_some() {
+        return Err(err(
+            "phases.backlog",
+            "a connection workload has no backlog to build",
+        ));
+    }
     let amqp = resolve_amqp(s)?;
     let http = resolve_http(s)?;
     let amqp10 = super::amqp10::resolve_amqp10(&s.amqp10)?;
@@ -550,6 +601,7 @@ pub fn resolve(s: &Scenario, run_id: u32) -> Result<RunPlan, PlanError> {
         warmup,
         measure,
         drain,
+        backlog,
         tick,
         late_threshold,
         connect_timeout,

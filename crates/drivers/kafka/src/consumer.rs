@@ -146,6 +146,8 @@ impl ConsumerContext for GroupContext {
 
 /// A Kafka consumer: the receiving end of its polling thread.
 pub struct KafkaConsumer {
+    /// Shared with the polling thread, for pausing fetches ([`Consumer::set_fetching`]).
+    consumer: Arc<BaseConsumer<GroupContext>>,
     rx: mpsc::Receiver<(Delivery, u32)>,
     stop: Arc<AtomicBool>,
     thread: Option<JoinHandle<()>>,
@@ -191,10 +193,12 @@ impl KafkaConsumer {
             .map_err(|e| DriverError::Config(format!("kafka consumer: {e}")))?;
         c.subscribe(&[spec.topic.as_str()])
             .map_err(|e| DriverError::Subscribe(format!("topic `{}`: {e}", spec.topic)))?;
+        let c = Arc::new(c);
         let (tx, rx) = mpsc::channel(CHANNEL);
         let stop = Arc::new(AtomicBool::new(false));
         let commit = plan.commit;
         let thread = {
+            let c = c.clone();
             let stop = stop.clone();
             let client = format!("consumer {}", spec.id);
             std::thread::Builder::new()
@@ -203,6 +207,7 @@ impl KafkaConsumer {
                 .map_err(|e| DriverError::Config(format!("consumer thread: {e}")))?
         };
         let mut me = KafkaConsumer {
+            consumer: c,
             rx,
             stop,
             thread: Some(thread),
@@ -231,7 +236,7 @@ impl KafkaConsumer {
 
 /// The polling thread: until stopped or the runner's end is gone.
 fn poll_loop(
-    c: BaseConsumer<GroupContext>,
+    c: Arc<BaseConsumer<GroupContext>>,
     tx: mpsc::Sender<(Delivery, u32)>,
     stop: &AtomicBool,
     commit: KafkaCommit,
@@ -282,6 +287,22 @@ impl Consumer for KafkaConsumer {
 
     fn lane(&self) -> Option<u32> {
         self.lane
+    }
+
+    /// Pauses or resumes fetching on the partitions assigned now: librdkafka prefetches up to
+    /// 64 MB per consumer whether or not anything is polled, which would move a held-back
+    /// backlog into the client. (Runs are connected, and their group settled, before any
+    /// backlog is built; a later rebalance while paused would assign its new partitions
+    /// unpaused.)
+    fn set_fetching(&mut self, on: bool) {
+        let Ok(tpl) = self.consumer.assignment() else {
+            return;
+        };
+        let _ = if on {
+            self.consumer.resume(&tpl)
+        } else {
+            self.consumer.pause(&tpl)
+        };
     }
 
     async fn close(mut self) -> Result<(), DriverError> {
