@@ -72,6 +72,13 @@
 #   scripts/bench.sh kafka      Apache Kafka 4.4 (KRaft, scripts/brokers.sh up kafka): 1 producer ->
 #                               1 consumer, 1 KiB, unlimited, 10 s, acks=1 and acks=all, a fresh
 #                               topic each run: msgs/s sent and received, CPU-s per million
+#   scripts/bench.sh kafka-peers  Kafka, 1 KiB, acks=1, 8 partitions: msgbench's producer against
+#                               Kafka's ProducerPerformance and its consumer against
+#                               ConsumerPerformance (kafka-tools), interleaved: records/s and
+#                               CPU-s per million of each client process (KAFKA_RECORDS, 1M)
+#   scripts/bench.sh backlog    backlog build and drain (--backlog 256MiB, 1 KiB, producers at
+#                               50k msgs/s) on Kafka (8 partitions, 4 group consumers) and
+#                               JetStream (file stream, pull consumer): build s, drain s, drain rate
 #   scripts/bench.sh jetstream  NATS JetStream (nats+js://) 1 producer -> 1 pull consumer, 256 B,
 #                               file (1 GiB) and memory (768 MiB) streams, PubAcks with a window of 1000, unlimited,
 #                               5 s, against a nats-server of its own (JetStream on, store in a
@@ -430,6 +437,98 @@ PY
     done
     echo "  median: $(printf '%s\n' "${rates[@]}" | median) msgs/s sent, $(printf '%s\n' "${recvs[@]}" | median) msgs/s received, $(printf '%s\n' "${cpus[@]}" | median) CPU-s per million"
   done
+}
+
+# bench_kafka_peers: msgbench against Kafka's own ProducerPerformance and ConsumerPerformance
+# (the kafka-tools jar brokers.sh fetched), interleaved, the same 1 KiB records and topics of 8
+# partitions. Producers: N records, acks=1, unlimited, linger 5 ms and 1 MB batches for both.
+# Consumers: each reads the N records the other tool's producer wrote, from the beginning
+# (msgbench counts them as foreign messages; its rate is taken from 100 ms intervals, from the
+# first delivery to the last). CPU: user+system of each client process (the JVM's start-up
+# included, as a user running the tool pays it).
+bench_kafka_peers() {
+  scripts/brokers.sh up kafka >/dev/null
+  eval "$(scripts/brokers.sh env)"
+  local libs="${MSGBENCH_BROKERS_DIR:-$HOME/.cache/msgbench-brokers}/kafka/libs/*" boot=${MSGBENCH_IT_KAFKA#kafka://}
+  local n=${KAFKA_RECORDS:-1000000}
+  kjava() { java -Xmx1g -cp "$libs" "$@"; }
+  cpu_of() { python3 -c "u,s=open('$1').read().split()[-2:]; print(f'{(float(u)+float(s))/$2*1e6:.2f}')"; }
+  echo "== Kafka 1 KiB records, acks=1, one topic of 8 partitions, $n records: msgbench against ProducerPerformance and ConsumerPerformance ($RUNS runs, interleaved)"
+  local mp=() mpc=() jp=() jpc=() mc=() mcc=() jc=() jcc=()
+  for i in $(seq "$RUNS"); do
+    local ours="bench.kpeer.m.$$.$i" theirs="bench.kpeer.j.$$.$i" tm out
+    tm=$(mktemp); out=$(mktemp)
+    kjava org.apache.kafka.tools.TopicCommand --bootstrap-server "$boot" --create --topic "$theirs" \
+      --partitions 8 --replication-factor 1 >/dev/null
+    /usr/bin/time -f "%U %S" -o "$tm" "$B" run "$MSGBENCH_IT_KAFKA" --topic "$ours" --partitions 8 -c 0 \
+      -n "$n" --size 1KiB --acks 1 --linger 5ms --batch-size 1000000 --warmup 0s --no-output --quiet --format json >"$out"
+    mp+=("$(python3 -c "import json; print(round(json.load(open('$out'))['result']['sent_per_s']))")")
+    mpc+=("$(cpu_of "$tm" "$n")")
+    local line
+    line=$(/usr/bin/time -f "%U %S" -o "$tm" java -Xmx1g -cp "$libs" org.apache.kafka.tools.ProducerPerformance \
+      --topic "$theirs" --num-records "$n" --record-size 1024 --throughput -1 \
+      --producer-props "bootstrap.servers=$boot" acks=1 linger.ms=5 batch.size=1000000 2>/dev/null | tail -1)
+    jp+=("$(echo "$line" | sed -E 's/.* records sent, ([0-9.]+) records\/sec.*/\1/' | cut -d. -f1)")
+    jpc+=("$(cpu_of "$tm" "$n")")
+    echo "  producer run $i: msgbench ${mp[-1]} records/s at ${mpc[-1]} CPU-s/M; ProducerPerformance ${jp[-1]} records/s at ${jpc[-1]} CPU-s/M"
+    # Consumers: ConsumerPerformance reads msgbench's records, msgbench reads ProducerPerformance's.
+    line=$(/usr/bin/time -f "%U %S" -o "$tm" java -Xmx1g -cp "$libs" org.apache.kafka.tools.ConsumerPerformance \
+      --bootstrap-server "$boot" --topic "$ours" --num-records "$n" --group "bench.cp.$$.$i" --hide-header 2>/dev/null | tail -1)
+    # start, end, MB, MB/s, nMsg, nMsg/s, rebalance ms, fetch ms, fetch MB/s, fetch nMsg/s
+    jc+=("$(echo "$line" | awk -F', *' '{printf "%.0f", $10}')")
+    jcc+=("$(cpu_of "$tm" "$n")")
+    /usr/bin/time -f "%U %S" -o "$tm" "$B" run "$MSGBENCH_IT_KAFKA" --topic "$theirs" -p 1 --rate 1 -c 1 \
+      --offset earliest --warmup 0s --duration 20s --drain 0s --tick 100ms --no-output --quiet --format json >"$out" || true
+    read -r rate got < <(python3 - "$out" <<'PY'
+import json, sys
+r = json.load(open(sys.argv[1]))
+iv = [i for i in r["intervals"] if i["counters"]["received"] > 0]
+got = sum(i["counters"]["received"] for i in iv)
+span = iv[-1]["end_s"] - iv[0]["start_s"] if iv else 0
+print(f'{got / span if span else 0:.0f} {got}')
+PY
+)
+    mc+=("$rate"); mcc+=("$(cpu_of "$tm" "$got")")
+    echo "  consumer run $i: msgbench $rate records/s ($got read) at ${mcc[-1]} CPU-s/M; ConsumerPerformance ${jc[-1]} records/s (fetch) at ${jcc[-1]} CPU-s/M"
+    kjava org.apache.kafka.tools.TopicCommand --bootstrap-server "$boot" --delete --topic "$ours" >/dev/null 2>&1 || true
+    kjava org.apache.kafka.tools.TopicCommand --bootstrap-server "$boot" --delete --topic "$theirs" >/dev/null 2>&1 || true
+    rm -f "$tm" "$out"
+  done
+  local a b
+  a=$(printf '%s\n' "${mpc[@]}" | median); b=$(printf '%s\n' "${jpc[@]}" | median)
+  echo "  producer median: msgbench $(printf '%s\n' "${mp[@]}" | median) records/s at $a CPU-s/M; ProducerPerformance $(printf '%s\n' "${jp[@]}" | median) records/s at $b CPU-s/M; CPU ratio $(python3 -c "print(f'{$a/$b:.2f}')") (target: at least its rate at <= 0.5x its CPU)"
+  a=$(printf '%s\n' "${mcc[@]}" | median); b=$(printf '%s\n' "${jcc[@]}" | median)
+  echo "  consumer median: msgbench $(printf '%s\n' "${mc[@]}" | median) records/s at $a CPU-s/M; ConsumerPerformance $(printf '%s\n' "${jc[@]}" | median) records/s at $b CPU-s/M; CPU ratio $(python3 -c "print(f'{$a/$b:.2f}')") (target: at least its rate at <= 0.5x its CPU)"
+}
+
+bench_backlog() {
+  scripts/brokers.sh up >/dev/null
+  eval "$(scripts/brokers.sh env)"
+  echo "== backlog build and drain: 1 KiB, producers at 50,000 msgs/s, --backlog 256MiB, then released while producers go on ($RUNS runs each)"
+  local out; out=$(mktemp)
+  local kind
+  for kind in kafka jetstream; do
+    local builds=() drains=() rates=()
+    for i in $(seq "$RUNS"); do
+      if [ "$kind" = kafka ]; then
+        "$B" run "$MSGBENCH_IT_KAFKA" --topic "bench.backlog.$$.$i" --partitions 8 -p 4 -c 4 --queue-group g \
+          --size 1KiB --rate 50k --backlog 256MiB --duration 20s --drain 30s --no-output --quiet --format json >"$out"
+      else
+        "$B" run "$MSGBENCH_IT_NATS_JS_URL?stream=BACKLOG_$$_$i&storage=file&max_bytes=1GiB" --topic "bench.backlog.$$.$i" \
+          -p 1 -c 1 --size 1KiB --rate 50k --backlog 256MiB --duration 20s --drain 30s --no-output --quiet --format json >"$out"
+      fi
+      read -r build drain rate lost < <(python3 - "$out" <<'PY'
+import json, sys
+r = json.load(open(sys.argv[1])); b = r.get("backlog") or {}
+print(f'{b.get("build_s", 0):.2f} {b.get("drain_s") or 0:.2f} {b.get("drain_rate") or 0:.0f} {r["integrity"]["lost"]}')
+PY
+)
+      echo "  $kind run $i: built in $build s, drained in $drain s at $rate deliveries/s, lost $lost"
+      builds+=("$build"); drains+=("$drain"); rates+=("$rate")
+    done
+    echo "  $kind median: built in $(printf '%s\n' "${builds[@]}" | median) s, drained in $(printf '%s\n' "${drains[@]}" | median) s at $(printf '%s\n' "${rates[@]}" | median) deliveries/s"
+  done
+  rm -f "$out"
 }
 
 bench_sink() {
@@ -951,9 +1050,11 @@ case "${1:-all}" in
   p2p) bench_p2p ;;
   ecp) bench_ecp ;;
   kafka) bench_kafka ;;
+  kafka-peers) bench_kafka_peers ;;
+  backlog) bench_backlog ;;
   views) bench_views ;;
   merge) bench_merge ;;
   segments) bench_segments ;;
-  all) bench_mem; bench_nats; bench_jetstream; bench_memory; bench_mqtt; bench_demo; bench_storm; bench_conns; bench_amqp; bench_sink; bench_proxy; bench_textstamp; bench_verdicts; bench_search; bench_redis; bench_ws; bench_http; bench_zmq; bench_p2p; bench_kafka; bench_ecp; bench_views; bench_merge; bench_segments ;;
-  *) echo "usage: $0 [mem|nats|jetstream|memory|mqtt|demo|storm|conns|nats-conns|amqp|sink|textstamp|verdicts|search|redis|ws|http|zmq|p2p|kafka|ecp|views|merge|segments|all]" >&2; exit 2 ;;
+  all) bench_mem; bench_nats; bench_jetstream; bench_memory; bench_mqtt; bench_demo; bench_storm; bench_conns; bench_amqp; bench_sink; bench_proxy; bench_textstamp; bench_verdicts; bench_search; bench_redis; bench_ws; bench_http; bench_zmq; bench_p2p; bench_kafka; bench_kafka_peers; bench_backlog; bench_ecp; bench_views; bench_merge; bench_segments ;;
+  *) echo "usage: $0 [mem|nats|jetstream|memory|mqtt|demo|storm|conns|nats-conns|amqp|sink|textstamp|verdicts|search|redis|ws|http|zmq|p2p|kafka|kafka-peers|backlog|ecp|views|merge|segments|all]" >&2; exit 2 ;;
 esac

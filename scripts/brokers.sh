@@ -25,7 +25,8 @@
 #     wiped on every `up`; at most 1 GiB in memory and 4 GiB on disk: msgbench's streams reserve
 #     256 MiB on file, 64 MiB in memory by default); core NATS tests and JetStream tests
 #     (nats+js://, MSGBENCH_IT_NATS_JS_URL) share it
-#   redis-server (package 'redis-server') on 127.0.0.1:${MSGBENCH_REDIS_PORT:-16379}: no
+#   redis-server (package 'redis-server') on 127.0.0.1:${MSGBENCH_REDIS_PORT:-16379}, TLS on
+#     ${MSGBENCH_REDIS_TLS_PORT:-16380} (server cert for localhost, client cert optional): no
 #     persistence, at most 1 GiB of memory (writes beyond it are refused, not evicted); a
 #     system Redis (6379), if the package started one, is left alone
 #   mosquitto (MQTT, package 'mosquitto') with three listeners on 127.0.0.1:
@@ -70,7 +71,8 @@
 #   Apache Kafka $KAFKA_VERSION (Java): kafka_2.13 and kafka-tools with their runtime dependencies,
 #     fetched once from Maven Central by their coordinates with `mvn` into $STATE/kafka/libs/;
 #     a single KRaft node (broker and controller in one process) with plaintext on
-#     127.0.0.1:${MSGBENCH_KAFKA_PORT:-19092} and its controller on the port after it, storage
+#     127.0.0.1:${MSGBENCH_KAFKA_PORT:-19092}, its controller on the port after it, SSL on
+#     ${MSGBENCH_KAFKA_TLS_PORT:-19094} (advertised as localhost; client cert optional), storage
 #     formatted on first start in $STATE/kafka/data/ (kept across `up`s: topics survive), a
 #     1 GiB heap, no group join delay, topics created on demand. Starting takes several seconds.
 # Peer libraries (installed, nothing to start or stop):
@@ -96,6 +98,7 @@ STATE=${MSGBENCH_BROKERS_DIR:-$HOME/.cache/msgbench-brokers}
 # (RabbitMQ's own start-up makes several), and the broker then fails with "address in use".
 NATS_PORT=${MSGBENCH_NATS_PORT:-14222}
 REDIS_PORT=${MSGBENCH_REDIS_PORT:-16379}
+REDIS_TLS_PORT=${MSGBENCH_REDIS_TLS_PORT:-16380}
 MQTT_PORT=${MSGBENCH_MQTT_PORT:-11883}
 MQTT_AUTH_PORT=${MSGBENCH_MQTT_AUTH_PORT:-11884}
 MQTTS_PORT=${MSGBENCH_MQTTS_PORT:-18883}
@@ -116,6 +119,7 @@ ARTEMIS_PASS=msgbench-secret
 KAFKA_VERSION=4.4.0
 KAFKA_PORT=${MSGBENCH_KAFKA_PORT:-19092}
 KAFKA_CONTROLLER_PORT=$((KAFKA_PORT + 1))
+KAFKA_TLS_PORT=${MSGBENCH_KAFKA_TLS_PORT:-19094}
 KAFKA=$STATE/kafka
 RMQ_NODE=msgbench@localhost
 RMQ=$STATE/rabbitmq
@@ -273,10 +277,16 @@ redis_up() {
   if running redis; then log "redis-server already running (pid $(cat "$STATE/redis.pid"))"; return 0; fi
   need_pkg redis-server redis-server || return 1
   local bin; bin=$(find_bin redis-server) || return 1
+  tls_certs || return 1
   mkdir -p "$STATE/redis" || return 1
   cat >"$STATE/redis.conf" <<CONF
 bind 127.0.0.1
 port $REDIS_PORT
+tls-port $REDIS_TLS_PORT
+tls-cert-file $TLS/server.pem
+tls-key-file $TLS/server.key
+tls-ca-cert-file $TLS/ca.pem
+tls-auth-clients optional
 protected-mode yes
 daemonize no
 save ""
@@ -291,7 +301,7 @@ CONF
   if ! wait_port "$REDIS_PORT" 10; then
     log "redis-server did not open 127.0.0.1:$REDIS_PORT (see $STATE/redis.log)"; return 1
   fi
-  log "redis-server up on redis://127.0.0.1:$REDIS_PORT (pid $(cat "$STATE/redis.pid"))"
+  log "redis-server up on redis://127.0.0.1:$REDIS_PORT and rediss://localhost:$REDIS_TLS_PORT (pid $(cat "$STATE/redis.pid"))"
 }
 
 # gen_leaf NAME CN EXTENSIONS: key + certificate signed by the test CA, X.509 v3, 10 years.
@@ -766,10 +776,15 @@ kafka_conf() {
 process.roles=broker,controller
 node.id=1
 controller.quorum.voters=1@127.0.0.1:$KAFKA_CONTROLLER_PORT
-listeners=PLAINTEXT://127.0.0.1:$KAFKA_PORT,CONTROLLER://127.0.0.1:$KAFKA_CONTROLLER_PORT
-advertised.listeners=PLAINTEXT://127.0.0.1:$KAFKA_PORT
+listeners=PLAINTEXT://127.0.0.1:$KAFKA_PORT,CONTROLLER://127.0.0.1:$KAFKA_CONTROLLER_PORT,SSL://127.0.0.1:$KAFKA_TLS_PORT
+advertised.listeners=PLAINTEXT://127.0.0.1:$KAFKA_PORT,SSL://localhost:$KAFKA_TLS_PORT
 controller.listener.names=CONTROLLER
-listener.security.protocol.map=PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT
+listener.security.protocol.map=PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT,SSL:SSL
+ssl.keystore.type=PEM
+ssl.keystore.location=$KAFKA/server-keystore.pem
+ssl.truststore.type=PEM
+ssl.truststore.location=$TLS/ca.pem
+ssl.client.auth=requested
 inter.broker.listener.name=PLAINTEXT
 log.dirs=$KAFKA/data
 num.partitions=1
@@ -806,6 +821,9 @@ kafka_up() {
   need_pkg java default-jre-headless || return 1
   local t0=$SECONDS pid port
   kafka_libs || return 1
+  tls_certs || return 1
+  # The SSL listener's key and certificate in one PEM file (Kafka's PEM keystore).
+  (umask 077 && cat "$TLS/server.key" "$TLS/server.pem" >"$KAFKA/server-keystore.pem") || return 1
   kafka_conf >"$KAFKA/server.properties" || return 1
   cat >"$KAFKA/log4j2.properties" <<'LOG4J'
 rootLogger.level = WARN
@@ -821,7 +839,7 @@ LOG4J
       -c "$KAFKA/server.properties" >"$KAFKA/format.log" 2>&1 \
       || { log "kafka storage format failed (see $KAFKA/format.log)"; return 1; }
   fi
-  for port in "$KAFKA_PORT" "$KAFKA_CONTROLLER_PORT"; do
+  for port in "$KAFKA_PORT" "$KAFKA_CONTROLLER_PORT" "$KAFKA_TLS_PORT"; do
     if port_open "$port"; then log "kafka: 127.0.0.1:$port is already taken by another process"; return 1; fi
   done
   (exec java -Xmx1g -Xms1g -XX:+UseG1GC -cp "$KAFKA/libs/*" \
@@ -832,7 +850,10 @@ LOG4J
   if ! wait_port "$KAFKA_PORT" 90 "$pid"; then
     log "kafka did not open 127.0.0.1:$KAFKA_PORT (see $STATE/kafka.log)"; stop kafka; return 1
   fi
-  log "kafka up on kafka://127.0.0.1:$KAFKA_PORT (pid $pid, $((SECONDS - t0)) s)"
+  if ! wait_port "$KAFKA_TLS_PORT" 30 "$pid"; then
+    log "kafka did not open its SSL listener 127.0.0.1:$KAFKA_TLS_PORT (see $STATE/kafka.log)"; stop kafka; return 1
+  fi
+  log "kafka up on kafka://127.0.0.1:$KAFKA_PORT and kafka+ssl://localhost:$KAFKA_TLS_PORT (pid $pid, $((SECONDS - t0)) s)"
 }
 
 status_line() { # status_line NAME PORT WHERE: "running" only when the process is ours and answers
@@ -859,7 +880,7 @@ ephemeral_ports_note() {
   read -r lo hi </proc/sys/net/ipv4/ip_local_port_range 2>/dev/null || return 0
   for p in "$NATS_PORT" "$REDIS_PORT" "$MQTT_PORT" "$MQTT_AUTH_PORT" "$MQTTS_PORT" "$AMQP_PORT" "$AMQP_DIST_PORT" \
     "$EPMD_PORT" "$RMQ_MQTT_PORT" "$NGINX_PORT" "$NGINX_H2C_PORT" "$NGINX_TLS_PORT" "$ARTEMIS_PORT" "$ARTEMIS_TLS_PORT" \
-    "$KAFKA_PORT" "$KAFKA_CONTROLLER_PORT"; do
+    "$KAFKA_PORT" "$KAFKA_CONTROLLER_PORT" "$KAFKA_TLS_PORT" "$REDIS_TLS_PORT"; do
     if [ "$p" -ge "$lo" ] && [ "$p" -le "$hi" ]; then clash+=("$p"); fi
   done
   [ "${#clash[@]}" -eq 0 ] && return 0
@@ -887,12 +908,12 @@ case "${1:-}" in
     stop nats; stop redis; stop mosquitto; rabbitmq_down; stop nginx; stop artemis; stop kafka ;;
   status)
     status_line nats "$NATS_PORT" "nats://127.0.0.1:$NATS_PORT"
-    status_line redis "$REDIS_PORT" "redis://127.0.0.1:$REDIS_PORT"
+    status_line redis "$REDIS_PORT" "redis://127.0.0.1:$REDIS_PORT, rediss://localhost:$REDIS_TLS_PORT"
     status_line mosquitto "$MQTT_PORT" "mqtt://127.0.0.1:$MQTT_PORT, mqtt://127.0.0.1:$MQTT_AUTH_PORT (auth), mqtts://localhost:$MQTTS_PORT"
     status_line rabbitmq "$AMQP_PORT" "amqp://127.0.0.1:$AMQP_PORT, node $RMQ_NODE"
     status_line nginx "$NGINX_PORT" "http://127.0.0.1:$NGINX_PORT/, h2c :$NGINX_H2C_PORT, https :$NGINX_TLS_PORT"
     status_line artemis "$ARTEMIS_PORT" "amqp10://127.0.0.1:$ARTEMIS_PORT, amqp10s://localhost:$ARTEMIS_TLS_PORT"
-    status_line kafka "$KAFKA_PORT" "kafka://127.0.0.1:$KAFKA_PORT" ;;
+    status_line kafka "$KAFKA_PORT" "kafka://127.0.0.1:$KAFKA_PORT, kafka+ssl://localhost:$KAFKA_TLS_PORT" ;;
   restart-rabbitmq) rabbitmq_restart "${2:-1}" ;;
   restart-artemis) artemis_restart "${2:-1}" ;;
   rabbitmqctl)
@@ -903,6 +924,7 @@ case "${1:-}" in
   env)
     echo "export MSGBENCH_IT_NATS_URL=nats://127.0.0.1:$NATS_PORT"
     echo "export MSGBENCH_IT_REDIS_URL=redis://127.0.0.1:$REDIS_PORT"
+    echo "export MSGBENCH_IT_REDIS_TLS_URL=rediss://localhost:$REDIS_TLS_PORT"
     echo "export MSGBENCH_IT_NATS_JS_URL=nats+js://127.0.0.1:$NATS_PORT"
     echo "export MSGBENCH_IT_MQTT_URL=mqtt://127.0.0.1:$MQTT_PORT"
     echo "export MSGBENCH_IT_MQTT_AUTH_URL=mqtt://$MQTT_USER:$MQTT_PASS@127.0.0.1:$MQTT_AUTH_PORT"
@@ -917,6 +939,8 @@ case "${1:-}" in
     echo "export MSGBENCH_IT_ARTEMIS_TLS_URL=amqp10s://$ARTEMIS_USER:$ARTEMIS_PASS@localhost:$ARTEMIS_TLS_PORT"
     echo "export MSGBENCH_IT_ARTEMIS_CA=$(printf %q "$TLS/ca.pem")"
     echo "export MSGBENCH_IT_KAFKA=kafka://127.0.0.1:$KAFKA_PORT"
+    echo "export MSGBENCH_IT_KAFKA_TLS=kafka+ssl://localhost:$KAFKA_TLS_PORT"
+    echo "export MSGBENCH_IT_CA=$(printf %q "$TLS/ca.pem")"
     echo "export MSGBENCH_IT_HTTP_URL=http://127.0.0.1:$NGINX_PORT/"
     echo "export MSGBENCH_IT_HTTP_H2C_URL=http://127.0.0.1:$NGINX_H2C_PORT/"
     echo "export MSGBENCH_IT_HTTPS_URL=https://127.0.0.1:$NGINX_TLS_PORT/"

@@ -248,3 +248,68 @@ fn bad_input_is_a_clear_error() {
     let o = msgbench(&d.0, &["run", &url, "-n", "10", "-q", "--no-output"]);
     assert_eq!(code(&o), 1, "{}", stderr(&o));
 }
+
+/// TLS (`rediss://`) on the server's TLS port: verified with the test CA, a client certificate
+/// offered, pub/sub exact; without the CA the certificate is refused with a clear error.
+#[test]
+fn tls_port_is_exact_and_verified() {
+    let url = env_or_hint("MSGBENCH_IT_REDIS_TLS_URL");
+    let ca = env_or_hint("MSGBENCH_IT_CA");
+    let dir = std::path::Path::new(&ca).parent().unwrap();
+    let (cert, key) = (
+        dir.join("client.pem").display().to_string(),
+        dir.join("client.key").display().to_string(),
+    );
+    let d = TempDir::new("redis-tls");
+    for mode in ["", "?mode=streams"] {
+        let target = format!("{url}{mode}");
+        let r = run_json(
+            &d.0,
+            &[
+                "run",
+                &target,
+                "--ca-file",
+                &ca,
+                "--cert",
+                &cert,
+                "--key",
+                &key,
+                "--topic",
+                "it.redis.tls",
+                "-c",
+                "2",
+                "-n",
+                "5000",
+                "--rate",
+                "10k",
+                "--warmup",
+                "0s",
+                "--no-output",
+            ],
+        );
+        let i = &r["integrity"];
+        assert_eq!(
+            (u(&i["delivered"]), u(&i["lost"])),
+            (10_000, 0),
+            "{mode}: {i}"
+        );
+    }
+    let o = msgbench(
+        &d.0,
+        &[
+            "run",
+            &url,
+            "--topic",
+            "it.redis.tls",
+            "-n",
+            "10",
+            "--no-output",
+        ],
+    );
+    assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
+    assert!(
+        stderr(&o).to_lowercase().contains("certificate"),
+        "{}",
+        stderr(&o)
+    );
+}
