@@ -79,6 +79,9 @@
 #   scripts/bench.sh backlog    backlog build and drain (--backlog 256MiB, 1 KiB, producers at
 #                               50k msgs/s) on Kafka (8 partitions, 4 group consumers) and
 #                               JetStream (file stream, pull consumer): build s, drain s, drain rate
+#   scripts/bench.sh memflat    10^7 messages (MEMFLAT_MESSAGES) through each stream driver (Redis
+#                               pub/sub and streams, JetStream, Kafka), 64 B, unlimited: msgbench's
+#                               RSS at 10%, 50% and the end (target: flat)
 #   scripts/bench.sh jetstream  NATS JetStream (nats+js://) 1 producer -> 1 pull consumer, 256 B,
 #                               file (1 GiB) and memory (768 MiB) streams, PubAcks with a window of 1000, unlimited,
 #                               5 s, against a nats-server of its own (JetStream on, store in a
@@ -529,6 +532,45 @@ PY
     echo "  $kind median: built in $(printf '%s\n' "${builds[@]}" | median) s, drained in $(printf '%s\n' "${drains[@]}" | median) s at $(printf '%s\n' "${rates[@]}" | median) deliveries/s"
   done
   rm -f "$out"
+}
+
+# rss_series ARGS...: runs msgbench ARGS, samples its resident memory every second, and prints
+# "MiB at 10% / 50% / 100% of the samples, messages received".
+rss_series() {
+  local out samples; out=$(mktemp); samples=$(mktemp)
+  "$B" run "$@" --no-output --quiet --format json >"$out" & local pid=$!
+  while kill -0 "$pid" 2>/dev/null; do
+    awk '/VmRSS/ {print $2}' "/proc/$pid/status" 2>/dev/null >>"$samples" || true
+    sleep 1
+  done
+  wait "$pid" || true
+  python3 - "$out" "$samples" <<'PY'
+import json, sys
+r = json.load(open(sys.argv[1]))
+s = [int(x) for x in open(sys.argv[2]).read().split()]
+pick = lambda f: s[min(len(s) - 1, int(len(s) * f))] / 1024 if s else 0
+got = sum(p["counters"]["received"] for p in r["phases"])
+print(f"{pick(0.1):.1f} {pick(0.5):.1f} {pick(0.999):.1f} {got}")
+PY
+  rm -f "$out" "$samples"
+}
+
+bench_memflat() {
+  scripts/brokers.sh up >/dev/null
+  eval "$(scripts/brokers.sh env)"
+  local n=${MEMFLAT_MESSAGES:-10000000}
+  echo "== memory over $n messages, 1 producer -> 1 consumer, 64 B, unlimited: msgbench's RSS at 10%, 50% and the end of the run"
+  local name url
+  for name in redis-pubsub redis-streams jetstream kafka; do
+    case $name in
+      redis-pubsub) url="$MSGBENCH_IT_REDIS_URL" ;;
+      redis-streams) url="$MSGBENCH_IT_REDIS_URL?mode=streams&maxlen=100000" ;;
+      jetstream) url="$MSGBENCH_IT_NATS_JS_URL?stream=MEMFLAT_$$&storage=file&max_bytes=1GiB" ;;
+      kafka) url="$MSGBENCH_IT_KAFKA" ;;
+    esac
+    read -r a b c got < <(rss_series "$url" --topic "bench.memflat.$name.$$" --size 64 -n "$n" --warmup 0s --drain 30s)
+    echo "  $name: RSS $a MiB at 10%, $b MiB at 50%, $c MiB at the end; $got messages received"
+  done
 }
 
 bench_sink() {
@@ -1052,9 +1094,10 @@ case "${1:-all}" in
   kafka) bench_kafka ;;
   kafka-peers) bench_kafka_peers ;;
   backlog) bench_backlog ;;
+  memflat) bench_memflat ;;
   views) bench_views ;;
   merge) bench_merge ;;
   segments) bench_segments ;;
   all) bench_mem; bench_nats; bench_jetstream; bench_memory; bench_mqtt; bench_demo; bench_storm; bench_conns; bench_amqp; bench_sink; bench_proxy; bench_textstamp; bench_verdicts; bench_search; bench_redis; bench_ws; bench_http; bench_zmq; bench_p2p; bench_kafka; bench_kafka_peers; bench_backlog; bench_ecp; bench_views; bench_merge; bench_segments ;;
-  *) echo "usage: $0 [mem|nats|jetstream|memory|mqtt|demo|storm|conns|nats-conns|amqp|sink|textstamp|verdicts|search|redis|ws|http|zmq|p2p|kafka|kafka-peers|backlog|ecp|views|merge|segments|all]" >&2; exit 2 ;;
+  *) echo "usage: $0 [mem|nats|jetstream|memory|mqtt|demo|storm|conns|nats-conns|amqp|sink|textstamp|verdicts|search|redis|ws|http|zmq|p2p|kafka|kafka-peers|backlog|memflat|ecp|views|merge|segments|all]" >&2; exit 2 ;;
 esac

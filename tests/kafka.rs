@@ -353,3 +353,66 @@ fn tls_listener_is_exact_and_verified() {
         stderr(&o)
     );
 }
+
+/// Connection workloads: each connection is a librdkafka producer that answered a metadata
+/// request; held connections publish on their interval; a storm opens and closes them one
+/// after the other, publishing on each, without failures.
+#[test]
+fn connection_workloads_hold_and_storm() {
+    let Some(url) = kafka_url() else { return };
+    let d = TempDir::new("kafka-conns");
+    let t = topic("conns");
+    let r = run_json(
+        &d.0,
+        &[
+            "run",
+            &url,
+            "--topic",
+            &t,
+            "--connections",
+            "20",
+            "--connect-rate",
+            "100",
+            "--hold",
+            "3s",
+            "--publish-interval",
+            "1s",
+            "--no-output",
+        ],
+    );
+    assert_eq!(
+        u(&r["connections"]["peak_held"]),
+        20,
+        "{}",
+        r["connections"]
+    );
+    let sent = phase_sum(&r, "sent");
+    assert!(sent >= 20 * 2, "each held connection published: {sent}");
+    let r = run_json(
+        &d.0,
+        &[
+            "run",
+            &url,
+            "--topic",
+            &t,
+            "--storm",
+            "--concurrency",
+            "4",
+            "--duration",
+            "3s",
+            "--messages-per-connection",
+            "1",
+            "--no-output",
+        ],
+    );
+    let m = measure(&r);
+    assert!(u(&m["counters"]["connects"]) > 10, "{m}");
+    assert_eq!(
+        m["counters"]["connect_failures"]
+            .as_object()
+            .map_or(0, |f| f.values().map(u).sum()),
+        0,
+        "{m}"
+    );
+    assert!(u(&m["counters"]["sent"]) > 10, "{m}");
+}

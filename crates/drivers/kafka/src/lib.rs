@@ -30,13 +30,14 @@
 //! - this file: URL and configuration, topic provisioning, the `Driver`.
 //! - [`producer`]: the producer and its delivery reports.
 //! - [`consumer`]: the consumer thread, start offsets and commits.
+//! - [`session`]: connection workloads, one librdkafka producer per connection.
 
 pub mod consumer;
 pub mod producer;
+pub mod session;
 
 use msgbench_core::driver::{
-    Capabilities, ConsumerSpec, Driver, DriverError, EventSink, NoSession, ProducerSpec,
-    SessionSpec,
+    Capabilities, ConsumerSpec, Driver, DriverError, EventSink, ProducerSpec, SessionSpec,
 };
 use msgbench_core::scenario::{KafkaPlan, TlsPlan};
 use msgbench_metrics::ConnectFailure;
@@ -52,6 +53,21 @@ use std::time::{Duration, Instant};
 
 pub use consumer::KafkaConsumer;
 pub use producer::KafkaProducer;
+pub use session::KafkaSession;
+
+/// A client context that keeps librdkafka's last error report, for set-up errors that would
+/// otherwise say only "transport failure".
+#[derive(Default)]
+struct LastError(Mutex<Option<String>>);
+
+impl rdkafka::ClientContext for LastError {
+    fn error(&self, error: rdkafka::error::KafkaError, reason: &str) {
+        let _ = error;
+        *self.0.lock().expect("last error") = Some(reason.to_string());
+    }
+}
+
+impl rdkafka::consumer::ConsumerContext for LastError {}
 
 /// The Kafka driver: one per run.
 pub struct KafkaDriver {
@@ -209,18 +225,29 @@ impl KafkaDriver {
             .saturating_duration_since(Instant::now())
             .max(Duration::from_millis(100));
         let r = tokio::task::spawn_blocking(move || {
-            let c: BaseConsumer = cfg.create()?;
-            c.fetch_metadata(Some(&topic), left)
+            let c: BaseConsumer<LastError> = cfg
+                .create_with_context(LastError::default())
+                .map_err(|e| (e, None))?;
+            let md = c.fetch_metadata(Some(&topic), left);
+            if md.is_err() {
+                // Error reports are events: serving the queue hands them to the context.
+                let _ = c.poll(Duration::from_millis(100));
+            }
+            let why = c.context().0.lock().expect("last error").take();
+            md.map_err(|e| (e, why))
         })
         .await
         .map_err(|e| DriverError::Subscribe(format!("metadata task: {e}")))?;
-        let md = r.map_err(|e| {
+        let md = r.map_err(|(e, why)| {
             let cause = if e.rdkafka_error_code() == Some(RDKafkaErrorCode::OperationTimedOut) {
                 ConnectFailure::Timeout
             } else {
                 ConnectFailure::Refused
             };
-            self.connect_error(format!("no answer to a metadata request: {e}"), cause)
+            // librdkafka gives the request only "transport failure"; the reason (a refused
+            // connection, a TLS handshake that failed on the certificate) came to the context.
+            let why = why.map(|w| format!(" ({w})")).unwrap_or_default();
+            self.connect_error(format!("no answer to a metadata request: {e}{why}"), cause)
         })?;
         let Some(t) = md.topics().first() else {
             return Ok(None);
@@ -276,7 +303,7 @@ impl KafkaDriver {
 impl Driver for KafkaDriver {
     type Producer = KafkaProducer;
     type Consumer = KafkaConsumer;
-    type Session = NoSession;
+    type Session = KafkaSession;
 
     fn capabilities(&self) -> Capabilities {
         Capabilities {
@@ -318,11 +345,8 @@ impl Driver for KafkaDriver {
         .await
     }
 
-    async fn session(&self, _: &SessionSpec) -> Result<NoSession, DriverError> {
-        Err(DriverError::Config(
-            "connection workloads are not supported on kafka:// (librdkafka manages its own connections)"
-                .into(),
-        ))
+    async fn session(&self, spec: &SessionSpec) -> Result<KafkaSession, DriverError> {
+        KafkaSession::start(self, spec).await
     }
 }
 
