@@ -13,6 +13,12 @@
 #                               restart the RabbitMQ application inside its running node: every
 #                               connection is closed and the port refuses connections for
 #                               SECONDS (default 1) before it listens again (the broker-restart test)
+#   scripts/brokers.sh kill-restart NAME [SECONDS]
+#                               kill rabbitmq, artemis or kafka with SIGKILL (the Erlang VM or
+#                               the JVM, by PID), wait SECONDS (default 1) and start it again on
+#                               the data it left (tests/faults.rs)
+#   scripts/brokers.sh pause NAME SECONDS
+#                               freeze a broker (SIGSTOP), then resume it (SIGCONT) SECONDS later
 #   scripts/brokers.sh rabbitmqctl ARGS...
 #                               rabbitmqctl against our node (e.g. list_connections name channels)
 #   scripts/brokers.sh restart-artemis [SECONDS]
@@ -490,12 +496,22 @@ rabbitmq_up() {
   if running rabbitmq; then log "rabbitmq already running (pid $(cat "$STATE/rabbitmq.pid"))"; return 0; fi
   need_pkg rabbitmq-server rabbitmq-server || return 1
   [ -x "$RMQ_BIN/rabbitmq-server" ] || { log "$RMQ_BIN/rabbitmq-server is missing (package 'rabbitmq-server')"; return 1; }
-  local port nofile pid envs t0=$SECONDS
+  local t0=$SECONDS
+  # A fresh node every time: no queues or messages left over from an earlier run.
+  rm -rf "$RMQ/mnesia" "$RMQ/log" "$RMQ/beam.pid"
+  rabbitmq_start || return 1
+  log "rabbitmq up on amqp://127.0.0.1:$AMQP_PORT (AMQP 0-9-1 and 1.0) and mqtt://127.0.0.1:$RMQ_MQTT_PORT (node $RMQ_NODE," \
+    "pid $(cat "$STATE/rabbitmq.pid"), open files limit $RMQ_NOFILE, $((SECONDS - t0)) s)"
+}
+
+# rabbitmq_start: starts the node on the data it has (rabbitmq_up wipes it first; kill-restart
+# does not, so durable queues and persistent messages survive) and waits until it serves.
+rabbitmq_start() {
+  local port nofile pid envs
   for port in "$AMQP_PORT" "$AMQP_DIST_PORT" "$RMQ_MQTT_PORT"; do
     if port_open "$port"; then log "rabbitmq: 127.0.0.1:$port is already taken by another process"; return 1; fi
   done
-  # A fresh node every time: no queues or messages left over from an earlier run.
-  rm -rf "$RMQ/mnesia" "$RMQ/log" "$RMQ/beam.pid"
+  rm -f "$RMQ/beam.pid"
   mkdir -p "$RMQ/mnesia" "$RMQ/log" && chmod 700 "$RMQ" || return 1
   if [ ! -s "$RMQ/.erlang.cookie" ]; then
     (umask 077 && openssl rand -hex 20 >"$RMQ/.erlang.cookie") || { log "could not write the Erlang cookie"; return 1; }
@@ -525,8 +541,7 @@ rabbitmq_up() {
   fi
   pid=$(cat "$STATE/rabbitmq.pid")
   nofile=$(awk '/^Max open files/ {print $4}' "/proc/$pid/limits" 2>/dev/null || true)
-  log "rabbitmq up on amqp://127.0.0.1:$AMQP_PORT (AMQP 0-9-1 and 1.0) and mqtt://127.0.0.1:$RMQ_MQTT_PORT (node $RMQ_NODE, pid $pid," \
-    "open files limit ${nofile:-$(nofile_limit)}, $((SECONDS - t0)) s)"
+  RMQ_NOFILE=${nofile:-$(nofile_limit)}
 }
 
 rabbitmq_down() {
@@ -740,6 +755,39 @@ artemis_restart() { # artemis_restart SECONDS
   log "artemis restarted"
 }
 
+# kill_restart NAME SECONDS: the broker's main process (rabbitmq: the Erlang VM; artemis, kafka:
+# the JVM) killed with SIGKILL, as a crash or the OOM killer would, then started again after
+# SECONDS on the data it left (nothing is wiped: what it had made durable must be there).
+kill_restart() {
+  local pid i
+  case "$1" in rabbitmq | artemis | kafka) ;; *) log "kill-restart: rabbitmq, artemis or kafka"; return 1 ;; esac
+  running "$1" || { log "$1 is not running (scripts/brokers.sh up)"; return 1; }
+  pid=$(cat "$STATE/$1.pid")
+  kill -9 "$pid" || return 1
+  for ((i = 0; i < 100; i++)); do running "$1" || break; sleep 0.1; done
+  running "$1" && { log "$1 (pid $pid) survived SIGKILL"; return 1; }
+  rm -f "$STATE/$1.pid" "$STATE/$1.start"
+  sleep "$2"
+  case "$1" in
+    rabbitmq) rabbitmq_start ;;
+    artemis) artemis_start ;;
+    kafka) kafka_up ;;
+  esac || { log "$1 did not start again after SIGKILL"; return 1; }
+  log "$1 killed (SIGKILL, pid $pid) and started again (pid $(cat "$STATE/$1.pid"))"
+}
+
+# pause NAME SECONDS: the broker frozen with SIGSTOP, then resumed with SIGCONT: its connections
+# stay open and nothing answers meanwhile (a long GC pause, a stalled VM).
+pause() {
+  local pid
+  running "$1" || { log "$1 is not running (scripts/brokers.sh up)"; return 1; }
+  pid=$(cat "$STATE/$1.pid")
+  kill -STOP "$pid" || return 1
+  sleep "$2"
+  kill -CONT "$pid" || return 1
+  log "$1 (pid $pid) paused for $2 s"
+}
+
 # kafka_libs: the broker's jars (kafka_2.13, kafka-tools and their runtime dependencies), fetched
 # once with Maven by their coordinates through a generated pom (later `up`s need no network).
 kafka_libs() {
@@ -916,6 +964,8 @@ case "${1:-}" in
     status_line kafka "$KAFKA_PORT" "kafka://127.0.0.1:$KAFKA_PORT, kafka+ssl://localhost:$KAFKA_TLS_PORT" ;;
   restart-rabbitmq) rabbitmq_restart "${2:-1}" ;;
   restart-artemis) artemis_restart "${2:-1}" ;;
+  kill-restart) kill_restart "${2:?kill-restart NAME [SECONDS]}" "${3:-1}" ;;
+  pause) pause "${2:?pause NAME SECONDS}" "${3:?pause NAME SECONDS}" ;;
   rabbitmqctl)
     shift
     # Without the node, rabbitmqctl would only start a stray epmd of its own.
@@ -947,5 +997,5 @@ case "${1:-}" in
     echo "export MSGBENCH_IT_HTTPS_CA=$(printf %q "$TLS/ca.pem")"
     if libzmq_python_ok; then echo "export MSGBENCH_IT_LIBZMQ_PYTHON=$SYS_PYTHON"; fi
     if peer_python_ok; then echo "export MSGBENCH_IT_PEER_PYTHON=$SYS_PYTHON"; fi ;;
-  *) echo "usage: $0 up [kafka]|down [kafka]|status|env|restart-rabbitmq [SECONDS]|restart-artemis [SECONDS]|rabbitmqctl ARGS..." >&2; exit 2 ;;
+  *) echo "usage: $0 up [kafka]|down [kafka]|status|env|restart-rabbitmq [SECONDS]|restart-artemis [SECONDS]|kill-restart NAME [SECONDS]|pause NAME SECONDS|rabbitmqctl ARGS..." >&2; exit 2 ;;
 esac

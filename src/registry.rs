@@ -242,11 +242,13 @@ macro_rules! with_driver {
                 $body
             }
             "nats" | "tls" | "nats+tls" => {
-                let $d = NatsDriver::new(url, &plan.tls, $sink.clone(), plan.connect_timeout)?;
+                let $d = NatsDriver::new(url, &plan.tls, $sink.clone(), plan.connect_timeout)?
+                    .with_keep_alive(plan.client.keep_alive);
                 $body
             }
             "nats+js" | "nats+js+tls" => {
-                let $d = JetStreamDriver::new(url, &plan.tls, $sink.clone(), plan.connect_timeout)?;
+                let $d = JetStreamDriver::new(url, &plan.tls, $sink.clone(), plan.connect_timeout)?
+                    .with_keep_alive(plan.client.keep_alive);
                 $body
             }
             "amqp" | "amqps" => {
@@ -289,7 +291,8 @@ macro_rules! with_driver {
                     $sink.clone(),
                     plan.connect_timeout,
                 )?
-                .with_pipelined_handshake(plan.client.pipeline_handshake);
+                .with_pipelined_handshake(plan.client.pipeline_handshake)
+                .with_keep_alive(plan.client.keep_alive);
                 $body
             }
             "http" | "https" => {
@@ -323,7 +326,8 @@ macro_rules! with_driver {
                 $body
             }
             "redis" | "rediss" => {
-                let $d = RedisDriver::new(url, &plan.tls, $sink.clone(), plan.connect_timeout)?;
+                let $d = RedisDriver::new(url, &plan.tls, $sink.clone(), plan.connect_timeout)?
+                    .with_keep_alive(plan.client.keep_alive);
                 $body
             }
             "mqtt" | "mqtts" => {

@@ -639,7 +639,8 @@ pub struct RunArgs {
     /// Protocol version: MQTT 3.1.1 (default) or 5.
     #[arg(long, value_name = "VERSION", help_heading = "Protocol client")]
     pub mqtt_version: Option<String>,
-    /// Keep-alive interval (MQTT keep-alive; default 30s).
+    /// Keep-alive interval (default 30s): MQTT keep-alive, AMQP heartbeat, AMQP 1.0 idle
+    /// time-out; NATS, Redis, MQTT and AMQP data connections silent for two of them reconnect.
     #[arg(long, help_heading = "Protocol client")]
     pub keep_alive: Option<String>,
     /// Client id pattern: {run}, {role} (pub, sub, conn) and {i} are replaced.

@@ -15,7 +15,9 @@
 //!   beyond the open-file limit.
 
 #[cfg(target_os = "linux")]
+mod liveness;
 pub mod ring;
+pub use liveness::{Check, Liveness};
 mod stream;
 mod tcp_info;
 
@@ -398,6 +400,10 @@ fn set_bind_no_port(sock: &TcpSocket) {
 /// A connection's socket and buffers, shared by the drivers of framed binary protocols (MQTT,
 /// AMQP): buffered writes, reads into one growing buffer, and a poll loop that hands out one
 /// parsed unit at a time. All state lives here, so the async methods are cancel-safe.
+///
+/// With [`Wire::watch`], the wire also notices a silent peer ([`Liveness`]): `poll_next` and
+/// `poll_flush` fail with `TimedOut` once nothing was heard for two keep-alive periods, and
+/// queue the protocol's probe after the first.
 pub struct Wire {
     stream: Option<Stream>,
     /// Bytes read and not yet parsed.
@@ -405,6 +411,7 @@ pub struct Wire {
     /// Bytes to write.
     pub wbuf: BytesMut,
     chunk: usize,
+    live: Option<Box<Liveness>>,
 }
 
 impl Wire {
@@ -416,6 +423,38 @@ impl Wire {
             rbuf: BytesMut::new(),
             wbuf: BytesMut::new(),
             chunk,
+            live: None,
+        }
+    }
+
+    /// Watches the peer from now on (every connection attached later too): period `every`
+    /// (0: off), `probe` the protocol's ping (empty: the peer's heartbeats are heard instead).
+    pub fn watch(&mut self, every: std::time::Duration, probe: &'static [u8]) {
+        let mut l = Liveness::new(every, probe);
+        l.restart();
+        self.live = Some(Box::new(l));
+    }
+
+    /// Called where the wire's I/O would block: queues a probe, or fails when the peer is
+    /// silent for too long.
+    fn poll_live(&mut self, cx: &mut Context<'_>) -> Poll<io::Error> {
+        let Some(l) = self.live.as_mut() else {
+            return Poll::Pending;
+        };
+        loop {
+            match l.poll(cx) {
+                Poll::Pending => return Poll::Pending,
+                Poll::Ready(Check::Dead) => return Poll::Ready(l.dead_error()),
+                // Frames are encoded into wbuf whole, so its end is a frame boundary.
+                Poll::Ready(Check::Probe) => {
+                    self.wbuf.extend_from_slice(l.probe());
+                    if let Some(s) = self.stream.as_mut()
+                        && let Poll::Ready(Err(e)) = s.poll_write_all(cx, &mut self.wbuf)
+                    {
+                        return Poll::Ready(e);
+                    }
+                }
+            }
         }
     }
 
@@ -425,6 +464,9 @@ impl Wire {
         self.stream = Some(stream);
         self.rbuf.clear();
         self.wbuf.clear();
+        if let Some(l) = self.live.as_mut() {
+            l.restart();
+        }
     }
 
     /// Drops the socket; true if there was one.
@@ -454,10 +496,16 @@ impl Wire {
 
     /// Writes what the socket takes now; `Ready(Ok)` when everything is written.
     pub fn poll_flush(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        match self.stream.as_mut() {
-            None => Poll::Ready(Err(io::ErrorKind::NotConnected.into())),
+        let r = match self.stream.as_mut() {
+            None => return Poll::Ready(Err(io::ErrorKind::NotConnected.into())),
             Some(s) => s.poll_write_all(cx, &mut self.wbuf),
+        };
+        if r.is_pending()
+            && let Poll::Ready(e) = self.poll_live(cx)
+        {
+            return Poll::Ready(Err(e));
         }
+        r
     }
 
     /// Writes everything buffered.
@@ -497,9 +545,18 @@ impl Wire {
             };
             match s.poll_read_into(cx, &mut self.rbuf, self.chunk) {
                 Poll::Ready(Ok(0)) => return Poll::Ready(Err(io::ErrorKind::UnexpectedEof.into())),
-                Poll::Ready(Ok(_)) => {}
+                Poll::Ready(Ok(_)) => {
+                    if let Some(l) = self.live.as_mut() {
+                        l.heard();
+                    }
+                }
                 Poll::Ready(Err(e)) => return Poll::Ready(Err(e)),
-                Poll::Pending => return Poll::Pending,
+                Poll::Pending => {
+                    return match self.poll_live(cx) {
+                        Poll::Ready(e) => Poll::Ready(Err(e)),
+                        Poll::Pending => Poll::Pending,
+                    };
+                }
             }
         }
     }

@@ -196,6 +196,12 @@ impl Conn {
             self.wire.detach();
             return Err(self.fail(cause, detail));
         }
+        // Data connections notice a silent broker (a blackholed route, a frozen host): the
+        // broker's heartbeats, at the negotiated interval, must be heard; two intervals without
+        // a byte drop the connection (AMQP 0-9-1's own rule). Held sessions are not watched.
+        if self.events.is_some() {
+            self.wire.watch(self.heartbeat_every, b"");
+        }
         Ok(())
     }
 

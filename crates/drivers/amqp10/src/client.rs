@@ -40,6 +40,9 @@ pub struct Endpoint {
     /// Write open and begin with the protocol header instead of waiting for each answer
     /// (`ClientPlan::pipeline_handshake`).
     pub pipeline: bool,
+    /// Data connections announce this as their idle time-out and drop a connection on which
+    /// the peer was silent for two of them ([`Wire::watch`]); 0: neither.
+    pub keep_alive: Duration,
 }
 
 /// Percent-decoding of URL userinfo (`%40` → `@`); invalid escapes stay as they are.
@@ -101,6 +104,7 @@ impl Endpoint {
             login,
             display,
             pipeline: false,
+            keep_alive: Duration::ZERO,
         })
     }
 
@@ -197,6 +201,13 @@ impl Endpoint {
             .await
             .map_err(|e| self.connect_error(e.detail, e.cause))?;
         let mut w = Wire::new(chunk);
+        // Held (idle) connections are not watched: nothing of theirs is in flight.
+        let watch = chunk != IDLE_CHUNK && !self.keep_alive.is_zero();
+        let idle_ms = if watch {
+            self.keep_alive.as_millis().min(u32::MAX as u128) as u32
+        } else {
+            0
+        };
         w.attach(stream);
         let host = self.target.host.as_str();
 
@@ -268,7 +279,7 @@ impl Endpoint {
         // frame that came early. Pipelined (opt-in), header, open and begin go in one write.
         w.wbuf.extend_from_slice(frames::AMQP_HEADER);
         if self.pipeline {
-            frames::put_open(&mut w.wbuf, container_id, host);
+            frames::put_open(&mut w.wbuf, container_id, host, idle_ms);
             frames::put_begin(&mut w.wbuf, 0, crate::conn::INCOMING_WINDOW);
         }
         self.header_answer(
@@ -280,7 +291,7 @@ impl Endpoint {
         )
         .await?;
         if !self.pipeline {
-            frames::put_open(&mut w.wbuf, container_id, host);
+            frames::put_open(&mut w.wbuf, container_id, host, idle_ms);
             w.flush().await.map_err(|e| io(e, "the AMQP open"))?;
         }
         let (mut max_frame, mut idle_ms) = (frames::MAX_FRAME, None);
@@ -305,6 +316,9 @@ impl Endpoint {
                     incoming_window,
                 } => {
                     w.shrink();
+                    if watch {
+                        w.watch(self.keep_alive, b"");
+                    }
                     return Ok(Conn::new(
                         w,
                         max_frame,

@@ -71,15 +71,21 @@ pub fn put_sasl_init(buf: &mut BytesMut, mechanism: &str, response: Option<&[u8]
     });
 }
 
-/// `open`: who we are, the largest frame we take, one channel.
-pub fn put_open(buf: &mut BytesMut, container_id: &str, host: &str) {
+/// `open`: who we are, the largest frame we take, one channel, and (`idle_ms` > 0) our idle
+/// time-out, within which the peer must send something (it sends empty frames when it has
+/// nothing else, so a silent connection is a dead one).
+pub fn put_open(buf: &mut BytesMut, container_id: &str, host: &str, idle_ms: u32) {
     put_frame(buf, AMQP, 0, |e| {
-        e.list(OPEN)
+        let l = e
+            .list(OPEN)
             .str(container_id)
             .str(host)
             .uint(MAX_FRAME)
-            .ushort(0)
-            .end();
+            .ushort(0);
+        if idle_ms > 0 {
+            l.uint(idle_ms);
+        }
+        l.end();
     });
 }
 

@@ -124,6 +124,15 @@ impl Amqp10Driver {
         }
         self
     }
+
+    /// Data connections announce `every` as their idle time-out and drop a connection whose
+    /// peer stays silent for two of them (a blackholed route, a frozen broker).
+    pub fn with_keep_alive(mut self, every: Duration) -> Self {
+        if let Some(ep) = Arc::get_mut(&mut self.0).and_then(|i| Arc::get_mut(&mut i.ep)) {
+            ep.keep_alive = every;
+        }
+        self
+    }
 }
 
 impl Driver for Amqp10Driver {

@@ -243,7 +243,7 @@ pub async fn handshake(
                     .and_then(|s| s.local_addr().ok())
                     .map(|a| a.ip().to_string())
                     .unwrap_or_default();
-                frames::put_open(&mut w.wbuf, container_id, &host);
+                frames::put_open(&mut w.wbuf, container_id, &host, 0);
                 w.flush().await.map_err(|e| io(e, "the AMQP open"))?;
             }
             Performative::Begin {

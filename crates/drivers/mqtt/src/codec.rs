@@ -393,6 +393,9 @@ pub fn put_unsuback(buf: &mut BytesMut, version: Version, pid: u16, filters: usi
     }
 }
 
+/// A PINGREQ packet.
+pub const PINGREQ: [u8; 2] = [0xc0, 0];
+
 /// Writes PINGREQ.
 pub fn put_pingreq(buf: &mut BytesMut) {
     buf.put_slice(&[0xc0, 0]);

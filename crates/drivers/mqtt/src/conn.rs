@@ -182,6 +182,12 @@ impl Conn {
         .map_err(|e| self.connect_error(e))?;
         // Writes buffered while disconnected are dropped (integrity counts them as lost).
         self.wire.attach(stream);
+        // Data clients notice a silent broker (a blackholed route, a frozen host): a PINGREQ
+        // after one keep-alive period without a byte, the connection dropped after two (held
+        // sessions, thousands of them, are not watched: nothing of theirs is in flight).
+        if self.events.is_some() {
+            self.wire.watch(self.settings.keep_alive, &codec::PINGREQ);
+        }
         let v5 = self.settings.version == Version::V5;
         codec::put_connect(
             &mut self.wire.wbuf,

@@ -5,7 +5,7 @@
 use crate::proto::{self, Info, ServerOp};
 use bytes::BytesMut;
 use msgbench_core::driver::{ConnectFailure, DriverError, DriverEventKind, EventSink};
-use msgbench_net::Stream;
+use msgbench_net::{Check, Liveness, Stream};
 use std::future::poll_fn;
 use std::io;
 use std::net::IpAddr;
@@ -153,6 +153,8 @@ pub struct Conn {
     subs: Vec<Sub>,
     /// From the server's INFO.
     pub info: Info,
+    /// Watch over a silent server ([`Conn::watch`]).
+    live: Option<Box<Liveness>>,
 }
 
 fn io_err(e: impl std::fmt::Display) -> io::Error {
@@ -183,6 +185,7 @@ impl Conn {
             wbuf: BytesMut::with_capacity(chunk),
             subs: Vec::new(),
             info: Info::default(),
+            live: None,
         };
         c.handshake().await.map_err(|e| c.connect_error(e))?;
         Ok(c)
@@ -223,6 +226,9 @@ impl Conn {
             msgbench_net::connect_with(&target, r.source, None, self.timeout, r.fd_free).await;
         // The classified failure travels inside the I/O error, for `connect_error`.
         self.stream = Some(connected.map_err(io::Error::other)?);
+        if let Some(l) = self.live.as_mut() {
+            l.restart();
+        }
         self.rbuf.clear();
         let pending_writes = std::mem::take(&mut self.wbuf);
         let limit = self.timeout;
@@ -294,6 +300,38 @@ impl Conn {
         r
     }
 
+    /// Watches the server from now on (and after every reconnection): a PING after `every`
+    /// without a byte from it, the connection lost after twice that (0: never). Data clients
+    /// call it, so that a blackholed route or a frozen server is noticed and left; held
+    /// sessions do not (the server's own PINGs keep them honest).
+    pub fn watch(&mut self, every: Duration) {
+        let mut l = Liveness::new(every, b"PING\r\n");
+        l.restart();
+        self.live = Some(Box::new(l));
+    }
+
+    /// Where I/O would block: queues a PING, or fails once the server was silent too long.
+    fn poll_live(&mut self, cx: &mut Context<'_>) -> Poll<io::Error> {
+        let Some(l) = self.live.as_mut() else {
+            return Poll::Pending;
+        };
+        loop {
+            match l.poll(cx) {
+                Poll::Pending => return Poll::Pending,
+                Poll::Ready(Check::Dead) => return Poll::Ready(l.dead_error()),
+                // Operations are queued whole, so the buffer's end is an operation boundary.
+                Poll::Ready(Check::Probe) => {
+                    self.wbuf.extend_from_slice(l.probe());
+                    if let Some(s) = self.stream.as_mut()
+                        && let Poll::Ready(Err(e)) = s.poll_write_all(cx, &mut self.wbuf)
+                    {
+                        return Poll::Ready(e);
+                    }
+                }
+            }
+        }
+    }
+
     /// Registers a subscription (also replayed after reconnects) and queues the `SUB`.
     pub fn subscribe(&mut self, subject: &str, queue: Option<&str>) -> u64 {
         let sid = self.subs.len() as u64 + 1;
@@ -316,10 +354,16 @@ impl Conn {
         if self.wbuf.is_empty() {
             return Poll::Ready(Ok(()));
         }
-        match self.stream.as_mut() {
-            None => Poll::Ready(Err(io::ErrorKind::NotConnected.into())),
+        let r = match self.stream.as_mut() {
+            None => return Poll::Ready(Err(io::ErrorKind::NotConnected.into())),
             Some(s) => s.poll_write_all(cx, &mut self.wbuf),
+        };
+        if r.is_pending()
+            && let Poll::Ready(e) = self.poll_live(cx)
+        {
+            return Poll::Ready(Err(e));
         }
+        r
     }
 
     /// Writes everything buffered. Cancel-safe.
@@ -375,9 +419,17 @@ impl Conn {
         };
         match s.poll_read_into(cx, &mut self.rbuf, self.chunk) {
             Poll::Ready(Ok(0)) => Poll::Ready(Err(io::ErrorKind::UnexpectedEof.into())),
-            Poll::Ready(Ok(_)) => Poll::Ready(Ok(())),
+            Poll::Ready(Ok(_)) => {
+                if let Some(l) = self.live.as_mut() {
+                    l.heard();
+                }
+                Poll::Ready(Ok(()))
+            }
             Poll::Ready(Err(e)) => Poll::Ready(Err(e)),
-            Poll::Pending => Poll::Pending,
+            Poll::Pending => match self.poll_live(cx) {
+                Poll::Ready(e) => Poll::Ready(Err(e)),
+                Poll::Pending => Poll::Pending,
+            },
         }
     }
 

@@ -62,6 +62,8 @@ pub struct NatsDriver {
     pub(crate) ep: Arc<Endpoint>,
     pub(crate) events: EventSink,
     pub(crate) connect_timeout: Duration,
+    /// Data connections' keep-alive ([`Conn::watch`]); 0 = not watched.
+    pub(crate) keep_alive: Duration,
 }
 
 impl NatsDriver {
@@ -76,7 +78,14 @@ impl NatsDriver {
             ep: Arc::new(Endpoint::parse(url, || msgbench_net::Tls::new(tls))?),
             events,
             connect_timeout,
+            keep_alive: Duration::ZERO,
         })
+    }
+
+    /// Data connections watch the server with this keep-alive period (see [`Conn::watch`]).
+    pub fn with_keep_alive(mut self, every: Duration) -> Self {
+        self.keep_alive = every;
+        self
     }
 }
 
@@ -124,6 +133,7 @@ impl Driver for NatsDriver {
             DATA_CHUNK,
         )
         .await?;
+        conn.watch(self.keep_alive);
         let inbox = if spec.request_reply {
             let prefix = inbox_prefix(spec.id);
             conn.subscribe(&format!("{prefix}*"), None);
@@ -157,6 +167,7 @@ impl Driver for NatsDriver {
             DATA_CHUNK,
         )
         .await?;
+        conn.watch(self.keep_alive);
         conn.subscribe(&spec.topic, spec.group.as_deref());
         // PING/PONG after SUB: when the PONG arrives the server has the subscription, so no
         // message sent after this returns can be missed.

@@ -54,7 +54,12 @@ pub struct RedisDriver {
     ep: Arc<Endpoint>,
     events: EventSink,
     connect_timeout: Duration,
+    /// Data connections' keep-alive (see [`RedisDriver::with_keep_alive`]); 0 = not watched.
+    keep_alive: Duration,
 }
+
+/// `PING`: answered in pub/sub mode too (as a `pong` push a subscriber passes over).
+const PING: &[u8] = b"*1\r\n$4\r\nPING\r\n";
 
 impl RedisDriver {
     /// A driver for `redis://` / `rediss://` (see the crate docs for the options).
@@ -68,7 +73,19 @@ impl RedisDriver {
             ep: Arc::new(Endpoint::parse(url, || msgbench_net::Tls::new(tls))?),
             events,
             connect_timeout,
+            keep_alive: Duration::ZERO,
         })
+    }
+
+    /// Data connections notice a silent server (a blackholed route, a frozen host) and
+    /// reconnect (`msgbench_net::Liveness`): nothing heard for two periods of `every` while
+    /// waiting for it drops the connection. Subscribers send a PING after one silent period;
+    /// stream readers hear their blocking reads' answers (the period is at least twice the
+    /// block time); producers hear the replies to what they sent (a PING among them would be
+    /// taken for a reply, so they send none).
+    pub fn with_keep_alive(mut self, every: Duration) -> Self {
+        self.keep_alive = every;
+        self
     }
 
     async fn conn(&self, name: String, chunk: usize) -> Result<Conn, DriverError> {
@@ -104,9 +121,10 @@ impl Driver for RedisDriver {
     }
 
     async fn producer(&self, spec: &ProducerSpec) -> Result<RedisProducer, DriverError> {
-        let conn = self
+        let mut conn = self
             .conn(format!("msgbench-producer-{}", spec.id), DATA_CHUNK)
             .await?;
+        conn.wire.watch(self.keep_alive, b"");
         Ok(RedisProducer {
             conn,
             topics: spec.topics.iter().map(|t| Bytes::from(t.clone())).collect(),
@@ -123,9 +141,17 @@ impl Driver for RedisDriver {
                     .into(),
             ));
         }
-        let conn = self
+        let mut conn = self
             .conn(format!("msgbench-consumer-{}", spec.id), DATA_CHUNK)
             .await?;
+        match self.ep.mode {
+            Mode::PubSub => conn.wire.watch(self.keep_alive, PING),
+            Mode::Streams if self.keep_alive.is_zero() => {}
+            Mode::Streams => {
+                let block = Duration::from_millis(self.ep.block_ms) * 2;
+                conn.wire.watch(self.keep_alive.max(block), b"");
+            }
+        }
         let mut c = RedisConsumer {
             conn,
             key: Bytes::from(spec.topic.clone()),

@@ -64,6 +64,12 @@ impl JetStreamDriver {
         })
     }
 
+    /// Connections watch the server with this keep-alive period (see [`Conn::watch`]).
+    pub fn with_keep_alive(mut self, every: Duration) -> Self {
+        self.core.keep_alive = every;
+        self
+    }
+
     /// The parsed options.
     pub fn options(&self) -> &JsOptions {
         &self.opts
@@ -82,6 +88,10 @@ impl JetStreamDriver {
             DATA_CHUNK,
         )
         .await
+        .map(|mut c| {
+            c.watch(self.core.keep_alive);
+            c
+        })
     }
 }
 
