@@ -262,9 +262,10 @@ fn cell(row: &Row, broker: &mut dyn Broker, fault: Fault) {
     match checked {
         Err(e) if !known => std::panic::resume_unwind(e),
         Err(_) => println!(
-            "FAULTS {} {} KNOWN GAP (see KNOWN_GAPS)",
+            "FAULTS {} {} KNOWN GAP (see KNOWN_GAPS); events: {}",
             row.driver,
-            fault.name()
+            fault.name(),
+            r["events"]
         ),
         Ok(()) if known => println!(
             "FAULTS {} {} passes now: take it off KNOWN_GAPS",
@@ -277,20 +278,11 @@ fn cell(row: &Row, broker: &mut dyn Broker, fault: Fault) {
 
 /// Cells that do not hold yet, each still run to the end under the watchdog (so a hang fails
 /// the test whatever this list says) and printed, but whose account is not asserted:
-/// - nats, redis (pub/sub), nats+js under a blackhole: the clients notice the silence and
-///   reconnect, but deliveries (nats, redis: the subscriber; nats+js: the producer's window)
-///   do not resume before the run ends;
 /// - amqp10 under a blackhole: more messages lost than were in doubt (Artemis settles what it
 ///   sent into the blackhole?);
 /// - kafka killed: librdkafka's producer does not resume within the run after the broker's
 ///   restart.
-const KNOWN_GAPS: &[(&str, Fault)] = &[
-    ("nats", Fault::Blackhole),
-    ("redis", Fault::Blackhole),
-    ("nats+js", Fault::Blackhole),
-    ("amqp10", Fault::Blackhole),
-    ("kafka", Fault::Kill),
-];
+const KNOWN_GAPS: &[(&str, Fault)] = &[("amqp10", Fault::Blackhole), ("kafka", Fault::Kill)];
 
 /// A msgbench run watched by a deadline: a run that does not end is killed and fails the test.
 struct Watched {

@@ -14,8 +14,8 @@
 //! - plain TCP connections held outside the descriptor table ([`ring`]), for connection counts
 //!   beyond the open-file limit.
 
-#[cfg(target_os = "linux")]
 mod liveness;
+#[cfg(target_os = "linux")]
 pub mod ring;
 pub use liveness::{Check, Liveness};
 mod stream;

@@ -155,6 +155,9 @@ pub struct Conn {
     pub info: Info,
     /// Watch over a silent server ([`Conn::watch`]).
     live: Option<Box<Liveness>>,
+    /// The handshake on `stream` completed. A handshake cancelled half-way (the caller's
+    /// `select!` moved on) leaves a socket that is not a connection: the next call redoes it.
+    ready: bool,
 }
 
 fn io_err(e: impl std::fmt::Display) -> io::Error {
@@ -186,6 +189,7 @@ impl Conn {
             subs: Vec::new(),
             info: Info::default(),
             live: None,
+            ready: false,
         };
         c.handshake().await.map_err(|e| c.connect_error(e))?;
         Ok(c)
@@ -218,6 +222,7 @@ impl Conn {
     }
 
     async fn handshake(&mut self) -> io::Result<()> {
+        self.ready = false;
         self.stream = None;
         let target = msgbench_net::Target::parse(self.addr(), 4222).map_err(io_err)?;
         // TCP_NODELAY is set by msgbench-net: Nagle plus delayed ACKs would add ~40 ms.
@@ -288,12 +293,19 @@ impl Conn {
                 }
             }
         };
-        let r = tokio::time::timeout(limit, fut).await.map_err(|_| {
-            io::Error::new(io::ErrorKind::TimedOut, "no answer to the NATS handshake")
-        })?;
+        let r = match tokio::time::timeout(limit, fut).await {
+            Ok(r) => r,
+            Err(_) => Err(io::Error::new(
+                io::ErrorKind::TimedOut,
+                "no answer to the NATS handshake",
+            )),
+        };
         if r.is_err() {
+            // A socket whose handshake failed or timed out (a server that accepted and then
+            // said nothing) is not a connection: later sends must reconnect, not write to it.
             self.stream = None;
         }
+        self.ready = r.is_ok();
         // Writes buffered while disconnected are dropped: they were never sent (integrity counts
         // them as lost); replaying them could duplicate what did go out before the cut.
         drop(pending_writes);
@@ -346,7 +358,7 @@ impl Conn {
 
     /// Whether the connection is up.
     pub fn is_connected(&self) -> bool {
-        self.stream.is_some()
+        self.ready && self.stream.is_some()
     }
 
     /// Writes what the socket takes now; `Ready(Ok)` once everything is written.

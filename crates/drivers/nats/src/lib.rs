@@ -150,6 +150,7 @@ impl Driver for NatsDriver {
             subjects: spec.topics.iter().map(|t| Bytes::from(t.clone())).collect(),
             inbox,
             acks: VecDeque::new(),
+            last_read_ns: 0,
         })
     }
 
@@ -267,7 +268,12 @@ pub struct NatsProducer {
     /// Request/reply: the reply subject prefix (`<inbox>.`); replies are acks.
     inbox: Option<Bytes>,
     acks: VecDeque<u64>,
+    /// When the server's side was last read (ns, msgbench clock), see [`Producer::idle`].
+    last_read_ns: u64,
 }
+
+/// How often an idle producer reads what the server sent.
+const IDLE_READ_EVERY_NS: u64 = 50_000_000;
 
 impl NatsProducer {
     /// Takes what the server sent without waiting (PINGs, replies).
@@ -327,9 +333,18 @@ impl Producer for NatsProducer {
         Ok(())
     }
 
+    /// Writes what is buffered and, every 50 ms, reads what the server sent: a producer paced
+    /// below one write batch per interval would otherwise never read, leaving the server's
+    /// PINGs unanswered (it drops such a client as stale after a few minutes) and its own
+    /// keep-alive watch unpolled (a blackholed route went unnoticed).
     async fn idle(&mut self) -> Result<(), DriverError> {
         if self.conn.is_connected() && !self.conn.wbuf.is_empty() {
             self.write_out().await?;
+        }
+        let now = msgbench_core::clock::now_ns();
+        if self.conn.is_connected() && now.saturating_sub(self.last_read_ns) >= IDLE_READ_EVERY_NS {
+            self.last_read_ns = now;
+            self.service_reads();
         }
         Ok(())
     }

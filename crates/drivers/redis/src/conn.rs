@@ -145,6 +145,9 @@ pub struct Conn {
     events: EventSink,
     timeout: Duration,
     source: Option<IpAddr>,
+    /// The handshake on the attached socket completed. An `open` cancelled half-way (a
+    /// consumer's `select!` moved on) leaves a socket that is not a connection yet.
+    ready: bool,
 }
 
 impl Conn {
@@ -164,13 +167,20 @@ impl Conn {
             events,
             timeout,
             source,
+            ready: false,
         };
         c.open().await?;
         Ok(c)
     }
 
+    /// Connected, handshake done: the socket may be used.
+    pub fn is_connected(&self) -> bool {
+        self.ready && self.wire.is_connected()
+    }
+
     /// Opens the socket and runs the handshake (AUTH, SELECT).
     async fn open(&mut self) -> Result<(), DriverError> {
+        self.ready = false;
         let ep = self.ep.clone();
         let stream = msgbench_net::connect(&ep.target, self.source, ep.tls.as_ref(), self.timeout)
             .await
@@ -217,7 +227,10 @@ impl Conn {
             Ok(())
         };
         match tokio::time::timeout(timeout, handshake).await {
-            Ok(Ok(())) => Ok(()),
+            Ok(Ok(())) => {
+                self.ready = true;
+                Ok(())
+            }
             Ok(Err(e)) => {
                 self.wire.detach();
                 Err(e)

@@ -218,7 +218,7 @@ impl RedisProducer {
     /// Writes what is buffered; on failure, reconnects (the unanswered are in doubt, said by
     /// the next `poll_ack`).
     async fn write_out(&mut self) -> Result<(), DriverError> {
-        if self.conn.wire.wbuf.is_empty() || !self.conn.wire.is_connected() {
+        if self.conn.wire.wbuf.is_empty() || !self.conn.is_connected() {
             return Ok(());
         }
         if let Err(e) = self.conn.wire.flush().await {
@@ -231,7 +231,7 @@ impl RedisProducer {
 
 impl Producer for RedisProducer {
     async fn send(&mut self, msg: Outbound<'_>) -> Result<(), DriverError> {
-        if !self.conn.wire.is_connected() {
+        if !self.conn.is_connected() {
             self.conn.reconnect("the connection was lost").await;
         }
         self.encode(&msg);
@@ -254,7 +254,7 @@ impl Producer for RedisProducer {
         let Some(&up_to) = self.waiting.back() else {
             return Poll::Pending;
         };
-        if !self.conn.wire.is_connected() {
+        if !self.conn.is_connected() {
             self.waiting.clear();
             return Poll::Ready(Some(Ack::InDoubt { up_to }));
         }
@@ -499,7 +499,7 @@ impl Consumer for RedisConsumer {
     // out), so a cancelled call resumes where it was.
     async fn recv(&mut self) -> Result<Option<Delivery>, DriverError> {
         loop {
-            if !self.conn.wire.is_connected() {
+            if !self.conn.is_connected() {
                 let why = self
                     .lost
                     .take()
