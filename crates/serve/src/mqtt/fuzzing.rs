@@ -40,18 +40,19 @@ pub fn broker_reads(wire: &[u8]) {
         }
     }
     loop {
-        if version == Version::V5 && matches!(buf.first().map(|h| h >> 4), Some(3 | 8)) {
-            if let Some(n) = complete_packet(&buf) {
-                let ok = if buf[0] >> 4 == 3 {
-                    publish_props(&buf[..n])
-                        .map(|p| p.map(|p| p.is_expired()))
-                        .is_ok()
-                } else {
-                    subscribe_options(&buf[..n]).is_ok()
-                };
-                if !ok {
-                    return;
-                }
+        if version == Version::V5
+            && matches!(buf.first().map(|h| h >> 4), Some(3 | 8))
+            && let Some(n) = complete_packet(&buf)
+        {
+            let ok = if buf[0] >> 4 == 3 {
+                publish_props(&buf[..n])
+                    .map(|p| p.map(|p| p.is_expired()))
+                    .is_ok()
+            } else {
+                subscribe_options(&buf[..n]).is_ok()
+            };
+            if !ok {
+                return;
             }
         }
         match codec::parse(&mut buf, version, MAX_PACKET) {
