@@ -224,8 +224,13 @@ fn counts(c: &Counters) -> [u64; 5] {
 }
 
 proptest! {
-    // A failure is kept as a unit test next to the code it found wrong, not in a file here.
-    #![proptest_config(ProptestConfig { cases: 512, failure_persistence: None, ..ProptestConfig::default() })]
+    // 512 cases each unless PROPTEST_CASES says otherwise. A failure is kept as a unit test
+    // next to the code it found wrong, not in a file here.
+    #![proptest_config(ProptestConfig {
+        cases: if std::env::var_os("PROPTEST_CASES").is_some() { ProptestConfig::default().cases } else { 512 },
+        failure_persistence: None,
+        ..ProptestConfig::default()
+    })]
 
     /// One consumer, streams over one lane each, any interleaving and any order within them.
     #[test]
