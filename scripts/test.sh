@@ -87,6 +87,11 @@ scripts/browser-test.sh run 2>&1 | tee -a "$log" || status=$?
 # The Kubernetes manifests against the Kubernetes schemas, and their wiring (no cluster here).
 echo "test: deploy/kubernetes (scripts/check-deploy.sh)"
 scripts/check-deploy.sh "$CARGO_TARGET_DIR/debug/msgbench" || status=$?
+# Every fuzz target for a few seconds (libFuzzer, nightly; scripts/fuzz.sh): a decoder that
+# crashes on what the fuzzer makes of the seeds fails the run. The first run builds the fuzz
+# crate (several minutes); later runs take about a minute.
+echo "test: fuzz smoke (scripts/fuzz.sh --smoke)"
+scripts/fuzz.sh --smoke || status=$?
 # One closing line with the totals over every test binary (cargo prints one summary per binary,
 # the last ones being doc tests with nothing to run).
 summary=$(awk '/^test result:/ { for (i = 1; i <= NF; i++) { if ($(i+1) ~ /^passed/) p += $i; if ($(i+1) ~ /^failed/) f += $i } }

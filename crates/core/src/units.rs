@@ -56,7 +56,9 @@ fn secs_to_duration(secs: f64, s: &str) -> Result<Duration, String> {
             "invalid duration `{s}`: must be a non-negative time"
         ));
     }
-    Ok(Duration::from_secs_f64(secs))
+    // Not `from_secs_f64`, which panics on what no `Duration` holds (`1e30s`).
+    Duration::try_from_secs_f64(secs)
+        .map_err(|_| format!("invalid duration `{s}`: longer than any clock counts"))
 }
 
 /// Formats a duration compactly for display and for round-tripping through [`parse_duration`].
@@ -179,6 +181,17 @@ mod tests {
         for d in ["1s", "250ms", "3us", "7ns"] {
             assert_eq!(format_duration(parse_duration(d).unwrap()), d);
         }
+    }
+
+    /// Fuzzing (fuzz target scenario) found `duration = "3666…6660s"` (130 digits) panicking
+    /// the scenario parser, and with it `--duration`.
+    #[test]
+    fn fuzz_a_duration_beyond_any_clock_is_an_error() {
+        let long = format!("3{}0s", "6".repeat(128));
+        for d in [long.as_str(), "1e30", "99999999999999999999h", "1e300ms"] {
+            assert!(parse_duration(d).is_err(), "{d}");
+        }
+        assert!(parse_duration("100000h").is_ok());
     }
 
     #[test]

@@ -4,8 +4,9 @@
 //! without this, it would count as two distinct deliveries and hide a loss elsewhere.
 //!
 //! Per (producer, stream), the group shares a ring of [`SLOTS`] atomic tags, one per sequence
-//! number modulo the ring; a tag holds the low 32 bits of the last sequence number + 1 that
-//! landed there. Marking a delivery is one compare-and-swap, no lock: the tag already equal
+//! number modulo the ring; a tag holds the lap of the last sequence number that landed there
+//! (the number divided by [`SLOTS`], plus one so that 0 means empty: 32 bits of laps last
+//! 2^48 sequence numbers). Marking a delivery is one compare-and-swap, no lock: the tag already equal
 //! means a duplicate. A sequence number older than what its slot holds is too old to tell
 //! (more than [`SLOTS`] behind) and counts as first seen. Memory: 4 bytes × [`SLOTS`] per
 //! stream a group receives, allocated when the group first sees the stream.
@@ -28,7 +29,9 @@ impl Slots {
     #[inline]
     fn mark(&self, seq: u64) -> bool {
         let slot = &self.0[(seq as usize) & (SLOTS - 1)];
-        let tag = (seq as u32).wrapping_add(1);
+        // Not the sequence number's own low 32 bits + 1: that is 0, "empty", for every number
+        // one below a multiple of 2^32, whose first delivery then read as a duplicate.
+        let tag = ((seq / SLOTS as u64) as u32).wrapping_add(1);
         let mut cur = slot.load(Ordering::Acquire);
         loop {
             if cur == tag {
@@ -121,6 +124,18 @@ mod tests {
         assert!(!a.first_delivery(0, 0, 7), "a had it itself");
         assert!(b.first_delivery(1, 0, 7), "another producer's 7");
         assert!(b.first_delivery(0, 1, 7), "another stream's 7");
+    }
+
+    /// Found by the property test `queue_group_counts_each_message_once`: the tag of
+    /// 2^32 − 1 was 0, an empty slot's, so its first delivery counted as a duplicate.
+    #[test]
+    fn a_number_just_below_a_multiple_of_2_pow_32_is_new() {
+        let g = GroupSeen::new();
+        let mut a = GroupView::new(g);
+        for seq in [(1u64 << 32) - 1, (3u64 << 32) - 1, u64::from(u32::MAX) + 1] {
+            assert!(a.first_delivery(0, 0, seq), "{seq}");
+            assert!(!a.first_delivery(0, 0, seq), "{seq} again");
+        }
     }
 
     #[test]

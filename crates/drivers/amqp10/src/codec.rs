@@ -92,6 +92,10 @@ impl<'a> Value<'a> {
     }
 }
 
+/// Deepest nesting of described values accepted (msgbench's peers send at most two levels:
+/// a described section whose value is a described list).
+pub const MAX_DESCRIBED: usize = 16;
+
 /// A cursor over encoded values (a frame body, or the items of a list, map or array).
 #[derive(Clone, Copy, PartialEq)]
 pub struct Dec<'a> {
@@ -181,19 +185,25 @@ impl<'a> Dec<'a> {
             // Arrays of described values (never sent to a client in practice) are skipped.
             Some((code, Some(_))) => self.body(code).map(|_| Value::Other),
             Some((code, None)) => self.body(code),
-            None => self.value(),
+            None => self.value(0),
         }
     }
 
-    fn value(&mut self) -> Result<Value<'a>, CodecError> {
+    /// A value; `depth`: how many described values it is nested in (a descriptor or a
+    /// described value may itself be described), refused past [`MAX_DESCRIBED`] so that a
+    /// frame of `0x00` octets cannot recurse until the stack overflows.
+    fn value(&mut self, depth: usize) -> Result<Value<'a>, CodecError> {
         let code = self.u8()?;
         if code == 0x00 {
-            let descriptor = match self.value()? {
+            if depth >= MAX_DESCRIBED {
+                return Err(bad("described values nested too deeply"));
+            }
+            let descriptor = match self.value(depth + 1)? {
                 Value::Uint(n) => n,
                 _ => 0,
             };
             let start = self.pos;
-            self.value()?;
+            self.value(depth + 1)?;
             let inner = Dec::new(&self.buf[start..self.pos]);
             return Ok(Value::Described(descriptor, inner));
         }
@@ -283,8 +293,16 @@ impl<'a> Dec<'a> {
                 let mut ctor = d.u8()?;
                 let mut descriptor = None;
                 if ctor == 0x00 {
-                    descriptor = d.value()?.as_uint();
+                    descriptor = d.value(0)?.as_uint();
                     ctor = d.u8()?;
+                }
+                // Elements of zero width (null, true, false, uint0, ulong0, list0) take no
+                // bytes, so a count is otherwise bounded by the bytes left: more than either is
+                // a count no peer means, which would cost its readers a loop per element
+                // (4 billion from a 13-byte array).
+                let left = d.buf.len() - d.pos;
+                if count > 255 && count as usize > left {
+                    return Err(bad(format!("an array of {count} elements in {left} bytes")));
                 }
                 d.left = count;
                 d.elem = Some((ctor, descriptor));
@@ -558,5 +576,42 @@ mod tests {
         // Truncated data is an error, not a panic.
         assert!(Dec::new(&[0xb1, 0, 0, 1, 0, b'x']).read().is_err());
         assert!(Dec::new(&[0xff]).read().is_err());
+    }
+
+    /// Fuzzing (fuzz target amqp10_frames) found a 13-byte array claiming 4 billion `true`s,
+    /// which took its reader minutes; counts are now bounded by the bytes left.
+    #[test]
+    fn fuzz_an_array_of_billions_of_zero_width_elements_is_refused() {
+        let huge = [0xf0, 0, 0, 0, 6, 0xff, 0xff, 0xff, 0xff, 0x41, 0];
+        assert!(Dec::new(&huge).read().is_err());
+        // 8-bit counts and counts the bytes can hold still read.
+        let Value::Array(mut a) = Dec::new(&[0xe0, 3, 200, 0x41, 0]).read().unwrap() else {
+            panic!("an array");
+        };
+        let mut n = 0;
+        while !a.is_empty() {
+            assert_eq!(a.read(), Ok(Value::Bool(true)));
+            n += 1;
+        }
+        assert_eq!(n, 200);
+    }
+
+    /// Found while writing the amqp10_codec fuzz target (libFuzzer's 4 KiB inputs nest too
+    /// little to overflow its 8 MiB stack): a frame of `0x00` octets nests described values
+    /// one per octet, and the reader's recursion overflowed the stack (2 MiB on tokio's
+    /// workers, and a frame may be 1 MiB).
+    #[test]
+    fn fuzz_described_values_nested_without_end_are_refused() {
+        let deep = vec![0u8; 1 << 20];
+        let refused = std::thread::Builder::new()
+            .stack_size(256 * 1024)
+            .spawn(move || Dec::new(&deep).read().is_err())
+            .unwrap()
+            .join()
+            .unwrap();
+        assert!(refused);
+        // Two levels, as sections are sent, still read.
+        let v = [0x00, 0x53, 0x70, 0x00, 0x53, 0x01, 0x45];
+        assert!(matches!(Dec::new(&v).read(), Ok(Value::Described(0x70, _))));
     }
 }

@@ -745,4 +745,14 @@ mod tests {
         let mut bad = BytesMut::from(&[0u8, 0, 0, 4, 2, 0, 0, 0][..]);
         assert!(split_frame(&mut bad).is_err());
     }
+
+    /// The input fuzzing found (fuzz target amqp10_frames), reduced: sasl-mechanisms whose
+    /// array claims 4 billion zero-width elements; parsing it looped for minutes.
+    #[test]
+    fn fuzz_sasl_mechanisms_with_a_bottomless_array_is_an_error() {
+        let body = [
+            0x00, 0x53, 0x40, 0xc0, 12, 1, 0xf0, 0, 0, 0, 6, 0xff, 0xff, 0xff, 0xff, 0x41, 0,
+        ];
+        assert!(Performative::parse(&body).is_err());
+    }
 }

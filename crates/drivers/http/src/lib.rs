@@ -58,6 +58,7 @@
 //! - `conn`: one connection driven inline by its owner, HTTP/1.1 or HTTP/2; `Exchange`, one
 //!   HTTP/2 request on its way.
 //! - `h1`: the HTTP/1.1 client (`h1::parse`: response framing).
+//! - `fuzzing` (hidden): entry points for the fuzz targets into the private parsers.
 //! - [`stats`]: [`HttpStats`], responses by status.
 //! - [`body`]: the body type of HTTP/2 requests and of the server's answers.
 //! - [`server`]: a small built-in HTTP/1.1 + h2c server (hyper) for tests and `msgbench serve
@@ -69,6 +70,8 @@
 pub mod body;
 mod conn;
 mod endpoint;
+#[doc(hidden)]
+pub mod fuzzing;
 mod h1;
 pub mod server;
 pub mod stats;

@@ -106,6 +106,16 @@ impl HttpServer {
         self.counts.clone()
     }
 
+    /// The service every connection of this server gets.
+    pub(crate) fn answer(&self) -> Answer {
+        Answer {
+            status: self.status,
+            body: self.body.clone(),
+            delay: self.delay,
+            counts: self.counts.clone(),
+        }
+    }
+
     /// Serves connections from `listener` until `stop` resolves: every accepted socket gets
     /// TCP_NODELAY and a task of its own; accept errors (such as running out of file
     /// descriptors) are reported on stderr at most once a second and retried, never fatal. On
@@ -117,12 +127,7 @@ impl HttpServer {
             .http2()
             .max_concurrent_streams(MAX_CONCURRENT_STREAMS);
         let builder = Arc::new(builder);
-        let answer = Answer {
-            status: self.status,
-            body: self.body,
-            delay: self.delay,
-            counts: self.counts,
-        };
+        let answer = self.answer();
         let (shutdown_tx, shutdown_rx) = watch::channel(false);
         let mut conns = JoinSet::new();
         let mut stop = std::pin::pin!(stop);
@@ -199,7 +204,7 @@ async fn connection<S>(
 
 /// The service: the same answer to every request.
 #[derive(Clone)]
-struct Answer {
+pub(crate) struct Answer {
     status: StatusCode,
     body: Bytes,
     delay: Option<Duration>,
@@ -227,7 +232,7 @@ impl Service<Request<Incoming>> for Answer {
 
 /// Reads the request body to its end (discarding it), then answers. Reading it all keeps an
 /// HTTP/1.1 connection reusable and means the answer confirms the whole request arrived.
-struct Reply {
+pub(crate) struct Reply {
     body: Option<Incoming>,
     /// Body bytes read so far.
     read: u64,

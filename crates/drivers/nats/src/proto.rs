@@ -11,6 +11,11 @@ use serde::Deserialize;
 /// Longest control line accepted before the input is declared broken.
 pub const MAX_CONTROL_LINE: usize = 64 * 1024;
 
+/// The largest message (headers and payload) a server may announce: nats-server's ceiling for
+/// `max_payload` (64 MiB). A size above it is a broken or hostile peer, refused before the
+/// read buffer is grown for it (a 19-digit size would otherwise reserve exabytes and abort).
+pub const MAX_MESSAGE: u64 = 64 << 20;
+
 /// What the server sent.
 #[derive(Debug, PartialEq, Eq)]
 pub enum ServerOp {
@@ -138,8 +143,13 @@ pub fn parse(buf: &mut BytesMut) -> Result<Option<ServerOp>, ParseError> {
                 _ => return Err(bad()),
             };
             let sid = parse_u64(sid).ok_or_else(|| ParseError("bad MSG sid".into()))?;
-            let len =
-                parse_u64(args[n - 1]).ok_or_else(|| ParseError("bad MSG size".into()))? as usize;
+            let len = parse_u64(args[n - 1]).ok_or_else(|| ParseError("bad MSG size".into()))?;
+            if len > MAX_MESSAGE {
+                return Err(ParseError(format!(
+                    "a {len}-byte message exceeds the {MAX_MESSAGE}-byte limit of NATS servers"
+                )));
+            }
+            let len = len as usize;
             let hlen = if with_headers {
                 let h = parse_u64(args[n - 2]).ok_or_else(bad)? as usize;
                 if h > len {
@@ -410,5 +420,18 @@ mod tests {
         );
         assert_eq!(token_of(b"_INBOX.a.42", b"_INBOX.a."), Some(42));
         assert_eq!(token_of(b"_INBOX.b.42", b"_INBOX.a."), None);
+    }
+
+    /// Fuzzing (fuzz target nats_proto) found that a 19-digit size made the parser reserve
+    /// that many bytes: a capacity overflow that aborted the process.
+    #[test]
+    fn fuzz_a_message_size_beyond_any_server_is_refused() {
+        let mut b = BytesMut::from(&b"MSG bench.0 1 5555555555555555555\r\nhello\r\n"[..]);
+        assert!(parse(&mut b).is_err());
+        let mut b = BytesMut::from(&b"HMSG a 1 12 99999999999999\r\n"[..]);
+        assert!(parse(&mut b).is_err());
+        // The largest size still waits for its bytes.
+        let mut b = BytesMut::from(format!("MSG a 1 {MAX_MESSAGE}\r\n").as_bytes());
+        assert_eq!(parse(&mut b), Ok(None));
     }
 }

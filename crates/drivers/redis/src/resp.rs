@@ -85,6 +85,11 @@ fn scan(buf: &[u8], at: usize, depth: usize) -> Result<Option<usize>, RespError>
         return Ok(None);
     };
     match kind {
+        // A simple line ends with CRLF (a lone LF would leave `-\n` one byte long, shorter
+        // than what readers of an error strip).
+        b'+' | b'-' | b':' if end < at + 3 || buf[end - 2] != b'\r' => {
+            Err(RespError("a line without CRLF".into()))
+        }
         b'+' | b'-' | b':' => Ok(Some(end)),
         b'$' => {
             let n = int(&buf[at + 1..end])?;
@@ -265,7 +270,8 @@ pub fn stream_entries(
             let id = w
                 .bulk()?
                 .ok_or_else(|| RespError("an entry without id".into()))?;
-            if w.buf[w.pos] == b'*' && w.buf[w.pos..].starts_with(b"*-1") {
+            // (An entry that ends with its id is malformed: `header` below says so.)
+            if w.buf[w.pos..].starts_with(b"*-1") {
                 w.skip()?;
                 continue;
             }
@@ -366,6 +372,31 @@ mod tests {
         assert_eq!(
             last_id(b"*1\r\n*2\r\n$3\r\n9-1\r\n*2\r\n$1\r\nd\r\n$1\r\nx\r\n").unwrap(),
             Some(Bytes::from_static(b"9-1"))
+        );
+    }
+
+    /// Fuzzing (fuzz target redis_resp) found a panic (index out of bounds) on an XREAD
+    /// entry that ends with its id, with no field list.
+    #[test]
+    fn fuzz_a_stream_entry_without_fields_is_an_error() {
+        let reply = b"*1\r\n*2\r\n$5\r\nbench\r\n*1\r\n*1\r\n$15\r\n1700000080000-0\r\n";
+        assert_eq!(reply_len(reply), Ok(Some(reply.len())));
+        let r = stream_entries(Bytes::from_static(reply), &mut VecDeque::new());
+        assert!(r.is_err());
+    }
+
+    /// Found by the redis_resp target: `-\n` (an error line ended by a lone LF) measured as a
+    /// two-byte reply, and judging it sliced `[1..0]`.
+    #[test]
+    fn fuzz_a_simple_line_without_cr_is_an_error() {
+        for line in [&b"-\n"[..], b"+\n", b":\n", b"-ERR x\n"] {
+            assert!(reply_len(line).is_err(), "{line:?}");
+            assert!(take_reply(&mut BytesMut::from(line)).is_err());
+            assert!(take_push(&mut BytesMut::from(line)).is_err());
+        }
+        assert_eq!(
+            take_reply(&mut BytesMut::from(&b"-\r\n"[..])),
+            Ok(Some(Reply::Error(String::new())))
         );
     }
 }

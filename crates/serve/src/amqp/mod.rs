@@ -61,6 +61,8 @@
 
 mod conn;
 mod frame;
+#[doc(hidden)]
+pub mod fuzzing;
 mod proto;
 #[cfg(test)]
 mod tests;

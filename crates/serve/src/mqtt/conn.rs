@@ -50,7 +50,7 @@ impl<T> Drop for AbortOnDrop<T> {
 }
 
 /// The protocol level of a CONNECT at the front of `buf`, once enough of it has arrived.
-fn connect_level(buf: &[u8]) -> Option<u8> {
+pub(crate) fn connect_level(buf: &[u8]) -> Option<u8> {
     if buf.first()? >> 4 != 1 {
         return None;
     }

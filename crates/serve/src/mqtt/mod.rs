@@ -68,6 +68,8 @@
 //! vanished subscriber never holds anyone up.
 
 mod conn;
+#[doc(hidden)]
+pub mod fuzzing;
 mod router;
 mod session;
 #[cfg(test)]

@@ -1,0 +1,5 @@
+//! Fuzz target `ws_codec`: the body is `msgbench_fuzz_targets::ws_codec` (crates/fuzz-targets), which
+//! `cargo test` also runs over the seeds in fuzz/corpus/ws_codec/.
+#![no_main]
+
+libfuzzer_sys::fuzz_target!(|data: &[u8]| msgbench_fuzz_targets::ws_codec(data));
