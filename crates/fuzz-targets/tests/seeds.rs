@@ -329,7 +329,7 @@ fn amqp10_seeds() {
     reply::put_sasl_mechanisms(&mut b, &["ANONYMOUS".into(), "PLAIN".into()]);
     reply::put_sasl_outcome(&mut b, 0);
     a10::put_sasl_init(&mut b, "PLAIN", Some(b"\0u\0p"), "localhost");
-    a10::put_open(&mut b, "msgbench", "localhost");
+    a10::put_open(&mut b, "msgbench", "localhost", 0);
     a10::put_begin(&mut b, 0, 1000);
     a10::put_attach(&mut b, "link-1", 0, true, false, &t);
     a10::put_attach(&mut b, "link-2", 1, false, true, &t);
