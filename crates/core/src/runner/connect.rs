@@ -53,12 +53,15 @@ where
 {
     let mut set = JoinSet::new();
     let mut homes = Vec::new();
+    // A quarter more than the driver's own connect and handshake timeouts, so the driver's
+    // reason ("no answer to the AMQP handshake") is the one reported when both would fire.
+    let outer = timeout + timeout / 4;
     for (id, spec) in specs.enumerate() {
         let home = workers.next_handle();
         let attempt = connect(driver.clone(), spec);
         // The timer is created on the worker, with the connection.
         set.spawn_on(
-            async move { (id, tokio::time::timeout(timeout, attempt).await) },
+            async move { (id, tokio::time::timeout(outer, attempt).await) },
             &home,
         );
         homes.push(home);

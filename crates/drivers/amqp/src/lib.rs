@@ -370,6 +370,7 @@ impl Driver for AmqpDriver {
             acks: std::collections::VecDeque::new(),
             last_write: Instant::now(),
             driver: self.0.clone(),
+            ready: true,
         })
     }
 
@@ -394,6 +395,7 @@ impl Driver for AmqpDriver {
             last_tag: 0,
             pending: None,
             heartbeat: Box::pin(tokio::time::sleep(half(hb))),
+            ready: true,
         })
     }
 
@@ -446,9 +448,17 @@ pub struct AmqpProducer {
     acks: std::collections::VecDeque<Ack>,
     last_write: Instant,
     driver: Arc<Inner>,
+    /// Connected and the channel set up. A reconnection cancelled half-way (a caller's
+    /// `select!` moved on) leaves a connection without its channel: the next call redoes it.
+    ready: bool,
 }
 
 impl AmqpProducer {
+    /// Connected with the channel set up.
+    fn up(&self) -> bool {
+        self.ready && self.conn.is_connected()
+    }
+
     fn on_frame(&mut self, f: Frame) {
         let Frame::Method(_, m) = f else { return };
         if let AMQPClass::Basic(basic::AMQPMethod::Return(_)) = *m {
@@ -574,8 +584,10 @@ impl AmqpProducer {
 
 impl Producer for AmqpProducer {
     async fn send(&mut self, msg: Outbound<'_>) -> Result<(), DriverError> {
-        if !self.conn.is_connected() {
+        if !self.up() {
+            self.ready = false;
             self.reconnect().await?;
+            self.ready = true;
         }
         if self.confirm {
             let off = *self
@@ -595,7 +607,7 @@ impl Producer for AmqpProducer {
     }
 
     async fn idle(&mut self) -> Result<(), DriverError> {
-        if !self.conn.is_connected() {
+        if !self.up() {
             return Ok(());
         }
         if self.conn.wbuf().is_empty()
@@ -610,7 +622,7 @@ impl Producer for AmqpProducer {
     }
 
     async fn flush(&mut self) -> Result<(), DriverError> {
-        if !self.conn.is_connected() {
+        if !self.up() {
             return Err(DriverError::Closed);
         }
         self.write_out().await?;
@@ -625,7 +637,7 @@ impl Producer for AmqpProducer {
             if let Some(a) = self.acks.pop_front() {
                 return Poll::Ready(Some(a));
             }
-            if !self.conn.is_connected() {
+            if !self.up() {
                 return Poll::Pending;
             }
             match self.conn.poll_frame(cx, false) {
@@ -640,7 +652,7 @@ impl Producer for AmqpProducer {
     }
 
     async fn close(mut self) -> Result<(), DriverError> {
-        if self.conn.is_connected() {
+        if self.up() {
             let _ = self.conn.flush().await;
             self.conn.close().await;
         }
@@ -671,6 +683,10 @@ pub struct AmqpConsumer {
     last_tag: u64,
     pending: Option<Pending>,
     heartbeat: Pin<Box<Sleep>>,
+    /// Connected and consuming. A resubscription cancelled half-way (the runner's `select!`
+    /// moved on) leaves a connection with no consumer on it, which the broker's heartbeats
+    /// would keep alive for good: the next call redoes it.
+    ready: bool,
 }
 
 impl AmqpConsumer {
@@ -791,9 +807,11 @@ use std::future::Future as _;
 impl Consumer for AmqpConsumer {
     async fn recv(&mut self) -> Result<Option<Delivery>, DriverError> {
         loop {
-            if !self.conn.is_connected() {
-                if self.resubscribe().await.is_err() {
-                    tokio::time::sleep(Duration::from_millis(200)).await;
+            if !self.ready || !self.conn.is_connected() {
+                self.ready = false;
+                match self.resubscribe().await {
+                    Ok(()) => self.ready = true,
+                    Err(_) => tokio::time::sleep(Duration::from_millis(200)).await,
                 }
                 continue;
             }
