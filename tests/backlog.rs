@@ -44,14 +44,15 @@ fn backlog_run(tag: &str, url: &str, extra: &[&str]) -> serde_json::Value {
     let r = run_json(&d.0, &args);
     let b = &r["backlog"];
     let messages = u(&b["messages"]);
+    // The release is checked every 10 ms; a loaded machine may send a little past the mark.
     assert!(
-        (4000..4400).contains(&messages),
+        (4000..6000).contains(&messages),
         "{tag}: 4 MB of 1 KB messages: {b}"
     );
     assert_eq!(u(&b["bytes"]), messages * 1000, "{tag}: {b}");
     let build = b["build_s"].as_f64().unwrap();
     assert!(
-        (0.9..2.5).contains(&build),
+        (0.9..2.5).contains(&build) && (build - messages as f64 / 4000.0).abs() < 0.5,
         "{tag}: a second's worth at 4000/s: {b}"
     );
     let drain = b["drain_s"]
