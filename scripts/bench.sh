@@ -744,19 +744,21 @@ bench_ws() {
   "$B" serve ws-broadcast --quiet --listen "127.0.0.1:$port" --from "$MSGBENCH_IT_NATS_URL" --topic bench.rango &
   local pid=$!
   sleep 0.5
-  echo "== rango: NATS publisher at 100 msgs/s -> ws-broadcast -> $n WebSocket clients, 10 s ($RUNS runs)"
+  local ramp=${WS_CONNECT_RATE:-5000} src=${WS_SOURCE_ADDRS:-127.0.0.1-127.0.0.4}
+  echo "== rango: NATS publisher at 100 msgs/s -> ws-broadcast -> $n WebSocket clients joining at $ramp/s from $src, 10 s ($RUNS runs)"
   local comp=() per=()
   for _ in $(seq "$RUNS"); do
     local out tm
     out=$(mktemp); tm=$(mktemp)
     /usr/bin/time -f "%U %S %M" -o "$tm" "$B" run scenarios/rango-fanout.toml --target "$MSGBENCH_IT_NATS_URL" \
       --topic bench.rango --consume-from "ws://127.0.0.1:$port/?stream=public.{i}" -c "$n" \
-      --no-output --quiet --format json >"$out"
+      --connect-rate "$ramp" --source-addrs "$src" --no-output --quiet --format json >"$out"
     read -r c p line < <(python3 - "$out" "$tm" "$n" <<'PY'
 import json, sys
 r = json.load(open(sys.argv[1])); u, s, rss = open(sys.argv[2]).read().split()[-3:]; n = int(sys.argv[3])
 i, m = r["integrity"], r["result"]
-print(f'{i["completeness"]*100:.4f} {int(rss)/n:.1f} {i["delivered"]} of {i["expected"]} deliveries, lost {i["lost"]}, '
+joined = next((e["detail"].rsplit(" in ", 1)[-1] for e in r.get("events", []) if e["kind"] == "connected"), "?")
+print(f'{i["completeness"]*100:.4f} {int(rss)/n:.1f} {i["delivered"]} of {i["expected"]} deliveries, lost {i["lost"]}, all joined in {joined}, '
       f'e2e p50 {m["e2e"]["p50"]/1e6:.1f} ms p99 {m["e2e"]["p99"]/1e6:.1f} ms, CPU {float(u)+float(s):.1f} s, RSS {int(rss)//1024} MiB')
 PY
 )

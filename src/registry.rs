@@ -388,6 +388,7 @@ pub async fn relay(
         respond: false,
         meta,
         target: None,
+        source: None,
     };
     let mut stop = std::pin::pin!(stop);
     with_driver!(&plan.target, plan, sink, |d| {

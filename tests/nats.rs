@@ -305,3 +305,133 @@ fn tls_after_the_servers_info() {
     assert_eq!(o.status.code(), Some(1));
     assert!(stderr(&o).contains("tls://"), "{}", stderr(&o));
 }
+
+/// Consumers at connection scale: they connect at `--connect-rate` from the `--source-addrs`
+/// given, and a refused connection (the proxy resets two of them, as a server at its limit
+/// does) is counted and retried, not the end of the run: every consumer gets every message.
+#[test]
+fn consumers_ramp_from_source_addresses_and_retry_refused_connections() {
+    let nats = nats_url();
+    let upstream = nats.trim_start_matches("nats://").to_string();
+    let proxy = util::faultproxy::FaultProxy::start(&upstream);
+    proxy.refuse(1..3);
+    let d = TempDir::new("nats-ramp");
+    let via = format!("nats://{}", proxy.addr());
+    let r = run_json(
+        &d.0,
+        &[
+            "run",
+            &nats,
+            "--consume-from",
+            &via,
+            "--topic",
+            "it.ramp",
+            "-c",
+            "6",
+            "--connect-rate",
+            "20",
+            "--source-addrs",
+            "127.0.0.2-127.0.0.3",
+            "-n",
+            "300",
+            "--rate",
+            "1000",
+            "--warmup",
+            "0s",
+            "--no-output",
+        ],
+    );
+    let i = &r["integrity"];
+    assert_eq!(u(&i["expected"]), 300 * 6, "{i}");
+    assert_eq!(u(&i["delivered"]), 300 * 6, "{i}");
+    assert_eq!(u(&i["lost"]), 0, "{i}");
+    // Two refused attempts, counted by cause; nothing else failed.
+    let failures: u64 = r["phases"].as_array().unwrap()[0]["counters"]["connect_failures"]
+        .as_object()
+        .map_or(0, |f| f.values().map(u).sum());
+    assert_eq!(failures, 2, "{}", r["phases"]);
+    // Every consumer connection came from the addresses given, both of them used.
+    let peers: Vec<String> = proxy.peers().iter().map(|p| p.ip().to_string()).collect();
+    assert_eq!(
+        peers.len(),
+        8,
+        "6 consumers and 2 refused attempts: {peers:?}"
+    );
+    assert!(
+        peers.iter().all(|p| p == "127.0.0.2" || p == "127.0.0.3"),
+        "{peers:?}"
+    );
+    assert!(peers.iter().any(|p| p == "127.0.0.2") && peers.iter().any(|p| p == "127.0.0.3"));
+    // Six consumers at 20 a second: the last starts 250 ms after the first.
+    let connected = r["events"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|e| e["kind"] == "connected")
+        .expect("a connected event");
+    let took: f64 = connected["detail"]
+        .as_str()
+        .unwrap()
+        .rsplit(" in ")
+        .next()
+        .unwrap()
+        .trim_end_matches('s')
+        .parse()
+        .unwrap();
+    assert!(took >= 0.25, "{connected}");
+}
+
+/// Consumers the server keeps refusing (it takes four of six) never connect: the run goes on
+/// with those that did, says how many never connected, and expects each message only from the
+/// consumers that subscribed, so nothing is counted lost that no one was there to receive.
+#[test]
+fn consumers_that_never_connect_are_reported_and_not_counted_lost() {
+    let nats = nats_url();
+    let upstream = nats.trim_start_matches("nats://").to_string();
+    let proxy = util::faultproxy::FaultProxy::start(&upstream);
+    proxy.refuse(4..u64::MAX);
+    let d = TempDir::new("nats-never");
+    let via = format!("nats://{}", proxy.addr());
+    let started = std::time::Instant::now();
+    let r = run_json(
+        &d.0,
+        &[
+            "run",
+            &nats,
+            "--consume-from",
+            &via,
+            "--topic",
+            "it.never",
+            "-c",
+            "6",
+            "--connect-rate",
+            "50",
+            "--connect-timeout",
+            "500ms",
+            "-n",
+            "200",
+            "--rate",
+            "1000",
+            "--warmup",
+            "0s",
+            "--no-output",
+        ],
+    );
+    let i = &r["integrity"];
+    assert_eq!(u(&i["expected"]), 200 * 4, "{i}");
+    assert_eq!(u(&i["delivered"]), 200 * 4, "{i}");
+    assert_eq!(u(&i["lost"]), 0, "{i}");
+    let warned = r["events"].as_array().unwrap().iter().any(|e| {
+        e["detail"]
+            .as_str()
+            .is_some_and(|t| t.contains("2 of 6 consumers never connected"))
+    });
+    assert!(warned, "{}", r["events"]);
+    // They were retried (several attempts each) for three connect time-outs, not forever.
+    assert!(proxy.accepted() > 6, "{}", proxy.accepted());
+    assert!(
+        started.elapsed() < Duration::from_secs(20),
+        "{:?}",
+        started.elapsed()
+    );
+}

@@ -685,7 +685,9 @@ pub struct RunArgs {
         help_heading = "Connection workloads"
     )]
     pub storm: bool,
-    /// Connection attempts per second (default: as fast as --concurrency allows).
+    /// Connection attempts per second (default: as fast as --concurrency allows). Without
+    /// --connections or --storm: the rate a message run's consumers connect at, the run
+    /// measuring once all have (a failed one is retried with backoff once others connected).
     #[arg(long, help_heading = "Connection workloads")]
     pub connect_rate: Option<String>,
     /// How long to hold the connections once open (default 10s).
@@ -700,7 +702,8 @@ pub struct RunArgs {
     /// Hold: every connection publishes once per this interval.
     #[arg(long, help_heading = "Connection workloads")]
     pub publish_interval: Option<String>,
-    /// Local addresses to spread connections over: 127.0.0.1-127.0.0.50 or a list.
+    /// Local addresses to spread connections over: 127.0.0.1-127.0.0.50 or a list (each gives
+    /// ~28,000 ports per destination). Without --connections or --storm: the consumers'.
     #[arg(long, help_heading = "Connection workloads")]
     pub source_addrs: Option<String>,
 

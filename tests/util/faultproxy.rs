@@ -3,6 +3,7 @@
 //!
 //! Modes (see [`FaultProxy`]):
 //! - forward: bytes are relayed both ways (one thread per direction per connection);
+//! - [`FaultProxy::refuse`]: chosen connections (by the order they arrive) are reset at once;
 //! - [`FaultProxy::reset_all`]: every connection relayed so far is closed with a TCP RST on both
 //!   sides (SO_LINGER 0, then close), as a middlebox or a crashed peer does; new connections
 //!   are relayed again at once;
@@ -44,6 +45,10 @@ struct Shared {
     socks: Mutex<Vec<(u64, TcpStream)>>,
     stop: AtomicBool,
     accepted: AtomicU64,
+    /// Where each accepted connection came from, in order.
+    peers: Mutex<Vec<SocketAddr>>,
+    /// Accepted connections whose index (0-based) is in this range are reset at once.
+    refuse: Mutex<std::ops::Range<u64>>,
 }
 
 /// A proxy on 127.0.0.1 in front of `upstream`; stops (and closes everything) on drop.
@@ -67,6 +72,8 @@ impl FaultProxy {
             socks: Mutex::new(Vec::new()),
             stop: AtomicBool::new(false),
             accepted: AtomicU64::new(0),
+            peers: Mutex::new(Vec::new()),
+            refuse: Mutex::new(0..0),
         });
         let s = shared.clone();
         std::thread::spawn(move || accept_loop(listener, s));
@@ -81,6 +88,17 @@ impl FaultProxy {
     /// Connections accepted so far.
     pub fn accepted(&self) -> u64 {
         self.shared.accepted.load(Ordering::SeqCst)
+    }
+
+    /// The source address of every connection accepted so far, in order.
+    pub fn peers(&self) -> Vec<SocketAddr> {
+        self.shared.peers.lock().unwrap().clone()
+    }
+
+    /// Resets the connections accepted with these indexes (0-based) as soon as they arrive,
+    /// as a server at its connection limit does; `n..u64::MAX` refuses every one from `n` on.
+    pub fn refuse(&self, which: std::ops::Range<u64>) {
+        *self.shared.refuse.lock().unwrap() = which;
     }
 
     /// Closes every connection with a reset (both sides); new ones are relayed.
@@ -141,14 +159,21 @@ fn accept_loop(listener: TcpListener, s: Arc<Shared>) {
     let mut held = Vec::new(); // connections accepted during a blackhole: never answered
     while !s.stop.load(Ordering::SeqCst) {
         let client = match listener.accept() {
-            Ok((c, _)) => c,
+            Ok((c, peer)) => {
+                s.peers.lock().unwrap().push(peer);
+                c
+            }
             Err(_) => {
                 std::thread::sleep(Duration::from_millis(10));
                 continue;
             }
         };
-        s.accepted.fetch_add(1, Ordering::SeqCst);
+        let index = s.accepted.fetch_add(1, Ordering::SeqCst);
         client.set_nonblocking(false).unwrap();
+        if s.refuse.lock().unwrap().contains(&index) {
+            rst(&client);
+            continue;
+        }
         if *s.mode.lock().unwrap() == Mode::Blackhole {
             held.push(client);
             continue;

@@ -73,6 +73,10 @@ pub struct ConsumerSpec {
     /// Connect here instead of the driver's own URL (same protocol; may carry credentials): a
     /// stage observed on another broker, such as the inbox side of an ECP run.
     pub target: Option<String>,
+    /// Local address to connect from (`--source-addrs`); `None`: the system's choice. The
+    /// WebSocket, MQTT, NATS, AMQP 0-9-1 and Redis consumers honour it; the others connect
+    /// from the system's choice.
+    pub source: Option<std::net::IpAddr>,
 }
 
 /// One message to send.

@@ -7,8 +7,9 @@
 //!
 //! # Layout
 //! - [`counters`]: the plain counts every task keeps (sent, received, bytes, errors by kind...).
-//! - [`recorder`]: the per-task [`Recorder`] with its three HDR histograms (publish, send delay,
-//!   end-to-end), all in nanoseconds.
+//! - [`recorder`]: the per-task [`Recorder`] with its latencies (publish, send delay,
+//!   end-to-end, connect), all in nanoseconds; [`tick`] keeps a tick's first few values as they
+//!   are and the rest in an HDR histogram.
 //! - [`integrity`]: per (producer, stream) sequence tracking at a consumer: gaps, duplicates,
 //!   reordering.
 //! - [`snapshot`]: what a task hands over each tick, and how snapshots merge exactly.
@@ -34,6 +35,7 @@ pub mod snapshot;
 pub mod stages;
 pub mod summary;
 pub mod tcp;
+pub mod tick;
 
 pub use aggregate::{Aggregator, ConnectionSummary, Gauges, IntervalStats, PhaseTotals};
 pub use backlog::BacklogSummary;

@@ -1,8 +1,9 @@
 //! The per-task recorder: the only thing on the hot path that touches metrics.
 
+use crate::Phase;
 use crate::counters::{Counters, ErrorKind};
-use crate::snapshot::{Histograms, RecordedLatencies, Role, Snapshot};
-use crate::{MAX_LATENCY_NS, Phase};
+use crate::snapshot::{Role, Snapshot};
+use crate::tick::TickLatencies;
 
 /// Counters and histograms owned by exactly one task. It is never shared, so recording takes no
 /// lock and no atomic; every tick the task calls [`Recorder::take`] and hands the result to the
@@ -10,7 +11,7 @@ use crate::{MAX_LATENCY_NS, Phase};
 #[derive(Debug)]
 pub struct Recorder {
     counters: Counters,
-    hist: Histograms,
+    hist: TickLatencies,
     late_threshold_ns: u64,
     stages: Vec<crate::stages::StageRecorder>,
 }
@@ -21,7 +22,7 @@ impl Recorder {
     pub fn new(late_threshold_ns: u64) -> Self {
         Self {
             counters: Counters::default(),
-            hist: Histograms::new(),
+            hist: TickLatencies::default(),
             late_threshold_ns,
             stages: Vec::new(),
         }
@@ -37,7 +38,7 @@ impl Recorder {
         if delay > self.late_threshold_ns {
             self.counters.late_sends += 1;
         }
-        record(&mut self.hist.send_delay, delay);
+        self.hist.send_delay.record(delay);
     }
 
     /// The system confirmed (`ok`) or refused one message, `latency_ns` after it was sent.
@@ -45,7 +46,7 @@ impl Recorder {
     pub fn record_ack(&mut self, latency_ns: u64, ok: bool) {
         if ok {
             self.counters.acked += 1;
-            record(&mut self.hist.publish, latency_ns);
+            self.hist.publish.record(latency_ns);
         } else {
             self.counters.nacked += 1;
             self.counters.errors.add(ErrorKind::Nack, 1);
@@ -61,7 +62,7 @@ impl Recorder {
     /// One connection opened, its handshake having taken `latency_ns`.
     pub fn record_connect(&mut self, latency_ns: u64) {
         self.counters.connects += 1;
-        record(&mut self.hist.connect, latency_ns);
+        self.hist.connect.record(latency_ns);
     }
 
     /// One connection attempt failed.
@@ -75,14 +76,14 @@ impl Recorder {
     pub fn record_delivery(&mut self, e2e_ns: u64, bytes: usize) {
         self.counters.received += 1;
         self.counters.received_bytes += bytes as u64;
-        record(&mut self.hist.e2e, e2e_ns);
+        self.hist.e2e.record(e2e_ns);
     }
 
     /// A response to one of this task's requests, `e2e_ns` after its intended send time: end-to-end
     /// latency without a delivery (request/response protocols such as HTTP have no consumers).
     #[inline]
     pub fn record_response(&mut self, e2e_ns: u64) {
-        record(&mut self.hist.e2e, e2e_ns);
+        self.hist.e2e.record(e2e_ns);
     }
 
     /// A delivery that carried no stamp of this run.
@@ -119,9 +120,9 @@ impl Recorder {
     }
 
     /// Moves everything recorded since the last call into a [`Snapshot`] and starts afresh.
-    /// The recorder keeps its histograms (reset; their memory is kept) and the snapshot gets
-    /// the values recorded as bucket/count pairs (see [`crate::snapshot::Recorded`]). Once per
-    /// tick, never per message.
+    /// The recorder keeps its memory and the snapshot gets the values recorded as value/count
+    /// pairs (see [`crate::snapshot::Recorded`] and, for why few values cost little,
+    /// [`crate::tick`]). Once per tick, never per message.
     pub fn take(&mut self, role: Role, task: u32, phase: Phase, interval: u64) -> Snapshot {
         Snapshot {
             role,
@@ -129,7 +130,7 @@ impl Recorder {
             phase,
             interval,
             counters: std::mem::take(&mut self.counters),
-            hist: RecordedLatencies::take_from(&mut self.hist),
+            hist: self.hist.take(),
             stages: self
                 .stages
                 .iter_mut()
@@ -138,14 +139,6 @@ impl Recorder {
                 .collect(),
         }
     }
-}
-
-/// Records `ns` (clamped to [`MAX_LATENCY_NS`]). The histograms auto-resize, so this only fails
-/// for values the clamp already excludes. (`saturating_record` would clamp to the histogram's
-/// *current* range instead of growing it.)
-#[inline]
-fn record(h: &mut crate::Histogram, ns: u64) {
-    let _ = h.record(ns.min(MAX_LATENCY_NS));
 }
 
 #[cfg(test)]

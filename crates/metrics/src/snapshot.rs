@@ -74,11 +74,12 @@ impl Histograms {
     }
 }
 
-/// The values one histogram recorded during a tick, as (value, count) pairs of its non-empty
-/// buckets (each value the highest equivalent of its bucket, as the iterator gives it, so
-/// re-recording it lands in the same bucket at the same precision). A tick's latencies sit in a few buckets, so this is a
-/// few hundred bytes where a histogram is tens of kilobytes: with ten thousand consumers,
-/// shipping and merging whole histograms every tick was most of the generator's work.
+/// The values one latency recorded during a tick, as (value, count) pairs: the values
+/// themselves when there were few, else a histogram's non-empty buckets (each value the highest
+/// equivalent of its bucket, as the iterator gives it, so re-recording it lands in the same
+/// bucket at the same precision). A tick's latencies sit in a few buckets, so this is a few
+/// hundred bytes where a histogram is tens of kilobytes: with ten thousand consumers, shipping
+/// and merging whole histograms every tick was most of the generator's work.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Recorded(pub Vec<(u64, u64)>);
 
@@ -135,16 +136,6 @@ pub struct RecordedLatencies {
 }
 
 impl RecordedLatencies {
-    /// Takes what `h` recorded, resetting it.
-    pub fn take_from(h: &mut Histograms) -> Self {
-        RecordedLatencies {
-            publish: Recorded::take_from(&mut h.publish),
-            send_delay: Recorded::take_from(&mut h.send_delay),
-            e2e: Recorded::take_from(&mut h.e2e),
-            connect: Recorded::take_from(&mut h.connect),
-        }
-    }
-
     /// Appends `other`'s values.
     pub fn merge(&mut self, other: &RecordedLatencies) {
         self.publish.0.extend_from_slice(&other.publish.0);

@@ -3,6 +3,7 @@
 use super::outcome::RunError;
 use super::workers::Workers;
 use crate::driver::{Driver, DriverError};
+use msgbench_metrics::ConnectFailure;
 use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
@@ -34,66 +35,177 @@ pub(super) fn secs(t0: u64, now: u64) -> f64 {
     (now as f64 - t0 as f64) / 1e9
 }
 
-/// Connects one client per spec, concurrently, each on the worker it will run on; returns the
-/// clients in spec order with their workers. The first failure (or timeout) fails the run.
+/// How one role's clients connect: all at once, or paced and patient.
+#[derive(Debug, Clone, Copy, Default)]
+pub(super) struct Ramp {
+    /// Attempts started per second; `None`: all at once.
+    pub rate: Option<f64>,
+    /// Once a client of the role has connected (so the target is right and reachable), a client
+    /// whose attempt fails is counted and retried with backoff instead of failing the run, until
+    /// the ramp's last start plus `patience`; one still failing then is reported as never
+    /// connected. Before any success a failure fails the run at once: a wrong URL or a broker
+    /// that is down is a clear error, not a long wait.
+    pub patience: Option<Duration>,
+}
+
+/// How a run's consumers connect: at the plan's ramp rate, and patient (three connect time-outs
+/// past the last start) unless the run is one segment of several, whose account of receivers
+/// the other segments could not see change.
+pub(super) fn consumer_ramp(plan: &crate::scenario::RunPlan) -> Ramp {
+    Ramp {
+        rate: plan.consumer_ramp.rate,
+        patience: plan.segment.is_none().then_some(plan.connect_timeout * 3),
+    }
+}
+
+/// The clients of one role that connected.
+pub(super) struct Connected<T> {
+    /// Each client with the spec position (0-based, in the order given) it was made from, and
+    /// the worker it runs on, in spec order.
+    pub clients: Vec<(usize, T, Handle)>,
+    /// Failed attempts by cause (retried or not).
+    pub failures: msgbench_metrics::ConnectFailures,
+    /// Clients that never connected: spec position and the last reason.
+    pub never: Vec<(usize, DriverError)>,
+}
+
+impl<T> Connected<T> {
+    /// The clients and their workers, in spec order (for roles that are never patient, where
+    /// every spec connected).
+    pub fn split(self) -> (Vec<T>, Vec<Handle>) {
+        self.clients.into_iter().map(|(_, c, h)| (c, h)).unzip()
+    }
+}
+
+/// Backoff before retry `n` (1-based): 100 ms doubling to 2 s, with up to a quarter of jitter so
+/// thousands of clients that failed together do not retry together.
+fn backoff(n: u32, salt: usize) -> Duration {
+    let base = 100u64 << n.saturating_sub(1).min(5);
+    let ms = base.min(2_000);
+    let jitter = (salt as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 32;
+    Duration::from_millis(ms + jitter % (ms / 4 + 1))
+}
+
+/// Connects one client per spec, each on the worker it will run on, started as `ramp` says;
+/// returns the clients in spec order with their workers. Without patience, the first failure
+/// (or timeout) fails the run.
 pub(super) async fn connect_all<D, S, T, F, Fut>(
     workers: &mut Workers,
     specs: impl Iterator<Item = S>,
     role: &'static str,
     timeout: Duration,
+    ramp: Ramp,
     connect: F,
     driver: &Arc<D>,
-) -> Result<(Vec<T>, Vec<Handle>), RunError>
+) -> Result<Connected<T>, RunError>
 where
     D: Driver,
-    S: Send + 'static,
+    S: Clone + Send + Sync + 'static,
     T: Send + 'static,
-    F: Fn(Arc<D>, S) -> Fut,
+    F: Fn(Arc<D>, S) -> Fut + Clone + Send + Sync + 'static,
     Fut: Future<Output = Result<T, DriverError>> + Send + 'static,
 {
+    use std::sync::atomic::{AtomicBool, Ordering};
     let mut set = JoinSet::new();
     let mut homes = Vec::new();
     // A quarter more than the driver's own connect and handshake timeouts, so the driver's
     // reason ("no answer to the AMQP handshake") is the one reported when both would fire.
     let outer = timeout + timeout / 4;
-    for (id, spec) in specs.enumerate() {
+    let start = tokio::time::Instant::now();
+    let some_connected = Arc::new(AtomicBool::new(false));
+    let (fail_tx, mut fail_rx) = tokio::sync::mpsc::unbounded_channel::<ConnectFailure>();
+    let specs: Vec<S> = specs.collect();
+    let last_start = ramp.rate.map_or(Duration::ZERO, |r| {
+        Duration::from_secs_f64(specs.len() as f64 / r)
+    });
+    let give_up = ramp.patience.map(|p| start + last_start + p);
+    for (id, spec) in specs.into_iter().enumerate() {
         let home = workers.next_handle();
-        let attempt = connect(driver.clone(), spec);
+        let due = ramp
+            .rate
+            .map(|r| start + Duration::from_secs_f64(id as f64 / r));
+        let (connect, driver) = (connect.clone(), driver.clone());
+        let (ok, fails) = (some_connected.clone(), fail_tx.clone());
         // The timer is created on the worker, with the connection.
         set.spawn_on(
-            async move { (id, tokio::time::timeout(outer, attempt).await) },
+            async move {
+                if let Some(due) = due {
+                    tokio::time::sleep_until(due).await;
+                }
+                let mut tries = 0u32;
+                loop {
+                    let r = tokio::time::timeout(outer, connect(driver.clone(), spec.clone()))
+                        .await
+                        .unwrap_or_else(|_| {
+                            // The driver's own connect timeout (same length) usually fires
+                            // first; this one ends a handshake that hangs after the socket
+                            // opened. Either way the user reads "cannot connect".
+                            Err(DriverError::Timeout(format!(
+                                "cannot connect: no connection and handshake within {timeout:?}"
+                            )))
+                        });
+                    let error = match r {
+                        Ok(v) => {
+                            ok.store(true, Ordering::Relaxed);
+                            return (id, Ok(v));
+                        }
+                        Err(e) => e,
+                    };
+                    let _ = fails.send(error.connect_failure());
+                    tries += 1;
+                    let wait = backoff(tries, id);
+                    let retry = ok.load(Ordering::Relaxed)
+                        && !matches!(error, DriverError::Config(_))
+                        && give_up.is_some_and(|g| tokio::time::Instant::now() + wait < g);
+                    if !retry {
+                        return (id, Err(error));
+                    }
+                    tokio::time::sleep(wait).await;
+                }
+            },
             &home,
         );
         homes.push(home);
     }
-    let mut out: Vec<(usize, T)> = Vec::with_capacity(set.len());
+    drop(fail_tx);
+    let mut out: Vec<(usize, T, Handle)> = Vec::with_capacity(set.len());
+    let mut never = Vec::new();
     while let Some(joined) = set.join_next().await {
         let (id, r) =
             joined.map_err(|e| RunError::Unsupported(format!("connect task failed: {e}")))?;
-        let id32 = id as u32;
         match r {
-            Ok(Ok(v)) => out.push((id, v)),
-            Ok(Err(error)) => {
-                return Err(RunError::Connect {
-                    role,
-                    id: id32,
-                    error,
-                });
+            Ok(v) => out.push((id, v, homes[id].clone())),
+            // Patient, and the target took others: judged once every client had its chance.
+            Err(error) if ramp.patience.is_some() && some_connected.load(Ordering::Relaxed) => {
+                never.push((id, error))
             }
-            Err(_) => {
+            Err(error) => {
                 return Err(RunError::Connect {
                     role,
-                    id: id32,
-                    // The driver's own connect timeout (same length) usually fires first; this
-                    // one ends a handshake that hangs after the socket opened. Either way the
-                    // user reads "cannot connect".
-                    error: DriverError::Timeout(format!(
-                        "cannot connect: no connection and handshake within {timeout:?}"
-                    )),
+                    id: id as u32,
+                    error,
                 });
             }
         }
     }
-    out.sort_by_key(|(id, _)| *id);
-    Ok((out.into_iter().map(|(_, v)| v).collect(), homes))
+    if out.is_empty()
+        && let Some((id, error)) = never.drain(..).min_by_key(|(id, _)| *id)
+    {
+        return Err(RunError::Connect {
+            role,
+            id: id as u32,
+            error,
+        });
+    }
+    let mut failures = msgbench_metrics::ConnectFailures::default();
+    while let Ok(cause) = fail_rx.try_recv() {
+        failures.add(cause, 1);
+    }
+    out.sort_by_key(|(id, _, _)| *id);
+    never.sort_by_key(|(id, _)| *id);
+    Ok(Connected {
+        clients: out,
+        failures,
+        never,
+    })
 }

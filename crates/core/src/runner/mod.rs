@@ -55,7 +55,7 @@ use tokio::sync::{mpsc, watch};
 use tokio::task::JoinSet;
 use workers::Workers;
 
-use connect::{connect_all, interval_before, process_cpu_s, secs};
+use connect::{Ramp, connect_all, consumer_ramp, interval_before, process_cpu_s, secs};
 pub use outcome::{Observer, RunError, RunEvent, RunOutcome};
 
 /// Consumers beyond which a run without `workers` gets dedicated worker threads anyway.
@@ -144,6 +144,7 @@ async fn run_messages<D: Driver>(
         .map_err(|e| RunError::Unsupported(format!("cannot start worker threads: {e}")))?;
 
     // Consumers first: their subscriptions must be live before the first message.
+    let ramp = &plan.consumer_ramp;
     let group = match &plan.subscription {
         SubscriptionMode::Fanout => None,
         SubscriptionMode::Queue { group } => Some(group.clone()),
@@ -167,11 +168,49 @@ async fn run_messages<D: Driver>(
             respond: plan.request_reply,
             meta: false,
             target: None,
+            source: (!ramp.source_addrs.is_empty())
+                .then(|| ramp.source_addrs[id % ramp.source_addrs.len()]),
         });
-    let (consumers, consumer_homes) = tokio::select! {
+    let consumers = tokio::select! {
         r = connect_all(&mut workers, consumer_specs, "consumer", plan.connect_timeout,
+                        consumer_ramp(plan),
                         |d, spec: ConsumerSpec| async move { d.consumer(&spec).await }, &driver) => r?,
         _ = shutdown.reached(1) => return Err(RunError::Interrupted),
+    };
+    // Consumers that never connected are left out of the account (each message is expected
+    // only by the receivers that subscribed) and reported.
+    let never_connected = consumers.never.len();
+    let consumer_failures = consumers.failures;
+    if never_connected > 0 {
+        let (_, why) = &consumers.never[0];
+        observer.event(&ev(
+            "warning",
+            format!(
+                "{never_connected} of {} consumers never connected (the run goes on without \
+                 them; each message is expected by the consumers that did). First reason: {why}",
+                never_connected + consumers.clients.len()
+            ),
+            now_ns(),
+            now_ns(),
+        ));
+    }
+    let connected_per_topic = {
+        let mut n = vec![0u64; plan.topics.len()];
+        for (pos, _, _) in &consumers.clients {
+            n[consumer_ids[*pos] as usize / plan.consumers_per_topic.max(1) as usize] += 1;
+        }
+        n
+    };
+    let (consumer_ids, consumers, consumer_homes): (Vec<u32>, Vec<_>, Vec<_>) = {
+        let mut ids = Vec::with_capacity(consumers.clients.len());
+        let mut cs = Vec::with_capacity(consumers.clients.len());
+        let mut hs = Vec::with_capacity(consumers.clients.len());
+        for (pos, c, h) in consumers.clients {
+            ids.push(consumer_ids[pos]);
+            cs.push(c);
+            hs.push(h);
+        }
+        (ids, cs, hs)
     };
     // Stage listeners: one consumer per queue stages are observed on, live before anything is
     // sent, like the consumers.
@@ -199,10 +238,12 @@ async fn run_messages<D: Driver>(
         respond: false,
         meta: true,
         target: q.target.clone(),
+        source: None,
     });
     let (mut listeners, listener_homes) = tokio::select! {
         r = connect_all(&mut workers, listener_specs, "stage listener", plan.connect_timeout,
-                        |d, spec: ConsumerSpec| async move { d.consumer(&spec).await }, &driver) => r?,
+                        Ramp::default(),
+                        |d, spec: ConsumerSpec| async move { d.consumer(&spec).await }, &driver) => r?.split(),
         _ = shutdown.reached(1) => return Err(RunError::Interrupted),
     };
     if plan.tracking.as_ref().is_some_and(|t| t.clean) {
@@ -240,7 +281,8 @@ async fn run_messages<D: Driver>(
         });
     let (producers, producer_homes) = tokio::select! {
         r = connect_all(&mut workers, producer_specs, "producer", plan.connect_timeout,
-                        |d, spec: ProducerSpec| async move { d.producer(&spec).await }, &driver) => r?,
+                        Ramp::default(),
+                        |d, spec: ProducerSpec| async move { d.producer(&spec).await }, &driver) => r?.split(),
         _ = shutdown.reached(1) => return Err(RunError::Interrupted),
     };
 
@@ -276,7 +318,42 @@ async fn run_messages<D: Driver>(
     let (stop_tx, stop_rx) = watch::channel(false);
     let (fatal_tx, mut fatal_rx) = mpsc::unbounded_channel::<String>();
     let mut agg = Aggregator::new(plan.tick.as_secs_f64());
+    // Consumers' failed connection attempts (retried, or never connected) happened before t0:
+    // they count in the first phase.
+    if consumer_failures.total() > 0 {
+        let mut counters = Counters {
+            connect_failures: consumer_failures,
+            ..Default::default()
+        };
+        counters
+            .errors
+            .add(ErrorKind::Connect, consumer_failures.total());
+        agg.add(&Snapshot {
+            role: Role::Consumer,
+            task: u32::MAX,
+            phase: first_phase,
+            interval: 0,
+            counters,
+            hist: Default::default(),
+            stages: Vec::new(),
+        });
+    }
     let receivers = plan.receivers_per_message();
+    // A producer's messages are expected by the consumers of its topic that connected.
+    let receivers_of = |producer: u32| -> u64 {
+        if never_connected == 0 {
+            return receivers;
+        }
+        let all: u64 = connected_per_topic.iter().sum();
+        let mine =
+            connected_per_topic[producer as usize / plan.producers_per_topic.max(1) as usize];
+        match (&plan.subscription, plan.subscribe.is_some()) {
+            (SubscriptionMode::Fanout, true) => all,
+            (SubscriptionMode::Fanout, false) => mine,
+            (SubscriptionMode::Queue { .. }, true) => u64::from(all > 0),
+            (SubscriptionMode::Queue { .. }, false) => u64::from(mine > 0),
+        }
+    };
 
     if plan.backlog.is_some() && plan.segment.is_some() {
         return Err(RunError::Unsupported(
@@ -350,12 +427,14 @@ async fn run_messages<D: Driver>(
     let nprod = plan.producers();
     let mut producer_tasks = JoinSet::new();
     let mut sent = Vec::new();
+    let mut expects = Vec::new();
     let mut busy = Vec::new();
     for (local, p) in producers.into_iter().enumerate() {
         let i = producer_ids[local];
-        agg.register_producer(i, receivers);
+        agg.register_producer(i, receivers_of(i));
         let counter = Arc::new(OwnedCounter::default());
         sent.push(counter.clone());
+        expects.push(receivers_of(i));
         let in_send = Arc::new(OwnedCounter::default());
         busy.push((i, in_send.clone()));
         let quota = match plan.measure {
@@ -517,15 +596,20 @@ async fn run_messages<D: Driver>(
             let sent_now: u64 = sent.iter().map(|s| s.get()).sum();
             let got: u64 = distinct.iter().map(|d| d.get()).sum();
             let no_more = producers_done || phase == Phase::Drain || interrupted;
-            if let Some(BacklogEvent::Released(m) | BacklogEvent::Drained(m)) =
-                b.check(now, t0, sent_now, got, receivers, no_more)
-            {
+            if let Some(BacklogEvent::Released(m) | BacklogEvent::Drained(m)) = b.check(
+                now,
+                t0,
+                sent_now,
+                got,
+                expects.first().copied().unwrap_or(receivers),
+                no_more,
+            ) {
                 observer.event(&ev("backlog", m, now, t0));
             }
         }
         // Drain: done when producers finished and every expected delivery arrived.
         if let Some(deadline) = drain_deadline {
-            let expected: u64 = sent.iter().map(|s| s.get()).sum::<u64>() * receivers;
+            let expected: u64 = sent.iter().zip(&expects).map(|(s, r)| s.get() * r).sum();
             let got: u64 = distinct.iter().map(|d| d.get()).sum();
             if got != last_got.0 || last_got.1 == 0 {
                 last_got = (got, now);

@@ -168,6 +168,27 @@ pub struct ConnectionPlan {
     pub source_addrs: Vec<std::net::IpAddr>,
 }
 
+/// How a message run's consumers connect (`[connections] rate` and `source_addrs` without a
+/// connection workload): at scale, all at once would only measure the server's listen backlog,
+/// and one source address runs out of ports near 28,000 connections.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ClientRamp {
+    /// Consumers started per second (`None` = all at once).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rate: Option<f64>,
+    /// Local addresses consumers are spread over (round robin); empty = system choice.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub source_addrs: Vec<std::net::IpAddr>,
+}
+
+impl ClientRamp {
+    /// All at once, from the system's choice of address (what a plan without one means).
+    pub fn is_default(&self) -> bool {
+        self == &ClientRamp::default()
+    }
+}
+
 /// A fully resolved run: defaults applied, every cross-field rule checked.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -242,6 +263,9 @@ pub struct RunPlan {
     pub tls: TlsPlan,
     /// A connection workload replaces pub/sub when set.
     pub connections: Option<ConnectionPlan>,
+    /// How a message run's consumers connect.
+    #[serde(default, skip_serializing_if = "ClientRamp::is_default")]
+    pub consumer_ramp: ClientRamp,
     /// AMQP 0-9-1 settings.
     pub amqp: AmqpPlan,
     /// HTTP settings.
@@ -528,7 +552,7 @@ pub fn resolve(s: &Scenario, run_id: u32) -> Result<RunPlan, PlanError> {
             "a client certificate needs both cert_file and key_file (--cert and --key)",
         ));
     }
-    let connections = resolve_connections(s)?;
+    let (connections, consumer_ramp) = resolve_connections(s)?;
     if backlog.is_some() && connections.is_some() {
         return Err(err(
             "phases.backlog",
@@ -610,6 +634,7 @@ pub fn resolve(s: &Scenario, run_id: u32) -> Result<RunPlan, PlanError> {
         client,
         tls,
         connections,
+        consumer_ramp,
         amqp,
         http,
         amqp10,
@@ -791,27 +816,9 @@ fn resolve_payload(s: &Scenario, size: &SizeSpec) -> Result<PayloadPlan, PlanErr
     Ok(plan)
 }
 
-fn resolve_connections(s: &Scenario) -> Result<Option<ConnectionPlan>, PlanError> {
+/// The connection workload, or (without one) how the message run's consumers ramp.
+fn resolve_connections(s: &Scenario) -> Result<(Option<ConnectionPlan>, ClientRamp), PlanError> {
     let c = &s.connections;
-    let Some(mode) = c.mode.or(c.count.map(|_| ConnectionMode::Hold)) else {
-        if c != &super::ConnectionsSection::default() {
-            return Err(err(
-                "connections",
-                "give `mode` (\"hold\" or \"storm\") or `count` (--connections / --storm)",
-            ));
-        }
-        return Ok(None);
-    };
-    let count = c.count;
-    if count == Some(0) {
-        return Err(err("connections.count", "must be at least 1"));
-    }
-    if mode == ConnectionMode::Hold && count.is_none() {
-        return Err(err(
-            "connections.count",
-            "hold mode needs the number of connections (--connections N)",
-        ));
-    }
     let rate = match c.rate {
         None => None,
         Some(0.0) => None,
@@ -823,6 +830,37 @@ fn resolve_connections(s: &Scenario) -> Result<Option<ConnectionPlan>, PlanError
             ));
         }
     };
+    let source_addrs = match &c.source_addrs {
+        None => Vec::new(),
+        Some(v) => {
+            crate::units::parse_source_addrs(v).map_err(|m| err("connections.source_addrs", m))?
+        }
+    };
+    let Some(mode) = c.mode.or(c.count.map(|_| ConnectionMode::Hold)) else {
+        let ramp_only = super::ConnectionsSection {
+            rate: c.rate,
+            source_addrs: c.source_addrs.clone(),
+            ..Default::default()
+        };
+        if c != &ramp_only {
+            return Err(err(
+                "connections",
+                "give `mode` (\"hold\" or \"storm\") or `count` (--connections / --storm); \
+                 without them only `rate` and `source_addrs` apply (to the consumers)",
+            ));
+        }
+        return Ok((None, ClientRamp { rate, source_addrs }));
+    };
+    let count = c.count;
+    if count == Some(0) {
+        return Err(err("connections.count", "must be at least 1"));
+    }
+    if mode == ConnectionMode::Hold && count.is_none() {
+        return Err(err(
+            "connections.count",
+            "hold mode needs the number of connections (--connections N)",
+        ));
+    }
     // More attempts at once than a server's listen backlog (often ~100) only measures SYN
     // retransmission (1 s): 64 keeps the default honest; raise it to test exactly that.
     let concurrency = c.concurrency.unwrap_or(64);
@@ -839,22 +877,19 @@ fn resolve_connections(s: &Scenario) -> Result<Option<ConnectionPlan>, PlanError
             Some(d)
         }
     };
-    let source_addrs = match &c.source_addrs {
-        None => Vec::new(),
-        Some(v) => {
-            crate::units::parse_source_addrs(v).map_err(|m| err("connections.source_addrs", m))?
-        }
-    };
-    Ok(Some(ConnectionPlan {
-        mode,
-        count,
-        rate,
-        hold: duration("connections.hold", &c.hold, Duration::from_secs(10))?,
-        concurrency,
-        messages: c.messages.unwrap_or(0),
-        publish_interval,
-        source_addrs,
-    }))
+    Ok((
+        Some(ConnectionPlan {
+            mode,
+            count,
+            rate,
+            hold: duration("connections.hold", &c.hold, Duration::from_secs(10))?,
+            concurrency,
+            messages: c.messages.unwrap_or(0),
+            publish_interval,
+            source_addrs,
+        }),
+        ClientRamp::default(),
+    ))
 }
 
 impl RunPlan {
@@ -922,6 +957,28 @@ mod tests {
                 .unwrap_err()
                 .to_string()
                 .contains("{i}")
+        );
+    }
+
+    #[test]
+    fn a_message_run_takes_a_consumer_ramp() {
+        let p =
+            plan("[connections]\nrate = 500\nsource_addrs = \"127.0.0.2-127.0.0.3\"\n").unwrap();
+        assert_eq!(p.connections, None);
+        assert_eq!(p.consumer_ramp.rate, Some(500.0));
+        assert_eq!(p.consumer_ramp.source_addrs.len(), 2);
+        // Left out of the results file when unused.
+        let v = serde_json::to_value(plan("").unwrap()).unwrap();
+        assert!(v.get("consumer_ramp").is_none());
+        // A connection workload keeps its rate; settings only a workload has still need one.
+        let w = plan("[connections]\ncount = 10\nrate = 500\n").unwrap();
+        assert_eq!(w.connections.unwrap().rate, Some(500.0));
+        assert!(w.consumer_ramp.is_default());
+        let e = plan("[connections]\nhold = \"5s\"\n").unwrap_err();
+        assert_eq!(e.setting, "connections");
+        assert_eq!(
+            plan("[connections]\nrate = -1\n").unwrap_err().setting,
+            "connections.rate"
         );
     }
 

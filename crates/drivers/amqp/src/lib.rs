@@ -129,11 +129,16 @@ impl Inner {
 
     /// The link client `i` of `role` talks through: a connection of its own, or with
     /// `channels_per_connection` = N > 1, channel `i % N + 1` of shared connection `i / N`.
-    async fn link(&self, role: &'static str, i: u64) -> Result<Link, DriverError> {
+    async fn link(
+        &self,
+        role: &'static str,
+        i: u64,
+        source: Option<std::net::IpAddr>,
+    ) -> Result<Link, DriverError> {
         let n = self.amqp.channels_per_connection.max(1) as u64;
         if n == 1 {
             return Ok(Link::Own(
-                self.connect(role, i, None, true, DATA_CHUNK).await?,
+                self.connect(role, i, source, true, DATA_CHUNK).await?,
             ));
         }
         let cell = self
@@ -145,7 +150,7 @@ impl Inner {
             .clone();
         let mux = cell
             .get_or_try_init(|| async {
-                let conn = self.connect(role, i / n, None, true, DATA_CHUNK).await?;
+                let conn = self.connect(role, i / n, source, true, DATA_CHUNK).await?;
                 Ok::<_, DriverError>(Mux::start(conn, n as u16, self.timeout))
             })
             .await?;
@@ -350,7 +355,7 @@ impl Driver for AmqpDriver {
         for t in &spec.topics {
             short("the routing key", t)?;
         }
-        let mut conn = d.link("pub", spec.id as u64).await?;
+        let mut conn = d.link("pub", spec.id as u64, None).await?;
         d.setup_producer(&mut conn).await?;
         let ch = conn.channel();
         let templates = spec
@@ -381,7 +386,7 @@ impl Driver for AmqpDriver {
         if let Some(g) = &spec.group {
             short("the queue name", &format!("msgbench.{g}.{}", spec.topic))?;
         }
-        let mut conn = d.link("sub", spec.id as u64).await?;
+        let mut conn = d.link("sub", spec.id as u64, spec.source).await?;
         d.subscribe(&mut conn, spec, true).await?;
         let hb = conn.heartbeat_every();
         Ok(AmqpConsumer {

@@ -555,6 +555,7 @@ mod tests {
             respond: false,
             meta: false,
             target: None,
+            source: None,
         };
         let mut a = d.consumer(&spec(0, None)).await.unwrap();
         let mut b = d.consumer(&spec(1, None)).await.unwrap();
@@ -601,6 +602,7 @@ mod tests {
                 respond: false,
                 meta: false,
                 target: None,
+                source: None,
             },
             ProducerSpec {
                 id: 0,

@@ -177,7 +177,15 @@ impl Driver for MqttDriver {
 
     async fn consumer(&self, spec: &ConsumerSpec) -> Result<MqttConsumer, DriverError> {
         let mut conn = self
-            .connect("sub", Self::data_route(spec.id), true, DATA_CHUNK)
+            .connect(
+                "sub",
+                Route {
+                    source: spec.source,
+                    ..Self::data_route(spec.id)
+                },
+                true,
+                DATA_CHUNK,
+            )
             .await?;
         let filter = match &spec.group {
             Some(g) => format!("$share/{g}/{}", spec.topic),

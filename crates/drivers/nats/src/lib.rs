@@ -163,6 +163,7 @@ impl Driver for NatsDriver {
             self.connect_timeout,
             Route {
                 index: spec.id as u64,
+                source: spec.source,
                 ..Route::default()
             },
             DATA_CHUNK,

@@ -88,13 +88,18 @@ impl RedisDriver {
         self
     }
 
-    async fn conn(&self, name: String, chunk: usize) -> Result<Conn, DriverError> {
+    async fn conn(
+        &self,
+        name: String,
+        source: Option<std::net::IpAddr>,
+        chunk: usize,
+    ) -> Result<Conn, DriverError> {
         Conn::connect(
             self.ep.clone(),
             name,
             self.events.clone(),
             self.connect_timeout,
-            None,
+            source,
             chunk,
         )
         .await
@@ -122,7 +127,7 @@ impl Driver for RedisDriver {
 
     async fn producer(&self, spec: &ProducerSpec) -> Result<RedisProducer, DriverError> {
         let mut conn = self
-            .conn(format!("msgbench-producer-{}", spec.id), DATA_CHUNK)
+            .conn(format!("msgbench-producer-{}", spec.id), None, DATA_CHUNK)
             .await?;
         conn.wire.watch(self.keep_alive, b"");
         Ok(RedisProducer {
@@ -142,7 +147,11 @@ impl Driver for RedisDriver {
             ));
         }
         let mut conn = self
-            .conn(format!("msgbench-consumer-{}", spec.id), DATA_CHUNK)
+            .conn(
+                format!("msgbench-consumer-{}", spec.id),
+                spec.source,
+                DATA_CHUNK,
+            )
             .await?;
         match self.ep.mode {
             Mode::PubSub => conn.wire.watch(self.keep_alive, PING),

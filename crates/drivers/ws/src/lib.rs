@@ -182,7 +182,7 @@ impl Driver for WsDriver {
                 "sub",
                 spec.id as u64,
                 &spec.topic,
-                None,
+                spec.source,
                 true,
                 CONSUMER_CHUNK,
             )
@@ -649,6 +649,7 @@ mod tests {
             respond: false,
             meta: false,
             target: None,
+            source: None,
         }
     }
 

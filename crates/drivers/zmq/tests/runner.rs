@@ -368,6 +368,7 @@ async fn consumer_filters_topics_exactly_unless_starred() {
         respond: false,
         meta: false,
         target: None,
+        source: None,
     };
     let mut exact = d.consumer(&spec(0, "m1")).await.unwrap();
     let mut prefix = d.consumer(&spec(1, "m*")).await.unwrap();
