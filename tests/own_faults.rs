@@ -161,6 +161,47 @@ fn a_results_file_that_cannot_be_written_stops_the_run_cleanly() {
     );
 }
 
+/// A search whose results file fills up stops at the step that failed, as a run does, instead
+/// of loading the system step after step with nothing kept.
+#[test]
+fn a_search_whose_results_file_cannot_be_written_stops() {
+    let d = TempDir::new("own-fsize-search");
+    let child = start(
+        &d.0,
+        &[
+            "search",
+            "mem://fsize",
+            "--slo",
+            "e2e.p99 < 1s",
+            "--start-rate",
+            "2000",
+            "--duration",
+            "20s",
+            "--warmup",
+            "0s",
+            "-o",
+            "s.jsonl",
+            "--quiet",
+        ],
+        Some(24 * 1024),
+    );
+    let started = Instant::now();
+    let o = wait(child, Duration::from_secs(60));
+    let e = stderr(&o);
+    assert_eq!(o.status.code(), Some(1), "{e}");
+    assert!(!e.contains("panicked"), "{e}");
+    assert!(
+        e.contains("cannot write the results file s.jsonl") && e.contains("search was stopped"),
+        "{e}"
+    );
+    assert!(
+        started.elapsed() < Duration::from_secs(18),
+        "the search stopped in its first step, not after it: {:?}",
+        started.elapsed()
+    );
+    assert!(std::fs::metadata(d.path("s.jsonl")).unwrap().len() <= 24 * 1024);
+}
+
 /// The results file cannot even be created: an error naming it, exit code 1, no run.
 #[test]
 fn a_results_file_that_cannot_be_created_is_a_clear_error() {

@@ -349,6 +349,8 @@ pub fn run(args: SearchArgs) -> Result<ExitCode> {
 
     let shutdown = Shutdown::new();
     rt.block_on(async { shutdown.listen_for_signals() });
+    // A results file that cannot be written stops the step and the search, as it stops a run.
+    out.stop_on_write_error(shutdown.clone());
     let mut search = RateSearch::new(sp.settings);
     let mut ends: Vec<(End, bool)> = Vec::new();
     let (mut t0, mut index0) = (0.0f64, 0u64);
@@ -451,15 +453,16 @@ pub fn run(args: SearchArgs) -> Result<ExitCode> {
     let report = out.report.finish()?;
     let mut stdout = std::io::stdout().lock();
     msgbench_report::render(&report, super::format(args.run.format), &mut stdout)?;
-    if let Some(p) = &path {
+    if let (Some(p), Some(e)) = (&path, &out.write_error) {
         eprintln!(
-            "msgbench: results written to {}{}",
-            p.display(),
-            match &out.write_error {
-                Some(e) => format!(" (INCOMPLETE: {e})"),
-                None => String::new(),
-            }
+            "error: cannot write the results file {} ({e}); the search was stopped, the report \
+             above covers every step run and the file holds the records written before the failure",
+            p.display()
         );
+        return Ok(ExitCode::from(super::verdict::EXIT_COULD_NOT_RUN));
+    }
+    if let Some(p) = &path {
+        eprintln!("msgbench: results written to {}", p.display());
     }
     eprintln!("msgbench: {sentence}");
     Ok(ExitCode::from(if interrupted {
