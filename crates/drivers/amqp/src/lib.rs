@@ -79,6 +79,11 @@ struct Inner {
     timeout: Duration,
     /// Shared connections by (role, index) when `channels_per_connection` > 1.
     muxes: std::sync::Mutex<HashMap<(&'static str, u64), MuxSlot>>,
+    /// Shared queues this run has declared. The first consumer of a queue declares (and
+    /// purges) it alone: RabbitMQ answers a second, concurrent declare of a quorum queue with
+    /// declare-ok before the queue's Raft process runs, and a purge then kills the connection
+    /// with 541 INTERNAL_ERROR. Later consumers declare it again, without purging.
+    declared: tokio::sync::Mutex<std::collections::HashSet<String>>,
 }
 
 impl AmqpDriver {
@@ -102,6 +107,7 @@ impl AmqpDriver {
             events,
             timeout,
             muxes: Default::default(),
+            declared: Default::default(),
         })))
     }
 }
@@ -286,24 +292,22 @@ impl Inner {
         purge: bool,
     ) -> Result<String, DriverError> {
         self.declare_exchange(c).await?;
-        match (&spec.group, self.amqp.exchange.is_empty()) {
+        let name = match (&spec.group, self.amqp.exchange.is_empty()) {
             // The default exchange routes by queue name: the topic is the queue.
-            (_, true) => {
-                self.declare_queue(c, &spec.topic, &spec.topic, true, purge)
-                    .await
-            }
-            (Some(g), false) => {
-                self.declare_queue(
-                    c,
-                    &format!("msgbench.{g}.{}", spec.topic),
-                    &spec.topic,
-                    true,
-                    purge,
-                )
-                .await
-            }
-            (None, false) => self.declare_queue(c, "", &spec.topic, false, false).await,
+            (_, true) => spec.topic.clone(),
+            (Some(g), false) => format!("msgbench.{g}.{}", spec.topic),
+            (None, false) => return self.declare_queue(c, "", &spec.topic, false, false).await,
+        };
+        let mut declared = self.declared.lock().await;
+        if declared.contains(&name) {
+            drop(declared);
+            return self.declare_queue(c, &name, &spec.topic, true, false).await;
         }
+        let queue = self
+            .declare_queue(c, &name, &spec.topic, true, purge)
+            .await?;
+        declared.insert(name);
+        Ok(queue)
     }
 
     /// Declares the consumer's queue and starts consuming from it. `first`: the run's initial
