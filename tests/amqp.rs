@@ -528,3 +528,10 @@ fn tls_against_the_sink() {
     );
     assert_eq!(u(&measure(&r)["counters"]["sent"]), 100);
 }
+
+/// Consumers at connection scale: they ramp at `--connect-rate` from the `--source-addrs`
+/// given, and two refused connections are counted and retried, not the end of the run.
+#[test]
+fn consumers_ramp_from_source_addresses_and_retry_refused_connections() {
+    util::ramp::consumers_ramp_through_a_refusing_proxy(&amqp_url(), "it.ramp.amqp", &[]);
+}

@@ -765,3 +765,10 @@ fn clients_fail_over_to_the_next_broker() {
     let first = first.trim_start_matches("mqtt://").to_string();
     assert_fails_over(&d.0, &url, "it/failover", &first, &mut second);
 }
+
+/// Consumers at connection scale: they ramp at `--connect-rate` from the `--source-addrs`
+/// given, and two refused connections are counted and retried, not the end of the run.
+#[test]
+fn consumers_ramp_from_source_addresses_and_retry_refused_connections() {
+    util::ramp::consumers_ramp_through_a_refusing_proxy(&mqtt_url(), "it.ramp.mqtt", &[]);
+}

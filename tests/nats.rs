@@ -311,74 +311,7 @@ fn tls_after_the_servers_info() {
 /// does) is counted and retried, not the end of the run: every consumer gets every message.
 #[test]
 fn consumers_ramp_from_source_addresses_and_retry_refused_connections() {
-    let nats = nats_url();
-    let upstream = nats.trim_start_matches("nats://").to_string();
-    let proxy = util::faultproxy::FaultProxy::start(&upstream);
-    proxy.refuse(1..3);
-    let d = TempDir::new("nats-ramp");
-    let via = format!("nats://{}", proxy.addr());
-    let r = run_json(
-        &d.0,
-        &[
-            "run",
-            &nats,
-            "--consume-from",
-            &via,
-            "--topic",
-            "it.ramp",
-            "-c",
-            "6",
-            "--connect-rate",
-            "20",
-            "--source-addrs",
-            "127.0.0.2-127.0.0.3",
-            "-n",
-            "300",
-            "--rate",
-            "1000",
-            "--warmup",
-            "0s",
-            "--no-output",
-        ],
-    );
-    let i = &r["integrity"];
-    assert_eq!(u(&i["expected"]), 300 * 6, "{i}");
-    assert_eq!(u(&i["delivered"]), 300 * 6, "{i}");
-    assert_eq!(u(&i["lost"]), 0, "{i}");
-    // Two refused attempts, counted by cause; nothing else failed.
-    let failures: u64 = r["phases"].as_array().unwrap()[0]["counters"]["connect_failures"]
-        .as_object()
-        .map_or(0, |f| f.values().map(u).sum());
-    assert_eq!(failures, 2, "{}", r["phases"]);
-    // Every consumer connection came from the addresses given, both of them used.
-    let peers: Vec<String> = proxy.peers().iter().map(|p| p.ip().to_string()).collect();
-    assert_eq!(
-        peers.len(),
-        8,
-        "6 consumers and 2 refused attempts: {peers:?}"
-    );
-    assert!(
-        peers.iter().all(|p| p == "127.0.0.2" || p == "127.0.0.3"),
-        "{peers:?}"
-    );
-    assert!(peers.iter().any(|p| p == "127.0.0.2") && peers.iter().any(|p| p == "127.0.0.3"));
-    // Six consumers at 20 a second: the last starts 250 ms after the first.
-    let connected = r["events"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|e| e["kind"] == "connected")
-        .expect("a connected event");
-    let took: f64 = connected["detail"]
-        .as_str()
-        .unwrap()
-        .rsplit(" in ")
-        .next()
-        .unwrap()
-        .trim_end_matches('s')
-        .parse()
-        .unwrap();
-    assert!(took >= 0.25, "{connected}");
+    util::ramp::consumers_ramp_through_a_refusing_proxy(&nats_url(), "it.ramp", &[]);
 }
 
 /// Consumers the server keeps refusing (it takes four of six) never connect: the run goes on

@@ -313,3 +313,10 @@ fn tls_port_is_exact_and_verified() {
         stderr(&o)
     );
 }
+
+/// Consumers at connection scale: they ramp at `--connect-rate` from the `--source-addrs`
+/// given, and two refused connections are counted and retried, not the end of the run.
+#[test]
+fn consumers_ramp_from_source_addresses_and_retry_refused_connections() {
+    util::ramp::consumers_ramp_through_a_refusing_proxy(&redis_url(), "it.ramp.redis", &[]);
+}

@@ -3,6 +3,7 @@
 #![allow(dead_code)]
 
 pub mod faultproxy;
+pub mod ramp;
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output};
