@@ -206,8 +206,10 @@ impl Broadcast {
 const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
 
 async fn serve(shared: Arc<Shared>, sock: TcpStream, shutdown: watch::Receiver<bool>) {
-    // Small buffers: a broadcast server holds tens of thousands of these.
+    // Small buffers, held only while reading: a broadcast server holds tens of thousands of
+    // these, and its clients send little after their upgrade.
     let mut wire = Wire::new(4 * 1024);
+    wire.lean();
     match &shared.tls {
         None => wire.attach(Stream::accepted(sock)),
         Some(acceptor) => {

@@ -177,7 +177,7 @@ impl Driver for WsDriver {
                     .into(),
             ));
         }
-        let conn = self
+        let mut conn = self
             .connect(
                 "sub",
                 spec.id as u64,
@@ -187,6 +187,10 @@ impl Driver for WsDriver {
                 CONSUMER_CHUNK,
             )
             .await?;
+        // A receiver at fan-out scale is idle between messages: no buffers meanwhile (nor
+        // while the ramp goes on: the handshake's go now).
+        conn.wire.lean();
+        conn.wire.shrink();
         let mut c = WsConsumer {
             conn,
             message: Message::default(),
