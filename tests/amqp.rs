@@ -16,7 +16,7 @@ fn run_args<'a>(url: &'a str, extra: &[&'a str]) -> Vec<&'a str> {
 #[test]
 fn confirms_ack_every_message() {
     let d = TempDir::new("amqp-confirm");
-    let url = amqp_url();
+    let url = need!(AMQP);
     let r = run_json(
         &d.0,
         &run_args(
@@ -47,7 +47,7 @@ fn confirms_ack_every_message() {
 #[test]
 fn paced_confirms_are_timed_when_they_arrive() {
     let d = TempDir::new("amqp-paced");
-    let url = amqp_url();
+    let url = need!(AMQP);
     let r = run_json(
         &d.0,
         &run_args(
@@ -79,7 +79,7 @@ fn paced_confirms_are_timed_when_they_arrive() {
 #[test]
 fn exchange_and_queue_types() {
     let d = TempDir::new("amqp-types");
-    let url = amqp_url();
+    let url = need!(AMQP);
     let r = run_json(
         &d.0,
         &run_args(
@@ -124,15 +124,16 @@ fn exchange_and_queue_types() {
     // A quorum queue the run creates: several consumers declaring and purging it at once once
     // cost a consumer its connection (RabbitMQ's 541 INTERNAL_ERROR, a purge before the
     // queue's Raft process ran).
-    let deleted = std::process::Command::new(concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/scripts/brokers.sh"
-    ))
-    .args(["rabbitmqctl", "delete_queue", "msgbench.itq.it.quorum"])
-    .output()
-    .unwrap();
+    let deleted =
+        std::process::Command::new(concat!(env!("CARGO_MANIFEST_DIR"), "/scripts/brokers.sh"))
+            .args(["rabbitmqctl", "delete_queue", "msgbench.itq.it.quorum"])
+            .output()
+            .unwrap();
     let said = format!("{}{}", stdout(&deleted), stderr(&deleted));
-    assert!(deleted.status.success() || said.contains("not found"), "{said}");
+    assert!(
+        deleted.status.success() || said.contains("not found"),
+        "{said}"
+    );
     let r = run_json(
         &d.0,
         &run_args(
@@ -163,7 +164,7 @@ fn exchange_and_queue_types() {
 #[test]
 fn default_exchange_and_ack_modes() {
     let d = TempDir::new("amqp-acks");
-    let url = amqp_url();
+    let url = need!(AMQP);
     for extra in [
         vec!["--exchange", "", "--topic", "it.plain-queue"],
         vec!["--auto-ack", "--topic", "it.autoack"],
@@ -195,7 +196,7 @@ fn large_messages_are_split_into_frames() {
     let r = run_json(
         &d.0,
         &run_args(
-            &amqp_url(),
+            &need!(AMQP),
             &[
                 "-s",
                 "3MiB",
@@ -219,7 +220,7 @@ fn large_messages_are_split_into_frames() {
 #[test]
 fn unroutable_mandatory_messages_are_counted() {
     let d = TempDir::new("amqp-returned");
-    let url = amqp_url();
+    let url = need!(AMQP);
     let r = run_json(
         &d.0,
         &run_args(
@@ -268,7 +269,7 @@ fn unroutable_mandatory_messages_are_counted() {
 #[test]
 fn channels_share_connections() {
     let d = TempDir::new("amqp-channels");
-    let url = amqp_url();
+    let url = need!(AMQP);
     let run = std::process::Command::new(bin())
         .args(run_args(
             &url,
@@ -354,7 +355,7 @@ fn channels_share_connections() {
 #[test]
 fn bad_credentials_and_unreachable() {
     let d = TempDir::new("amqp-bad");
-    let bad = amqp_url().replace("guest:guest", "guest:wrong");
+    let bad = need!(AMQP).replace("guest:guest", "guest:wrong");
     let o = msgbench(&d.0, &run_args(&bad, &["-n", "10"]));
     assert_eq!(o.status.code(), Some(1));
     let e = stderr(&o);
@@ -366,7 +367,7 @@ fn bad_credentials_and_unreachable() {
     assert!(stderr(&o).contains("cannot connect"), "{}", stderr(&o));
     let o = msgbench(
         &d.0,
-        &run_args(&amqp_url(), &["--exchange-type", "weird", "-n", "10"]),
+        &run_args(&need!(AMQP), &["--exchange-type", "weird", "-n", "10"]),
     );
     assert!(stderr(&o).contains("amqp.exchange_type"), "{}", stderr(&o));
 }
@@ -375,7 +376,7 @@ fn bad_credentials_and_unreachable() {
 #[test]
 fn connection_workloads() {
     let d = TempDir::new("amqp-conns");
-    let url = amqp_url();
+    let url = need!(AMQP);
     let r = run_json(
         &d.0,
         &[
@@ -533,5 +534,5 @@ fn tls_against_the_sink() {
 /// given, and two refused connections are counted and retried, not the end of the run.
 #[test]
 fn consumers_ramp_from_source_addresses_and_retry_refused_connections() {
-    util::ramp::consumers_ramp_through_a_refusing_proxy(&amqp_url(), "it.ramp.amqp", &[]);
+    util::ramp::consumers_ramp_through_a_refusing_proxy(&need!(AMQP), "it.ramp.amqp", &[]);
 }

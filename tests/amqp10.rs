@@ -8,13 +8,8 @@ mod util;
 
 use util::*;
 
-fn artemis() -> String {
-    env_or_hint("MSGBENCH_IT_ARTEMIS_URL")
-}
-
-fn rabbitmq() -> String {
-    env_or_hint("MSGBENCH_IT_RMQ_AMQP10_URL")
-}
+/// RabbitMQ's AMQP 1.0 listener.
+const RMQ_AMQP10: &str = "MSGBENCH_IT_RMQ_AMQP10_URL";
 
 /// Writes a scenario holding `[amqp10]` settings `toml` into `d`; returns its path.
 fn scenario(d: &TempDir, name: &str, toml: &str) -> String {
@@ -63,7 +58,7 @@ fn assert_exact(r: &serde_json::Value, n: u64, what: &str) {
 fn artemis_pub_sub_is_exact() {
     let d = TempDir::new("amqp10-artemis");
     let s = scenario(&d, "a.toml", "durable = true");
-    let url = artemis();
+    let url = need!(ARTEMIS);
     let r = run_json(
         &d.0,
         &run_args(
@@ -92,8 +87,8 @@ fn messages_larger_than_a_frame() {
     let d = TempDir::new("amqp10-large");
     let q = scenario(&d, "q.toml", "address = \"/queue/{topic}\"");
     for (s, url, what) in [
-        (None, artemis(), "artemis"),
-        (Some(q.as_str()), rabbitmq(), "rabbitmq"),
+        (None, need!(ARTEMIS), "artemis"),
+        (Some(q.as_str()), need!(RMQ_AMQP10), "rabbitmq"),
     ] {
         let r = run_json(
             &d.0,
@@ -122,7 +117,7 @@ fn messages_larger_than_a_frame() {
 fn rabbitmq_pub_sub_is_exact() {
     let d = TempDir::new("amqp10-rabbit");
     let s = scenario(&d, "r.toml", "address = \"/queue/{topic}\"\ndurable = true");
-    let url = rabbitmq();
+    let url = need!(RMQ_AMQP10);
     let r = run_json(
         &d.0,
         &run_args(
@@ -149,7 +144,7 @@ fn rabbitmq_pub_sub_is_exact() {
 fn settled_sends_have_no_acks() {
     let d = TempDir::new("amqp10-settled");
     let s = scenario(&d, "s.toml", "settled = true");
-    let url = artemis();
+    let url = need!(ARTEMIS);
     let r = run_json(
         &d.0,
         &run_args(
@@ -171,7 +166,7 @@ fn settled_sends_have_no_acks() {
 #[test]
 fn queues_compete_and_topics_fan_out() {
     let d = TempDir::new("amqp10-groups");
-    let (a, rmq) = (artemis(), rabbitmq());
+    let (a, rmq) = (need!(ARTEMIS), need!(RMQ_AMQP10));
     let r = run_json(
         &d.0,
         &run_args(
@@ -263,7 +258,7 @@ fn queues_compete_and_topics_fan_out() {
 #[test]
 fn what_receivers_answer() {
     let d = TempDir::new("amqp10-release");
-    let url = artemis();
+    let url = need!(ARTEMIS);
     let s = scenario(&d, "rel.toml", "on_receive = \"release\"\ncredit = 100");
     let r = run_json(
         &d.0,
@@ -303,7 +298,7 @@ fn what_receivers_answer() {
 fn pipelines_across_protocols() {
     let d = TempDir::new("amqp10-pipe");
     let q = scenario(&d, "q.toml", "address = \"/queue/{topic}\"");
-    let (a091, a10) = (amqp_url(), rabbitmq());
+    let (a091, a10) = (need!(AMQP), need!(RMQ_AMQP10));
     let r = run_json(
         &d.0,
         &run_args(
@@ -329,7 +324,7 @@ fn pipelines_across_protocols() {
         "t.toml",
         "address = \"/topic/{topic}\"\ncapabilities = []",
     );
-    let mqtt = env_or_hint("MSGBENCH_IT_RMQ_MQTT_URL");
+    let mqtt = need!("MSGBENCH_IT_RMQ_MQTT_URL");
     let r = run_json(
         &d.0,
         &run_args(
@@ -348,7 +343,7 @@ fn pipelines_across_protocols() {
 #[test]
 fn refused_messages_are_nacked() {
     let d = TempDir::new("amqp10-full");
-    let url = artemis();
+    let url = need!(ARTEMIS);
     // An address of its own: a full one stays full until the broker is recreated.
     let topic = format!("full.{}", d.0.file_name().unwrap().to_string_lossy());
     let r = run_json(
@@ -392,13 +387,13 @@ fn clear_errors() {
         assert!(!e.contains("wrong-pass"), "the password is printed: {e}");
         e
     };
-    let a = artemis();
+    let a = need!(ARTEMIS);
     let bad = a.replace("msgbench-secret", "wrong-pass");
     fails(
         &run_args(None, &bad, &["-n", "10"]),
         &["authentication failed", "user `msgbench`"],
     );
-    let bad = rabbitmq().replace("guest:guest", "guest:wrong-pass");
+    let bad = need!(RMQ_AMQP10).replace("guest:guest", "guest:wrong-pass");
     fails(
         &run_args(None, &bad, &["-n", "10"]),
         &["authentication failed"],
@@ -429,7 +424,7 @@ fn clear_errors() {
         &["cannot connect", "refused"],
     );
     assert!(t0.elapsed() < std::time::Duration::from_secs(10));
-    let tls = env_or_hint("MSGBENCH_IT_ARTEMIS_TLS_URL");
+    let tls = need!("MSGBENCH_IT_ARTEMIS_TLS_URL");
     fails(
         &run_args(None, &tls, &["-n", "10"]),
         &["TLS", "certificate"],
@@ -450,8 +445,8 @@ fn clear_errors() {
 #[test]
 fn tls_with_verification() {
     let d = TempDir::new("amqp10-tls");
-    let url = env_or_hint("MSGBENCH_IT_ARTEMIS_TLS_URL");
-    let ca = env_or_hint("MSGBENCH_IT_ARTEMIS_CA");
+    let url = need!("MSGBENCH_IT_ARTEMIS_TLS_URL");
+    let ca = need!("MSGBENCH_IT_ARTEMIS_CA");
     let r = run_json(
         &d.0,
         &run_args(
@@ -468,7 +463,7 @@ fn tls_with_verification() {
 #[test]
 fn connection_workloads() {
     let d = TempDir::new("amqp10-conns");
-    let url = artemis();
+    let url = need!(ARTEMIS);
     let r = run_json(
         &d.0,
         &[

@@ -14,7 +14,7 @@ use util::*;
 /// came) or refused: the loss is exact.
 #[test]
 fn artemis_restart_mid_run() {
-    let url = env_or_hint("MSGBENCH_IT_ARTEMIS_URL");
+    let url = need!(ARTEMIS);
     let d = TempDir::new("amqp10-restart");
     std::fs::write(d.path("s.toml"), "[amqp10]\ndurable = true\n").unwrap();
     let scenario = d.path("s.toml").to_string_lossy().into_owned();

@@ -85,7 +85,7 @@ fn failures(m: &serde_json::Value) -> u64 {
 #[test]
 fn confirms_and_throughput_through_the_proxy_to_rabbitmq() {
     let d = TempDir::new("amqp-proxy-rmq");
-    let proxy = Proxy::start(&d.0, &amqp_url(), &[]);
+    let proxy = Proxy::start(&d.0, &need!(AMQP), &[]);
     let common = ["--warmup", "0s", "--no-output"];
     let mut args = vec![
         "run",

@@ -22,7 +22,7 @@ fn broker_restart_mid_run() {
 /// Runs msgbench with `extra` arguments, restarts RabbitMQ 2 s in, and checks the outcome;
 /// `connections`: how many connections the run uses.
 fn restart_mid_run(extra: &[&str], connections: u64) {
-    let url = amqp_url();
+    let url = need!(AMQP);
     let d = TempDir::new("amqp-restart");
     let mut args = vec!["run", url.as_str()];
     args.extend_from_slice(extra);

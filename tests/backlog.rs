@@ -93,12 +93,12 @@ fn mem_backlog() {
 
 #[test]
 fn jetstream_backlog() {
-    backlog_run("js", &env_or_hint("MSGBENCH_IT_NATS_JS_URL"), &[]);
+    backlog_run("js", &need!("MSGBENCH_IT_NATS_JS_URL"), &[]);
 }
 
 #[test]
 fn redis_streams_backlog() {
-    let url = format!("{}?mode=streams", redis_url());
+    let url = format!("{}?mode=streams", need!(REDIS));
     backlog_run("redis", &url, &[]);
 }
 
@@ -106,31 +106,20 @@ fn redis_streams_backlog() {
 fn rabbitmq_backlog() {
     backlog_run(
         "rmq",
-        &amqp_url(),
+        &need!(AMQP),
         &["--queue-group", "g", "--durable", "--purge"],
     );
 }
 
 #[test]
 fn artemis_backlog() {
-    backlog_run(
-        "artemis",
-        &env_or_hint("MSGBENCH_IT_ARTEMIS_URL"),
-        &["--queue-group", "g"],
-    );
+    backlog_run("artemis", &need!(ARTEMIS), &["--queue-group", "g"]);
 }
 
 #[cfg(feature = "kafka")]
 #[test]
 fn kafka_backlog() {
-    match std::env::var("MSGBENCH_IT_KAFKA") {
-        Ok(url) => {
-            backlog_run("kafka", &url, &["--partitions", "4"]);
-        }
-        Err(_) => eprintln!(
-            "skipped: MSGBENCH_IT_KAFKA is not set: start Kafka with `scripts/brokers.sh up kafka`"
-        ),
-    }
+    backlog_run("kafka", &need!(KAFKA), &["--partitions", "4"]);
 }
 
 /// What a backlog cannot mean is refused with the setting named.

@@ -9,10 +9,6 @@ mod util;
 use std::process::{Command, Stdio};
 use util::*;
 
-fn artemis_url() -> String {
-    env_or_hint("MSGBENCH_IT_ARTEMIS_URL")
-}
-
 /// The simulator's fault rule: message n (1-based) is picked iff ⌊n·r⌋ > ⌊(n−1)·r⌋.
 fn picked(n: u64, r: f64) -> bool {
     r > 0.0 && (n as f64 * r).floor() > ((n - 1) as f64 * r).floor()
@@ -32,7 +28,8 @@ fn queues(tag: &str) -> Vec<String> {
     ]
 }
 
-/// Starts `msgbench serve ecp-endpoint`, stopped when dropped.
+/// Starts `msgbench serve ecp-endpoint` on Artemis (the caller's `need!(ARTEMIS)` found it),
+/// stopped when dropped.
 fn start_sim(extra: &[String]) -> Killed {
     let child = Command::new(bin())
         .args([
@@ -40,7 +37,7 @@ fn start_sim(extra: &[String]) -> Killed {
             "ecp-endpoint",
             "--quiet",
             "--broker",
-            &artemis_url(),
+            &env_or_hint(ARTEMIS),
         ])
         .args(extra)
         .stdout(Stdio::null())
@@ -61,6 +58,7 @@ fn stage<'a>(r: &'a serde_json::Value, name: &str) -> &'a serde_json::Value {
 /// reached, failed, duplicate and missing counts are exactly what the simulator did.
 #[test]
 fn endpoint_mode_counts_every_stage_exactly() {
+    let url = need!(ARTEMIS);
     let d = TempDir::new("ecp-endpoint");
     let q = queues("endpoint");
     let (err_r, fail_r, dup_every, n) = (0.02, 0.03, 7u64, 1000u64);
@@ -80,7 +78,6 @@ fn endpoint_mode_counts_every_stage_exactly() {
         .map(String::from),
     );
     let _sim = start_sim(&sim_args);
-    let url = artemis_url();
     let mut args: Vec<String> = ["run", "--preset", "ecp", "--outbox-url", &url]
         .map(String::from)
         .to_vec();
@@ -147,7 +144,7 @@ fn endpoint_mode_counts_every_stage_exactly() {
 #[test]
 fn amqp_mode_loops_back_through_the_broker() {
     let d = TempDir::new("ecp-amqp");
-    let url = artemis_url();
+    let url = need!(ARTEMIS);
     let r = run_json(
         &d.0,
         &[
@@ -180,10 +177,10 @@ fn amqp_mode_loops_back_through_the_broker() {
 /// Toolbox mode: the reply is matched by the baMessageID property; no send-event stages.
 #[test]
 fn toolbox_mode_matches_replies_by_ba_message_id() {
+    let url = need!(ARTEMIS);
     let d = TempDir::new("ecp-toolbox");
     let q = queues("toolbox");
     let _sim = start_sim(&q);
-    let url = artemis_url();
     let mut args: Vec<String> = [
         "run",
         "--preset",
@@ -217,7 +214,7 @@ fn toolbox_mode_matches_replies_by_ba_message_id() {
 #[test]
 fn an_endpoint_that_never_answers_is_counted_missing() {
     let d = TempDir::new("ecp-silent");
-    let url = artemis_url();
+    let url = need!(ARTEMIS);
     let mut args: Vec<String> = [
         "run",
         "--preset",

@@ -144,9 +144,8 @@ struct Shared {
 }
 
 impl Shared {
-    /// `url_var`: the variable holding its URL (the address is taken from it).
-    fn new(name: &'static str, url_var: &str) -> Shared {
-        let url = env_or_hint(url_var);
+    /// `url`: where it listens (the address is taken from it).
+    fn new(name: &'static str, url: String) -> Shared {
         let rest = url.split("://").nth(1).unwrap();
         let rest = rest.rsplit('@').next().unwrap();
         let addr = rest.split(['/', '?']).next().unwrap().to_string();
@@ -407,7 +406,6 @@ fn strings(a: &[&str]) -> Vec<String> {
 
 /// nats-server, optionally with JetStream storing under `store`.
 fn nats_server(dir: &Path, store: Option<&Path>) -> Own {
-    let _ = nats_url(); // same prerequisite as the other broker tests
     let log = dir.join("nats.log");
     let store = store.map(Path::to_path_buf);
     Own::new(move |port| {
@@ -427,6 +425,7 @@ fn nats_server(dir: &Path, store: Option<&Path>) -> Own {
 #[test]
 fn nats() {
     let d = TempDir::new("faults-nats");
+    let _ = need!(NATS); // nats-server installed by the broker script
     let mut b = nats_server(&d.0, None);
     let r = Row {
         driver: "nats",
@@ -444,6 +443,7 @@ fn nats() {
 #[test]
 fn jetstream() {
     let d = TempDir::new("faults-js");
+    let _ = need!(NATS); // nats-server installed by the broker script
     let mut b = nats_server(&d.0, Some(&d.path("store")));
     let r = Row {
         driver: "nats+js",
@@ -460,7 +460,7 @@ fn jetstream() {
 
 #[test]
 fn mqtt() {
-    let _ = mqtt_url();
+    let _ = need!(MQTT);
     let d = TempDir::new("faults-mqtt");
     let conf = d.path("m.conf");
     let mut b = Own::new(move |port| {
@@ -503,7 +503,6 @@ fn mqtt() {
 /// redis-server whose every write is fsync'ed to its append-only file before the reply, so a
 /// stream survives SIGKILL with every entry it confirmed.
 fn redis_server(dir: &Path) -> Own {
-    let _ = redis_url();
     let data = dir.to_path_buf();
     Own::new(move |port| {
         Command::new("redis-server")
@@ -527,6 +526,7 @@ fn redis_server(dir: &Path) -> Own {
 #[test]
 fn redis_pubsub() {
     let d = TempDir::new("faults-redis");
+    let _ = need!(REDIS); // redis-server installed by the broker script
     let mut b = redis_server(&d.0);
     // Pub/sub keeps nothing for a subscriber that is away: what is published while it
     // reconnects is lost, confirmed or not.
@@ -546,6 +546,7 @@ fn redis_pubsub() {
 #[test]
 fn redis_streams() {
     let d = TempDir::new("faults-redis-streams");
+    let _ = need!(REDIS); // redis-server installed by the broker script
     let mut b = redis_server(&d.0);
     let r = Row {
         driver: "redis streams",
@@ -562,7 +563,7 @@ fn redis_streams() {
 
 #[test]
 fn amqp() {
-    let mut b = Shared::new("rabbitmq", "MSGBENCH_IT_AMQP_URL");
+    let mut b = Shared::new("rabbitmq", need!(AMQP));
     // Confirms, a durable queue and persistent messages: a confirmed message is on disk.
     let r = Row {
         driver: "amqp",
@@ -586,7 +587,7 @@ fn amqp() {
 
 #[test]
 fn amqp10() {
-    let mut b = Shared::new("artemis", "MSGBENCH_IT_ARTEMIS_URL");
+    let mut b = Shared::new("artemis", need!(ARTEMIS));
     // Durable messages (Artemis journals them before it accepts them).
     let r = Row {
         driver: "amqp10",
@@ -607,7 +608,7 @@ fn amqp10() {
 /// proxy, so a proxy's reset or blackhole would only hit the bootstrap connection.
 #[test]
 fn kafka() {
-    let mut b = Shared::new("kafka", "MSGBENCH_IT_KAFKA");
+    let mut b = Shared::new("kafka", need!(KAFKA));
     let r = Row {
         driver: "kafka",
         url: |a| format!("kafka://{a}"),

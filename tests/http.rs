@@ -81,7 +81,7 @@ fn fixed_rate_latency_is_corrected_for_coordinated_omission() {
 /// nginx at a fixed rate with GET and a header: all answered, the schedule kept.
 #[test]
 fn fixed_rate_against_nginx() {
-    let url = env_or_hint("MSGBENCH_IT_HTTP_URL");
+    let url = need!("MSGBENCH_IT_HTTP_URL");
     let d = TempDir::new("http-nginx");
     let r = run_json(
         &d.0,
@@ -113,7 +113,7 @@ fn fixed_rate_against_nginx() {
 fn https_against_the_builtin_server() {
     let s = Server::https();
     let d = TempDir::new("http-tls");
-    let ca = env_or_hint("MSGBENCH_IT_MQTT_CA");
+    let ca = need!("MSGBENCH_IT_MQTT_CA");
     for extra in [&[][..], &["--http2", "--max-in-flight", "32"][..]] {
         let mut args = vec!["run", &s.url, "--ca-file", &ca, "-p", "2", "-n", "2000"];
         args.extend_from_slice(extra);
@@ -158,7 +158,7 @@ fn bad_http_runs_are_refused() {
     // says so instead of falling back to HTTP/1.1.
     let wss = Server::wss_broadcast();
     let https = wss.url.replace("wss://", "https://");
-    let ca = env_or_hint("MSGBENCH_IT_MQTT_CA");
+    let ca = need!("MSGBENCH_IT_MQTT_CA");
     let o = msgbench(
         &d.0,
         &[

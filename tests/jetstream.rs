@@ -22,7 +22,6 @@ struct Js {
 impl Js {
     /// Starts nats-server on a free port, JetStream on (`jetstream`) with its store under `dir`.
     fn start(dir: &Path, jetstream: bool) -> Js {
-        let _ = nats_url(); // same prerequisite as the other broker tests
         Js::start_on(dir, free_port(), jetstream)
     }
 
@@ -123,6 +122,7 @@ fn exact(dir: &Path, url: &str, topic: &str, extra: &[&str], copies: u64) -> ser
 /// Pull consumers, ephemeral and durable, on file and memory streams that msgbench creates.
 #[test]
 fn pubacks_and_pull_consumers() {
+    let _ = need!(NATS); // nats-server, installed by the broker script
     let d = TempDir::new("js-pull");
     let js = Js::start(&d.0, true);
     exact(&d.0, &js.url(""), "js.pull.file", &["-p", "2"], 1);
@@ -160,6 +160,7 @@ fn pubacks_and_pull_consumers() {
 /// Push consumers, ephemeral and durable, fan-out and a queue group.
 #[test]
 fn push_consumers() {
+    let _ = need!(NATS); // nats-server, installed by the broker script
     let d = TempDir::new("js-push");
     let js = Js::start(&d.0, true);
     exact(
@@ -190,6 +191,7 @@ fn push_consumers() {
 /// them to the next run with `deliver=all`.
 #[test]
 fn named_stream_and_durable_backlog() {
+    let _ = need!(NATS); // nats-server, installed by the broker script
     let d = TempDir::new("js-named");
     let js = Js::start(&d.0, true);
     exact(&d.0, &js.url("?stream=SHARED"), "js.a", &[], 1);
@@ -245,6 +247,7 @@ fn named_stream_and_durable_backlog() {
 /// error and exit code 1 (could not run); a wrong option: exit code 2 (usage).
 #[test]
 fn missing_stream_and_no_jetstream() {
+    let _ = need!(NATS); // nats-server, installed by the broker script
     let d = TempDir::new("js-missing");
     let js = Js::start(&d.0, true);
     let o = msgbench(
@@ -302,6 +305,7 @@ fn missing_stream_and_no_jetstream() {
 /// and results file are complete.
 #[test]
 fn broker_restart_mid_run() {
+    let _ = need!(NATS); // nats-server, installed by the broker script
     let d = TempDir::new("js-restart");
     let mut js = Js::start(&d.0, true);
     let port = js.port;

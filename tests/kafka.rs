@@ -10,20 +10,6 @@ mod util;
 use std::time::{Duration, Instant};
 use util::*;
 
-/// The broker from `scripts/brokers.sh env`, or `None` (the test says why it is skipped).
-fn kafka_url() -> Option<String> {
-    match std::env::var("MSGBENCH_IT_KAFKA") {
-        Ok(u) => Some(u),
-        Err(_) => {
-            eprintln!(
-                "skipped: MSGBENCH_IT_KAFKA is not set: start Kafka with `scripts/brokers.sh up kafka` \
-                 and `eval \"$(scripts/brokers.sh env)\"`"
-            );
-            None
-        }
-    }
-}
-
 /// A topic name no earlier run used (the broker keeps its topics across runs).
 fn topic(tag: &str) -> String {
     let n = std::time::SystemTime::now()
@@ -53,7 +39,7 @@ fn run<'a>(url: &'a str, topic: &'a str, extra: &[&'a str]) -> Vec<&'a str> {
 /// consumers (a group each) get every message, in order, once.
 #[test]
 fn acks_all_fanout_exact() {
-    let Some(url) = kafka_url() else { return };
+    let url = need!(KAFKA);
     let d = TempDir::new("kafka-fanout");
     let t = topic("fanout");
     let r = run_json(
@@ -87,7 +73,7 @@ fn acks_all_fanout_exact() {
 /// reaches exactly one of them.
 #[test]
 fn group_consumers_share_partitions() {
-    let Some(url) = kafka_url() else { return };
+    let url = need!(KAFKA);
     let d = TempDir::new("kafka-group");
     let t = topic("group");
     let group = format!("g-{t}");
@@ -129,7 +115,7 @@ fn group_consumers_share_partitions() {
 /// Every codec delivers every message.
 #[test]
 fn compression_codecs_deliver() {
-    let Some(url) = kafka_url() else { return };
+    let url = need!(KAFKA);
     let d = TempDir::new("kafka-codecs");
     for codec in ["gzip", "lz4", "zstd", "snappy", "none"] {
         let t = topic(codec);
@@ -155,7 +141,7 @@ fn compression_codecs_deliver() {
 /// within one: zero reordered, zero lost. Sticky and round-robin too.
 #[test]
 fn keyed_partitions_zero_reordered() {
-    let Some(url) = kafka_url() else { return };
+    let url = need!(KAFKA);
     let d = TempDir::new("kafka-keyed");
     for how in ["keyed", "round-robin", "sticky"] {
         let t = topic(how);
@@ -200,7 +186,7 @@ fn keyed_partitions_zero_reordered() {
 /// run's messages: foreign); one starting at `latest` does not.
 #[test]
 fn earliest_reads_old_messages_latest_does_not() {
-    let Some(url) = kafka_url() else { return };
+    let url = need!(KAFKA);
     let d = TempDir::new("kafka-offsets");
     let t = topic("offsets");
     let r = run_json(&d.0, &run(&url, &t, &["-n", "700"]));
@@ -216,7 +202,7 @@ fn earliest_reads_old_messages_latest_does_not() {
 /// `--no-create-topics` refuses a missing topic with its name; async and sync commits work.
 #[test]
 fn existing_topics_and_commit_modes() {
-    let Some(url) = kafka_url() else { return };
+    let url = need!(KAFKA);
     let d = TempDir::new("kafka-existing");
     let t = topic("missing");
     let o = msgbench(&d.0, &run(&url, &t, &["--no-create-topics", "-n", "10"]));
@@ -239,7 +225,7 @@ fn existing_topics_and_commit_modes() {
 /// A broker that does not answer: a clear error and exit 1 within the connect timeout.
 #[test]
 fn unreachable_broker_fails_fast() {
-    let Some(_) = kafka_url() else { return };
+    need!(KAFKA);
     let d = TempDir::new("kafka-unreachable");
     let url = format!("kafka://127.0.0.1:{}", free_port());
     let t0 = Instant::now();
@@ -359,7 +345,7 @@ fn tls_listener_is_exact_and_verified() {
 /// after the other, publishing on each, without failures.
 #[test]
 fn connection_workloads_hold_and_storm() {
-    let Some(url) = kafka_url() else { return };
+    let url = need!(KAFKA);
     let d = TempDir::new("kafka-conns");
     let t = topic("conns");
     let r = run_json(

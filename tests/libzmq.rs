@@ -14,11 +14,6 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, ChildStdout, Command, Stdio};
 use util::*;
 
-/// The Python that imports pyzmq on libzmq (`scripts/brokers.sh env` sets it).
-fn python() -> String {
-    env_or_hint("MSGBENCH_IT_LIBZMQ_PYTHON")
-}
-
 /// The relay as a child process, killed (by its PID) when dropped, panics included.
 struct Relay {
     child: Child,
@@ -29,11 +24,12 @@ struct Relay {
 }
 
 impl Relay {
-    /// Starts `zmq_relay.py PATTERN IN_PORT OUT_PORT` and waits for its "relay ready" line.
-    fn start(dir: &Path, pattern: &str, in_port: u16, out_port: u16) -> Relay {
+    /// Starts `zmq_relay.py PATTERN IN_PORT OUT_PORT` under `python` (one that imports pyzmq
+    /// on libzmq) and waits for its "relay ready" line.
+    fn start(python: &str, dir: &Path, pattern: &str, in_port: u16, out_port: u16) -> Relay {
         let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/zmq_relay.py");
         let log = dir.join(format!("relay-{pattern}.log"));
-        let mut child = Command::new(python())
+        let mut child = Command::new(python)
             .arg(&script)
             .args([pattern, &in_port.to_string(), &out_port.to_string()])
             .stdin(Stdio::null())
@@ -78,12 +74,14 @@ impl Drop for Relay {
 /// receives them from libzmq; every message must arrive exactly once, end-to-end latency
 /// measured across both hops.
 fn through_libzmq(pattern: &str, size: &str, n: u64) {
+    // Set by `scripts/brokers.sh env`.
+    let python = need!("MSGBENCH_IT_LIBZMQ_PYTHON");
     let d = TempDir::new(&format!("libzmq-{pattern}-{size}"));
     let in_port = free_port();
     let out_port = std::iter::repeat_with(free_port)
         .find(|&p| p != in_port)
         .unwrap();
-    let mut relay = Relay::start(&d.0, pattern, in_port, out_port);
+    let mut relay = Relay::start(&python, &d.0, pattern, in_port, out_port);
     let query = if pattern == "pubsub" {
         "pattern=pubsub&"
     } else {

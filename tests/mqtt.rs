@@ -19,7 +19,7 @@ fn run_args<'a>(url: &'a str, extra: &[&'a str]) -> Vec<&'a str> {
 #[test]
 fn qos_1_and_2_ack_every_message() {
     let d = TempDir::new("mqtt-qos");
-    let url = mqtt_url();
+    let url = need!(MQTT);
     for qos in ["1", "2"] {
         let topic = format!("it/qos{qos}");
         let r = run_json(
@@ -50,7 +50,7 @@ fn qos_1_and_2_ack_every_message() {
 #[test]
 fn batched_acks_keep_every_message_in_fewer_segments() {
     let d = TempDir::new("mqtt-ack-every");
-    let url = mqtt_url();
+    let url = need!(MQTT);
     let run = |qos: &str, every: &str| {
         let topic = format!("it/ack-every/{qos}/{every}");
         let r = run_json(
@@ -94,7 +94,7 @@ fn batched_acks_keep_every_message_in_fewer_segments() {
 /// on its own within the time bound, and every message arrives.
 #[test]
 fn batched_acks_go_out_in_time() {
-    let _ = mqtt_url();
+    let _ = need!(MQTT);
     let d = TempDir::new("mqtt-ack-bound");
     let port = free_port();
     let _server = Killed(start_mosquitto_with(
@@ -135,7 +135,7 @@ fn batched_acks_go_out_in_time() {
 #[test]
 fn mqtt5_shared_subscription() {
     let d = TempDir::new("mqtt-share");
-    let url = mqtt_url();
+    let url = need!(MQTT);
     let r = run_json(
         &d.0,
         &run_args(
@@ -166,7 +166,7 @@ fn mqtt5_shared_subscription() {
 #[test]
 fn wildcard_subscription_covers_all_topics() {
     let d = TempDir::new("mqtt-wild");
-    for url in [mqtt_url(), Server::mqtt().url.clone()] {
+    for url in [need!(MQTT), Server::mqtt().url.clone()] {
         let r = run_json(
             &d.0,
             &run_args(
@@ -196,7 +196,7 @@ fn wildcard_subscription_covers_all_topics() {
 #[test]
 fn authentication() {
     let d = TempDir::new("mqtt-auth");
-    let good = env_or_hint("MSGBENCH_IT_MQTT_AUTH_URL");
+    let good = need!("MSGBENCH_IT_MQTT_AUTH_URL");
     let r = run_json(
         &d.0,
         &run_args(&good, &["-n", "1000", "--topic", "it/auth"]),
@@ -215,12 +215,12 @@ fn authentication() {
 #[test]
 fn tls_verifies_by_default() {
     let d = TempDir::new("mqtt-tls");
-    let ca = env_or_hint("MSGBENCH_IT_MQTT_CA");
-    let cert = env_or_hint("MSGBENCH_IT_MQTT_CLIENT_CERT");
-    let key = env_or_hint("MSGBENCH_IT_MQTT_CLIENT_KEY");
+    let ca = need!("MSGBENCH_IT_MQTT_CA");
+    let cert = need!("MSGBENCH_IT_MQTT_CLIENT_CERT");
+    let key = need!("MSGBENCH_IT_MQTT_CLIENT_KEY");
     // Mosquitto's TLS listener, then msgbench's own broker over TLS.
     let ours = Server::mqtts();
-    for url in [env_or_hint("MSGBENCH_IT_MQTTS_URL"), ours.url.clone()] {
+    for url in [need!("MSGBENCH_IT_MQTTS_URL"), ours.url.clone()] {
         tls_run(&d, &url, &ca, &cert, &key);
     }
 }
@@ -304,7 +304,7 @@ fn demo_runs_against_the_embedded_broker() {
 #[test]
 fn hold_connections() {
     let d = TempDir::new("mqtt-hold");
-    for url in [mqtt_url(), nats_url()] {
+    for url in [need!(MQTT), need!(NATS)] {
         let r = run_json(
             &d.0,
             &[
@@ -355,7 +355,7 @@ fn hold_connections() {
 fn connect_storm() {
     let d = TempDir::new("mqtt-storm");
     let serve = Server::mqtt();
-    for url in [serve.url.clone(), mqtt_url(), nats_url()] {
+    for url in [serve.url.clone(), need!(MQTT), need!(NATS)] {
         let r = run_json(
             &d.0,
             &[
@@ -417,9 +417,9 @@ fn connection_preflight_names_the_limit() {
         assert_eq!(o.status.code(), Some(1));
         stderr(&o)
     };
-    let e = refused(&amqp_url());
+    let e = refused(&need!(AMQP));
     assert!(e.contains("file descriptors") && e.contains("limit"), "{e}");
-    let e = refused(&mqtt_url());
+    let e = refused(&need!(MQTT));
     assert!(
         e.contains("local ports") && e.contains("--source-addrs"),
         "{e}"
@@ -427,7 +427,7 @@ fn connection_preflight_names_the_limit() {
     // Four brokers in the URL: each destination has its own ports, and takes a quarter.
     let e = refused(&format!(
         "{},127.0.0.1:2,127.0.0.1:3,127.0.0.1:4",
-        mqtt_url()
+        need!(MQTT)
     ));
     assert!(e.contains("25000000 connections to one address"), "{e}");
 }
@@ -494,7 +494,7 @@ fn start_mosquitto_with(port: u16, dir: &std::path::Path, extra: &str) -> Child 
 /// are counted, and the results file is complete.
 #[test]
 fn broker_restart_mid_run() {
-    let _ = mqtt_url();
+    let _ = need!(MQTT);
     let d = TempDir::new("mqtt-restart");
     let port = free_port();
     let mut server = start_mosquitto(port, &d.0);
@@ -565,7 +565,7 @@ fn broker_restart_mid_run() {
 #[test]
 fn retained_message_reaches_a_later_subscriber() {
     let d = TempDir::new("mqtt-retain");
-    let url = mqtt_url();
+    let url = need!(MQTT);
     let topic = format!("it/retain/{}", std::process::id());
     let r = run_json(
         &d.0,
@@ -587,7 +587,7 @@ fn retained_message_reaches_a_later_subscriber() {
 #[test]
 fn persistent_sessions() {
     let d = TempDir::new("mqtt-persist");
-    let url = mqtt_url();
+    let url = need!(MQTT);
     for v in ["3.1.1", "5"] {
         let id = format!("it-persist-{}-{v}-{{role}}-{{i}}", std::process::id());
         for _ in 0..2 {
@@ -673,7 +673,7 @@ fn keep_alive_holds_slow_clients() {
     let r = run_json(
         &d.0,
         &run_args(
-            &mqtt_url(),
+            &need!(MQTT),
             &[
                 "--rate",
                 "0.25",
@@ -706,7 +706,7 @@ fn holds_more_connections_than_the_open_file_limit() {
     let d = TempDir::new("mqtt-fd-free");
     let port = free_port();
     let mut second = Killed(start_mosquitto(port, &d.0));
-    let url = format!("{},127.0.0.1:{port}", mqtt_url());
+    let url = format!("{},127.0.0.1:{port}", need!(MQTT));
     let args = [
         "run",
         &url,
@@ -760,7 +760,7 @@ fn clients_fail_over_to_the_next_broker() {
     let d = TempDir::new("mqtt-failover");
     let port = free_port();
     let mut second = Killed(start_mosquitto(port, &d.0));
-    let first = mqtt_url();
+    let first = need!(MQTT);
     let url = format!("{first},127.0.0.1:{port}");
     let first = first.trim_start_matches("mqtt://").to_string();
     assert_fails_over(&d.0, &url, "it/failover", &first, &mut second);
@@ -770,5 +770,5 @@ fn clients_fail_over_to_the_next_broker() {
 /// given, and two refused connections are counted and retried, not the end of the run.
 #[test]
 fn consumers_ramp_from_source_addresses_and_retry_refused_connections() {
-    util::ramp::consumers_ramp_through_a_refusing_proxy(&mqtt_url(), "it.ramp.mqtt", &[]);
+    util::ramp::consumers_ramp_through_a_refusing_proxy(&need!(MQTT), "it.ramp.mqtt", &[]);
 }

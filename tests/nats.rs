@@ -40,7 +40,7 @@ fn start_server_with(port: u16, dir: &std::path::Path, extra: &[&str]) -> Child 
 /// loss and the reconnection, and still writes the report and a complete results file.
 #[test]
 fn broker_restart_mid_run() {
-    let _ = nats_url(); // same prerequisite as the other broker tests
+    let _ = need!(NATS); // same prerequisite as the other broker tests
     let d = TempDir::new("nats-restart");
     let port = free_port();
     let mut server = start_server(port, &d.0);
@@ -106,7 +106,7 @@ fn oversized_messages_fail_fast() {
         &d.0,
         &[
             "run",
-            &nats_url(),
+            &need!(NATS),
             "-p",
             "2",
             "--size",
@@ -149,7 +149,7 @@ fn holds_more_connections_than_the_open_file_limit() {
     let d = TempDir::new("nats-fd-free");
     let port = free_port();
     let mut second = Killed(start_server(port, &d.0));
-    let url = format!("{},nats://127.0.0.1:{port}", nats_url());
+    let url = format!("{},nats://127.0.0.1:{port}", need!(NATS));
     let args = [
         "run",
         &url,
@@ -200,7 +200,7 @@ fn server_lists_share_the_clients() {
         &d.0,
         &[
             "run",
-            &format!("{},127.0.0.1:{dead}", nats_url()),
+            &format!("{},127.0.0.1:{dead}", need!(NATS)),
             "-p",
             "2",
             "--connect-timeout",
@@ -220,7 +220,7 @@ fn server_lists_share_the_clients() {
         &d.0,
         &[
             "run",
-            &format!("{0},{0}", nats_url()),
+            &format!("{0},{0}", need!(NATS)),
             "--topic",
             "it.list",
             "-p",
@@ -245,7 +245,7 @@ fn clients_fail_over_to_the_next_server() {
     let d = TempDir::new("nats-failover");
     let port = free_port();
     let mut second = Killed(start_server(port, &d.0));
-    let first = nats_url();
+    let first = need!(NATS);
     let url = format!("{first},nats://127.0.0.1:{port}");
     let first = first.trim_start_matches("nats://").to_string();
     assert_fails_over(&d.0, &url, "it.failover", &first, &mut second);
@@ -311,7 +311,7 @@ fn tls_after_the_servers_info() {
 /// does) is counted and retried, not the end of the run: every consumer gets every message.
 #[test]
 fn consumers_ramp_from_source_addresses_and_retry_refused_connections() {
-    util::ramp::consumers_ramp_through_a_refusing_proxy(&nats_url(), "it.ramp", &[]);
+    util::ramp::consumers_ramp_through_a_refusing_proxy(&need!(NATS), "it.ramp", &[]);
 }
 
 /// Consumers the server keeps refusing (it takes four of six) never connect: the run goes on
@@ -319,7 +319,7 @@ fn consumers_ramp_from_source_addresses_and_retry_refused_connections() {
 /// consumers that subscribed, so nothing is counted lost that no one was there to receive.
 #[test]
 fn consumers_that_never_connect_are_reported_and_not_counted_lost() {
-    let nats = nats_url();
+    let nats = need!(NATS);
     let upstream = nats.trim_start_matches("nats://").to_string();
     let proxy = util::faultproxy::FaultProxy::start(&upstream);
     proxy.refuse(4..u64::MAX);

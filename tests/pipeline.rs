@@ -6,21 +6,20 @@ mod util;
 
 use util::*;
 
-fn rmq_mqtt_url() -> String {
-    env_or_hint("MSGBENCH_IT_RMQ_MQTT_URL")
-}
+/// RabbitMQ's MQTT listener.
+const RMQ_MQTT: &str = "MSGBENCH_IT_RMQ_MQTT_URL";
 
 /// Publish on AMQP with confirms, receive over MQTT: every message arrives once, end-to-end
 /// latency is measured across the hop, and the results file names both ends.
 #[test]
 fn amqp_to_mqtt() {
     let d = TempDir::new("pipe-amqp-mqtt");
-    let to = rmq_mqtt_url();
+    let to = need!(RMQ_MQTT);
     let r = run_json(
         &d.0,
         &[
             "run",
-            &amqp_url(),
+            &need!(AMQP),
             "--consume-from",
             &to,
             "--exchange",
@@ -71,9 +70,9 @@ fn mqtt_to_amqp_queue_group() {
         &d.0,
         &[
             "run",
-            &rmq_mqtt_url(),
+            &need!(RMQ_MQTT),
             "--consume-from",
-            &amqp_url(),
+            &need!(AMQP),
             "--exchange",
             "amq.topic",
             "--exchange-type",

@@ -19,7 +19,7 @@ fn pub_sub_fans_out_and_every_publish_is_answered() {
         &d.0,
         &[
             "run",
-            &redis_url(),
+            &need!(REDIS),
             "--topic",
             "it.redis.pubsub.{i}",
             "--topics",
@@ -54,7 +54,7 @@ fn pub_sub_fans_out_and_every_publish_is_answered() {
 #[test]
 fn streams_fan_out_and_consumer_groups() {
     let d = TempDir::new("redis-streams");
-    let url = format!("{}?mode=streams&maxlen=100000&count=100", redis_url());
+    let url = format!("{}?mode=streams&maxlen=100000&count=100", need!(REDIS));
     // Fan-out: every reader gets every entry.
     let r = run_json(
         &d.0,
@@ -112,7 +112,7 @@ fn streams_fan_out_and_consumer_groups() {
 fn refused_commands_are_counted_as_refused_messages() {
     // A key holding a string cannot take XADD: every message is refused (-WRONGTYPE), each one
     // counted, and the refusal said once as an event.
-    let url = redis_url();
+    let url = need!(REDIS);
     let port = url.rsplit(':').next().unwrap();
     let set = Command::new("redis-cli")
         .args(["-p", port, "SET", "it.redis.wrongtype", "a-string"])
@@ -253,8 +253,8 @@ fn bad_input_is_a_clear_error() {
 /// offered, pub/sub exact; without the CA the certificate is refused with a clear error.
 #[test]
 fn tls_port_is_exact_and_verified() {
-    let url = env_or_hint("MSGBENCH_IT_REDIS_TLS_URL");
-    let ca = env_or_hint("MSGBENCH_IT_CA");
+    let url = need!("MSGBENCH_IT_REDIS_TLS_URL");
+    let ca = need!("MSGBENCH_IT_CA");
     let dir = std::path::Path::new(&ca).parent().unwrap();
     let (cert, key) = (
         dir.join("client.pem").display().to_string(),
@@ -318,5 +318,5 @@ fn tls_port_is_exact_and_verified() {
 /// given, and two refused connections are counted and retried, not the end of the run.
 #[test]
 fn consumers_ramp_from_source_addresses_and_retry_refused_connections() {
-    util::ramp::consumers_ramp_through_a_refusing_proxy(&redis_url(), "it.ramp.redis", &[]);
+    util::ramp::consumers_ramp_through_a_refusing_proxy(&need!(REDIS), "it.ramp.redis", &[]);
 }

@@ -65,7 +65,7 @@ fn merge(d: &TempDir) -> serde_json::Value {
 
 #[test]
 fn four_segments_merge_to_the_single_process_run() {
-    let url = nats_url();
+    let url = need!(NATS);
     let d = TempDir::new("segments");
     let segs = run_segments(&d, "seg.{i}", |_| url.clone(), unix_ms() + 4000);
     for (i, s) in segs.iter().enumerate() {
@@ -153,7 +153,7 @@ impl CuttingProxy {
 
 #[test]
 fn loss_in_one_segments_path_shows_in_the_merged_totals() {
-    let url = nats_url();
+    let url = need!(NATS);
     let upstream = url.trim_start_matches("nats://").to_string();
     let proxy = CuttingProxy::start(upstream);
     let via_proxy = format!("nats://127.0.0.1:{}", proxy.port);

@@ -374,7 +374,7 @@ fn a_saturated_generator_is_flagged_against_its_own_threads() {
 #[test]
 fn host_metrics_are_in_the_results_file() {
     let d = TempDir::new("verdicts-host");
-    let nats = nats_url();
+    let nats = need!(NATS);
     let r = run_json(
         &d.0,
         &[

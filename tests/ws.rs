@@ -14,7 +14,7 @@ use util::*;
 /// latency measured across the relay, the subscribe message (text) not taken for data.
 #[test]
 fn rango_fanout_through_the_broadcast_server() {
-    let nats = nats_url();
+    let nats = need!(NATS);
     let relay = Server::ws_broadcast(&["--from", &nats, "--topic", "it.rango"]);
     let d = TempDir::new("ws-rango");
     let scenario = concat!(env!("CARGO_MANIFEST_DIR"), "/scenarios/rango-fanout.toml");
@@ -86,7 +86,7 @@ fn clients_relay_through_the_server() {
 #[test]
 fn wss_through_the_broadcast_server() {
     let relay = Server::wss_broadcast();
-    let ca = env_or_hint("MSGBENCH_IT_MQTT_CA");
+    let ca = need!("MSGBENCH_IT_MQTT_CA");
     let d = TempDir::new("wss-relay");
     let r = run_json(
         &d.0,

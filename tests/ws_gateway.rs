@@ -34,8 +34,9 @@ struct Gateway {
 }
 
 impl Gateway {
+    /// Consuming from RabbitMQ (the calling test checked it is there with `need!(AMQP)`).
     fn start(shape: &str, extra: &[&str]) -> Gateway {
-        Gateway::start_from(&amqp_url(), shape, extra)
+        Gateway::start_from(&env_or_hint(AMQP), shape, extra)
     }
 
     /// The same, consuming from `from` (any broker msgbench speaks).
@@ -172,7 +173,7 @@ if delete:
 c.close()
 "#;
     let o = Command::new(PYTHON)
-        .args(["-c", script, &amqp_url(), exchange, &messages.to_string()])
+        .args(["-c", script, &need!(AMQP), exchange, &messages.to_string()])
         .arg(if delete { "1" } else { "0" })
         .output()
         .unwrap();
@@ -190,8 +191,8 @@ fn market(tag: &str) -> String {
 /// message of its stream exactly once and nothing else (foreign = 0).
 #[test]
 fn rango_gateway_between_rabbitmq_and_msgbench_clients() {
+    let amqp = need!(AMQP);
     let gw = Gateway::start("rango", &[]);
-    let amqp = amqp_url();
     let (a, b) = (market("btcusd"), market("ethusd"));
     let d = TempDir::new("ws-gateway");
     let common = [
@@ -250,6 +251,7 @@ fn rango_gateway_between_rabbitmq_and_msgbench_clients() {
 /// line as a user pointing it at their own systems would: every client gets every event.
 #[test]
 fn the_rango_gateway_scenario_counts_every_delivery() {
+    let _ = need!(AMQP);
     let gw = Gateway::start("rango", &[]);
     let m = market("xrpusd");
     let d = TempDir::new("ws-scenario");
@@ -264,7 +266,7 @@ fn the_rango_gateway_scenario_counts_every_delivery() {
             "run",
             scenario,
             "--target",
-            &amqp_url(),
+            &need!(AMQP),
             "--topic",
             &topic,
             "--consume-from",
@@ -298,6 +300,7 @@ fn the_rango_gateway_scenario_counts_every_delivery() {
 /// `{"stream":...,"data":...,"ts":...}`; msgbench's consumers still find their stamp in it.
 #[test]
 fn envelope_gateway_reencodes_and_the_stamp_survives() {
+    let _ = need!(AMQP);
     let gw = Gateway::start("envelope", &[]);
     let m = market("ltcusd");
     let d = TempDir::new("ws-envelope");
@@ -307,7 +310,7 @@ fn envelope_gateway_reencodes_and_the_stamp_survives() {
         &d.0,
         &[
             "run",
-            &amqp_url(),
+            &need!(AMQP),
             "--exchange",
             "peatio.events.ranger",
             "--exchange-type",
@@ -347,6 +350,7 @@ fn pika_and_websockets_see_rango_frames_exactly() {
     // An exchange of its own with rango's catch-all binding, so private keys arrive too and
     // every figure is this test's.
     let exchange = format!("peatio.events.ranger.it{}", std::process::id());
+    let _ = need!(AMQP);
     let gw = Gateway::start("rango", &["--exchange", &exchange, "--topic", "#"]);
     let by_url = PyClient::start(&format!("{}/?stream=btcusd.trades", gw.url), json!([]), 3);
     let streams = ["btcusd.trades", "ethusd.trades", "global.tickers"];
@@ -412,8 +416,8 @@ fn pika_and_websockets_see_rango_frames_exactly() {
 #[test]
 fn nats_subjects_and_mqtt_topics_name_streams_too() {
     for (from, topic, stream) in [
-        (nats_url(), "public.{m}.trades", "{m}.trades"),
-        (mqtt_url(), "public/{m}/trades", "{m}/trades"),
+        (need!(NATS), "public.{m}.trades", "{m}.trades"),
+        (need!(MQTT), "public/{m}/trades", "{m}/trades"),
     ] {
         let gw = Gateway::start_from(&from, "rango", &[]);
         let m = market("xrpusd");
@@ -453,13 +457,14 @@ fn nats_subjects_and_mqtt_topics_name_streams_too() {
 /// A subscribe message the gateway refuses: the run fails at once, quoting the answer.
 #[test]
 fn a_refused_subscribe_message_fails_the_run_clearly() {
+    let _ = need!(AMQP);
     let gw = Gateway::start("rango", &[]);
     let d = TempDir::new("ws-refused");
     let o = msgbench(
         &d.0,
         &[
             "run",
-            &amqp_url(),
+            &need!(AMQP),
             "--consume-from",
             &format!("{}/", gw.url),
             "--hello",

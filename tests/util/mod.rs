@@ -87,32 +87,64 @@ pub fn u(v: &serde_json::Value) -> u64 {
     v.as_u64().unwrap_or_else(|| panic!("not an integer: {v}"))
 }
 
-/// The NATS server the tests use, started by `scripts/brokers.sh up`.
-pub fn nats_url() -> String {
-    std::env::var("MSGBENCH_IT_NATS_URL").unwrap_or_else(|_| {
-        panic!(
-            "MSGBENCH_IT_NATS_URL is not set: start the test brokers with `scripts/brokers.sh up` and \
-             `eval \"$(scripts/brokers.sh env)\"`, or run everything with `scripts/test.sh`"
-        )
-    })
+/// The NATS server the tests use, started by `scripts/brokers.sh up` (see [`need!`]).
+pub const NATS: &str = "MSGBENCH_IT_NATS_URL";
+/// The Mosquitto broker the tests use.
+pub const MQTT: &str = "MSGBENCH_IT_MQTT_URL";
+/// The RabbitMQ broker the tests use (AMQP 0-9-1).
+pub const AMQP: &str = "MSGBENCH_IT_AMQP_URL";
+/// The Redis server the tests use.
+pub const REDIS: &str = "MSGBENCH_IT_REDIS_URL";
+/// ActiveMQ Artemis (AMQP 1.0).
+pub const ARTEMIS: &str = "MSGBENCH_IT_ARTEMIS_URL";
+/// Apache Kafka (a `--features kafka` build).
+pub const KAFKA: &str = "MSGBENCH_IT_KAFKA";
+
+/// What `scripts/brokers.sh env` sets in `var`; when it is unset, `None` after saying on
+/// stderr that the test is skipped, and why. Under `MSGBENCH_IT_REQUIRE=1` (set by
+/// `scripts/test.sh`, so CI never skips in silence) an unset variable fails the test instead.
+pub fn broker(var: &str) -> Option<String> {
+    if let Ok(v) = std::env::var(var) {
+        return Some(v);
+    }
+    let hint = "start the test brokers with `scripts/brokers.sh up` and \
+                `eval \"$(scripts/brokers.sh env)\"`, or run everything with `scripts/test.sh`";
+    if std::env::var_os("MSGBENCH_IT_REQUIRE").is_some() {
+        panic!("{var} is not set (and MSGBENCH_IT_REQUIRE is): {hint}");
+    }
+    // Straight to the process's stderr: the harness would hide an `eprintln!` of a passing test.
+    use std::io::Write;
+    let test = std::thread::current()
+        .name()
+        .unwrap_or("a test")
+        .to_string();
+    let _ = writeln!(
+        std::io::stderr(),
+        "\n{test} skipped: {var} is not set: {hint}"
+    );
+    None
 }
 
-/// The Mosquitto broker the tests use, started by `scripts/brokers.sh up`.
-pub fn mqtt_url() -> String {
-    env_or_hint("MSGBENCH_IT_MQTT_URL")
+/// The value of a `scripts/brokers.sh env` variable, or the calling test returns at once,
+/// skipped with a message ([`broker`]): `let url = need!(NATS);`.
+/// In a helper that returns a value, `need!(VAR, else R)` returns `R` instead.
+#[allow(unused_macros)]
+macro_rules! need {
+    ($var:expr) => {
+        need!($var, else ())
+    };
+    ($var:expr, else $ret:expr) => {
+        match $crate::util::broker($var) {
+            Some(v) => v,
+            None => return $ret,
+        }
+    };
 }
+#[allow(unused_imports)]
+pub(crate) use need;
 
-/// The RabbitMQ broker the tests use, started by `scripts/brokers.sh up`.
-pub fn amqp_url() -> String {
-    env_or_hint("MSGBENCH_IT_AMQP_URL")
-}
-
-/// The Redis server the tests use, started by `scripts/brokers.sh up`.
-pub fn redis_url() -> String {
-    env_or_hint("MSGBENCH_IT_REDIS_URL")
-}
-
-/// A variable `scripts/brokers.sh env` sets.
+/// A variable `scripts/brokers.sh env` sets beside a broker's URL, for helpers that run after
+/// the test's [`need!`] found the broker.
 pub fn env_or_hint(name: &str) -> String {
     std::env::var(name).unwrap_or_else(|_| {
         panic!(

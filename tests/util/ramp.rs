@@ -3,13 +3,15 @@
 //! attempts, at `--connect-rate`, from the addresses given.
 
 use super::faultproxy::FaultProxy;
-use super::{run_json, u, TempDir};
+use super::{TempDir, run_json, u};
 
 /// `url` with its `host:port` replaced by `addr` (user info, path and query kept).
 pub fn via(url: &str, addr: &str) -> String {
     let (scheme, rest) = url.split_once("://").expect("a URL with a scheme");
     let (auth, path) = rest.split_at(rest.find(['/', '?']).unwrap_or(rest.len()));
-    let user = auth.rsplit_once('@').map_or(String::new(), |(u, _)| format!("{u}@"));
+    let user = auth
+        .rsplit_once('@')
+        .map_or(String::new(), |(u, _)| format!("{u}@"));
     format!("{scheme}://{user}{addr}{path}")
 }
 
@@ -63,7 +65,11 @@ pub fn consumers_ramp_through_a_refusing_proxy(url: &str, topic: &str, extra: &[
         .map_or(0, |f| f.values().map(u).sum());
     assert_eq!(failures, 2, "{}", r["phases"]);
     let peers: Vec<String> = proxy.peers().iter().map(|p| p.ip().to_string()).collect();
-    assert_eq!(peers.len(), 8, "6 consumers and 2 refused attempts: {peers:?}");
+    assert_eq!(
+        peers.len(),
+        8,
+        "6 consumers and 2 refused attempts: {peers:?}"
+    );
     assert!(
         peers.iter().all(|p| p == "127.0.0.2" || p == "127.0.0.3"),
         "{peers:?}"
@@ -87,4 +93,3 @@ pub fn consumers_ramp_through_a_refusing_proxy(url: &str, topic: &str, extra: &[
         .unwrap();
     assert!(took >= 0.25, "{connected}");
 }
-
