@@ -37,7 +37,9 @@
 #                               their open-file limit needs (not part of `all`)
 #   scripts/bench.sh ws         the rango scenario: 1 NATS publisher at 100 msgs/s relayed by
 #                               `msgbench serve ws-broadcast` to WS_CLIENTS (default 10,000)
-#                               WebSocket clients; completeness and generator RSS per client
+#                               WebSocket clients; completeness and generator RSS per client.
+#                               One server per 15,000 clients (WS_SERVERS); WS_CLIENTS=100000
+#                               is the seed's full size
 #   scripts/bench.sh zmq        ZeroMQ PUSH/PULL, 64 B, both ends in one msgbench process over
 #                               loopback TCP (aim >= 1M msgs/s); PUB/SUB to 2 subscribers; PUSH/PULL
 #                               between two msgbench processes
@@ -736,22 +738,28 @@ bench_proxy() {
 }
 
 bench_ws() {
-  local n=${WS_CLIENTS:-10000} port
-  port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
+  local n=${WS_CLIENTS:-10000}
+  # One broadcast server per 15,000 clients: each must stay within its own open-file limit.
+  local servers=${WS_SERVERS:-$(( (n + 14999) / 15000 ))} ports=() pids=() hosts
   scripts/brokers.sh up >/dev/null
   eval "$(scripts/brokers.sh env)"
   ulimit -n "$(ulimit -Hn)"
-  "$B" serve ws-broadcast --quiet --listen "127.0.0.1:$port" --from "$MSGBENCH_IT_NATS_URL" --topic bench.rango &
-  local pid=$!
+  for _ in $(seq "$servers"); do
+    local port
+    port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
+    "$B" serve ws-broadcast --quiet --listen "127.0.0.1:$port" --from "$MSGBENCH_IT_NATS_URL" --topic bench.rango &
+    pids+=("$!"); ports+=("$port")
+  done
+  hosts=$(printf '127.0.0.1:%s,' "${ports[@]}"); hosts=${hosts%,}
   sleep 0.5
   local ramp=${WS_CONNECT_RATE:-5000} src=${WS_SOURCE_ADDRS:-127.0.0.1-127.0.0.4}
-  echo "== rango: NATS publisher at 100 msgs/s -> ws-broadcast -> $n WebSocket clients joining at $ramp/s from $src, 10 s ($RUNS runs)"
+  echo "== rango: NATS publisher at 100 msgs/s -> $servers ws-broadcast -> $n WebSocket clients joining at $ramp/s from $src, 10 s ($RUNS runs)"
   local comp=() per=()
   for _ in $(seq "$RUNS"); do
     local out tm
     out=$(mktemp); tm=$(mktemp)
     /usr/bin/time -f "%U %S %M" -o "$tm" "$B" run scenarios/rango-fanout.toml --target "$MSGBENCH_IT_NATS_URL" \
-      --topic bench.rango --consume-from "ws://127.0.0.1:$port/?stream=public.{i}" -c "$n" \
+      --topic bench.rango --consume-from "ws://$hosts/?stream=public.{i}" -c "$n" \
       --connect-rate "$ramp" --source-addrs "$src" --no-output --quiet --format json >"$out"
     read -r c p line < <(python3 - "$out" "$tm" "$n" <<'PY'
 import json, sys
@@ -766,8 +774,12 @@ PY
     comp+=("$c"); per+=("$p")
     rm -f "$out" "$tm"
   done
-  kill "$pid"; wait "$pid" 2>/dev/null || true
-  echo "  median: completeness $(printf '%s\n' "${comp[@]}" | median)%, $(printf '%s\n' "${per[@]}" | median) KiB generator RSS per client"
+  local srss=0
+  for p in "${pids[@]}"; do
+    srss=$(( srss + $(awk '/VmHWM/ {print $2}' "/proc/$p/status") ))
+  done
+  kill "${pids[@]}"; wait "${pids[@]}" 2>/dev/null || true
+  echo "  median: completeness $(printf '%s\n' "${comp[@]}" | median)%, $(printf '%s\n' "${per[@]}" | median) KiB generator RSS per client (servers' peak RSS together: $(( srss / 1024 )) MiB)"
 }
 
 bench_http() {

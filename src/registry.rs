@@ -389,6 +389,7 @@ pub async fn relay(
         meta,
         target: None,
         source: None,
+        fd_free: false,
     };
     let mut stop = std::pin::pin!(stop);
     with_driver!(&plan.target, plan, sink, |d| {

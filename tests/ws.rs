@@ -61,6 +61,65 @@ fn rango_fanout_through_the_broadcast_server() {
     assert_valid_and_pure(&d.0, "r.jsonl", &r);
 }
 
+/// The rango shape beyond the open-file limit: more receivers than the process may have
+/// descriptors (limit 200, 300 clients) are held in io_uring tables, spread over two broadcast
+/// servers named in one URL (each sees half), and each still gets every message.
+#[test]
+fn receivers_beyond_the_open_file_limit_over_two_servers() {
+    let nats = need!(NATS);
+    let relays = [
+        Server::ws_broadcast(&["--from", &nats, "--topic", "it.rango.many"]),
+        Server::ws_broadcast(&["--from", &nats, "--topic", "it.rango.many"]),
+    ];
+    // Each server behind a proxy of the test's own, which counts the connections it gets.
+    let proxies = relays
+        .each_ref()
+        .map(|r| util::faultproxy::FaultProxy::start(r.url.trim_start_matches("ws://")));
+    let url = format!(
+        "ws://{},{}/?stream=public.{{i}}",
+        proxies[0].addr(),
+        proxies[1].addr()
+    );
+    let d = TempDir::new("ws-many");
+    let args = [
+        "run",
+        &nats,
+        "--topic",
+        "it.rango.many",
+        "--consume-from",
+        &url,
+        "-c",
+        "300",
+        "--connect-rate",
+        "3000",
+        "--rate",
+        "100",
+        "--warmup",
+        "0s",
+        "--duration",
+        "2s",
+    ];
+    let r = finish_json(spawn_run_with_nofile(&d.0, &args, 200));
+    let sent = u(&measure(&r)["counters"]["sent"]);
+    assert!(sent >= 150, "{sent}");
+    let i = &r["integrity"];
+    assert_eq!(
+        (u(&i["expected"]), u(&i["delivered"]), u(&i["lost"])),
+        (sent * 300, sent * 300, 0),
+        "{i}"
+    );
+    assert!(
+        r["events"].to_string().contains("io_uring tables"),
+        "{}",
+        r["events"]
+    );
+    assert_eq!(
+        proxies.each_ref().map(|p| p.accepted()),
+        [150, 150],
+        "client i connects to server i % 2"
+    );
+}
+
 /// Without a broker: WebSocket producers send to the server, which relays to every other
 /// client.
 #[test]

@@ -147,6 +147,9 @@ Examples:
   msgbench serve ws-broadcast --listen 127.0.0.1:8080 --from nats://127.0.0.1:4222 --topic feed
       Relays what NATS delivers on `feed` to every WebSocket client (the rango scenario):
   msgbench run nats://127.0.0.1:4222 --topic feed --consume-from ws://127.0.0.1:8080/ -c 1000
+  msgbench run nats://127.0.0.1:4222 --topic feed -c 40000 --connect-rate 5000 \\
+      --consume-from ws://127.0.0.1:8080,127.0.0.1:8081/
+      Client i joins server i % 2; past the open-file limit, receivers live in io_uring tables.
   msgbench serve ws-broadcast --gateway rango --from amqp://guest:guest@127.0.0.1:5672/%2f
       A JSON gateway shaped like rango: consumes topic exchange peatio.events.ranger (binding
       public.#; --exchange, --topic change them), routing key public.btcusd.trades -> stream

@@ -77,6 +77,10 @@ pub struct ConsumerSpec {
     /// WebSocket, MQTT, NATS, AMQP 0-9-1 and Redis consumers honour it; the others connect
     /// from the system's choice.
     pub source: Option<std::net::IpAddr>,
+    /// Hold the connection outside the descriptor table (an io_uring table): set by the runner
+    /// only for a driver whose [`Driver::fd_free_consumers`] says it can, and only when the
+    /// run's consumers need more descriptors than the open-file limit allows.
+    pub fd_free: bool,
 }
 
 /// One message to send.
@@ -305,6 +309,12 @@ pub trait Driver: Send + Sync + 'static {
         false
     }
 
+    /// Whether [`Driver::consumer`] honours [`ConsumerSpec::fd_free`], so a message run may
+    /// have more consumers than the open-file limit allows.
+    fn fd_free_consumers(&self) -> bool {
+        false
+    }
+
     /// How many destinations (host and port) sessions are spread over: each has its own range
     /// of local ports, which the connection preflight counts on.
     fn session_hosts(&self) -> usize {
@@ -455,6 +465,10 @@ impl<P: Driver, C: Driver> Driver for Pipeline<P, C> {
 
     fn fd_free_sessions(&self) -> bool {
         self.producers.fd_free_sessions()
+    }
+
+    fn fd_free_consumers(&self) -> bool {
+        self.consumers.fd_free_consumers()
     }
 
     fn session_hosts(&self) -> usize {

@@ -58,6 +58,43 @@ pub(super) fn consumer_ramp(plan: &crate::scenario::RunPlan) -> Ramp {
     }
 }
 
+/// Descriptors for a message run's clients (one each, and some for the process's own files):
+/// the open-file limit is raised to what they need when the hard limit allows. Beyond the hard
+/// limit, the consumers of a driver that can hold them in io_uring tables do so (true: the
+/// consumer specs must say `fd_free`). Both are reported as warnings; a run that cannot have
+/// its descriptors is refused with what to raise, before any connection is made.
+pub(super) fn consumer_descriptors<D: Driver>(
+    plan: &crate::scenario::RunPlan,
+    driver: &D,
+    observer: &mut dyn super::Observer,
+) -> Result<bool, RunError> {
+    let consumers = plan.consumers() as u64;
+    let needed = consumers + plan.producers() as u64 + 256;
+    let hard = super::connections::hard_fd_limit();
+    let fd_free = needed > hard && driver.fd_free_consumers();
+    // Held in tables, only the producers and the attempts in flight take descriptors.
+    let needed = if fd_free { hard } else { needed };
+    let (_, raised) = super::connections::preflight_fds(needed).map_err(RunError::Unsupported)?;
+    let mut warn = |detail: String| {
+        observer.event(&super::RunEvent {
+            at_s: 0.0,
+            kind: "warning".into(),
+            detail,
+        })
+    };
+    if let Some(r) = raised {
+        warn(r);
+    }
+    if fd_free {
+        warn(format!(
+            "{consumers} consumers need more descriptors than the open-file limit ({hard}) \
+             allows: holding them in io_uring tables instead (only attempts in flight take \
+             descriptors)"
+        ));
+    }
+    Ok(fd_free)
+}
+
 /// The clients of one role that connected.
 pub(super) struct Connected<T> {
     /// Each client with the spec position (0-based, in the order given) it was made from, and

@@ -55,7 +55,9 @@ use tokio::sync::{mpsc, watch};
 use tokio::task::JoinSet;
 use workers::Workers;
 
-use connect::{Ramp, connect_all, consumer_ramp, interval_before, process_cpu_s, secs};
+use connect::{
+    Ramp, connect_all, consumer_descriptors, consumer_ramp, interval_before, process_cpu_s, secs,
+};
 pub use outcome::{Observer, RunError, RunEvent, RunOutcome};
 
 /// Consumers beyond which a run without `workers` gets dedicated worker threads anyway.
@@ -143,6 +145,8 @@ async fn run_messages<D: Driver>(
     let mut workers = Workers::start(n_workers)
         .map_err(|e| RunError::Unsupported(format!("cannot start worker threads: {e}")))?;
 
+    let fd_free = consumer_descriptors(plan, &*driver, observer)?;
+
     // Consumers first: their subscriptions must be live before the first message.
     let ramp = &plan.consumer_ramp;
     let group = match &plan.subscription {
@@ -170,6 +174,7 @@ async fn run_messages<D: Driver>(
             target: None,
             source: (!ramp.source_addrs.is_empty())
                 .then(|| ramp.source_addrs[id % ramp.source_addrs.len()]),
+            fd_free,
         });
     let consumers = tokio::select! {
         r = connect_all(&mut workers, consumer_specs, "consumer", plan.connect_timeout,
@@ -239,6 +244,7 @@ async fn run_messages<D: Driver>(
         meta: true,
         target: q.target.clone(),
         source: None,
+        fd_free: false,
     });
     let (mut listeners, listener_homes) = tokio::select! {
         r = connect_all(&mut workers, listener_specs, "stage listener", plan.connect_timeout,

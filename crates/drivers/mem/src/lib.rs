@@ -556,6 +556,7 @@ mod tests {
             meta: false,
             target: None,
             source: None,
+            fd_free: false,
         };
         let mut a = d.consumer(&spec(0, None)).await.unwrap();
         let mut b = d.consumer(&spec(1, None)).await.unwrap();
@@ -603,6 +604,7 @@ mod tests {
                 meta: false,
                 target: None,
                 source: None,
+                fd_free: false,
             },
             ProducerSpec {
                 id: 0,

@@ -18,16 +18,16 @@ pub const MAX_FRAME: u64 = 64 * 1024 * 1024;
 /// Largest HTTP head accepted in the handshake.
 const MAX_HEAD: usize = 16 * 1024;
 
-/// Where to connect: `ws[s]://host[:port][/path][?query]`. The path and query may hold `{i}`
-/// and `{topic}`, replaced per client (rango-style `?stream=public.{i}`).
+/// Where to connect: `ws[s]://host[:port][,host[:port]...][/path][?query]`. With several
+/// hosts, client `i` connects to host `i % n` (a fan-out of 100,000 receivers spread over
+/// several broadcast servers, each within its own open-file limit). The path and query may
+/// hold `{i}` and `{topic}`, replaced per client (rango-style `?stream=public.{i}`).
 #[derive(Debug)]
 pub struct Endpoint {
-    /// Host and port.
-    pub target: Target,
+    /// Host and port of each server, with its `Host` header value.
+    pub targets: Vec<(Target, String)>,
     /// TLS for `wss://`.
     pub tls: Option<Tls>,
-    /// `Host` header value.
-    host: String,
     /// Path and query, placeholders unreplaced.
     pub path: String,
     /// The URL for messages (no credentials can be in a ws URL's authority we use).
@@ -60,7 +60,10 @@ impl Endpoint {
                 "{display}: credentials in a ws:// URL are not supported (put a token in the query)"
             )));
         }
-        let target = Target::parse(authority, if secure { 443 } else { 80 })
+        let targets = authority
+            .split(',')
+            .map(|h| Target::parse(h, if secure { 443 } else { 80 }).map(|t| (t, h.to_string())))
+            .collect::<Result<Vec<_>, _>>()
             .map_err(|m| DriverError::Config(format!("{display}: {m}")))?;
         let tls = if secure {
             Some(tls().map_err(|m| DriverError::Config(format!("TLS: {m}")))?)
@@ -68,13 +71,24 @@ impl Endpoint {
             None
         };
         Ok(Endpoint {
-            target,
+            targets,
             tls,
-            host: authority.to_string(),
             path,
             display,
         })
     }
+}
+
+/// Where one client connects from and to, and how it holds its socket.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Dial {
+    /// The client's index: it connects to host `index % n` of the URL.
+    pub index: u64,
+    /// Local address to connect from (`--source-addrs`).
+    pub source: Option<IpAddr>,
+    /// Hold the socket in an io_uring table instead of a descriptor (plain `ws://` only):
+    /// for client counts beyond the open-file limit.
+    pub fd_free: bool,
 }
 
 /// How the server ended a connection, or why it broke.
@@ -98,7 +112,7 @@ pub struct Conn {
     /// Sent after every handshake (a subscribe request), if any.
     hello: Option<String>,
     events: Option<EventSink>,
-    source: Option<IpAddr>,
+    dial: Dial,
     timeout: Duration,
     /// Socket and buffers.
     pub wire: Wire,
@@ -114,7 +128,7 @@ impl Conn {
         name: String,
         hello: Option<String>,
         events: Option<EventSink>,
-        source: Option<IpAddr>,
+        dial: Dial,
         timeout: Duration,
         chunk: usize,
     ) -> Result<Conn, DriverError> {
@@ -125,7 +139,7 @@ impl Conn {
             name,
             hello,
             events,
-            source,
+            dial,
             timeout,
             wire: Wire::new(chunk),
             mask: seed | 1,
@@ -144,17 +158,20 @@ impl Conn {
 
     async fn handshake(&mut self) -> Result<(), DriverError> {
         self.wire.detach();
-        let stream = msgbench_net::connect(
-            &self.ep.target,
-            self.source,
-            self.ep.tls.as_ref(),
+        let ep = self.ep.clone();
+        let (target, host) = &ep.targets[(self.dial.index % ep.targets.len() as u64) as usize];
+        let stream = msgbench_net::connect_with(
+            target,
+            self.dial.source,
+            ep.tls.as_ref(),
             self.timeout,
+            self.dial.fd_free && ep.tls.is_none(),
         )
         .await
         .map_err(|e: NetError| self.fail(e.cause, e.detail))?;
         self.wire.attach(stream);
         let key = codec::new_key(self.next_mask());
-        codec::put_request(&mut self.wire.wbuf, &self.ep.host, &self.path, &key);
+        codec::put_request(&mut self.wire.wbuf, host, &self.path, &key);
         let limit = self.timeout;
         let head = tokio::time::timeout(limit, async {
             self.wire.flush().await?;
@@ -357,11 +374,21 @@ mod tests {
     #[test]
     fn endpoints() {
         let e = Endpoint::parse("ws://127.0.0.1:9000/feed?stream=public.{i}", no_tls).unwrap();
-        assert_eq!(e.target.port, 9000);
+        assert_eq!(e.targets[0].0.port, 9000);
         assert_eq!(e.path, "/feed?stream=public.{i}");
         assert_eq!(fill(&e.path, 7, "t"), "/feed?stream=public.7");
         let e = Endpoint::parse("ws://h?x=1", no_tls).unwrap();
-        assert_eq!((e.target.port, e.path.as_str()), (80, "/?x=1"));
+        assert_eq!((e.targets[0].0.port, e.path.as_str()), (80, "/?x=1"));
+        let e = Endpoint::parse("ws://a:1,b:2/feed", no_tls).unwrap();
+        let hosts: Vec<_> = e
+            .targets
+            .iter()
+            .map(|(t, h)| (t.port, h.as_str()))
+            .collect();
+        assert_eq!(
+            (hosts, e.path.as_str()),
+            (vec![(1, "a:1"), (2, "b:2")], "/feed")
+        );
         assert!(
             Endpoint::parse("wss://h", no_tls).is_err(),
             "TLS settings fail"

@@ -40,7 +40,7 @@ pub mod codec;
 pub mod conn;
 
 use bytes::Bytes;
-use conn::{Conn, Endpoint, Message, fill};
+use conn::{Conn, Dial, Endpoint, Message, fill};
 use msgbench_core::driver::{
     Ack, Capabilities, Consumer, ConsumerSpec, Delivery, Driver, DriverError, DriverEventKind,
     EventSink, Outbound, Producer, ProducerSpec, Session, SessionSpec,
@@ -118,12 +118,12 @@ impl WsDriver {
     async fn connect(
         &self,
         role: &str,
-        i: u64,
         topic: &str,
-        source: Option<std::net::IpAddr>,
+        dial: Dial,
         events: bool,
         chunk: usize,
     ) -> Result<Conn, DriverError> {
+        let i = dial.index;
         // The subscribe message is the receiving clients' (consumers and held sessions).
         let hello = match role {
             "pub" => None,
@@ -135,7 +135,7 @@ impl WsDriver {
             self.client.client_id_for(self.run_id, role, i),
             hello,
             events.then(|| self.events.clone()),
-            source,
+            dial,
             self.timeout,
             chunk,
         )
@@ -158,10 +158,32 @@ impl Driver for WsDriver {
         }
     }
 
+    /// Plain `ws://` connections can live in io_uring tables; TLS ones need a descriptor each.
+    fn fd_free_sessions(&self) -> bool {
+        cfg!(target_os = "linux") && self.ep.tls.is_none()
+    }
+
+    fn fd_free_consumers(&self) -> bool {
+        self.fd_free_sessions()
+    }
+
+    fn session_hosts(&self) -> usize {
+        self.ep.targets.len()
+    }
+
     async fn producer(&self, spec: &ProducerSpec) -> Result<WsProducer, DriverError> {
         let topic = spec.topics.first().map_or("", |t| t.as_str());
         let conn = self
-            .connect("pub", spec.id as u64, topic, None, true, PRODUCER_CHUNK)
+            .connect(
+                "pub",
+                topic,
+                Dial {
+                    index: spec.id as u64,
+                    ..Dial::default()
+                },
+                true,
+                PRODUCER_CHUNK,
+            )
             .await?;
         Ok(WsProducer {
             conn,
@@ -180,9 +202,12 @@ impl Driver for WsDriver {
         let mut conn = self
             .connect(
                 "sub",
-                spec.id as u64,
                 &spec.topic,
-                spec.source,
+                Dial {
+                    index: spec.id as u64,
+                    source: spec.source,
+                    fd_free: spec.fd_free,
+                },
                 true,
                 CONSUMER_CHUNK,
             )
@@ -215,9 +240,12 @@ impl Driver for WsDriver {
         let conn = self
             .connect(
                 "conn",
-                spec.id,
                 &spec.topic,
-                spec.source,
+                Dial {
+                    index: spec.id,
+                    source: spec.source,
+                    fd_free: spec.fd_free,
+                },
                 false,
                 SESSION_CHUNK,
             )
@@ -654,6 +682,7 @@ mod tests {
             meta: false,
             target: None,
             source: None,
+            fd_free: false,
         }
     }
 

@@ -369,6 +369,7 @@ async fn consumer_filters_topics_exactly_unless_starred() {
         meta: false,
         target: None,
         source: None,
+        fd_free: false,
     };
     let mut exact = d.consumer(&spec(0, "m1")).await.unwrap();
     let mut prefix = d.consumer(&spec(1, "m*")).await.unwrap();
