@@ -56,7 +56,7 @@ impl StreamState {
         }
         let top = &mut self.lanes[i];
         let behind = seq < *top;
-        *top = (*top).max(seq + 1);
+        *top = (*top).max(seq.saturating_add(1));
         behind
     }
 
@@ -78,11 +78,11 @@ impl StreamState {
             if let Some(seen) = self.seen.as_mut() {
                 let (w, m) = Self::bit(seq);
                 seen[w] |= m;
-                if seq + 1 >= self.hole_top + WINDOW {
+                if seq.saturating_add(1) >= self.hole_top.saturating_add(WINDOW) {
                     self.seen = None;
                 }
             }
-            self.next = seq + 1;
+            self.next = seq.saturating_add(1);
         } else if seq > self.next {
             let skipped = seq - self.next;
             c.gaps_opened += skipped;
@@ -100,7 +100,7 @@ impl StreamState {
             let (w, m) = Self::bit(seq);
             seen[w] |= m;
             self.hole_top = seq;
-            self.next = seq + 1;
+            self.next = seq.saturating_add(1);
         } else if self.next - seq > WINDOW {
             if behind {
                 c.reordered += 1;
@@ -247,6 +247,15 @@ mod tests {
     fn loss_stays_open() {
         let c = run(&[0, 1, 5, 6]);
         assert_eq!(c.open_gaps(), 3);
+    }
+
+    /// A corrupt or hostile stamp may carry any sequence number: the largest opens a gap and
+    /// nothing overflows (a debug build would panic).
+    #[test]
+    fn the_largest_sequence_number_does_not_overflow() {
+        let c = run(&[0, u64::MAX, u64::MAX - 1, 1]);
+        assert_eq!(c.gaps_opened, u64::MAX - 1);
+        assert_eq!(c.gaps_filled, 1);
     }
 
     #[test]
