@@ -19,7 +19,7 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio::time::Instant;
 
-/// Largest frame accepted from a peer (ZeroMQ's own default, `ZMQ_MAXMSGSIZE`, is unlimited;
+/// Largest frame, and multipart message all told, accepted from a peer (ZeroMQ's own default, `ZMQ_MAXMSGSIZE`, is unlimited;
 /// a bound keeps a confused peer from making us buffer without end).
 pub const MAX_FRAME: u64 = 256 << 20;
 

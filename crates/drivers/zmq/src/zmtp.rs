@@ -191,8 +191,8 @@ pub enum Unit {
 }
 
 /// Splits the next whole unit off `buf`; `Ok(None)` when `buf` does not hold one yet (it is
-/// then left as it was). Frames larger than `max` bytes are an error, so a peer that is not
-/// ZeroMQ cannot make us buffer without bound.
+/// then left as it was). Frames, and multipart messages all told, larger than `max` bytes are
+/// an error, so a peer that is not ZeroMQ cannot make us buffer without bound.
 ///
 /// # Errors
 /// [`ZmtpError::TooLarge`], or [`ZmtpError::Expected`] for a command inside a multipart
@@ -201,6 +201,7 @@ pub fn next_unit(buf: &mut BytesMut, max: u64) -> Result<Option<Unit>, ZmtpError
     let mut off = 0usize;
     let mut frames = 0u32;
     let mut first = 0..0;
+    let mut total = 0u64;
     loop {
         let Some(&flags) = buf.get(off) else {
             return Ok(None);
@@ -218,8 +219,9 @@ pub fn next_unit(buf: &mut BytesMut, max: u64) -> Result<Option<Unit>, ZmtpError
             };
             (2, u64::from(size))
         };
-        if len > max {
-            return Err(ZmtpError::TooLarge(len, max));
+        total = total.saturating_add(len);
+        if total > max {
+            return Err(ZmtpError::TooLarge(total, max));
         }
         let start = off + head;
         let end = start + len as usize;
@@ -430,6 +432,11 @@ mod tests {
         let mut buf = BytesMut::new();
         put_frame(&mut buf, false, &[0u8; 300]);
         assert_eq!(next_unit(&mut buf, 256), Err(ZmtpError::TooLarge(300, 256)));
+        // Small frames do not add up to more either: a multipart message is bounded whole.
+        let mut buf = BytesMut::new();
+        put_frame(&mut buf, true, &[0u8; 200]);
+        put_frame(&mut buf, true, &[0u8; 200]);
+        assert_eq!(next_unit(&mut buf, 256), Err(ZmtpError::TooLarge(400, 256)));
     }
 
     #[test]
