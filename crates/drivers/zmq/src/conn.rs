@@ -19,8 +19,9 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio::time::Instant;
 
-/// Largest frame, and multipart message all told, accepted from a peer (ZeroMQ's own default, `ZMQ_MAXMSGSIZE`, is unlimited;
-/// a bound keeps a confused peer from making us buffer without end).
+/// Largest frame, and multipart message all told, accepted from a peer (ZeroMQ's own default,
+/// `ZMQ_MAXMSGSIZE`, is unlimited; a bound keeps a confused peer from making us buffer without
+/// end).
 pub const MAX_FRAME: u64 = 256 << 20;
 
 /// Bytes a read reserves when the read buffer runs low.
