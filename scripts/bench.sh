@@ -38,8 +38,8 @@
 #   scripts/bench.sh ws         the rango scenario: 1 NATS publisher at 100 msgs/s relayed by
 #                               `msgbench serve ws-broadcast` to WS_CLIENTS (default 10,000)
 #                               WebSocket clients; completeness and generator RSS per client.
-#                               One server per 15,000 clients (WS_SERVERS); WS_CLIENTS=100000
-#                               is the seed's full size
+#                               One server per 15,000 clients (WS_SERVERS); WS_RATE (default
+#                               100) messages/s; WS_CLIENTS=100000 WS_RATE=10 is the seed's full size
 #   scripts/bench.sh zmq        ZeroMQ PUSH/PULL, 64 B, both ends in one msgbench process over
 #                               loopback TCP (aim >= 1M msgs/s); PUB/SUB to 2 subscribers; PUSH/PULL
 #                               between two msgbench processes
@@ -752,15 +752,15 @@ bench_ws() {
   done
   hosts=$(printf '127.0.0.1:%s,' "${ports[@]}"); hosts=${hosts%,}
   sleep 0.5
-  local ramp=${WS_CONNECT_RATE:-5000} src=${WS_SOURCE_ADDRS:-127.0.0.1-127.0.0.4}
-  echo "== rango: NATS publisher at 100 msgs/s -> $servers ws-broadcast -> $n WebSocket clients joining at $ramp/s from $src, 10 s ($RUNS runs)"
+  local ramp=${WS_CONNECT_RATE:-5000} src=${WS_SOURCE_ADDRS:-127.0.0.1-127.0.0.4} rate=${WS_RATE:-100}
+  echo "== rango: NATS publisher at $rate msgs/s -> $servers ws-broadcast -> $n WebSocket clients joining at $ramp/s from $src, 10 s ($RUNS runs)"
   local comp=() per=()
   for _ in $(seq "$RUNS"); do
     local out tm
     out=$(mktemp); tm=$(mktemp)
     /usr/bin/time -f "%U %S %M" -o "$tm" "$B" run scenarios/rango-fanout.toml --target "$MSGBENCH_IT_NATS_URL" \
       --topic bench.rango --consume-from "ws://$hosts/?stream=public.{i}" -c "$n" \
-      --connect-rate "$ramp" --source-addrs "$src" --no-output --quiet --format json >"$out"
+      --connect-rate "$ramp" --source-addrs "$src" --rate "$rate" --no-output --quiet --format json >"$out"
     read -r c p line < <(python3 - "$out" "$tm" "$n" <<'PY'
 import json, sys
 r = json.load(open(sys.argv[1])); u, s, rss = open(sys.argv[2]).read().split()[-3:]; n = int(sys.argv[3])

@@ -24,6 +24,7 @@ use std::io;
 use std::net::SocketAddr;
 use std::os::fd::{AsRawFd, RawFd};
 use std::pin::Pin;
+use std::sync::atomic::{AtomicBool, Ordering, fence};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 use std::task::{Context, Poll, Waker};
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
@@ -34,12 +35,18 @@ const OP_SEND: u64 = 2;
 const OP_CLOSE: u64 = 3;
 const OP_IGNORE: u64 = 4;
 const OP_MASK: u64 = 7;
-/// Receive buffer per stream: held connections read pings and acknowledgements.
+/// Receive buffer per stream to begin with: held connections read pings and acknowledgements.
 const READ_BUF: usize = 512;
+/// A stream whose receives keep filling its buffer (it has fallen behind a busy peer) gets a
+/// larger one, up to this, so it catches up many messages per receive instead of one or two;
+/// one whose receives take little goes back to [`READ_BUF`].
+const READ_BUF_MAX: usize = 4 * 1024;
 /// Largest single send; a longer write is taken in parts.
 const WRITE_MAX: usize = 16 * 1024;
 /// Submission queue entries per ring.
 const SQ_ENTRIES: u32 = 4096;
+/// Longest wait of a ring's completion thread before it looks at the submission queue again.
+const WAIT_CAP: std::time::Duration = std::time::Duration::from_millis(20);
 /// At most this many rings (each as large as the open-file limit allows).
 const MAX_RINGS: usize = 256;
 
@@ -113,6 +120,11 @@ struct Ring {
     /// Serialises use of the submission queue.
     sq: Mutex<()>,
     free: Mutex<Vec<u32>>,
+    /// The completion thread is (about to be) blocked in the kernel. While it is not, it will
+    /// submit whatever is queued when it next waits, so a task queueing an operation need not
+    /// enter the kernel itself: under load, a receive re-armed per message costs no system
+    /// call (see [`Ring::submit`]).
+    waiting: AtomicBool,
 }
 
 impl Ring {
@@ -125,6 +137,7 @@ impl Ring {
             uring,
             sq: Mutex::new(()),
             free: Mutex::new((0..size).rev().collect()),
+            waiting: AtomicBool::new(false),
         });
         let r = ring.clone();
         std::thread::Builder::new()
@@ -134,7 +147,13 @@ impl Ring {
         Ok(ring)
     }
 
-    /// Queues `entries` in order and submits them.
+    /// Queues `entries` in order and has them submitted: by the completion thread when it is
+    /// busy completing (it submits everything queued before it waits again), else here.
+    ///
+    /// The hand-over is a store-buffer pattern: the thread sets `waiting` and then reads the
+    /// queue's tail; a task moves the tail and then reads `waiting`. With a full fence on both
+    /// sides at least one of them sees the other's store, so no entry is left unsubmitted
+    /// (and the thread's wait times out every [`WAIT_CAP`] regardless).
     fn submit(&self, entries: &[squeue::Entry]) -> io::Result<()> {
         let _g = self.sq.lock().unwrap_or_else(|p| p.into_inner());
         for e in entries {
@@ -153,6 +172,11 @@ impl Ring {
                 }
             }
         }
+        // The tail moved when the queue handle above was dropped (a release store).
+        fence(Ordering::SeqCst);
+        if !self.waiting.load(Ordering::SeqCst) {
+            return Ok(());
+        }
         loop {
             match self.uring.submitter().submit() {
                 Ok(_) => return Ok(()),
@@ -165,10 +189,27 @@ impl Ring {
 
     fn complete_forever(&self) {
         let mut done: Vec<(u64, i32)> = Vec::with_capacity(256);
+        let cap = types::Timespec::new()
+            .sec(WAIT_CAP.as_secs())
+            .nsec(WAIT_CAP.subsec_nanos());
+        let args = types::SubmitArgs::new().timespec(&cap);
         loop {
-            match self.uring.submitter().submit_and_wait(1) {
+            // A full fence (SeqCst swap) before the tail is read: see `submit`.
+            self.waiting.swap(true, Ordering::SeqCst);
+            let r = if self.uring.params().is_feature_ext_arg() {
+                self.uring.submitter().submit_with_args(1, &args)
+            } else {
+                // Before Linux 5.11: no time-out, and the hand-over alone must hold.
+                self.uring.submitter().submit_and_wait(1)
+            };
+            self.waiting.store(false, Ordering::SeqCst);
+            match r {
                 Ok(_) => {}
-                Err(e) if matches!(e.raw_os_error(), Some(libc::EINTR | libc::EBUSY)) => {}
+                Err(e)
+                    if matches!(
+                        e.raw_os_error(),
+                        Some(libc::EINTR | libc::EBUSY | libc::ETIME)
+                    ) => {}
                 Err(_) => return,
             }
             {
@@ -236,9 +277,19 @@ impl Ring {
         self.submit_owned(sh, OP_SEND, e.build())
     }
 
-    /// Submits a receive into the whole receive buffer.
+    /// Submits a receive into the whole receive buffer (every byte of the last one was handed
+    /// out, so the buffer is free to be resized: see [`READ_BUF_MAX`]).
     fn recv(&self, sh: &Arc<Shared>, st: &mut State) -> io::Result<()> {
-        let buf = st.rbuf.get_or_insert_with(|| Buf::new(READ_BUF));
+        let want = match (st.rbuf.as_ref(), st.r_end) {
+            (None, _) => READ_BUF,
+            (Some(b), n) if n == b.cap => (b.cap * 2).min(READ_BUF_MAX),
+            (Some(b), n) if b.cap > READ_BUF && n < b.cap / 8 => READ_BUF,
+            (Some(b), _) => b.cap,
+        };
+        if st.rbuf.as_ref().is_none_or(|b| b.cap != want) {
+            st.rbuf = Some(Buf::new(want));
+        }
+        let buf = st.rbuf.as_ref().expect("just made");
         let e = opcode::Recv::new(types::Fixed(sh.slot), buf.ptr, buf.cap as u32);
         self.submit_owned(sh, OP_RECV, e.build())
     }
