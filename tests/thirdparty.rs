@@ -16,7 +16,7 @@
 mod util;
 
 use serde_json::{Value, json};
-use std::io::Read;
+use std::io::{BufRead, Read};
 use std::path::PathBuf;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
@@ -512,6 +512,67 @@ fn ws_broadcast_with_websockets() {
         .arg(fixture("peer_websockets.py"))
         .args([&url, "broadcast"]));
     assert_eq!(ran.json(), broadcast_expected(), "{}", ran.context());
+}
+
+/// msgbench's WebSocket client against a server it did not write: a `websockets` relay on two
+/// ports, msgbench's clients spread over both in one URL and, with an open-file limit of 200 for
+/// 300 receivers, held in io_uring tables. Every receiver gets every message exactly once.
+#[test]
+fn ws_clients_through_a_websockets_relay() {
+    let Some(py) = peer_python("websockets", "python3-websockets") else {
+        return;
+    };
+    let ports = [free_port(), free_port()];
+    let mut relay = Killed(
+        Command::new(&py)
+            .arg(fixture("peer_websockets_relay.py"))
+            .args(ports.map(|p| p.to_string()))
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("starting the websockets relay"),
+    );
+    let mut line = String::new();
+    std::io::BufReader::new(relay.0.stdout.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    assert_eq!(line.trim_end(), "relay ready");
+    let url = format!("ws://127.0.0.1:{},127.0.0.1:{}/", ports[0], ports[1]);
+    let d = TempDir::new("ws-peer-relay");
+    let args = [
+        "run",
+        &url,
+        "-p",
+        "1",
+        "-c",
+        "300",
+        "--connect-rate",
+        "3000",
+        "-n",
+        "400",
+        "--rate",
+        "200",
+        "--warmup",
+        "0s",
+    ];
+    let r = finish_json(spawn_run_with_nofile(&d.0, &args, 200));
+    let i = &r["integrity"];
+    assert_eq!(
+        (
+            u(&i["expected"]),
+            u(&i["delivered"]),
+            u(&i["lost"]),
+            u(&i["duplicated"])
+        ),
+        (400 * 300, 400 * 300, 0, 0),
+        "{i}"
+    );
+    assert!(
+        r["events"].to_string().contains("io_uring tables"),
+        "{}",
+        r["events"]
+    );
 }
 
 #[test]
