@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Performance figures for the README and release notes. Prints numbers; asserts nothing.
+# Performance figures for docs/BENCHMARKS.md and release notes. Prints numbers; asserts nothing.
 # Timings on a shared machine are noisy: every figure is the median of several runs.
 #
 #   scripts/bench.sh            all benchmarks

@@ -3,6 +3,8 @@
 
 mod cli;
 mod cmd;
+#[cfg(test)]
+mod docs_check;
 mod live;
 mod output;
 mod registry;

@@ -32,6 +32,24 @@ pub struct DriverInfo {
     pub caps: Capabilities,
 }
 
+/// The Kafka driver's schemes: known in every build, so that a build without the driver (it is
+/// the cargo feature `kafka`) can say how to get it rather than "no driver".
+const KAFKA_SCHEMES: &[&str] = &["kafka", "kafka+ssl"];
+
+/// Every URL scheme msgbench has a driver for, in this build or behind a cargo feature (the
+/// Kafka driver): what docs/ARCHITECTURE.md must name (`docs_check`).
+#[cfg(test)]
+pub(crate) fn all_schemes() -> Vec<&'static str> {
+    let mut all: Vec<&'static str> = drivers()
+        .iter()
+        .flat_map(|d| d.schemes.iter().copied())
+        .collect();
+    all.extend(KAFKA_SCHEMES);
+    all.sort_unstable();
+    all.dedup();
+    all
+}
+
 /// Every driver in this build.
 pub fn drivers() -> Vec<DriverInfo> {
     #[allow(unused_mut)]
@@ -166,7 +184,7 @@ pub fn drivers() -> Vec<DriverInfo> {
     all.push(
     DriverInfo {
         name: "kafka",
-        schemes: &["kafka", "kafka+ssl"],
+        schemes: KAFKA_SCHEMES,
         about: "Apache Kafka (librdkafka): acks 0/1/all, idempotence, linger, batch size, compression, round-robin/keyed/sticky partitioning, fan-out and group consumers, latest/earliest, commit modes, topic creation, integrity per partition, TLS",
         caps: Capabilities {
             acks: true,
@@ -188,7 +206,7 @@ pub fn check_scheme(plan: &RunPlan) -> Result<()> {
         .flatten()
     {
         let scheme = url.split("://").next().unwrap_or("");
-        if cfg!(not(feature = "kafka")) && matches!(scheme, "kafka" | "kafka+ssl") {
+        if cfg!(not(feature = "kafka")) && KAFKA_SCHEMES.contains(&scheme) {
             bail!(
                 "`{scheme}://` needs the Kafka driver, which links librdkafka: build with `--features kafka` (Debian: apt install librdkafka-dev)"
             );

@@ -1,5 +1,9 @@
 //! Command-line syntax only: clap structs with no logic. `cli::plan` turns them into a plan.
 
+// The doc comments in this file are the `--help` text clap prints, written for a terminal:
+// `[send]`, `<stream>` and `[default: ...]` in them are not rustdoc links or HTML tags.
+#![allow(rustdoc::broken_intra_doc_links, rustdoc::invalid_html_tags)]
+
 use clap::{Args, CommandFactory, FromArgMatches, Parser, Subcommand, ValueEnum};
 use std::path::PathBuf;
 
@@ -934,7 +938,7 @@ pub struct VerdictArgs {
     #[arg(long, value_name = "FILE", help_heading = "Verdicts")]
     pub junit: Option<PathBuf>,
     /// Write a JSON summary for scripts: verdict, exit code, thresholds, the result's figures
-    /// and the delivery account (format: the README's "Verdicts").
+    /// and the delivery account (format: docs/GUIDE.md, "Verdicts").
     #[arg(long, value_name = "FILE", help_heading = "Verdicts")]
     pub summary: Option<PathBuf>,
 }

@@ -1,7 +1,7 @@
 //! Verdicts at the edge: what a finished run (or a re-judged results file) concludes, the exit
 //! code that carries it, and the files CI reads it from (JUnit XML, the JSON summary).
 //!
-//! Exit codes, documented in `run --help` and the README:
+//! Exit codes, documented in `run --help` and docs/GUIDE.md ("Verdicts"):
 //! 0 success; 1 could not run; 2 usage error; 3 verdict failed (a threshold failed, or without
 //! thresholds nothing was delivered where deliveries were expected); 130 interrupted.
 
@@ -99,7 +99,7 @@ pub fn conclude(report: &RunReport, interrupted: bool) -> Conclusion {
     }
 }
 
-/// The `--summary` document: stable field names (see the README's "Verdicts").
+/// The `--summary` document: stable field names (see docs/GUIDE.md, "Verdicts").
 pub fn summary(
     report: &RunReport,
     c: &Conclusion,

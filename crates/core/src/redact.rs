@@ -10,7 +10,7 @@
 //!
 //! # The contract
 //!
-//! - **URLs** ([`url`]): the user info of every URL is hidden: `scheme://user:***@host` (the user
+//! - **URLs** ([`url()`]): the user info of every URL is hidden: `scheme://user:***@host` (the user
 //!   name stays, it tells which account was used) or `scheme://***@host` for a bare token
 //!   (`nats://TOKEN@host`). Query parameters whose name looks like a credential (contains
 //!   `pass`, `pwd`, `token`, `secret`, `key`, `auth`, `jwt`, `sig`, `credential` or `session`)

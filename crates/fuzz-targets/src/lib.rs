@@ -12,6 +12,7 @@
 //! Stream targets read their first byte as a mode (how the stream is cut into reads, which
 //! protocol version or direction) and the rest as the bytes received, so the fuzzer explores
 //! reads split anywhere as well as the bytes themselves.
+#![deny(missing_docs)]
 
 mod files;
 mod protocols;

@@ -13,6 +13,7 @@
 //!   failures by reason and say what limit to raise;
 //! - plain TCP connections held outside the descriptor table ([`ring`]), for connection counts
 //!   beyond the open-file limit.
+#![deny(missing_docs)]
 
 mod liveness;
 #[cfg(target_os = "linux")]

@@ -24,7 +24,7 @@
 //! - [`ws_gateway`]: the same server as a JSON gateway (`ws-broadcast --gateway rango|envelope`):
 //!   relayed messages wrapped per stream and sent only to the clients subscribed to it.
 //! - [`tls`]: the TLS acceptor the AMQP sink and the broadcast server share.
-#![warn(missing_docs)]
+#![deny(missing_docs)]
 
 pub mod amqp;
 pub mod amqp_proxy;

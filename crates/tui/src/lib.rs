@@ -20,7 +20,7 @@
 //! - [`term`]: the display thread that owns the terminal.
 //! - [`progress`]: the plain-mode progress line.
 //! - [`snapshot`]: a rendered screen as text or HTML (tests, `docs/`).
-//! - [`format`]: numbers, latencies and durations as text.
+//! - [`format`](mod@format): numbers, latencies and durations as text.
 #![deny(missing_docs)]
 
 pub mod draw;

@@ -32,6 +32,7 @@
 //! - [`codec`]: frames (amq-protocol for methods, fast paths for publish and bodies).
 //! - [`conn`]: one connection: handshake, synchronous calls, heartbeats, close.
 //! - this file: topology and the `Driver`, `Producer`, `Consumer` and `Session` implementations.
+#![deny(missing_docs)]
 
 pub mod codec;
 pub mod conn;

@@ -1,7 +1,7 @@
 //! Channel multiplexing (`amqp.channels_per_connection` > 1): several clients share one
 //! connection, each on a channel of its own, as RabbitMQ PerfTest's channel counts do.
 //!
-//! One I/O task owns the socket ([`Mux::connect`] spawns it). Clients ([`MuxChan`]) buffer
+//! One I/O task owns the socket ([`Mux::start`] spawns it). Clients ([`MuxChan`]) buffer
 //! their frames locally and hand the task whole batches over a bounded queue (the bound is the
 //! backpressure a slow socket puts on them); the task writes them, reads frames and routes each
 //! to the channel it names, answers the server's connection.close, and sends the heartbeats of

@@ -29,7 +29,11 @@ fn bad(what: impl Into<String>) -> CodecError {
 /// One decoded value, borrowing from the frame.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub enum Value<'a> {
+    /// `null` (0x40, spec 1.6.1). Also what [`Dec::read`] yields past the end of a list, so
+    /// a field left out and a field sent as null read the same: absent.
     Null,
+    /// `boolean` (1.6.2): `true` (0x41), `false` (0x42), or the one-octet form 0x56, where any
+    /// non-zero octet is true.
     Bool(bool),
     /// ubyte, ushort, uint, ulong.
     Uint(u64),
@@ -41,9 +45,17 @@ pub enum Value<'a> {
     Timestamp(i64),
     /// A char (UTF-32 code point).
     Char(u32),
+    /// `uuid` (0x98, 1.6.18): the 16 octets in the order they were sent (RFC 4122 network
+    /// order).
     Uuid([u8; 16]),
+    /// `binary` (vbin8 0xa0, vbin32 0xb0; 1.6.19): the octets, borrowed from the frame.
     Binary(&'a [u8]),
+    /// `string` (str8-utf8 0xa1, str32-utf8 0xb1; 1.6.20), borrowed from the frame. Checked
+    /// to be UTF-8: a string that is not is a [`CodecError`], never a lossy copy.
     Str(&'a str),
+    /// `symbol` (sym8 0xa3, sym32 0xb3; 1.6.21): names such as capabilities, SASL mechanisms
+    /// and error conditions. ASCII by the spec, accepted as any UTF-8; [`Value::as_str`] reads
+    /// it as it reads a string, since peers differ on which of the two they send.
     Symbol(&'a str),
     /// A list: its items, unparsed.
     List(Dec<'a>),
@@ -64,6 +76,10 @@ impl<'a> Value<'a> {
         (self != Value::Null).then_some(self)
     }
 
+    /// An integer that is not negative, as `u64`: any unsigned width, or a signed one holding
+    /// a value >= 0 (a peer encoding an unsigned field with a signed type is still
+    /// understood). `None` for a negative integer, any other type, and `Null`, so an absent
+    /// field falls back to the caller's default (`unwrap_or` the spec's).
     pub fn as_uint(self) -> Option<u64> {
         match self {
             Value::Uint(n) => Some(n),
@@ -72,10 +88,15 @@ impl<'a> Value<'a> {
         }
     }
 
+    /// [`Value::as_uint`] narrowed to `u32`, the width of the spec's `uint` fields (handles,
+    /// delivery ids, transfer ids, windows, credit, frame sizes, milliseconds). `None` also when
+    /// the value does not fit, rather than truncating it.
     pub fn as_u32(self) -> Option<u32> {
         self.as_uint().and_then(|n| u32::try_from(n).ok())
     }
 
+    /// A `boolean`; `None` for anything else, numbers included (no truthiness), and for an
+    /// absent field, whose spec default the caller supplies (mostly `false`).
     pub fn as_bool(self) -> Option<bool> {
         match self {
             Value::Bool(b) => Some(b),
@@ -329,12 +350,18 @@ impl<'a> Dec<'a> {
 /// Writes values into a buffer. Lists are opened with [`Enc::list`] and closed with
 /// [`Enc::end`], which patches in their size and count.
 pub struct Enc<'b> {
+    /// The buffer values are appended to. Public so that bytes encoded elsewhere can follow
+    /// the values (a transfer's message after its performative); bytes written here directly
+    /// are not counted as items, so write to it only when no list or map is open.
     pub buf: &'b mut BytesMut,
     /// Open lists and maps: (offset of the size field, items written).
     open: Vec<(usize, u32)>,
 }
 
 impl<'b> Enc<'b> {
+    /// An encoder appending to the end of `buf` (what is already there stays), with no list
+    /// open. Every [`Enc::list`] and [`Enc::map`] must be closed with [`Enc::end`] before the
+    /// encoder is dropped: an unclosed one keeps a size and count of zero, which is malformed.
     pub fn new(buf: &'b mut BytesMut) -> Enc<'b> {
         Enc {
             buf,
@@ -348,18 +375,23 @@ impl<'b> Enc<'b> {
         }
     }
 
+    /// `null` (0x40): how a field is left out when a later field of the same list is given
+    /// (trailing absent fields are simply not written).
     pub fn null(&mut self) -> &mut Self {
         self.item();
         self.buf.put_u8(0x40);
         self
     }
 
+    /// A `boolean` in its one-octet forms, `true` (0x41) or `false` (0x42).
     pub fn bool(&mut self, b: bool) -> &mut Self {
         self.item();
         self.buf.put_u8(if b { 0x41 } else { 0x42 });
         self
     }
 
+    /// A `ubyte` (0x50, 1.6.3): the settle modes of `attach` (2.8.2, 2.8.3) and the
+    /// `sasl-outcome` code (5.3.3.6) are ubytes.
     pub fn ubyte(&mut self, n: u8) -> &mut Self {
         self.item();
         self.buf.put_u8(0x50);
@@ -367,6 +399,8 @@ impl<'b> Enc<'b> {
         self
     }
 
+    /// A `ushort` (0x60, 1.6.4): channel numbers (`open`'s channel-max, `begin`'s
+    /// remote-channel).
     pub fn ushort(&mut self, n: u16) -> &mut Self {
         self.item();
         self.buf.put_u8(0x60);
@@ -374,10 +408,14 @@ impl<'b> Enc<'b> {
         self
     }
 
+    /// A `uint` (1.6.5) in its shortest form: `uint0` (0x43) for 0, `smalluint` (0x52) up to
+    /// 255, four octets (0x70) above. Handles, ids, windows, credit and frame sizes are uints.
     pub fn uint(&mut self, n: u32) -> &mut Self {
         self.unsigned(n as u64, [0x43, 0x52, 0x70], 4)
     }
 
+    /// A `ulong` (1.6.6) in its shortest form: `ulong0` (0x44) for 0, `smallulong` (0x53) up
+    /// to 255, eight octets (0x80) above.
     pub fn ulong(&mut self, n: u64) -> &mut Self {
         self.unsigned(n, [0x44, 0x53, 0x80], 8)
     }
@@ -399,6 +437,9 @@ impl<'b> Enc<'b> {
         self
     }
 
+    /// A `long` (1.6.10): `smalllong` (0x55) for -128..=127, eight octets (0x81) otherwise.
+    /// Integer application properties are written as longs, whatever their size, so a reader
+    /// sees one type.
     pub fn long(&mut self, n: i64) -> &mut Self {
         self.item();
         if let Ok(b) = i8::try_from(n) {
@@ -411,6 +452,8 @@ impl<'b> Enc<'b> {
         self
     }
 
+    /// A `timestamp` (0x83, 1.6.17): `ms` milliseconds since the Unix epoch, signed (the
+    /// `creation-time` of a message's properties).
     pub fn timestamp(&mut self, ms: i64) -> &mut Self {
         self.item();
         self.buf.put_u8(0x83);
@@ -431,14 +474,22 @@ impl<'b> Enc<'b> {
         self
     }
 
+    /// A `binary` (1.6.19): `vbin8` (0xa0) below 256 octets, `vbin32` (0xb0) from 256 on.
+    /// The length is written as a `u32` unchecked: `b` must be shorter than 4 GiB (a frame
+    /// is at most [`MAX_FRAME`](crate::frames::MAX_FRAME) anyway).
     pub fn binary(&mut self, b: &[u8]) -> &mut Self {
         self.var(0xa0, 0xb0, b)
     }
 
+    /// A `string` (1.6.20): `str8-utf8` (0xa1) below 256 octets, `str32-utf8` (0xb1) from 256
+    /// on; the same length limit as [`Enc::binary`].
     pub fn str(&mut self, s: &str) -> &mut Self {
         self.var(0xa1, 0xb1, s.as_bytes())
     }
 
+    /// A `symbol` (1.6.21): `sym8` (0xa3) below 256 octets, `sym32` (0xb3) from 256 on. The
+    /// spec restricts symbols to ASCII; that is not checked, so pass names that are (SASL
+    /// mechanisms, error conditions, capabilities).
     pub fn symbol(&mut self, s: &str) -> &mut Self {
         self.var(0xa3, 0xb3, s.as_bytes())
     }

@@ -55,7 +55,11 @@ pub enum LinkError {
     /// The broker detached a link.
     #[error("the broker detached the link to `{address}`{}", why(.error))]
     Detached {
+        /// The address the link was attached with (as given to [`Conn::attach`]), to name it
+        /// in the error.
         address: String,
+        /// The error the broker's `detach` carried (for example `amqp:resource-deleted` when
+        /// the queue went away); `None` when it detached without saying why.
         error: Option<AmqpError>,
     },
     /// The socket failed or the peer hung up.
@@ -71,17 +75,35 @@ fn why(e: &Option<AmqpError>) -> String {
 #[derive(Debug)]
 pub enum Event {
     /// The broker settled one of our unsettled transfers (`tag` as given to [`Conn::send`]).
-    Settled { tag: u64, outcome: Outcome },
+    Settled {
+        /// The `tag` given to [`Conn::send`] for this delivery: the caller's own token, so
+        /// it needs no map from delivery ids.
+        tag: u64,
+        /// The broker's outcome. A disposition that settles without one counts as
+        /// [`Outcome::Accepted`], so this is never [`Outcome::Other`]; a disposition that
+        /// neither settles nor carries an outcome (a `received` state) yields no event.
+        outcome: Outcome,
+    },
     /// A message arrived on a receiver link.
     Delivery(Received),
     /// Brokerless: a peer attached a link and it was answered ([`Serving`]); `address` is the
     /// link's (its target for a sender, its source for a receiver).
-    Attached { link: LinkId, address: String },
+    Attached {
+        /// Our id for the new link: what [`Conn::send`] takes when we send on it, and what
+        /// [`Received::link`] says when we receive on it.
+        link: LinkId,
+        /// The link's address (empty when the peer's terminus had none).
+        address: String,
+    },
     /// Brokerless: a peer's link was refused (the peer was told why; this says it again).
     Refused(String),
     /// Brokerless: the peer detached a link, and the detach was answered.
     Detached {
+        /// The link the peer detached, whichever side attached it; it is no longer open
+        /// ([`Conn::is_open`]) and must not be sent on.
         link: LinkId,
+        /// The error the peer's `detach` carried, if any: for a link of ours it refused, the
+        /// reason.
         error: Option<AmqpError>,
     },
 }

@@ -38,8 +38,12 @@ pub(crate) const SASL_MECHANISMS: u64 = 0x40;
 pub(crate) const SASL_INIT: u64 = 0x41;
 pub(crate) const SASL_OUTCOME: u64 = 0x44;
 
-/// Frame types.
+/// Frame type 0x00 (the `type` octet of the frame header, spec 2.3.1): an AMQP frame,
+/// carrying a performative (`open` to `close`, 2.7) and, for a `transfer`, the message after
+/// it. Every frame msgbench writes after the SASL layer is of this type.
 pub const AMQP: u8 = 0;
+/// Frame type 0x01: a SASL frame (spec 5.3), only between the SASL protocol header and the
+/// AMQP one, always on channel 0 (the spec has SASL frames ignore the channel).
 pub const SASL: u8 = 1;
 
 /// Appends one frame on `channel`: the 8-byte header, then what `body` writes.
@@ -104,7 +108,12 @@ pub fn put_begin(buf: &mut BytesMut, next_outgoing_id: u32, incoming_window: u32
 
 /// What a link attaches to.
 pub struct Terminus<'a> {
+    /// The node's `address` (the first field of `source`, spec 3.5.3, or `target`, 3.5.4):
+    /// a queue or topic name, as the broker spells it. Written as a string.
     pub address: &'a str,
+    /// The terminus's `capabilities`, written as an array of symbols (for example `queue`
+    /// or `topic` for Artemis's routing type, `shared` and `global` for a shared
+    /// subscription); empty leaves the field out.
     pub capabilities: &'a [String],
 }
 
@@ -170,8 +179,15 @@ fn put_source(e: &mut Enc, t: Option<&Terminus<'_>>) {
 /// Session flow state sent with every `flow`.
 #[derive(Debug, Clone, Copy)]
 pub struct SessionFlow {
+    /// `next-incoming-id` (spec 2.7.4, 2.5.6): the transfer id we expect next from the peer,
+    /// its `begin`'s next-outgoing-id advanced by one per transfer frame received.
     pub next_incoming_id: u32,
+    /// `incoming-window`: how many more transfer frames (not deliveries) we take before the
+    /// peer must wait for our next `flow`.
     pub incoming_window: u32,
+    /// `next-outgoing-id`: the transfer id our next transfer frame takes (one per frame, so a
+    /// message split over frames uses several). Our outgoing window is always written as
+    /// `u32::MAX` (unlimited).
     pub next_outgoing_id: u32,
 }
 
@@ -293,7 +309,11 @@ pub fn split_frame(rbuf: &mut BytesMut) -> Result<Option<(u8, u16, Bytes)>, Code
 /// An AMQP error: condition and description, as the broker sent them.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct AmqpError {
+    /// The `condition` symbol (spec 2.8.14; standard ones in 2.8.15 to 2.8.18), for example
+    /// `amqp:not-found` or `amqp:unauthorized-access`; `amqp:unknown` when the peer sent an
+    /// error without one.
     pub condition: String,
+    /// The error's `description`, the peer's own words, when it gave one.
     pub description: Option<String>,
 }
 
@@ -333,11 +353,22 @@ fn terminus_address(v: Value<'_>) -> Result<Option<String>, CodecError> {
 /// What the receiving end said about a delivery.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Outcome {
+    /// `accepted` (spec 3.4.2): the receiver took the message; for a producer, the ack.
     Accepted,
+    /// `rejected` (3.4.3): the receiver refused the message as invalid; with the `error` it
+    /// gave, if any.
     Rejected(Option<AmqpError>),
+    /// `released` (3.4.4): the message was not processed and may go to another receiver;
+    /// for a producer, not delivered (msgbench counts it as refused).
     Released,
+    /// `modified` (3.4.5): like released, with the receiver's annotations (the
+    /// message-annotations field is not read).
     Modified {
+        /// `delivery-failed`: the attempt counts as a failed delivery (the broker raises the
+        /// delivery count). `false` when absent.
         delivery_failed: bool,
+        /// `undeliverable-here`: the broker must not deliver the message to this receiver
+        /// again. `false` when absent.
         undeliverable_here: bool,
     },
     /// No state, or one that is not an outcome.
@@ -369,12 +400,19 @@ impl Outcome {
 /// A transfer frame's fields.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Transfer {
+    /// `handle` (spec 2.7.5): the sender's handle of the link, as its `attach` announced it
+    /// (0 if absent); map it to a link by the peer's handle, not ours.
     pub handle: u32,
     /// Set on a delivery's first frame.
     pub delivery_id: Option<u32>,
+    /// `settled`: the sender settled the delivery already (pre-settled): there is no
+    /// disposition to send. `false` when absent; a multi-frame delivery is taken as its
+    /// first frame says.
     pub settled: bool,
     /// More frames of the same delivery follow.
     pub more: bool,
+    /// `aborted`: the sender abandoned the delivery; the frames of it received so far are to
+    /// be discarded and nothing is delivered or settled.
     pub aborted: bool,
     /// Where the message bytes start in the frame body.
     pub payload_at: usize,
@@ -385,22 +423,46 @@ pub struct Transfer {
 pub enum Performative {
     /// An empty frame (a peer's heartbeat).
     Empty,
+    /// `sasl-mechanisms` (spec 5.3.3.1): the mechanisms the server offers, as names (a
+    /// single symbol instead of an array is read too).
     SaslMechanisms(Vec<String>),
+    /// `sasl-outcome` (5.3.3.5): its `code` (5.3.3.6): 0 ok, 1 auth (bad credentials), 2 sys,
+    /// 3 sys-perm, 4 sys-temp; a missing code reads as 4, so only an explicit 0 is success.
     SaslOutcome(u8),
     /// A client's choice of SASL mechanism (the listening side reads it).
     SaslInit {
+        /// The chosen mechanism (`sasl-init`'s first field, 5.3.3.2), empty if absent. The
+        /// initial response (credentials) is not read: a listening msgbench checks nobody.
         mechanism: String,
     },
+    /// `open` (spec 2.7.1): the peer's limits for the connection.
     Open {
+        /// `max-frame-size`: the largest frame, in bytes, the peer takes; `u32::MAX` (the
+        /// spec's default) when absent. Not clamped here: the connection bounds it to
+        /// [`MIN_MAX_FRAME`]..=[`MAX_FRAME`].
         max_frame: u32,
+        /// `idle-time-out` in milliseconds: the peer drops the connection if we send nothing
+        /// for that long, so we owe it a frame (an empty one if need be) sooner. `None` when
+        /// absent or 0 (no time-out).
         idle_ms: Option<u32>,
     },
+    /// `begin` (spec 2.7.2): the peer's half of the session.
     Begin {
+        /// `next-outgoing-id`: the transfer id of the peer's first transfer frame, where our
+        /// next-incoming-id starts (0 if absent).
         next_outgoing_id: u32,
+        /// `incoming-window`: how many transfer frames the peer takes before it sends a
+        /// `flow` (0 if absent: we may send nothing until it does).
         incoming_window: u32,
     },
+    /// `attach` (spec 2.7.3): a link, either the answer to ours (matched by `name`) or, on a
+    /// listening side, a peer's new link.
     Attach {
+        /// The link `name`, which identifies the link in both directions (the answer to our
+        /// attach carries our name). Empty if absent.
         name: String,
+        /// The peer's `handle` for the link: what its later `flow`, `transfer` and `detach`
+        /// frames name it by (0 if absent).
         handle: u32,
         /// The peer's terminus (the source of its sender, the target of its receiver) is
         /// there: a link refused outright comes without it, followed by a detach.
@@ -415,32 +477,66 @@ pub enum Performative {
         /// The source and target as encoded by the peer (`None`: absent), echoed back by a
         /// listening side when it answers.
         source: Option<Vec<u8>>,
+        /// The target as encoded by the peer (`None`: absent or null), echoed back like
+        /// `source`.
         target: Option<Vec<u8>>,
         /// A sender's initial delivery count.
         initial_delivery_count: Option<u32>,
     },
+    /// `flow` (spec 2.7.4): the peer's session window and, when `handle` is set, one link's
+    /// flow state. Fields not listed (outgoing-window, available, drain, properties) are not
+    /// read.
     Flow {
+        /// `next-incoming-id`: the next transfer id the peer expects from us; absent when the
+        /// peer has not yet seen our `begin` (then it counts from our initial id, 0).
         next_incoming_id: Option<u32>,
+        /// `incoming-window`: how many transfer frames, counted from `next_incoming_id`, the
+        /// peer takes (0 if absent). Our remaining window is their sum minus our
+        /// next-outgoing-id.
         incoming_window: u32,
+        /// The peer's `handle` of the link the rest applies to; `None`: a session-only flow.
         handle: Option<u32>,
+        /// The link's `delivery-count` as the peer has it; a receiver that has not seen our
+        /// attach leaves it out (it then counts from our initial delivery count).
         delivery_count: Option<u32>,
+        /// `link-credit`: how many deliveries, counted from `delivery_count`, the receiver
+        /// takes (credit = delivery-count + link-credit - our delivery count, 2.6.7).
         link_credit: Option<u32>,
+        /// `echo`: the peer asks for our flow state back in a `flow` of ours (`false` if
+        /// absent).
         echo: bool,
     },
+    /// `transfer` (spec 2.7.5): one frame of a delivery; the message follows at
+    /// [`Transfer::payload_at`].
     Transfer(Transfer),
+    /// `disposition` (spec 2.7.6): the peer's settlement or state for a range of deliveries.
     Disposition {
         /// The peer settles as the receiver (of our transfers).
         receiver: bool,
+        /// `first`: the first delivery id of the range.
         first: u32,
+        /// `last`: the last delivery id of the range, inclusive (`first` when absent: one
+        /// delivery). Ids wrap around, so the range may cross `u32::MAX`.
         last: u32,
+        /// `settled`: the peer settled the range (it forgets the deliveries); `false` when
+        /// absent.
         settled: bool,
+        /// The `state` field as an outcome ([`Outcome::Other`] when absent or a non-terminal
+        /// state such as `received`).
         outcome: Outcome,
     },
+    /// `detach` (spec 2.7.7): the peer detached a link, or answered our detach.
     Detach {
+        /// The peer's `handle` of the link (0 if absent).
         handle: u32,
+        /// The `error` saying why, if the peer gave one (a refused link carries the reason
+        /// here). The `closed` flag is not read: either way the link is over for msgbench.
         error: Option<AmqpError>,
     },
+    /// `end` (spec 2.7.8): the peer ended the session, with its `error` if it gave one.
     End(Option<AmqpError>),
+    /// `close` (spec 2.7.9): the peer closed the connection, with its `error` if it gave one
+    /// (a broker refusing the connection after the handshake says why here).
     Close(Option<AmqpError>),
     /// A frame msgbench ignores.
     Other(u64),

@@ -47,6 +47,7 @@
 //!   handshake, the frames only a listener writes; [`conn`] answers peers' links.
 //! - [`p2p`]: the brokerless driver, either side listening.
 //! - this file: the `Driver` and the held session of connection workloads.
+#![deny(missing_docs)]
 
 pub mod client;
 pub mod codec;

@@ -37,13 +37,33 @@ pub enum ListenError {
     #[error(
         "{peer} does not speak AMQP 1.0: it sent {sent} (expected the AMQP 1.0 or SASL protocol header)"
     )]
-    NotAmqp { peer: SocketAddr, sent: String },
+    NotAmqp {
+        /// Where the peer connected from.
+        peer: SocketAddr,
+        /// What it sent instead, quoted: its first 8 bytes (as text when they are text,
+        /// else as bytes), or fewer followed by `and hung up`.
+        sent: String,
+    },
     /// The handshake went wrong after the header.
     #[error("the AMQP 1.0 handshake with {peer} failed: {why}")]
-    Handshake { peer: SocketAddr, why: String },
+    Handshake {
+        /// Where the peer connected from.
+        peer: SocketAddr,
+        /// What went wrong, in words: the step (SASL, the AMQP open, the AMQP begin) and the
+        /// I/O error, or what the peer sent or asked for that a listening msgbench does not
+        /// take (another AMQP version, a SASL mechanism other than ANONYMOUS and PLAIN, a
+        /// frame out of order, a `close`).
+        why: String,
+    },
     /// The peer stopped half way.
     #[error("{peer} connected but did not complete the AMQP 1.0 handshake within {timeout:?}")]
-    Timeout { peer: SocketAddr, timeout: Duration },
+    Timeout {
+        /// Where the peer connected from.
+        peer: SocketAddr,
+        /// The whole handshake's allowance (the run's connect timeout), counted from the
+        /// accept.
+        timeout: Duration,
+    },
 }
 
 /// A peer that completed the handshake.

@@ -53,9 +53,14 @@ pub struct AttachReply<'a> {
     pub receiver: bool,
     /// Sender settle mode: ours as a sender, the peer's echoed as a receiver.
     pub snd_settle: u8,
-    /// The peer's source and target, encoded as it sent them; `None` is written as null (a
-    /// refusal leaves out our own terminus: the target as a receiver, the source as a sender).
+    /// The peer's source, encoded as it sent it, echoed byte for byte. `None` (or empty):
+    /// when the source is the peer's own terminus (the peer sends, we are the receiver) it
+    /// is written as an empty source so the link exists; otherwise (our own terminus) as
+    /// null, which by the spec (2.6.3) refuses the link, a detach with the reason to follow.
     pub source: Option<&'a [u8]>,
+    /// The peer's target, echoed like `source`. `None` (or empty): an empty target when it
+    /// is the peer's own terminus (the peer receives, we are the sender), else null (a
+    /// refusal, as for `source`).
     pub target: Option<&'a [u8]>,
 }
 

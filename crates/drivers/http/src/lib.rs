@@ -65,7 +65,7 @@
 //!   http`.
 //! - this file: the `Driver`, `Producer` and `Session` implementations.
 
-#![warn(missing_docs)]
+#![deny(missing_docs)]
 
 pub mod body;
 mod conn;

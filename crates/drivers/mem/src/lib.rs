@@ -37,6 +37,7 @@
 //! # Layout
 //! - [`MemDriver`]: parses the URL, owns the broker handle.
 //! - [`MemProducer`] / [`MemConsumer`]: the two sides.
+#![deny(missing_docs)]
 
 use bytes::{Buf, BufMut, Bytes, BytesMut};
 use msgbench_core::clock::now_ns;

@@ -27,6 +27,7 @@
 //! - [`codec`]: wire format of both versions (also used by msgbench's embedded broker).
 //! - [`conn`]: one connection: handshake, buffers, reconnection.
 //! - this file: the `Driver`, `Producer`, `Consumer` and `Session` implementations.
+#![deny(missing_docs)]
 
 pub mod codec;
 pub mod conn;

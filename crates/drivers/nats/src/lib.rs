@@ -31,6 +31,7 @@
 //! - [`conn`]: one connection: handshake, buffers, keep-alive, reconnection.
 //! - [`js`]: NATS JetStream (`nats+js://`): streams, PubAcks, pull and push consumers.
 //! - this file: the `Driver`, `Producer` and `Consumer` implementations.
+#![deny(missing_docs)]
 
 pub mod conn;
 pub mod js;

@@ -30,6 +30,7 @@
 //! - [`resp`]: the wire format (commands out, replies measured and taken apart in place).
 //! - [`conn`]: the URL, one connection, its handshake and reconnection.
 //! - this file: the `Driver`, `Producer`, `Consumer` and `Session` implementations.
+#![deny(missing_docs)]
 
 pub mod conn;
 pub mod resp;

@@ -35,6 +35,7 @@
 //! - [`codec`]: frames and the upgrade handshake (shared with `msgbench serve ws-broadcast`).
 //! - [`conn`]: one client connection.
 //! - this file: the `Driver`, `Producer`, `Consumer` and `Session` implementations.
+#![deny(missing_docs)]
 
 pub mod codec;
 pub mod conn;

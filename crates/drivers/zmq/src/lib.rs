@@ -87,6 +87,7 @@
 //! - `out`: PUSH and PUB sockets (high-water marks); `inbound`: PULL and SUB sockets.
 //! - `registry`: who listens where within this process.
 //! - this file: the `Driver`, `Producer` and `Consumer` implementations.
+#![deny(missing_docs)]
 
 mod conn;
 mod inbound;

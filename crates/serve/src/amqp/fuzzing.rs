@@ -1,5 +1,5 @@
 //! Entry point for the fuzz targets (`fuzz/`, `crates/fuzz-targets`): the sink's protocol state
-//! ([`Conn`], frames parsed with amq-protocol) is private, so [`sink_reads`] feeds it a byte
+//! (`proto::Conn`, frames parsed with amq-protocol) is private, so [`sink_reads`] feeds it a byte
 //! stream the way a connection's task does. Hidden from the documentation; not an API.
 
 use super::proto::{Conn, Phase};

@@ -199,7 +199,7 @@ impl Broker {
     }
 
     /// Serves MQTT over TLS (`mqtts://`) with `acceptor`; a client gets
-    /// [`conn::CONNECT_TIMEOUT`] for its TLS handshake, as for its CONNECT.
+    /// the connect timeout (`conn::CONNECT_TIMEOUT`) for its TLS handshake, as for its CONNECT.
     pub fn with_tls(mut self, acceptor: tokio_rustls::TlsAcceptor) -> Broker {
         self.tls = Some(acceptor);
         self

@@ -71,6 +71,9 @@ pub struct Options {
     pub host: String,
     /// Base port (listening client `i` uses `PORT + i`; 0: free ports).
     pub port: u16,
+    /// Which side listens: the URL's `bind=consumer` or `bind=producer` (the plurals are
+    /// taken too). [`Bind::Consumer`] if the option is absent, though a URL without it is
+    /// not brokerless in the first place ([`is_brokerless`]).
     pub bind: Bind,
     /// Peers elsewhere, for a topic without a client of the other side here.
     pub peers: u16,

@@ -1,6 +1,6 @@
 //! JetStream options: the query of a `nats+js://` URL. One place parses and validates them, so a
 //! wrong option fails before anything connects (a usage error), and the driver, `msgbench
-//! drivers`, `--help` and the README describe the same set.
+//! drivers`, `--help` and docs/GUIDE.md describe the same set.
 
 use msgbench_core::driver::DriverError;
 use std::time::Duration;
