@@ -78,7 +78,9 @@
 #     fetched once from Maven Central by their coordinates with `mvn` into $STATE/kafka/libs/;
 #     a single KRaft node (broker and controller in one process) with plaintext on
 #     127.0.0.1:${MSGBENCH_KAFKA_PORT:-19092}, its controller on the port after it, SSL on
-#     ${MSGBENCH_KAFKA_TLS_PORT:-19094} (advertised as localhost; client cert optional), storage
+#     ${MSGBENCH_KAFKA_TLS_PORT:-19094} (advertised as localhost; client cert optional), a
+#     plaintext listener on ${MSGBENCH_KAFKA_PROXIED_PORT:-19096} that advertises the port after
+#     it (where the fault-matrix test puts its proxy), storage
 #     formatted on first start in $STATE/kafka/data/ (kept across `up`s: topics survive), a
 #     1 GiB heap, no group join delay, topics created on demand. Starting takes several seconds.
 # Peer libraries (installed, nothing to start or stop):
@@ -126,6 +128,10 @@ KAFKA_VERSION=4.4.0
 KAFKA_PORT=${MSGBENCH_KAFKA_PORT:-19092}
 KAFKA_CONTROLLER_PORT=$((KAFKA_PORT + 1))
 KAFKA_TLS_PORT=${MSGBENCH_KAFKA_TLS_PORT:-19094}
+# A listener that advertises the next port, where no broker listens: a test puts its fault
+# proxy there, so that every connection a client makes (bootstrap and the broker's advertised
+# address alike) passes through the proxy.
+KAFKA_PROXIED_PORT=${MSGBENCH_KAFKA_PROXIED_PORT:-19096}
 KAFKA=$STATE/kafka
 RMQ_NODE=msgbench@localhost
 RMQ=$STATE/rabbitmq
@@ -824,10 +830,10 @@ kafka_conf() {
 process.roles=broker,controller
 node.id=1
 controller.quorum.voters=1@127.0.0.1:$KAFKA_CONTROLLER_PORT
-listeners=PLAINTEXT://127.0.0.1:$KAFKA_PORT,CONTROLLER://127.0.0.1:$KAFKA_CONTROLLER_PORT,SSL://127.0.0.1:$KAFKA_TLS_PORT
-advertised.listeners=PLAINTEXT://127.0.0.1:$KAFKA_PORT,SSL://localhost:$KAFKA_TLS_PORT
+listeners=PLAINTEXT://127.0.0.1:$KAFKA_PORT,CONTROLLER://127.0.0.1:$KAFKA_CONTROLLER_PORT,SSL://127.0.0.1:$KAFKA_TLS_PORT,PROXIED://127.0.0.1:$KAFKA_PROXIED_PORT
+advertised.listeners=PLAINTEXT://127.0.0.1:$KAFKA_PORT,SSL://localhost:$KAFKA_TLS_PORT,PROXIED://127.0.0.1:$((KAFKA_PROXIED_PORT + 1))
 controller.listener.names=CONTROLLER
-listener.security.protocol.map=PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT,SSL:SSL
+listener.security.protocol.map=PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT,SSL:SSL,PROXIED:PLAINTEXT
 ssl.keystore.type=PEM
 ssl.keystore.location=$KAFKA/server-keystore.pem
 ssl.truststore.type=PEM
@@ -887,7 +893,7 @@ LOG4J
       -c "$KAFKA/server.properties" >"$KAFKA/format.log" 2>&1 \
       || { log "kafka storage format failed (see $KAFKA/format.log)"; return 1; }
   fi
-  for port in "$KAFKA_PORT" "$KAFKA_CONTROLLER_PORT" "$KAFKA_TLS_PORT"; do
+  for port in "$KAFKA_PORT" "$KAFKA_CONTROLLER_PORT" "$KAFKA_TLS_PORT" "$KAFKA_PROXIED_PORT"; do
     if port_open "$port"; then log "kafka: 127.0.0.1:$port is already taken by another process"; return 1; fi
   done
   (exec java -Xmx1g -Xms1g -XX:+UseG1GC -cp "$KAFKA/libs/*" \
@@ -928,7 +934,8 @@ ephemeral_ports_note() {
   read -r lo hi </proc/sys/net/ipv4/ip_local_port_range 2>/dev/null || return 0
   for p in "$NATS_PORT" "$REDIS_PORT" "$MQTT_PORT" "$MQTT_AUTH_PORT" "$MQTTS_PORT" "$AMQP_PORT" "$AMQP_DIST_PORT" \
     "$EPMD_PORT" "$RMQ_MQTT_PORT" "$NGINX_PORT" "$NGINX_H2C_PORT" "$NGINX_TLS_PORT" "$ARTEMIS_PORT" "$ARTEMIS_TLS_PORT" \
-    "$KAFKA_PORT" "$KAFKA_CONTROLLER_PORT" "$KAFKA_TLS_PORT" "$REDIS_TLS_PORT"; do
+    "$KAFKA_PORT" "$KAFKA_CONTROLLER_PORT" "$KAFKA_TLS_PORT" "$KAFKA_PROXIED_PORT" "$((KAFKA_PROXIED_PORT + 1))" \
+    "$REDIS_TLS_PORT"; do
     if [ "$p" -ge "$lo" ] && [ "$p" -le "$hi" ]; then clash+=("$p"); fi
   done
   [ "${#clash[@]}" -eq 0 ] && return 0
@@ -990,6 +997,8 @@ case "${1:-}" in
     echo "export MSGBENCH_IT_ARTEMIS_CA=$(printf %q "$TLS/ca.pem")"
     echo "export MSGBENCH_IT_KAFKA=kafka://127.0.0.1:$KAFKA_PORT"
     echo "export MSGBENCH_IT_KAFKA_TLS=kafka+ssl://localhost:$KAFKA_TLS_PORT"
+    # Kafka's listener that advertises 127.0.0.1:PORT+1, where a test's fault proxy listens.
+    echo "export MSGBENCH_IT_KAFKA_PROXIED=127.0.0.1:$KAFKA_PROXIED_PORT"
     echo "export MSGBENCH_IT_CA=$(printf %q "$TLS/ca.pem")"
     echo "export MSGBENCH_IT_HTTP_URL=http://127.0.0.1:$NGINX_PORT/"
     echo "export MSGBENCH_IT_HTTP_H2C_URL=http://127.0.0.1:$NGINX_H2C_PORT/"

@@ -290,7 +290,8 @@ macro_rules! with_driver {
                     plan.run_id,
                     $sink.clone(),
                     plan.connect_timeout,
-                )?;
+                )?
+                .with_keep_alive(plan.client.keep_alive);
                 $body
             }
             "zmq" => {

@@ -61,8 +61,24 @@ pub struct FaultProxy {
 impl FaultProxy {
     /// Starts forwarding from a free port to `upstream` (`127.0.0.1:PORT`).
     pub fn start(upstream: &str) -> FaultProxy {
+        Self::start_on(0, upstream)
+    }
+
+    /// Starts forwarding from `port` (0: a free one) to `upstream`: a broker that advertises
+    /// the proxy's address needs it at a known port. A port still held by the proxy before
+    /// (its accept loop ends within 50 ms of its drop) is waited for, up to 5 s.
+    pub fn start_on(port: u16, upstream: &str) -> FaultProxy {
         let upstream: SocketAddr = upstream.parse().expect("upstream as IP:PORT");
-        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let t = std::time::Instant::now();
+        let listener = loop {
+            match TcpListener::bind(("127.0.0.1", port)) {
+                Ok(l) => break l,
+                Err(_) if t.elapsed() < Duration::from_secs(5) => {
+                    std::thread::sleep(Duration::from_millis(50));
+                }
+                Err(e) => panic!("fault proxy: cannot listen on 127.0.0.1:{port}: {e}"),
+            }
+        };
         listener.set_nonblocking(true).unwrap();
         let port = listener.local_addr().unwrap().port();
         let shared = Arc::new(Shared {

@@ -99,6 +99,8 @@ pub const REDIS: &str = "MSGBENCH_IT_REDIS_URL";
 pub const ARTEMIS: &str = "MSGBENCH_IT_ARTEMIS_URL";
 /// Apache Kafka (a `--features kafka` build).
 pub const KAFKA: &str = "MSGBENCH_IT_KAFKA";
+/// Kafka's listener (`127.0.0.1:PORT`) that advertises `PORT + 1`, for a proxy there.
+pub const KAFKA_PROXIED: &str = "MSGBENCH_IT_KAFKA_PROXIED";
 
 /// What `scripts/brokers.sh env` sets in `var`; when it is unset, `None` after saying on
 /// stderr that the test is skipped, and why. Under `MSGBENCH_IT_REQUIRE=1` (set by

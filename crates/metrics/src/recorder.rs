@@ -53,12 +53,6 @@ impl Recorder {
         }
     }
 
-    /// `n` acknowledgements that arrived without a latency we can attribute (for example a
-    /// cumulative ack whose send times were no longer tracked).
-    pub fn record_acks_without_latency(&mut self, n: u64) {
-        self.counters.acked += n;
-    }
-
     /// One connection opened, its handshake having taken `latency_ns`.
     pub fn record_connect(&mut self, latency_ns: u64) {
         self.counters.connects += 1;

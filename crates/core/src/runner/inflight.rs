@@ -1,5 +1,24 @@
 //! The window of sent-but-unacknowledged messages of one producer, as a ring indexed by token,
 //! so an ack finds its send time in O(1) without allocating.
+//!
+//! A message whose ack timed out is counted in doubt once, at its timeout, and its place is
+//! free again; its slot remembers the token, though, so an ack that still comes later (a broker
+//! back from a restart confirms what it had) is known for what it is and not counted a second
+//! time, as confirmed: every message sent has exactly one outcome.
+
+/// Marks a slot whose message expired (its token + 1 is kept in the other bits).
+const EXPIRED: u64 = 1 << 63;
+
+/// What an ack found in the window.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Taken {
+    /// The message was outstanding: its (sent, intended) times.
+    Outstanding(u64, u64),
+    /// Its ack timed out before: it was counted in doubt then, and stays so.
+    Expired,
+    /// Not in the window (never sent, acked before, or overwritten while outstanding).
+    Unknown,
+}
 
 /// Send times (actual and intended) of outstanding messages, keyed by the token given to the
 /// driver.
@@ -52,7 +71,8 @@ impl InFlight {
     /// is slow holds the window rather than losing track of its latency.
     #[inline]
     pub fn slot_free(&self, token: u64) -> bool {
-        self.slots[(token & self.mask) as usize].0 == 0
+        let t = self.slots[(token & self.mask) as usize].0;
+        t == 0 || t & EXPIRED != 0
     }
 
     /// Drops every outstanding message sent before `deadline_ns`, returning how many (their acks
@@ -60,8 +80,8 @@ impl InFlight {
     pub fn expire(&mut self, deadline_ns: u64) -> u64 {
         let mut n = 0;
         for slot in self.slots.iter_mut() {
-            if slot.0 != 0 && slot.1 < deadline_ns {
-                slot.0 = 0;
+            if slot.0 != 0 && slot.0 & EXPIRED == 0 && slot.1 < deadline_ns {
+                slot.0 |= EXPIRED;
                 n += 1;
             }
         }
@@ -74,7 +94,7 @@ impl InFlight {
     #[inline]
     pub fn push(&mut self, token: u64, sent_ns: u64, intended_ns: u64) {
         let slot = &mut self.slots[(token & self.mask) as usize];
-        if slot.0 != 0 {
+        if slot.0 != 0 && slot.0 & EXPIRED == 0 {
             self.untracked += 1;
             self.len -= 1;
         }
@@ -83,16 +103,28 @@ impl InFlight {
         self.next = token + 1;
     }
 
-    /// Removes `token`, returning its (sent, intended) times if it was outstanding.
+    /// Removes `token`, saying what it was.
     #[inline]
-    pub fn ack_one(&mut self, token: u64) -> Option<(u64, u64)> {
+    pub fn take(&mut self, token: u64) -> Taken {
         let slot = &mut self.slots[(token & self.mask) as usize];
         if slot.0 == token + 1 {
             slot.0 = 0;
             self.len -= 1;
-            Some((slot.1, slot.2))
+            Taken::Outstanding(slot.1, slot.2)
+        } else if slot.0 == (token + 1) | EXPIRED {
+            slot.0 = 0;
+            Taken::Expired
         } else {
-            None
+            Taken::Unknown
+        }
+    }
+
+    /// Removes `token`, returning its (sent, intended) times if it was outstanding.
+    #[inline]
+    pub fn ack_one(&mut self, token: u64) -> Option<(u64, u64)> {
+        match self.take(token) {
+            Taken::Outstanding(sent, intended) => Some((sent, intended)),
+            Taken::Expired | Taken::Unknown => None,
         }
     }
 
@@ -147,6 +179,25 @@ mod tests {
         assert_eq!(w.expire(102), 1, "token 1 (sent at 101) expired");
         assert_eq!(w.len(), 2);
         assert_eq!(w.ack_one(1), None);
+    }
+
+    #[test]
+    fn a_late_ack_of_an_expired_message_is_known_as_such() {
+        let mut w = InFlight::new(2); // capacity 4
+        for t in 0..4 {
+            w.push(t, 100 + t, 0);
+        }
+        assert_eq!(w.expire(102), 2, "tokens 0 and 1 expired");
+        assert!(w.slot_free(4), "an expired message's place is free again");
+        assert_eq!(w.take(0), Taken::Expired, "its ack came after all");
+        assert_eq!(w.take(0), Taken::Unknown, "and counts once");
+        assert_eq!(w.take(2), Taken::Outstanding(102, 0));
+        w.push(5, 105, 0); // over expired token 1: counted at its timeout, not untracked
+        assert_eq!(w.untracked, 0);
+        assert_eq!(w.take(1), Taken::Unknown, "its slot went to token 5");
+        assert_eq!(w.expire(1_000), 2, "tokens 3 and 5");
+        assert_eq!(w.expire(1_000), 0, "an expired message expires once");
+        assert!(w.is_empty());
     }
 
     #[test]

@@ -1,7 +1,7 @@
 //! The producer loop: pace → stamp → send → record, with the ack window where the protocol
 //! confirms. One task per producer; it owns its recorder, so nothing here takes a lock.
 
-use super::inflight::InFlight;
+use super::inflight::{InFlight, Taken};
 use super::state::{OwnedCounter, RunState};
 use super::tagging::{Tagger, Tagging};
 use super::timer::PreciseTimer;
@@ -130,13 +130,15 @@ impl ProducerTask {
         let now = now_ns();
         match ack {
             Ack::One { token, ok } => {
-                match window.ack_one(token) {
-                    Some(times) => {
-                        Self::record_ack(rec, now, times, ok, responses);
-                        self.record_ack_stage(rec, now, times.1, ok);
+                match window.take(token) {
+                    Taken::Outstanding(sent, intended) => {
+                        Self::record_ack(rec, now, (sent, intended), ok, responses);
+                        self.record_ack_stage(rec, now, intended, ok);
                     }
-                    None if ok => rec.record_acks_without_latency(1),
-                    None => rec.record_ack(0, false),
+                    // Counted in doubt at its ack timeout (or acked before): a message has one
+                    // outcome. (The producer never overwrites an outstanding token, so a token
+                    // sent and not in the window has had its outcome.)
+                    Taken::Expired | Taken::Unknown => {}
                 }
                 if !ok && let Some(t) = &self.tagger {
                     t.refused(token);

@@ -6,10 +6,13 @@
 //! assignment every partition starts at the plan's start (latest: the high watermark looked up
 //! right then; earliest: the beginning) whatever the group committed before, so a run starts
 //! where it says; on later assignments (another member joined or left) committed offsets are
-//! kept and only partitions without one get the plan's start. The consumer is handed to the
+//! kept and only partitions without one get the plan's start. Unless the plan commits nothing,
+//! the first assignment's start offsets are committed at once, so a consumer that rejoins
+//! before its first commit (its broker restarted) resumes from them. The consumer is handed to the
 //! runner only after its first assignment, so messages sent afterwards are never skipped by a
 //! lazily resolved "latest".
 
+use crate::reach::Reach;
 use bytes::Bytes;
 use msgbench_core::driver::{
     Consumer, ConsumerSpec, Delivery, DriverError, DriverEventKind, EventSink,
@@ -46,14 +49,14 @@ pub struct GroupContext {
     assigned: std::sync::Mutex<Option<oneshot::Sender<()>>>,
     events: EventSink,
     client: String,
+    reach: Reach,
+    /// Whether the plan commits offsets at all (`commit = "none"` does not).
+    commits: bool,
 }
 
 impl ClientContext for GroupContext {
     fn error(&self, error: KafkaError, reason: &str) {
-        self.events.emit(
-            DriverEventKind::Error,
-            format!("{}: {error}: {reason}", self.client),
-        );
+        self.reach.error(&error, reason);
     }
 }
 
@@ -87,13 +90,14 @@ impl GroupContext {
         }
     }
 
-    /// Sets the start offsets of a new assignment (see the module docs).
-    fn place(&self, client: &NativeClient, tpl: &mut TopicPartitionList) {
+    /// Sets the start offsets of a new assignment (see the module docs); whether it is the
+    /// first.
+    fn place(&self, client: &NativeClient, tpl: &mut TopicPartitionList) -> bool {
         let first = self.assignments.fetch_add(1, Ordering::AcqRel) == 0;
         if tpl.count() == 0 {
             // More members than partitions: nothing for this one (and rdkafka's `elements`
             // must not see an empty list's null array).
-            return;
+            return first;
         }
         let committed = tpl.clone();
         if !first {
@@ -109,6 +113,27 @@ impl GroupContext {
             };
             let _ = tpl.set_partition_offset(e.topic(), e.partition(), offset);
         }
+        first
+    }
+
+    /// Commits the start offsets of the first assignment, so that the group has a position
+    /// from the start of the run: a consumer that rejoins before its first periodic commit (a
+    /// broker restarted early in the run) resumes there, not at the then latest offset, which
+    /// would skip everything sent in between.
+    fn commit_start(&self, client: &NativeClient, tpl: &TopicPartitionList) {
+        let mut start = TopicPartitionList::new();
+        if tpl.count() > 0 {
+            for e in tpl.elements() {
+                if let Offset::Offset(o) = e.offset() {
+                    let _ = start.add_partition_offset(e.topic(), e.partition(), Offset::Offset(o));
+                }
+            }
+        }
+        if start.count() > 0 {
+            // SAFETY: a live client handle and a list that outlives the call (an asynchronous
+            // commit copies it).
+            unsafe { rdsys::rd_kafka_commit(client.ptr(), start.ptr(), 1) };
+        }
     }
 }
 
@@ -123,8 +148,11 @@ impl ConsumerContext for GroupContext {
         unsafe {
             match err {
                 RDKafkaRespErr::RD_KAFKA_RESP_ERR__ASSIGN_PARTITIONS => {
-                    self.place(native_client, tpl);
+                    let first = self.place(native_client, tpl);
                     rdsys::rd_kafka_assign(native_client.ptr(), tpl.ptr());
+                    if first && self.commits {
+                        self.commit_start(native_client, tpl);
+                    }
                     if let Some(tx) = self.assigned.lock().expect("assigned lock").take() {
                         let _ = tx.send(());
                     }
@@ -162,6 +190,7 @@ impl KafkaConsumer {
         spec: &ConsumerSpec,
         group: String,
         events: EventSink,
+        servers: &str,
         timeout: Duration,
     ) -> Result<Self, DriverError> {
         let mut cfg = base.clone();
@@ -187,6 +216,8 @@ impl KafkaConsumer {
             assigned: std::sync::Mutex::new(Some(tx_assigned)),
             events: events.clone(),
             client: format!("consumer {}", spec.id),
+            reach: Reach::new(events.clone(), format!("consumer {}", spec.id), servers),
+            commits: plan.commit != KafkaCommit::None,
         };
         let c: BaseConsumer<GroupContext> = cfg
             .create_with_context(ctx)
@@ -246,7 +277,10 @@ fn poll_loop(
     while !stop.load(Ordering::Acquire) {
         let Some(r) = c.poll(POLL) else { continue };
         let m = match r {
-            Ok(m) => m,
+            Ok(m) => {
+                c.context().reach.alive();
+                m
+            }
             Err(e) => {
                 events.emit(DriverEventKind::Error, format!("{client}: {e}"));
                 continue;

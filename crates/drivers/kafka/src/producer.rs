@@ -4,7 +4,7 @@
 //! served by the `ThreadedProducer`'s polling thread, come back as [`Ack`]s over an unbounded
 //! channel (lock-free; it allocates once per block of 32 acks, not per message).
 
-use msgbench_core::driver::DriverEventKind;
+use crate::reach::Reach;
 use msgbench_core::driver::{Ack, DriverError, EventSink, Outbound, Producer, ProducerSpec};
 use msgbench_core::scenario::KafkaPlan;
 use msgbench_core::scenario::kafka::{KafkaAcks, KafkaPartitioner};
@@ -25,16 +25,12 @@ const CLOSE_FLUSH: Duration = Duration::from_secs(10);
 /// Turns delivery reports into acks.
 pub struct AckContext {
     acks: mpsc::UnboundedSender<Ack>,
-    events: EventSink,
-    client: String,
+    reach: Reach,
 }
 
 impl ClientContext for AckContext {
     fn error(&self, error: KafkaError, reason: &str) {
-        self.events.emit(
-            DriverEventKind::Error,
-            format!("{}: {error}: {reason}", self.client),
-        );
+        self.reach.error(&error, reason);
     }
 }
 
@@ -42,9 +38,13 @@ impl ProducerContext for AckContext {
     type DeliveryOpaque = usize;
 
     fn delivery(&self, result: &DeliveryResult<'_>, token: usize) {
+        let ok = result.is_ok();
+        if ok {
+            self.reach.alive();
+        }
         let _ = self.acks.send(Ack::One {
             token: token as u64,
-            ok: result.is_ok(),
+            ok,
         });
     }
 }
@@ -75,6 +75,7 @@ impl KafkaProducer {
         spec: &ProducerSpec,
         topics: Vec<(String, i32)>,
         events: EventSink,
+        servers: &str,
     ) -> Result<Self, DriverError> {
         let mut cfg = base.clone();
         let acks = match plan.acks {
@@ -96,8 +97,7 @@ impl KafkaProducer {
         let (tx, rx) = mpsc::unbounded_channel();
         let ctx = AckContext {
             acks: tx,
-            events,
-            client: format!("producer {}", spec.id),
+            reach: Reach::new(events, format!("producer {}", spec.id), servers),
         };
         let inner: ThreadedProducer<AckContext> = cfg
             .create_with_context(ctx)
