@@ -192,295 +192,408 @@ impl ProducerTask {
         }
     }
 
-    pub async fn run<P: Producer>(self, mut p: P, mut payload: PayloadBuilder) {
-        let mut rec = Recorder::new(self.late_ns);
-        let mut ticker = Ticker::new(self.t0_ns, self.tick_ns);
-        let mut window = InFlight::new(self.window);
-        let mut this = self;
-        this.tagger = this
+    /// Runs the producer from the start barrier to the end: one [`Sending::step`] per message
+    /// until the loop ends, then [`Sending::wind_down`].
+    pub async fn run<P: Producer>(mut self, p: P, payload: PayloadBuilder) {
+        let window = InFlight::new(self.window);
+        self.tagger = self
             .tagging
             .take()
-            .map(|t| Tagger::new(t, this.id, window.capacity()));
-        let mut timer = PreciseTimer::new().ok();
-        let mut seqs = vec![0u64; this.streams as usize];
-        let mut pacer = this.pacer.clone();
-        let mut token: u64 = 0;
-        let mut stream: u32 = 0;
-        let mut measured: u64 = 0;
-        let mut phase = this.state.phase_at(this.t0_ns);
-        let mut consecutive_errors: u32 = 0;
-        let mut last_ns = this.t0_ns;
-        let unpaced = pacer.is_unlimited();
+            .map(|t| Tagger::new(t, self.id, window.capacity()));
+        let mut s = Sending {
+            rec: Recorder::new(self.late_ns),
+            ticker: Ticker::new(self.t0_ns, self.tick_ns),
+            window,
+            timer: PreciseTimer::new().ok(),
+            seqs: vec![0u64; self.streams as usize],
+            pacer: self.pacer.clone(),
+            unpaced: self.pacer.is_unlimited(),
+            token: 0,
+            stream: 0,
+            measured: 0,
+            phase: self.state.phase_at(self.t0_ns),
+            consecutive_errors: 0,
+            last_ns: self.t0_ns,
+            task: self,
+            p,
+            payload,
+        };
+        s.sleep_until(s.task.t0_ns).await;
+        while s.step().await.is_some() {}
+        s.wind_down().await;
+    }
+}
 
-        sleep_until_ns(&mut timer, this.t0_ns, this.pacing).await;
-        'send: loop {
-            if this.state.producers_stopped() {
-                break;
-            }
-            // Phase as of the last send (re-checked at the actual send time below).
-            let cur = this.state.phase_at(last_ns);
-            if cur != phase {
-                this.flush_snapshot(&mut rec, phase, ticker.recording());
-                phase = cur;
-            }
-            if phase == Phase::Drain {
-                break;
-            }
-            if let Some(q) = this.quota
-                && phase == Phase::Measure
-                && measured >= q
-            {
-                break;
-            }
+/// A producer's loop: its task, its client, and where it stands (recorder, tick, ack window,
+/// schedule, sequence numbers). Each step returns `None` when the loop must end (stopped, the
+/// drain begun, the quota sent, a fatal error).
+struct Sending<P: Producer> {
+    task: ProducerTask,
+    p: P,
+    payload: PayloadBuilder,
+    rec: Recorder,
+    ticker: Ticker,
+    window: InFlight,
+    timer: Option<PreciseTimer>,
+    seqs: Vec<u64>,
+    pacer: Pacer,
+    unpaced: bool,
+    /// The next message's token (also the number sent so far).
+    token: u64,
+    stream: u32,
+    /// Messages sent (or attempted) in the measure phase, against the quota.
+    measured: u64,
+    /// The phase being recorded.
+    phase: Phase,
+    consecutive_errors: u32,
+    /// When the last send happened.
+    last_ns: u64,
+}
 
-            // Pace: wait for the intended time, ticking while we wait.
-            let intended = if unpaced {
-                None
-            } else {
-                pacer.next_offset_ns().map(|off| this.t0_ns + off)
-            };
-            if let Some(at) = intended {
-                loop {
-                    let now = now_ns();
-                    if let Some(k) = ticker.due(now) {
-                        this.flush_snapshot(&mut rec, phase, k);
-                    }
-                    if now >= at {
-                        break;
-                    }
-                    if this.state.producers_stopped() {
-                        break 'send;
-                    }
-                    if let Err(e) = p.idle().await {
-                        rec.record_error(e.kind());
-                    }
-                    let wake = at.min(ticker.next_ns);
-                    if this.acks {
-                        // Take acks as they arrive while waiting for the pacer: an ack read only
-                        // after the wait would carry the wait in its latency (at 100 msgs/s,
-                        // up to 10 ms on top of a sub-millisecond confirm).
-                        tokio::select! {
-                            biased;
-                            ack = std::future::poll_fn(|cx| p.poll_ack(cx)) => match ack {
-                                Some(a) => {
-                                    this.handle_ack(&mut rec, &mut window, a);
-                                    this.drain_ready_acks(&mut p, &mut rec, &mut window);
-                                }
-                                // No more acks will come: just wait.
-                                None => sleep_until_ns(&mut timer, wake, this.pacing).await,
-                            },
-                            _ = sleep_until_ns(&mut timer, wake, this.pacing) => {}
-                        }
-                    } else {
-                        sleep_until_ns(&mut timer, wake, this.pacing).await;
-                    }
-                }
-            }
+impl<P: Producer> Sending<P> {
+    async fn sleep_until(&mut self, at: u64) {
+        sleep_until_ns(&mut self.timer, at, self.task.pacing).await;
+    }
 
-            // Window: never more than `window` unacknowledged messages. Once it is full, sending
-            // resumes only when a sixteenth of it is free again: a broker that acks one message
-            // at a time would otherwise get one write (and one syscall) per message, which
-            // costs the generator more than the messages themselves.
-            if this.acks {
-                this.drain_ready_acks(&mut p, &mut rec, &mut window);
-                if window.len() >= this.window {
-                    let resume_at = this.window - (this.window / 16).max(1);
-                    while window.len() > resume_at {
-                        if this.state.producers_stopped() {
-                            break 'send;
-                        }
-                        if let Err(e) = p.idle().await {
-                            rec.record_error(e.kind());
-                        }
-                        if let Flow::Stop = this
-                            .wait_ack(&mut p, &mut rec, &mut window, &mut ticker, phase)
-                            .await
-                        {
-                            break 'send;
-                        }
-                        this.drain_ready_acks(&mut p, &mut rec, &mut window);
-                    }
-                }
-                while window.len() >= this.window || !window.slot_free(token) {
-                    if this.state.producers_stopped() {
-                        break 'send;
-                    }
-                    if let Err(e) = p.idle().await {
-                        rec.record_error(e.kind());
-                    }
-                    if let Flow::Stop = this
-                        .wait_ack(&mut p, &mut rec, &mut window, &mut ticker, phase)
-                        .await
-                    {
-                        break 'send;
-                    }
-                }
-            }
+    fn flush(&mut self, phase: Phase, interval: u64) {
+        self.task.flush_snapshot(&mut self.rec, phase, interval);
+    }
 
-            // The stage window: messages not yet at the window stage, run-wide.
-            if let Some(g) = this.tagger.as_ref().and_then(Tagger::gate) {
-                let mut acks_open = this.acks;
-                loop {
-                    tokio::select! {
-                        biased;
-                        _ = g.acquire() => break,
-                        ack = std::future::poll_fn(|cx| p.poll_ack(cx)), if acks_open => match ack {
-                            Some(a) => this.handle_ack(&mut rec, &mut window, a),
-                            None => acks_open = false,
-                        },
-                        _ = tokio::time::sleep_until(to_instant(ticker.next_ns)) => {
-                            if let Some(k) = ticker.due(now_ns()) {
-                                this.flush_snapshot(&mut rec, phase, k);
-                            }
-                            if this.state.producers_stopped() {
-                                break 'send;
-                            }
-                        }
-                    }
-                }
-            }
-
-            let sent_ns = now_ns();
-            last_ns = sent_ns;
-            // The wait may have crossed a phase boundary: record this send in the phase it
-            // actually happens in.
-            let cur = this.state.phase_at(sent_ns);
-            if cur != phase {
-                this.flush_snapshot(&mut rec, phase, ticker.recording());
-                phase = cur;
-                if phase == Phase::Drain {
-                    break;
-                }
-            }
-            // Likewise close a finished interval before recording a send that belongs to the
-            // next one.
-            if let Some(k) = ticker.due(sent_ns) {
-                if this.acks {
-                    let expired = window.expire(sent_ns.saturating_sub(this.ack_timeout_ns));
-                    rec.counters_mut().errors.add(ErrorKind::Timeout, expired);
-                } else {
-                    // Without confirms only notices such as returns come this way.
-                    this.drain_ready_acks(&mut p, &mut rec, &mut window);
-                }
-                this.flush_snapshot(&mut rec, phase, k);
-            }
-            let intended_ns = intended.unwrap_or(sent_ns);
-            let stamp = Stamp {
-                run_id: this.run_id,
-                producer: this.id,
-                stream,
-                seq: seqs[stream as usize],
-                intended_ns,
-                sent_ns,
-            };
-            let body = payload.build(&stamp);
-            let len = body.len();
-            let meta = match this.tagger.as_mut() {
-                None => None,
-                Some(t) => match t.prepare(token, stamp.seq, intended_ns) {
-                    Ok(m) => m,
-                    Err(dup) => {
-                        if let Some(g) = t.gate() {
-                            g.release();
-                        }
-                        let _ = this.fatal.send(format!(
-                            "producer {} stopped: tracking key `{}` was used twice (make tracking.key unique, e.g. with {{n}} or {{producer}}.{{seq}})",
-                            this.id, dup.0
-                        ));
-                        break;
-                    }
-                },
-            };
-            this.busy.set(sent_ns.max(1));
-            let r = p
-                .send(Outbound {
-                    stream,
-                    token,
-                    payload: body,
-                    meta,
-                })
-                .await;
-            this.busy.set(0);
-            match r {
-                Ok(()) => {
-                    consecutive_errors = 0;
-                    rec.record_send(intended_ns, sent_ns, len);
-                    if let Some(s) = this.tagger.as_ref().and_then(Tagger::ack_stage) {
-                        let st = rec.stage(s);
-                        st.add_bytes(len);
-                        if !this.acks {
-                            // Without confirms, handing the message over is all there is.
-                            st.reached(sent_ns.saturating_sub(intended_ns), 0);
-                        }
-                    }
-                    if this.acks {
-                        window.push(token, sent_ns, intended_ns);
-                    }
-                    seqs[stream as usize] += 1;
-                    token += 1;
-                    if phase == Phase::Measure {
-                        measured += 1;
-                    }
-                    this.sent.set(token);
-                    stream += 1;
-                    if stream == this.streams {
-                        stream = 0;
-                    }
-                }
-                Err(e) => {
-                    rec.record_error(e.kind());
-                    if let Some(t) = &this.tagger {
-                        t.unsent(token);
-                    }
-                    if phase == Phase::Measure {
-                        // Attempts count toward a message quota, so a count-bounded run ends
-                        // even when sends keep failing.
-                        measured += 1;
-                    }
-                    if e.is_fatal() {
-                        let _ = this
-                            .fatal
-                            .send(format!("producer {} stopped: {e}", this.id));
-                        break;
-                    }
-                    // Back off so a dead connection does not become a busy loop; the driver
-                    // reconnects underneath.
-                    consecutive_errors = consecutive_errors.saturating_add(1);
-                    let pause = 1_000_000u64 << consecutive_errors.min(7);
-                    sleep_until_ns(&mut timer, now_ns() + pause, this.pacing).await;
-                }
-            }
+    /// An idle moment: the client may do its housekeeping (keep-alives, reading).
+    async fn idle(&mut self) {
+        if let Err(e) = self.p.idle().await {
+            self.rec.record_error(e.kind());
         }
+    }
 
-        // What was recorded so far belongs to the phase the loop was in.
-        this.flush_snapshot(&mut rec, phase, ticker.recording());
-        // Push out what the client buffered, then wait (bounded) for outstanding acks.
-        if let Err(e) = p.flush().await {
-            rec.record_error(e.kind());
+    /// Pace, window, stage gate, then one message sent and recorded.
+    async fn step(&mut self) -> Option<()> {
+        self.may_go_on()?;
+        let intended = self.pace().await?;
+        self.open_window().await?;
+        self.pass_stage_gate().await?;
+        let sent_ns = now_ns();
+        self.last_ns = sent_ns;
+        self.at_send_time(sent_ns)?;
+        self.send_one(intended, sent_ns).await
+    }
+
+    /// Whether another message may be sent: not stopped, not draining, quota not reached. A
+    /// phase changed since the last send closes the old phase's snapshot.
+    fn may_go_on(&mut self) -> Option<()> {
+        if self.task.state.producers_stopped() {
+            return None;
         }
-        if this.acks {
-            loop {
-                this.drain_ready_acks(&mut p, &mut rec, &mut window);
-                if window.is_empty() || now_ns() >= this.state.drain_deadline_ns() {
-                    break;
-                }
-                let phase = this.state.phase_at(now_ns());
-                if let Flow::Stop = this
-                    .wait_ack(&mut p, &mut rec, &mut window, &mut ticker, phase)
-                    .await
-                {
-                    break;
-                }
-            }
-            // Never confirmed: in doubt. Counted, never silently dropped.
-            rec.counters_mut()
-                .errors
-                .add(ErrorKind::Timeout, window.len() as u64);
+        let cur = self.task.state.phase_at(self.last_ns);
+        if cur != self.phase {
+            self.flush(self.phase, self.ticker.recording());
+            self.phase = cur;
+        }
+        if self.phase == Phase::Drain {
+            return None;
+        }
+        match self.task.quota {
+            Some(q) if self.phase == Phase::Measure && self.measured >= q => None,
+            _ => Some(()),
+        }
+    }
+
+    /// Waits for the next message's intended time, ticking and taking acks while it waits (an
+    /// ack read only after the wait would carry the wait in its latency: at 100 msgs/s, up to
+    /// 10 ms on top of a sub-millisecond confirm). The intended time; `None` inside for an
+    /// unpaced run.
+    async fn pace(&mut self) -> Option<Option<u64>> {
+        let intended = if self.unpaced {
+            None
         } else {
-            this.drain_ready_acks(&mut p, &mut rec, &mut window);
+            self.pacer.next_offset_ns().map(|off| self.task.t0_ns + off)
+        };
+        let Some(at) = intended else {
+            return Some(None);
+        };
+        loop {
+            let now = now_ns();
+            if let Some(k) = self.ticker.due(now) {
+                self.flush(self.phase, k);
+            }
+            if now >= at {
+                return Some(intended);
+            }
+            if self.task.state.producers_stopped() {
+                return None;
+            }
+            self.idle().await;
+            let wake = at.min(self.ticker.next_ns);
+            let pacing = self.task.pacing;
+            if !self.task.acks {
+                self.sleep_until(wake).await;
+                continue;
+            }
+            tokio::select! {
+                biased;
+                ack = std::future::poll_fn(|cx| self.p.poll_ack(cx)) => match ack {
+                    Some(a) => {
+                        self.task.handle_ack(&mut self.rec, &mut self.window, a);
+                        self.task.drain_ready_acks(&mut self.p, &mut self.rec, &mut self.window);
+                    }
+                    // No more acks will come: just wait.
+                    None => sleep_until_ns(&mut self.timer, wake, pacing).await,
+                },
+                _ = sleep_until_ns(&mut self.timer, wake, pacing) => {}
+            }
         }
-        let _ = p.close().await;
-        this.flush_snapshot(&mut rec, this.state.phase_at(now_ns()), ticker.recording());
+    }
+
+    /// Waits for one ack (ticking meanwhile), after an idle moment; `None`: the run ends.
+    async fn await_ack(&mut self) -> Option<()> {
+        if self.task.state.producers_stopped() {
+            return None;
+        }
+        self.idle().await;
+        let flow = self
+            .task
+            .wait_ack(
+                &mut self.p,
+                &mut self.rec,
+                &mut self.window,
+                &mut self.ticker,
+                self.phase,
+            )
+            .await;
+        match flow {
+            Flow::Go => Some(()),
+            Flow::Stop => None,
+        }
+    }
+
+    /// The ack window: never more than `window` unacknowledged messages. Once it is full,
+    /// sending resumes only when a sixteenth of it is free again: a broker that acks one
+    /// message at a time would otherwise get one write (and one syscall) per message, which
+    /// costs the generator more than the messages themselves.
+    async fn open_window(&mut self) -> Option<()> {
+        if !self.task.acks {
+            return Some(());
+        }
+        let size = self.task.window;
+        self.task
+            .drain_ready_acks(&mut self.p, &mut self.rec, &mut self.window);
+        if self.window.len() >= size {
+            let resume_at = size - (size / 16).max(1);
+            while self.window.len() > resume_at {
+                self.await_ack().await?;
+                self.task
+                    .drain_ready_acks(&mut self.p, &mut self.rec, &mut self.window);
+            }
+        }
+        while self.window.len() >= size || !self.window.slot_free(self.token) {
+            self.await_ack().await?;
+        }
+        Some(())
+    }
+
+    /// The stage window of a multi-stage run: messages not yet at the window stage, run-wide.
+    async fn pass_stage_gate(&mut self) -> Option<()> {
+        let Some(g) = self.task.tagger.as_ref().and_then(Tagger::gate) else {
+            return Some(());
+        };
+        let mut acks_open = self.task.acks;
+        loop {
+            tokio::select! {
+                biased;
+                _ = g.acquire() => return Some(()),
+                ack = std::future::poll_fn(|cx| self.p.poll_ack(cx)), if acks_open => match ack {
+                    Some(a) => self.task.handle_ack(&mut self.rec, &mut self.window, a),
+                    None => acks_open = false,
+                },
+                _ = tokio::time::sleep_until(to_instant(self.ticker.next_ns)) => {
+                    if let Some(k) = self.ticker.due(now_ns()) {
+                        self.task.flush_snapshot(&mut self.rec, self.phase, k);
+                    }
+                    if self.task.state.producers_stopped() {
+                        return None;
+                    }
+                }
+            }
+        }
+    }
+
+    /// At the send: the waits may have crossed a phase boundary (the send is recorded in the
+    /// phase it happens in; none in the drain) or a tick (the finished interval is closed
+    /// first, after acks past their time-out are given up on).
+    fn at_send_time(&mut self, sent_ns: u64) -> Option<()> {
+        let cur = self.task.state.phase_at(sent_ns);
+        if cur != self.phase {
+            self.flush(self.phase, self.ticker.recording());
+            self.phase = cur;
+            if cur == Phase::Drain {
+                return None;
+            }
+        }
+        if let Some(k) = self.ticker.due(sent_ns) {
+            if self.task.acks {
+                let deadline = sent_ns.saturating_sub(self.task.ack_timeout_ns);
+                let expired = self.window.expire(deadline);
+                self.rec
+                    .counters_mut()
+                    .errors
+                    .add(ErrorKind::Timeout, expired);
+            } else {
+                // Without confirms only notices such as returns come this way.
+                self.task
+                    .drain_ready_acks(&mut self.p, &mut self.rec, &mut self.window);
+            }
+            self.flush(self.phase, k);
+        }
+        Some(())
+    }
+
+    /// Stamps, builds, tags and sends one message, and records the outcome.
+    async fn send_one(&mut self, intended: Option<u64>, sent_ns: u64) -> Option<()> {
+        let intended_ns = intended.unwrap_or(sent_ns);
+        let (stream, token) = (self.stream, self.token);
+        let stamp = Stamp {
+            run_id: self.task.run_id,
+            producer: self.task.id,
+            stream,
+            seq: self.seqs[stream as usize],
+            intended_ns,
+            sent_ns,
+        };
+        let meta = match self.task.tagger.as_mut() {
+            None => None,
+            Some(t) => match t.prepare(token, stamp.seq, intended_ns) {
+                Ok(m) => m,
+                Err(dup) => {
+                    if let Some(g) = t.gate() {
+                        g.release();
+                    }
+                    let _ = self.task.fatal.send(format!(
+                        "producer {} stopped: tracking key `{}` was used twice (make tracking.key unique, e.g. with {{n}} or {{producer}}.{{seq}})",
+                        self.task.id, dup.0
+                    ));
+                    return None;
+                }
+            },
+        };
+        let body = self.payload.build(&stamp);
+        let len = body.len();
+        self.task.busy.set(sent_ns.max(1));
+        let r = self
+            .p
+            .send(Outbound {
+                stream,
+                token,
+                payload: body,
+                meta,
+            })
+            .await;
+        self.task.busy.set(0);
+        match r {
+            Ok(()) => {
+                self.sent(intended_ns, sent_ns, len);
+                Some(())
+            }
+            Err(e) => self.send_failed(e).await,
+        }
+    }
+
+    /// A message handed over: recorded, its ack awaited, the sequence moved on.
+    #[inline]
+    fn sent(&mut self, intended_ns: u64, sent_ns: u64, len: usize) {
+        self.consecutive_errors = 0;
+        self.rec.record_send(intended_ns, sent_ns, len);
+        if let Some(s) = self.task.tagger.as_ref().and_then(Tagger::ack_stage) {
+            let st = self.rec.stage(s);
+            st.add_bytes(len);
+            if !self.task.acks {
+                // Without confirms, handing the message over is all there is.
+                st.reached(sent_ns.saturating_sub(intended_ns), 0);
+            }
+        }
+        if self.task.acks {
+            self.window.push(self.token, sent_ns, intended_ns);
+        }
+        self.seqs[self.stream as usize] += 1;
+        self.token += 1;
+        if self.phase == Phase::Measure {
+            self.measured += 1;
+        }
+        self.task.sent.set(self.token);
+        self.stream += 1;
+        if self.stream == self.task.streams {
+            self.stream = 0;
+        }
+    }
+
+    /// A send that failed: counted; a fatal error ends the producer, any other pauses it
+    /// (doubling up to 128 ms) so a dead connection does not become a busy loop while the
+    /// driver reconnects underneath.
+    async fn send_failed(&mut self, e: crate::driver::DriverError) -> Option<()> {
+        self.rec.record_error(e.kind());
+        if let Some(t) = &self.task.tagger {
+            t.unsent(self.token);
+        }
+        if self.phase == Phase::Measure {
+            // Attempts count toward a message quota, so a count-bounded run ends even when
+            // sends keep failing.
+            self.measured += 1;
+        }
+        if e.is_fatal() {
+            let _ = self
+                .task
+                .fatal
+                .send(format!("producer {} stopped: {e}", self.task.id));
+            return None;
+        }
+        self.consecutive_errors = self.consecutive_errors.saturating_add(1);
+        let pause = 1_000_000u64 << self.consecutive_errors.min(7);
+        self.sleep_until(now_ns() + pause).await;
+        Some(())
+    }
+
+    /// After the loop: what was recorded goes out in the phase the loop was in, the client
+    /// pushes out what it buffered, outstanding acks are awaited until the drain's deadline
+    /// (those never confirmed are in doubt: counted, never silently dropped), the client
+    /// closes, and the last snapshot goes out.
+    async fn wind_down(mut self) {
+        self.flush(self.phase, self.ticker.recording());
+        if let Err(e) = self.p.flush().await {
+            self.rec.record_error(e.kind());
+        }
+        if self.task.acks {
+            loop {
+                self.task
+                    .drain_ready_acks(&mut self.p, &mut self.rec, &mut self.window);
+                if self.window.is_empty() || now_ns() >= self.task.state.drain_deadline_ns() {
+                    break;
+                }
+                let phase = self.task.state.phase_at(now_ns());
+                let flow = self
+                    .task
+                    .wait_ack(
+                        &mut self.p,
+                        &mut self.rec,
+                        &mut self.window,
+                        &mut self.ticker,
+                        phase,
+                    )
+                    .await;
+                if let Flow::Stop = flow {
+                    break;
+                }
+            }
+            self.rec
+                .counters_mut()
+                .errors
+                .add(ErrorKind::Timeout, self.window.len() as u64);
+        } else {
+            self.task
+                .drain_ready_acks(&mut self.p, &mut self.rec, &mut self.window);
+        }
+        let _ = self.p.close().await;
+        let phase = self.task.state.phase_at(now_ns());
+        self.task
+            .flush_snapshot(&mut self.rec, phase, self.ticker.recording());
     }
 }
 

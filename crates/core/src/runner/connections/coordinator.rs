@@ -1,0 +1,575 @@
+//! The coordinator of a connection workload, step by step:
+//!
+//! 1. [`ConnectionRun::prepare`]: a segment's share, the open-file and local-port limits
+//!    checked (and the soft limit raised, or io_uring tables chosen past the hard one), the
+//!    start barrier set.
+//! 2. [`ConnectionRun::drive`]: each turn launches the attempts the rate and the concurrency
+//!    allow, moves the phases on (the ramp's end, the hold's or the storm's end, the closing
+//!    drain), and waits for attempts' answers, driver events, the next due instant or an
+//!    interrupt; every tick emits an interval with the held count and the process's memory.
+//! 3. [`ConnectionRun::finish`]: the last interval, the summary (connections/s, memory per
+//!    held connection, failures by cause) and the outcome.
+//!
+//! It owns the only recorder: attempts answer over a channel, held connections through
+//! [`Levels`]' atomics, so nothing per connection is shared or locked.
+
+use super::{
+    Attempt, HoldTask, Levels, attempt, flush_tick, hard_fd_limit, preflight_fds, preflight_ports,
+    rss_bytes, storm_cycle,
+};
+use crate::clock::{now_ns, to_instant, unix_ms};
+use crate::driver::{ConnectFailure, Driver, DriverEvent, DriverEventKind, SessionSpec};
+use crate::runner::{Observer, RunError, RunOutcome, messages::run_event, process_cpu_s, secs};
+use crate::scenario::{ConnectionMode, ConnectionPlan, Measure, RunPlan};
+use crate::shutdown::Shutdown;
+use msgbench_metrics::aggregate::Integrity;
+use msgbench_metrics::{Aggregator, ConnectionSummary, Gauges, Phase, PhaseTotals, Recorder};
+use std::sync::Arc;
+use std::sync::atomic::Ordering::Relaxed;
+use std::time::Duration;
+use tokio::sync::{mpsc, watch};
+
+/// Connection failures reported one by one before they are only counted.
+const FAILURES_REPORTED: u32 = 10;
+
+/// A connection workload from its preparation on.
+pub(super) struct ConnectionRun<'p, D: Driver> {
+    driver: Arc<D>,
+    plan: &'p RunPlan,
+    /// The plan's connections (a segment's share of them).
+    cp: ConnectionPlan,
+    /// Connection `k`'s id: `k`, or interleaved with the other segments' (`k * N + I`) so
+    /// client ids never collide.
+    id_of: Box<dyn Fn(u64) -> u64 + Send>,
+    hold_mode: bool,
+    /// Connections held in io_uring tables, past the open-file limit.
+    fd_free: bool,
+    fd_limit: u64,
+    pub t0: u64,
+    tick_ns: u64,
+    started_unix_ms: u64,
+    warnings: Vec<String>,
+    rss_baseline: u64,
+    agg: Aggregator,
+    rec: Recorder,
+    levels: Arc<Levels>,
+    attempts_tx: mpsc::UnboundedSender<Attempt>,
+    attempts: mpsc::UnboundedReceiver<Attempt>,
+    /// Tells held connections to close.
+    close: watch::Sender<bool>,
+    payload: Arc<[u8]>,
+    topic: String,
+    phase: Phase,
+    /// Nanoseconds between attempts (`None`: as fast as the concurrency allows).
+    gap_ns: Option<f64>,
+    /// A timed storm's end.
+    measure_end: Option<u64>,
+    /// Attempts (hold) or cycles (storm) to make; `u64::MAX`: until the time is up.
+    limit: u64,
+    launched: u64,
+    answered: u64,
+    opened: u64,
+    ramp_end: Option<u64>,
+    hold_end: Option<u64>,
+    drain_deadline: Option<u64>,
+    peak_held: u64,
+    rss_peak: u64,
+    interrupted: bool,
+    /// The drain ended with connections still open or attempts unanswered.
+    drain_short: bool,
+    cpu_mark: f64,
+    /// Held connections' counts at the last tick (see [`flush_tick`]).
+    last: (u64, u64, u64, u64, u64),
+    next_tick: u64,
+    interval: u64,
+    failures_reported: u32,
+}
+
+impl<'p, D: Driver> ConnectionRun<'p, D> {
+    /// Checks the limits the workload needs and sets the start barrier.
+    pub fn prepare(
+        driver: Arc<D>,
+        plan: &'p RunPlan,
+        cp: &ConnectionPlan,
+        observer: &mut dyn Observer,
+    ) -> Result<Self, RunError> {
+        let (cp, id_of): (ConnectionPlan, Box<dyn Fn(u64) -> u64 + Send>) = match plan.segment {
+            // A segment opens its share of the connections at its share of the rate.
+            Some(s) => {
+                let share = ConnectionPlan {
+                    count: cp.count.map(|c| s.share(c)),
+                    rate: cp.rate.map(|r| r / s.count as f64),
+                    concurrency: (s.share(cp.concurrency as u64) as u32).max(1),
+                    ..cp.clone()
+                };
+                let (n, i) = (s.count as u64, s.index as u64);
+                (share, Box::new(move |k| k * n + i))
+            }
+            None => (cp.clone(), Box::new(|k| k)),
+        };
+        let hold_mode = cp.mode == ConnectionMode::Hold;
+        let (fd_limit, fd_free, notes) = descriptors(&*driver, &cp, hold_mode)?;
+        let tick_ns = plan.tick.as_nanos() as u64;
+        let (t0, late) = crate::runner::release::release_instant(plan, 10_000_000);
+        let mut warnings = Vec::new();
+        if let Some(w) = late {
+            observer.event(&run_event(t0, "warning", w.clone(), t0));
+            warnings.push(w);
+        }
+        for n in notes {
+            observer.event(&run_event(t0, "warning", n, now_ns()));
+        }
+        let (attempts_tx, attempts) = mpsc::unbounded_channel::<Attempt>();
+        let rss_baseline = rss_bytes();
+        let measure_end = match (cp.mode, plan.measure) {
+            (ConnectionMode::Storm, Measure::Duration(d)) if cp.count.is_none() => {
+                Some(t0 + d.as_nanos() as u64)
+            }
+            _ => None,
+        };
+        // Storm: `count` cycles, or `--messages N` cycles, or the measure duration.
+        let limit = match (cp.count, plan.measure) {
+            (Some(n), _) => n,
+            (None, Measure::Messages(n)) => plan.segment.map_or(n, |s| s.share(n)),
+            (None, _) => u64::MAX,
+        };
+        Ok(ConnectionRun {
+            driver,
+            plan,
+            gap_ns: cp.rate.map(|r| 1e9 / r),
+            cp,
+            id_of,
+            hold_mode,
+            fd_free,
+            fd_limit,
+            t0,
+            tick_ns,
+            started_unix_ms: unix_ms() + 10,
+            warnings,
+            rss_baseline,
+            agg: Aggregator::new(plan.tick.as_secs_f64()),
+            rec: Recorder::new(u64::MAX),
+            levels: Arc::new(Levels::default()),
+            attempts_tx,
+            attempts,
+            close: watch::channel(false).0,
+            payload: vec![0x6d; plan.size.max() as usize].into(),
+            topic: plan.topics[0].clone(),
+            phase: Phase::Measure,
+            measure_end,
+            limit,
+            launched: 0,
+            answered: 0,
+            opened: 0,
+            ramp_end: None,
+            hold_end: None,
+            drain_deadline: None,
+            peak_held: 0,
+            rss_peak: rss_baseline,
+            interrupted: false,
+            drain_short: false,
+            cpu_mark: process_cpu_s(),
+            last: (0, 0, 0, 0, 0),
+            next_tick: t0 + tick_ns,
+            interval: 0,
+            failures_reported: 0,
+        })
+    }
+
+    /// The workload starts (call at `t0`): its measure phase begins.
+    pub fn begin(&mut self, observer: &mut dyn Observer) {
+        self.cpu_mark = process_cpu_s();
+        self.agg.begin_phase(Phase::Measure, 0.0);
+        observer.event(&run_event(self.t0, "phase", "measure".into(), self.t0));
+    }
+
+    /// Runs the workload to the end of its drain.
+    pub async fn drive(
+        &mut self,
+        events: &mut mpsc::UnboundedReceiver<DriverEvent>,
+        observer: &mut dyn Observer,
+        shutdown: &Shutdown,
+    ) {
+        loop {
+            let now = now_ns();
+            let launching =
+                self.phase == Phase::Measure && !self.interrupted && self.launched < self.limit;
+            if launching {
+                self.launch(now);
+            }
+            if self.phase == Phase::Measure {
+                self.measure_step(now, observer);
+            }
+            if self.drain_over(now, shutdown) {
+                return;
+            }
+            let wake = self.next_wake(now, launching);
+            tokio::select! {
+                Some(a) = self.attempts.recv() => self.answers(a, observer),
+                Some(e) = events.recv() => {
+                    let kind = match e.kind {
+                        DriverEventKind::Reconnected => "reconnected",
+                        DriverEventKind::Disconnected => "disconnected",
+                        DriverEventKind::Error => "error",
+                        DriverEventKind::Warning => "warning",
+                    };
+                    observer.event(&run_event(self.t0, kind, e.detail, now_ns()));
+                }
+                _ = tokio::time::sleep_until(to_instant(wake)) => {}
+                _ = shutdown.reached(1), if !self.interrupted => {
+                    self.interrupted = true;
+                    let why = "interrupted: closing connections (interrupt again to stop at once)";
+                    observer.event(&run_event(self.t0, "warning", why.into(), now_ns()));
+                }
+            }
+            self.tick(observer);
+        }
+    }
+
+    /// When attempt `n` is due: `t0 + n / rate` (counted from the start, so a slow attempt
+    /// does not push the schedule back), or at once without a rate.
+    fn due(&self, n: u64) -> u64 {
+        self.gap_ns.map_or(0, |g| self.t0 + (n as f64 * g) as u64)
+    }
+
+    /// Launches what the rate and the concurrency allow (at most 1,024 per turn, so answers are
+    /// taken between launches).
+    fn launch(&mut self, now: u64) {
+        let mut n = 0;
+        while self.launched < self.limit
+            && self.launched - self.answered < self.cp.concurrency as u64
+            && self.measure_end.is_none_or(|e| now < e)
+            && n < 1024
+            && self.due(self.launched) <= now
+        {
+            self.spawn_attempt();
+            self.launched += 1;
+            n += 1;
+        }
+    }
+
+    /// Spawns the next attempt: a connection to hold, or one storm cycle.
+    fn spawn_attempt(&self) {
+        let k = self.launched;
+        let spec = SessionSpec {
+            id: (self.id_of)(k),
+            topic: self.topic.clone(),
+            source: (!self.cp.source_addrs.is_empty())
+                .then(|| self.cp.source_addrs[(k % self.cp.source_addrs.len() as u64) as usize]),
+            fd_free: self.fd_free,
+        };
+        let d = self.driver.clone();
+        let tx = self.attempts_tx.clone();
+        let timeout = self.plan.connect_timeout;
+        if self.hold_mode {
+            let task = HoldTask {
+                levels: self.levels.clone(),
+                close: self.close.subscribe(),
+                payload: self.payload.clone(),
+                messages: self.cp.messages,
+                publish_interval: self.cp.publish_interval,
+                id: (self.id_of)(k),
+            };
+            tokio::spawn(async move {
+                if let Some(s) = attempt(&*d, &spec, timeout, &tx).await {
+                    task.run(s).await;
+                }
+            });
+        } else {
+            let (payload, messages, levels) =
+                (self.payload.clone(), self.cp.messages, self.levels.clone());
+            tokio::spawn(async move {
+                storm_cycle(&*d, &spec, timeout, &tx, &payload, messages, &levels).await;
+            });
+        }
+    }
+
+    /// The measure phase's changes: a hold's ramp ends once every attempt was made and
+    /// answered (its memory figure taken then, everything being open); the measure phase ends
+    /// when the hold's time is up, when a storm made its cycles or ran its time, or at an
+    /// interrupt.
+    fn measure_step(&mut self, now: u64, observer: &mut dyn Observer) {
+        let all_answered = self.answered == self.launched;
+        let done_launching =
+            self.launched >= self.limit || self.measure_end.is_some_and(|e| now >= e);
+        if self.hold_mode
+            && self.ramp_end.is_none()
+            && ((done_launching && all_answered) || self.interrupted)
+        {
+            self.ramp_end = Some(now);
+            let held = self.levels.held.load(Relaxed);
+            self.note_peak(held, rss_bytes());
+            let (opened, launched) = (self.opened, self.launched);
+            observer.event(&run_event(
+                self.t0,
+                "connected",
+                format!(
+                    "{opened} of {launched} connections open in {:.3}s; holding {held} for {:?}",
+                    secs(self.t0, now),
+                    self.cp.hold
+                ),
+                now,
+            ));
+            self.hold_end = Some(now + self.cp.hold.as_nanos() as u64);
+        }
+        let over = if self.hold_mode {
+            self.hold_end.is_some_and(|e| now >= e) || self.interrupted
+        } else {
+            (done_launching && all_answered)
+                || self.interrupted
+                || self.measure_end.is_some_and(|e| now >= e)
+        };
+        if over {
+            self.begin_drain(now, observer);
+        }
+    }
+
+    /// The peak of held connections, with the memory at that peak.
+    fn note_peak(&mut self, held: u64, rss: u64) {
+        if held > self.peak_held || (held == self.peak_held && rss > self.rss_peak) {
+            self.peak_held = held;
+            self.rss_peak = rss;
+        }
+    }
+
+    /// Closes the measure phase (its last interval taken now) and begins the drain: held
+    /// connections are told to close. Closing many takes its time (a goodbye and a close
+    /// each): the drain allows at least 1 s per 10,000 held, interrupted or not (an
+    /// interrupted run otherwise gets at most 2 s; a second Ctrl-C cuts either short).
+    fn begin_drain(&mut self, now: u64, observer: &mut dyn Observer) {
+        let k = ((now.saturating_sub(self.t0)) / self.tick_ns).max(self.interval);
+        self.flush_interval(k);
+        self.agg.end_phase(self.phase, secs(self.t0, now));
+        self.phase = Phase::Drain;
+        self.agg.begin_phase(self.phase, secs(self.t0, now));
+        observer.event(&run_event(self.t0, "phase", "drain".into(), now));
+        if self.ramp_end.is_none() {
+            self.ramp_end = Some(now);
+        }
+        self.close.send_replace(true);
+        let held = self.levels.held.load(Relaxed);
+        let closing = Duration::from_secs_f64(held as f64 / 10_000.0);
+        let grace = if self.interrupted {
+            Duration::from_secs(2).min(self.plan.drain).max(closing)
+        } else {
+            self.plan.drain.max(closing)
+        };
+        self.drain_deadline = Some(now + grace.as_nanos() as u64);
+    }
+
+    /// Credits CPU, the recorder's figures and the held connections' counts and gauges to
+    /// interval `k` of the current phase.
+    fn flush_interval(&mut self, k: u64) {
+        let cpu = process_cpu_s();
+        self.agg.record_cpu(k, self.phase, cpu - self.cpu_mark);
+        self.cpu_mark = cpu;
+        flush_tick(
+            &mut self.agg,
+            &mut self.rec,
+            &self.levels,
+            &mut self.last,
+            k,
+            self.phase,
+        );
+        let g = Gauges {
+            held: self.levels.held.load(Relaxed),
+            rss_bytes: rss_bytes(),
+        };
+        self.agg.record_gauges(k, self.phase, g);
+    }
+
+    /// Whether the drain is over: every connection closed and every attempt answered, its
+    /// deadline passed, or a second interrupt (short, with a warning).
+    fn drain_over(&mut self, now: u64, shutdown: &Shutdown) -> bool {
+        let Some(deadline) = self.drain_deadline else {
+            return false;
+        };
+        let open = self.levels.held.load(Relaxed);
+        let unanswered = self.launched - self.answered;
+        if (open == 0 && unanswered == 0) || now >= deadline || shutdown.requests() >= 2 {
+            if open > 0 || unanswered > 0 {
+                self.drain_short = true;
+                self.warnings.push(format!(
+                    "drain ended with {open} connections still open and {unanswered} attempts unanswered"
+                ));
+            }
+            return true;
+        }
+        false
+    }
+
+    /// The next instant to look again without being woken: a tick, the next attempt due, the
+    /// hold's or the storm's end, the drain's next look.
+    fn next_wake(&self, now: u64, launching: bool) -> u64 {
+        let next_attempt =
+            if launching && self.launched - self.answered < self.cp.concurrency as u64 {
+                self.due(self.launched)
+            } else {
+                u64::MAX
+            };
+        let draining = self.drain_deadline.map_or(u64::MAX, |_| now + 5_000_000);
+        self.next_tick
+            .min(next_attempt)
+            .min(self.hold_end.unwrap_or(u64::MAX))
+            .min(self.measure_end.unwrap_or(u64::MAX))
+            .min(draining)
+            .max(now)
+    }
+
+    /// Takes every answer that is ready in one go (thousands per second at a ramp): connect
+    /// latencies recorded, failures counted by cause (the first few also reported).
+    fn answers(&mut self, first: Attempt, observer: &mut dyn Observer) {
+        let mut a = Some(first);
+        while let Some(x) = a.take().or_else(|| self.attempts.try_recv().ok()) {
+            self.answered += 1;
+            match x {
+                Attempt::Opened { latency_ns } => {
+                    self.opened += 1;
+                    self.rec.record_connect(latency_ns);
+                }
+                Attempt::Failed { cause, detail } => {
+                    self.rec.record_connect_failure(cause);
+                    if self.failures_reported < FAILURES_REPORTED {
+                        self.failures_reported += 1;
+                        let what = format!("connection failed ({}): {detail}", cause.name());
+                        observer.event(&run_event(self.t0, "error", what, now_ns()));
+                    }
+                }
+            }
+        }
+    }
+
+    /// At a tick: the peak noted, the interval flushed and emitted.
+    fn tick(&mut self, observer: &mut dyn Observer) {
+        let now = now_ns();
+        if now < self.next_tick {
+            return;
+        }
+        self.note_peak(self.levels.held.load(Relaxed), rss_bytes());
+        self.flush_interval(self.interval);
+        for iv in self.agg.take_intervals(self.interval) {
+            observer.interval(&iv);
+        }
+        self.interval = (now - self.t0) / self.tick_ns;
+        self.next_tick = self.t0 + (self.interval + 1) * self.tick_ns;
+    }
+
+    /// The last interval, the summary and the outcome.
+    pub fn finish(mut self, observer: &mut dyn Observer) -> RunOutcome {
+        let end = now_ns();
+        self.flush_interval(self.interval);
+        self.agg.end_phase(self.phase, secs(self.t0, end));
+        for iv in self.agg.take_all_intervals() {
+            observer.interval(&iv);
+        }
+        observer.event(&run_event(self.t0, "phase", "end".into(), now_ns()));
+        let phases: Vec<PhaseTotals> = Phase::ALL
+            .iter()
+            .filter(|p| self.agg.phase_started(**p))
+            .map(|p| self.agg.totals(*p).clone())
+            .collect();
+        let summary = self.summary(end);
+        self.warn_of_failures();
+        RunOutcome {
+            started_unix_ms: self.started_unix_ms,
+            duration_s: secs(self.t0, end),
+            phases,
+            integrity: Integrity::default(),
+            interrupted: self.interrupted,
+            drain_complete: !self.drain_short,
+            warnings: self.warnings,
+            producers_failed: 0,
+            connections: Some(summary),
+            stages: Vec::new(),
+            tcp: None,
+            backlog: None,
+        }
+    }
+
+    /// Connections/s over the ramp, the peak held and the memory per held connection.
+    fn summary(&self, end: u64) -> ConnectionSummary {
+        let all = self.agg.all_counters();
+        let ramp_s = secs(self.t0, self.ramp_end.unwrap_or(end)).max(1e-9);
+        ConnectionSummary {
+            mode: if self.hold_mode { "hold" } else { "storm" }.into(),
+            requested: (self.limit != u64::MAX).then_some(self.limit),
+            peak_held: self.peak_held,
+            ramp_s,
+            connections_per_s: all.connects as f64 / ramp_s,
+            rss_baseline_bytes: self.rss_baseline,
+            rss_peak_bytes: self.rss_peak,
+            rss_per_connection_bytes: if self.peak_held > 0 {
+                self.rss_peak.saturating_sub(self.rss_baseline) as f64 / self.peak_held as f64
+            } else {
+                0.0
+            },
+            fd_limit: self.fd_limit,
+            fd_free: self.fd_free,
+        }
+    }
+
+    /// Failed attempts by cause, and held connections the other side dropped.
+    fn warn_of_failures(&mut self) {
+        let all = self.agg.all_counters();
+        if all.connect_failures.total() > 0 {
+            let by: Vec<String> = ConnectFailure::ALL
+                .iter()
+                .filter(|c| all.connect_failures.get(**c) > 0)
+                .map(|c| format!("{} {}", all.connect_failures.get(*c), c.name()))
+                .collect();
+            self.warnings.push(format!(
+                "{} connection attempts failed: {}",
+                all.connect_failures.total(),
+                by.join(", ")
+            ));
+        }
+        if all.dropped > 0 {
+            self.warnings.push(format!(
+                "{} held connections were dropped by the server or the network",
+                all.dropped
+            ));
+        }
+    }
+}
+
+/// The descriptors a workload needs: the open-file limit (raised if the hard limit allows),
+/// whether connections are held in io_uring tables instead (past the hard limit, for drivers
+/// that can: only the attempts in flight then take descriptors, and each table may be as large
+/// as the limit), and notes for the log.
+fn descriptors<D: Driver>(
+    driver: &D,
+    cp: &ConnectionPlan,
+    hold_mode: bool,
+) -> Result<(u64, bool, Vec<String>), RunError> {
+    let needed = if hold_mode {
+        cp.count.unwrap_or(0) + 256
+    } else {
+        cp.concurrency as u64 + 256
+    };
+    let hard = hard_fd_limit();
+    let fd_free = hold_mode && needed > hard && driver.fd_free_sessions();
+    let needed = if fd_free {
+        (cp.concurrency as u64 + 256).max(hard)
+    } else {
+        needed
+    };
+    let (fd_limit, raised) = preflight_fds(needed).map_err(RunError::Unsupported)?;
+    if hold_mode {
+        // Connections to one destination share its local ports; several destinations each
+        // take their share.
+        let per_host = cp
+            .count
+            .unwrap_or(0)
+            .div_ceil(driver.session_hosts().max(1) as u64);
+        preflight_ports(per_host, cp.source_addrs.len()).map_err(RunError::Unsupported)?;
+    }
+    let mut notes: Vec<String> = raised.into_iter().collect();
+    if fd_free {
+        notes.push(format!(
+            "{} connections need more descriptors than the open-file limit ({hard}) allows: \
+             holding them in io_uring tables instead (only attempts in flight take descriptors)",
+            cp.count.unwrap_or(0)
+        ));
+    }
+    Ok((fd_limit, fd_free, notes))
+}

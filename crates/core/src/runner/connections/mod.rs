@@ -1,0 +1,363 @@
+//! Connection-scale workloads, for every driver through [`Driver::session`]:
+//!
+//! - **hold**: open `count` connections at `rate` (at most `concurrency` attempts pending),
+//!   keep them alive for `hold` (optionally publishing on each every `publish_interval`), then
+//!   close them. Reports connect latency, connections/s, failures by cause, drops while held, and
+//!   the generator's resident memory per held connection.
+//! - **storm**: connect, handshake, send `messages`, close, repeat, `concurrency` cycles at a
+//!   time (as amqpprox's tester does), for the measure duration or `count` cycles. Reports
+//!   cycles/s and handshake latency.
+//!
+//! Each connection attempt is its own task; the coordinator owns the only recorder and gets one
+//! small message per attempt, so nothing per connection is shared or locked. Held connections
+//! report drops, closes and publishes through atomics the coordinator samples every tick.
+//!
+//! Timeline: measure = ramp + hold (hold) or the storm; drain = closing (hold) or waiting for
+//! the cycles in progress (storm).
+//!
+//! This file: the connections' own tasks (an attempt, a held connection, a storm cycle) and
+//! the limits checked before a run; [`coordinator`]: the run itself.
+
+mod coordinator;
+
+use super::{Observer, RunError, RunOutcome};
+use crate::clock::{now_ns, to_instant};
+use crate::driver::{ConnectFailure, Driver, DriverEvent, Session, SessionSpec};
+use crate::scenario::{ConnectionPlan, RunPlan};
+use crate::shutdown::Shutdown;
+use msgbench_metrics::{Aggregator, Counters, Phase, Recorder, Role};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::time::Duration;
+use tokio::sync::{mpsc, watch};
+
+/// What held connections report without messages.
+#[derive(Default)]
+struct Levels {
+    held: AtomicU64,
+    closed: AtomicU64,
+    dropped: AtomicU64,
+    published: AtomicU64,
+    published_bytes: AtomicU64,
+    publish_errors: AtomicU64,
+}
+
+/// One attempt's answer.
+enum Attempt {
+    Opened {
+        latency_ns: u64,
+    },
+    Failed {
+        cause: ConnectFailure,
+        detail: String,
+    },
+}
+
+/// Resident memory of this process, bytes.
+pub fn rss_bytes() -> u64 {
+    let page = {
+        // SAFETY: sysconf has no preconditions.
+        let p = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
+        if p > 0 { p as u64 } else { 4096 }
+    };
+    std::fs::read_to_string("/proc/self/statm")
+        .ok()
+        .and_then(|s| {
+            s.split_whitespace()
+                .nth(1)
+                .and_then(|v| v.parse::<u64>().ok())
+        })
+        .map_or(0, |pages| pages * page)
+}
+
+/// The open-file limit, raised to what `needed` asks for when the hard limit allows.
+/// Errors say exactly what to raise.
+pub fn preflight_fds(needed: u64) -> Result<(u64, Option<String>), String> {
+    let Some(lim) = nofile() else {
+        return Ok((0, None));
+    };
+    if lim.rlim_cur >= needed {
+        return Ok((lim.rlim_cur, None));
+    }
+    if lim.rlim_max >= needed {
+        let want = libc::rlimit {
+            rlim_cur: needed.max(lim.rlim_cur),
+            rlim_max: lim.rlim_max,
+        };
+        // SAFETY: setrlimit reads a struct we own.
+        if unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &want) } == 0 {
+            return Ok((
+                want.rlim_cur,
+                Some(format!(
+                    "raised this process's open-file limit from {} to {} for the connections",
+                    lim.rlim_cur, want.rlim_cur
+                )),
+            ));
+        }
+    }
+    Err(format!(
+        "{needed} file descriptors are needed, but this process may open at most {} (hard limit {}). \
+         Raise the hard limit (`ulimit -Hn`, LimitNOFILE= for a systemd unit, nofile in \
+         /etc/security/limits.conf; needs root or CAP_SYS_RESOURCE) or ask for fewer connections",
+        lim.rlim_cur, lim.rlim_max
+    ))
+}
+
+/// The open-file limits, when the system says.
+fn nofile() -> Option<libc::rlimit> {
+    // SAFETY: getrlimit fills a struct we own.
+    let mut lim: libc::rlimit = unsafe { std::mem::zeroed() };
+    (unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) } == 0).then_some(lim)
+}
+
+/// The open-file hard limit (`u64::MAX` when unknown).
+pub fn hard_fd_limit() -> u64 {
+    nofile().map_or(u64::MAX, |l| l.rlim_max)
+}
+
+/// Checks that `count` connections to one destination fit into the local port range with the
+/// given number of source addresses.
+pub fn preflight_ports(count: u64, sources: usize) -> Result<(), String> {
+    let Ok(range) = std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range") else {
+        return Ok(());
+    };
+    let mut it = range
+        .split_whitespace()
+        .filter_map(|v| v.parse::<u64>().ok());
+    let (Some(lo), Some(hi)) = (it.next(), it.next()) else {
+        return Ok(());
+    };
+    let ports = hi.saturating_sub(lo) + 1;
+    let sources = sources.max(1) as u64;
+    let per_source = count.div_ceil(sources);
+    if per_source > ports {
+        let need = count.div_ceil(ports);
+        return Err(format!(
+            "{count} connections to one address and port need {per_source} local ports per source \
+             address, but net.ipv4.ip_local_port_range ({lo}-{hi}) has {ports}: spread them over \
+             at least {need} source addresses (--source-addrs 127.0.0.1-127.0.0.{need}) or widen \
+             the range"
+        ));
+    }
+    Ok(())
+}
+
+/// Runs a connection workload: prepared (limits checked, the start barrier set), then the
+/// ramp, hold or storm and the closing drain ([`coordinator::ConnectionRun`]).
+pub async fn run_connections<D: Driver>(
+    driver: Arc<D>,
+    plan: &RunPlan,
+    cp: &ConnectionPlan,
+    mut events: mpsc::UnboundedReceiver<DriverEvent>,
+    observer: &mut dyn Observer,
+    shutdown: Shutdown,
+) -> Result<RunOutcome, RunError> {
+    let mut run = coordinator::ConnectionRun::prepare(driver, plan, cp, observer)?;
+    tokio::time::sleep_until(to_instant(run.t0)).await;
+    run.begin(observer);
+    run.drive(&mut events, observer, &shutdown).await;
+    Ok(run.finish(observer))
+}
+
+/// Moves the recorder's figures and the held connections' counts since the last tick into
+/// interval `k`.
+fn flush_tick(
+    agg: &mut Aggregator,
+    rec: &mut Recorder,
+    levels: &Levels,
+    last: &mut (u64, u64, u64, u64, u64),
+    k: u64,
+    phase: Phase,
+) {
+    let mut s = rec.take(Role::Producer, 0, phase, k);
+    let now = (
+        levels.closed.load(Relaxed),
+        levels.dropped.load(Relaxed),
+        levels.published.load(Relaxed),
+        levels.published_bytes.load(Relaxed),
+        levels.publish_errors.load(Relaxed),
+    );
+    let c: &mut Counters = &mut s.counters;
+    c.closes += now.0 - last.0;
+    c.dropped += now.1 - last.1;
+    c.sent += now.2 - last.2;
+    c.sent_bytes += now.3 - last.3;
+    c.errors
+        .add(msgbench_metrics::ErrorKind::Send, now.4 - last.4);
+    c.errors
+        .add(msgbench_metrics::ErrorKind::Disconnect, now.1 - last.1);
+    *last = now;
+    if !s.is_empty() {
+        agg.add(&s);
+    }
+}
+
+/// Opens one session and reports the answer; returns the session if it opened.
+async fn attempt<D: Driver>(
+    d: &D,
+    spec: &SessionSpec,
+    timeout: Duration,
+    tx: &mpsc::UnboundedSender<Attempt>,
+) -> Option<D::Session> {
+    let start = now_ns();
+    let r = tokio::time::timeout(timeout, d.session(spec)).await;
+    let latency_ns = now_ns() - start;
+    let (answer, session) = match r {
+        Ok(Ok(s)) => (Attempt::Opened { latency_ns }, Some(s)),
+        Ok(Err(e)) => (
+            Attempt::Failed {
+                cause: e.connect_failure(),
+                detail: e.to_string(),
+            },
+            None,
+        ),
+        Err(_) => (
+            Attempt::Failed {
+                cause: ConnectFailure::Timeout,
+                detail: format!("no connection within {timeout:?}"),
+            },
+            None,
+        ),
+    };
+    let _ = tx.send(answer);
+    session
+}
+
+/// One held connection: counted as held until the close signal or a drop.
+struct HoldTask {
+    levels: Arc<Levels>,
+    close: watch::Receiver<bool>,
+    payload: Arc<[u8]>,
+    messages: u32,
+    publish_interval: Option<Duration>,
+    id: u64,
+}
+
+impl HoldTask {
+    async fn run<S: Session>(mut self, mut s: S) {
+        let l = &self.levels;
+        l.held.fetch_add(1, Relaxed);
+        for _ in 0..self.messages {
+            self.publish(&mut s).await;
+        }
+        // Spread the periodic publishes of many connections over the interval.
+        let mut next = self.publish_interval.map(|iv| {
+            let offset =
+                (self.id.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 11) as f64 / (1u64 << 53) as f64;
+            tokio::time::Instant::now() + iv.mul_f64(offset)
+        });
+        loop {
+            if *self.close.borrow() {
+                break;
+            }
+            tokio::select! {
+                e = s.keep_alive() => {
+                    let _ = e;
+                    l.held.fetch_sub(1, Relaxed);
+                    l.dropped.fetch_add(1, Relaxed);
+                    return;
+                }
+                _ = self.close.changed() => break,
+                _ = sleep_opt(next) => {
+                    self.publish(&mut s).await;
+                    next = next.zip(self.publish_interval).map(|(n, iv)| n + iv);
+                }
+            }
+        }
+        let _ = s.close().await;
+        l.held.fetch_sub(1, Relaxed);
+        l.closed.fetch_add(1, Relaxed);
+    }
+
+    async fn publish<S: Session>(&self, s: &mut S) {
+        match s.publish(&self.payload).await {
+            Ok(()) => {
+                self.levels.published.fetch_add(1, Relaxed);
+                self.levels
+                    .published_bytes
+                    .fetch_add(self.payload.len() as u64, Relaxed);
+            }
+            Err(_) => {
+                self.levels.publish_errors.fetch_add(1, Relaxed);
+            }
+        }
+    }
+}
+
+async fn sleep_opt(at: Option<tokio::time::Instant>) {
+    match at {
+        Some(t) => tokio::time::sleep_until(t).await,
+        None => std::future::pending().await,
+    }
+}
+
+/// One storm cycle: connect + handshake (timed), send, close.
+async fn storm_cycle<D: Driver>(
+    d: &D,
+    spec: &SessionSpec,
+    timeout: Duration,
+    tx: &mpsc::UnboundedSender<Attempt>,
+    payload: &[u8],
+    messages: u32,
+    levels: &Levels,
+) {
+    // The answer is sent only after the close, so `concurrency` bounds whole cycles.
+    let start = now_ns();
+    let r = tokio::time::timeout(timeout, d.session(spec)).await;
+    let latency_ns = now_ns() - start;
+    let answer = match r {
+        Ok(Ok(mut s)) => {
+            for _ in 0..messages {
+                match s.publish(payload).await {
+                    Ok(()) => {
+                        levels.published.fetch_add(1, Relaxed);
+                        levels
+                            .published_bytes
+                            .fetch_add(payload.len() as u64, Relaxed);
+                    }
+                    Err(_) => {
+                        levels.publish_errors.fetch_add(1, Relaxed);
+                        break;
+                    }
+                }
+            }
+            let _ = s.close().await;
+            levels.closed.fetch_add(1, Relaxed);
+            Attempt::Opened { latency_ns }
+        }
+        Ok(Err(e)) => Attempt::Failed {
+            cause: e.connect_failure(),
+            detail: e.to_string(),
+        },
+        Err(_) => Attempt::Failed {
+            cause: ConnectFailure::Timeout,
+            detail: format!("no connection within {timeout:?}"),
+        },
+    };
+    let _ = tx.send(answer);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn port_preflight_names_the_fix() {
+        assert!(preflight_ports(1000, 1).is_ok());
+        let e = preflight_ports(100_000, 1).unwrap_err();
+        assert!(e.contains("--source-addrs"), "{e}");
+        assert!(preflight_ports(100_000, 10).is_ok());
+    }
+
+    #[test]
+    fn fd_preflight_names_the_limit() {
+        assert!(preflight_fds(16).unwrap().0 >= 16);
+        let e = preflight_fds(u64::MAX / 2).unwrap_err();
+        assert!(e.contains("hard limit"), "{e}");
+    }
+
+    #[test]
+    fn rss_is_measured() {
+        assert!(rss_bytes() > 1_000_000);
+    }
+}

@@ -1,0 +1,283 @@
+//! The coordinator's loop over a running message run: warm-up, measure and drain.
+//!
+//! Each turn it lets the phase machine move on, watches a backlog run, asks whether the drain is
+//! over, and then waits for the first of: a task's snapshot (merged), a driver event (logged and
+//! counted), a producer that had to stop, the last producer ending, the next tick or phase
+//! boundary, or an interrupt. A tick samples the process's CPU and event-loop lag, frees window
+//! places past the ack timeout, looks for stalled producers and emits the intervals that are
+//! complete.
+
+use super::backlog::BacklogEvent;
+use super::connect::{interval_before, process_cpu_s};
+use super::messages::{MessageRun, no_task_snapshot, run_event};
+use super::phases::Change;
+use super::release::SEGMENT_QUIET_NS;
+use super::{Observer, lag};
+use crate::clock::{now_ns, to_instant};
+use crate::driver::{DriverEvent, DriverEventKind};
+use crate::shutdown::Shutdown;
+use msgbench_metrics::{Counters, ErrorKind, Phase, Snapshot};
+use std::time::Duration;
+use tokio::sync::mpsc;
+
+impl MessageRun<'_> {
+    /// The load starts: the first phase begins (call at `t0`).
+    pub fn begin(&mut self, observer: &mut dyn Observer) {
+        let first = self.phases.first();
+        self.agg.begin_phase(first, 0.0);
+        observer.event(&run_event(self.t0, "phase", first.name().into(), self.t0));
+    }
+
+    /// Runs the phases to the end of the drain.
+    pub async fn drive(
+        &mut self,
+        events: &mut mpsc::UnboundedReceiver<DriverEvent>,
+        observer: &mut dyn Observer,
+        shutdown: &Shutdown,
+    ) {
+        loop {
+            let now = now_ns();
+            let done = self.measure_done(now);
+            while let Some(c) = self.phases.advance(now, done, self.interrupted) {
+                self.change_phase(c, now, observer);
+            }
+            self.watch_backlog(now, observer);
+            if self.drain_over(now, shutdown) {
+                return;
+            }
+            let wake = self.next_wake(now);
+            tokio::select! {
+                Some(s) = self.snapshots.recv() => self.merge(s),
+                Some(e) = events.recv() => self.driver_event(e, observer),
+                Some(why) = self.fatal.recv() => self.producer_failed(why, observer),
+                Some(_) = self.tasks.producers.join_next(), if !self.producers_done => {
+                    if self.tasks.producers.is_empty() {
+                        self.producers_done = true;
+                    }
+                }
+                _ = tokio::time::sleep_until(to_instant(wake)) => self.tick(observer),
+                _ = shutdown.reached(1), if !self.interrupted => {
+                    self.interrupted = true;
+                    let why = "interrupted: stopping producers and draining";
+                    observer.event(&run_event(self.t0, "warning", why.into(), now_ns()));
+                }
+            }
+        }
+    }
+
+    /// Whether the measure phase's work is done, whatever the time: every local producer
+    /// finished (its quota sent, or it had to stop). A segment with consumers only cannot know
+    /// what the others send: its count-bounded measure phase is over once deliveries came and
+    /// stopped (or none came for a long while).
+    fn measure_done(&mut self, now: u64) -> bool {
+        if self.local_producers {
+            return self.producers_done;
+        }
+        if self.phases.measure_end().is_some() {
+            return false;
+        }
+        let got = self.delivered();
+        if got != self.last_got.0 {
+            self.last_got = (got, now);
+        }
+        if got > 0 {
+            now.saturating_sub(self.last_got.1) >= SEGMENT_QUIET_NS
+        } else {
+            now.saturating_sub(self.t0)
+                >= self.plan.drain.max(Duration::from_secs(10)).as_nanos() as u64
+        }
+    }
+
+    /// Carries out a phase change: the ended phase's CPU sample and totals, the tasks told (at a
+    /// drain: producers stop, and stop waiting for acks at its deadline), the event logged.
+    fn change_phase(&mut self, c: Change, now: u64, observer: &mut dyn Observer) {
+        let k = interval_before(c.at, self.t0, self.tick_ns, self.emitted);
+        self.sample_cpu(k, c.from);
+        self.agg.end_phase(c.from, self.phases.secs(c.at));
+        self.agg.begin_phase(c.to, self.phases.secs(c.at));
+        self.state.set_phase(c.to);
+        if c.to == Phase::Drain {
+            self.state
+                .set_boundaries(self.phases.warmup_end().min(c.at), c.at);
+            self.state.stop_producers();
+            if let Some(deadline) = self.phases.drain_deadline() {
+                self.state.set_drain_deadline_ns(deadline);
+            }
+        }
+        observer.event(&run_event(self.t0, "phase", c.to.name().into(), now));
+    }
+
+    /// Credits the process's CPU time and event-loop lag since the last sample to interval `k`
+    /// of `phase`.
+    pub(super) fn sample_cpu(&mut self, k: u64, phase: Phase) {
+        let cpu = process_cpu_s();
+        self.agg.record_cpu(k, phase, cpu - self.cpu_mark);
+        self.agg.record_lag(k, phase, lag::take_max_ns());
+        self.cpu_mark = cpu;
+    }
+
+    /// A backlog run: the consumers are released once the backlog is sent (or no more will
+    /// be), and the drain of the backlog is timed.
+    fn watch_backlog(&mut self, now: u64, observer: &mut dyn Observer) {
+        let no_more =
+            self.producers_done || self.phases.phase() == Phase::Drain || self.interrupted;
+        let sent: u64 = self.sent.iter().map(|s| s.get()).sum();
+        let got = self.delivered();
+        let receivers = self.expects.first().copied().unwrap_or(self.receivers);
+        let Some(b) = self.backlog.as_mut().filter(|b| b.pending()) else {
+            return;
+        };
+        if let Some(BacklogEvent::Released(m) | BacklogEvent::Drained(m)) =
+            b.check(now, self.t0, sent, got, receivers, no_more)
+        {
+            observer.event(&run_event(self.t0, "backlog", m, now));
+        }
+    }
+
+    /// Distinct deliveries so far, all consumers together.
+    pub(super) fn delivered(&self) -> u64 {
+        self.distinct.iter().map(|d| d.get()).sum()
+    }
+
+    /// Whether the drain is over: producers finished and every expected delivery arrived (a
+    /// segment: deliveries stopped for a while), its deadline passed, or a second interrupt.
+    /// Over short, it says why in a warning.
+    fn drain_over(&mut self, now: u64, shutdown: &Shutdown) -> bool {
+        let Some(deadline) = self.phases.drain_deadline() else {
+            return false;
+        };
+        let expected: u64 = self
+            .sent
+            .iter()
+            .zip(&self.expects)
+            .map(|(s, r)| s.get() * r)
+            .sum();
+        let got = self.delivered();
+        if got != self.last_got.0 || self.last_got.1 == 0 {
+            self.last_got = (got, now);
+        }
+        let complete = if self.plan.segment.is_some() {
+            self.producers_done && now.saturating_sub(self.last_got.1) >= SEGMENT_QUIET_NS
+        } else {
+            self.producers_done
+                && got >= expected
+                && self.tracker.as_ref().is_none_or(|t| t.live() == 0)
+        };
+        if !(complete || now >= deadline || shutdown.requests() >= 2) {
+            return false;
+        }
+        if !complete {
+            self.drain_short = true;
+            let drain = self.plan.drain;
+            self.warnings.push(match &self.tracker {
+                Some(t) if now >= deadline => format!(
+                    "drain timed out after {drain:?} with {} messages still short of a stage",
+                    t.live()
+                ),
+                _ if now >= deadline => format!(
+                    "drain timed out after {drain:?} with {got} of {expected} expected deliveries"
+                ),
+                _ => "drain cut short by a second interrupt".to_string(),
+            });
+        }
+        true
+    }
+
+    /// The next instant the loop must look again without being woken: a tick's emission, a
+    /// phase boundary, the drain's next look, a pending backlog's next look.
+    fn next_wake(&self, now: u64) -> u64 {
+        let backlog = if self.backlog.as_ref().is_some_and(|b| b.pending()) {
+            now + 10_000_000
+        } else {
+            u64::MAX
+        };
+        self.next_emit.min(self.phases.next_due(now)).min(backlog)
+    }
+
+    /// Merges a snapshot; one for an interval already emitted joins the next.
+    pub(super) fn merge(&mut self, mut s: Snapshot) {
+        if let Some(e) = self.emitted
+            && s.interval <= e
+        {
+            s.interval = e + 1;
+        }
+        self.agg.add(&s);
+    }
+
+    /// A driver's event: logged; a disconnection and a reconnection also counted.
+    fn driver_event(&mut self, e: DriverEvent, observer: &mut dyn Observer) {
+        let kind = match e.kind {
+            DriverEventKind::Reconnected => {
+                self.extra.reconnects += 1;
+                "reconnected"
+            }
+            DriverEventKind::Disconnected => {
+                self.extra.errors.add(ErrorKind::Disconnect, 1);
+                "disconnected"
+            }
+            DriverEventKind::Error => "error",
+            DriverEventKind::Warning => "warning",
+        };
+        observer.event(&run_event(self.t0, kind, e.detail, now_ns()));
+    }
+
+    /// A producer that had to stop: counted, logged, and (once per distinct reason) a warning.
+    pub(super) fn producer_failed(&mut self, why: String, observer: &mut dyn Observer) {
+        self.producers_failed += 1;
+        observer.event(&run_event(self.t0, "error", why.clone(), now_ns()));
+        if !self.warnings.contains(&why) {
+            self.warnings.push(why);
+        }
+    }
+
+    /// A tick, once its grace has passed: CPU and lag sampled into the interval being emitted
+    /// (in the phase it ended in), counts of no task's own merged, window places past the ack
+    /// timeout freed, stalled producers reported, complete intervals emitted.
+    fn tick(&mut self, observer: &mut dyn Observer) {
+        let now = now_ns();
+        if now < self.next_emit {
+            return;
+        }
+        let k = (now - self.grace_ns - self.t0) / self.tick_ns;
+        let upto = k.saturating_sub(1);
+        let idx = self.emitted.map_or(upto, |e| upto.max(e + 1));
+        let ended_in = self.phases.phase_before(self.t0 + (idx + 1) * self.tick_ns);
+        self.sample_cpu(idx, ended_in);
+        if self.extra != Counters::default() {
+            let counters = std::mem::take(&mut self.extra);
+            self.merge(no_task_snapshot(self.phases.phase(), upto, counters));
+        }
+        self.free_expired_places(now, observer);
+        if let Some(m) = self.stalls.check(now) {
+            observer.event(&run_event(self.t0, "warning", m, now));
+        }
+        if self.emitted.is_none_or(|e| upto > e) {
+            self.emit(upto, observer);
+        }
+        self.next_emit = self.t0 + (k + 1) * self.tick_ns + self.grace_ns;
+    }
+
+    /// Multi-stage runs: messages that did not reach the window stage within the ack timeout
+    /// give their window places back (they count as missing unless they arrive).
+    fn free_expired_places(&mut self, now: u64, observer: &mut dyn Observer) {
+        let Some(t) = &self.tracker else {
+            return;
+        };
+        let timeout = self.plan.ack_timeout;
+        let n = t.expire_window(now.saturating_sub(timeout.as_nanos() as u64));
+        if n > 0 {
+            self.expired_places += n;
+            observer.event(&run_event(self.t0, "warning", format!(
+                "{n} messages did not reach the window stage within {timeout:?} (ack timeout): their window places were freed; they count as missing unless they arrive"
+            ), now));
+        }
+    }
+
+    /// Hands the intervals up to `upto` to the observer.
+    fn emit(&mut self, upto: u64, observer: &mut dyn Observer) {
+        for iv in self.agg.take_intervals(upto) {
+            observer.interval(&iv);
+        }
+        self.emitted = Some(self.emitted.map_or(upto, |e| e.max(upto)));
+    }
+}

@@ -1,0 +1,307 @@
+//! How a message run ends: every task stopped and joined (by force if it will not end), the
+//! last snapshots merged, the delivery account closed, the last intervals emitted and the
+//! outcome written, with a warning for everything that makes its figures less trustworthy.
+
+use super::connect::interval_before;
+use super::messages::{MessageRun, no_task_snapshot, run_event};
+use super::stages::Unmatched;
+use super::{Observer, RunEvent, RunOutcome, secs, stall};
+use crate::clock::now_ns;
+use crate::driver::DriverEvent;
+use crate::scenario::StageSource;
+use crate::shutdown::Shutdown;
+use msgbench_metrics::{Counters, Phase, PhaseTotals, Role, Snapshot, StageEnd, StageStats};
+use std::time::Duration;
+use tokio::sync::mpsc;
+
+impl MessageRun<'_> {
+    /// Ends the run and writes its outcome.
+    pub async fn finish(
+        mut self,
+        events: &mut mpsc::UnboundedReceiver<DriverEvent>,
+        observer: &mut dyn Observer,
+        shutdown: &Shutdown,
+    ) -> RunOutcome {
+        let end = now_ns();
+        self.stop_tasks(end, observer, shutdown).await;
+        let unmatched = self.join_listeners().await;
+        self.collect_last(events, observer).await;
+        self.account_forced_stops(end);
+        self.close_intervals(end, observer);
+        self.outcome(end, &unmatched)
+    }
+
+    /// Stops everything and joins producers and consumers. They flush and close, each bounded
+    /// by the driver, normally within a connect timeout or two; a producer blocked in a send
+    /// the system under test never takes, or a client that never closes, is stopped by force
+    /// rather than hang the run (at the grace's end, or at a second interrupt).
+    async fn stop_tasks(&mut self, end: u64, observer: &mut dyn Observer, shutdown: &Shutdown) {
+        self.state.stop_producers();
+        self.state.set_drain_deadline_ns(end);
+        self.state.stop_consumers();
+        let _ = self.stop.send(true);
+        let grace = self.plan.connect_timeout * 2 + Duration::from_secs(2);
+        for (what, set) in [
+            ("producers", &mut self.tasks.producers),
+            ("consumers", &mut self.tasks.consumers),
+        ] {
+            let (_, stuck) = stall::join_or_abort(set, grace, shutdown.reached(2)).await;
+            if stuck > 0 {
+                let why = format!(
+                    "{what}: {stuck} still running {grace:?} after the end (or at a second \
+                     interrupt), blocked in the client: stopped by force; what they recorded \
+                     since their last interval is missing"
+                );
+                observer.event(&run_event(self.t0, "warning", why.clone(), now_ns()));
+                self.warnings.push(why);
+            }
+        }
+    }
+
+    /// Joins the stage listeners: what each saw that matched no stage.
+    async fn join_listeners(&mut self) -> Vec<Unmatched> {
+        let mut unmatched = Vec::new();
+        while let Some(r) = self.tasks.listeners.join_next().await {
+            if let Ok(u) = r
+                && u.count > 0
+            {
+                unmatched.push(u);
+            }
+        }
+        unmatched
+    }
+
+    /// Stops the worker threads (what is left on them ends) and takes everything still queued:
+    /// snapshots, producers' failures, drivers' last events.
+    async fn collect_last(
+        &mut self,
+        events: &mut mpsc::UnboundedReceiver<DriverEvent>,
+        observer: &mut dyn Observer,
+    ) {
+        drop(self.workers.take());
+        while let Some(s) = self.snapshots.recv().await {
+            self.agg.add(&s);
+        }
+        while let Ok(why) = self.fatal.try_recv() {
+            self.producer_failed(why, observer);
+        }
+        while let Ok(e) = events.try_recv() {
+            observer.event(&RunEvent {
+                at_s: secs(self.t0, now_ns()),
+                kind: "event".into(),
+                detail: e.detail,
+            });
+        }
+    }
+
+    /// A producer stopped by force (blocked in a send at a second interrupt or past the grace)
+    /// never gave its last snapshot: what it sent since is taken from its live counter, so the
+    /// delivery account stays exact (those sends have no bytes or latencies on record). Counts
+    /// of no task's own not yet merged join the last interval.
+    fn account_forced_stops(&mut self, end: u64) {
+        let last = interval_before(end, self.t0, self.tick_ns, self.emitted);
+        let phase = self.phases.phase();
+        for (counter, &task) in self.sent.iter().zip(&self.producer_ids) {
+            let missing = counter.get().saturating_sub(self.agg.producer_sent(task));
+            if missing > 0 {
+                self.agg.add(&Snapshot {
+                    role: Role::Producer,
+                    task,
+                    phase,
+                    interval: last,
+                    counters: Counters {
+                        sent: missing,
+                        ..Default::default()
+                    },
+                    hist: Default::default(),
+                    stages: Vec::new(),
+                });
+            }
+        }
+        if self.extra != Counters::default() {
+            let counters = std::mem::take(&mut self.extra);
+            self.agg.add(&no_task_snapshot(phase, last, counters));
+        }
+    }
+
+    /// The last CPU sample, the last phase closed at `end`, every remaining interval emitted.
+    fn close_intervals(&mut self, end: u64, observer: &mut dyn Observer) {
+        let phase = self.phases.phase();
+        let last = interval_before(end, self.t0, self.tick_ns, self.emitted);
+        self.sample_cpu(last, phase);
+        self.agg.end_phase(phase, secs(self.t0, end));
+        for iv in self.agg.take_all_intervals() {
+            observer.interval(&iv);
+        }
+        observer.event(&run_event(self.t0, "phase", "end".into(), now_ns()));
+    }
+
+    /// The outcome: every phase's totals, the delivery account, the stages, and the warnings.
+    fn outcome(mut self, end: u64, unmatched: &[Unmatched]) -> RunOutcome {
+        let phases: Vec<PhaseTotals> = Phase::ALL
+            .iter()
+            .filter(|p| self.agg.phase_started(**p))
+            .map(|p| self.agg.totals(*p).clone())
+            .collect();
+        let integrity = self.agg.integrity();
+        let all = self.agg.all_counters();
+        self.warn_of_counts(&all);
+        let stages = self.stage_ends(&phases, &all);
+        self.warn_of_stages(&phases, &stages, unmatched);
+        self.warn_of_foreign(&all);
+        RunOutcome {
+            started_unix_ms: self.started_unix_ms,
+            duration_s: secs(self.t0, end),
+            phases,
+            integrity,
+            interrupted: self.interrupted,
+            drain_complete: !self.drain_short,
+            warnings: self.warnings,
+            producers_failed: self.producers_failed,
+            connections: None,
+            stages,
+            tcp: None,
+            backlog: self.backlog.and_then(|b| b.summary(self.t0)),
+        }
+    }
+
+    /// Late sends, errors and unroutable returns. (Generator health is judged per interval by
+    /// the report, against the generator's own threads: `msgbench_report::model::GeneratorHealth`.)
+    fn warn_of_counts(&mut self, all: &Counters) {
+        if all.late_sends > 0 {
+            self.warnings.push(format!(
+                "{} sends left later than {:?} after their intended time: the generator or backpressure could not keep the schedule",
+                all.late_sends, self.plan.late_threshold
+            ));
+        }
+        if all.errors.total() > 0 {
+            self.warnings
+                .push(format!("{} errors during the run", all.errors.total()));
+        }
+        if all.returned > 0 {
+            self.warnings.push(format!(
+                "{} messages came back unroutable (mandatory publishes no queue was bound for)",
+                all.returned
+            ));
+        }
+    }
+
+    /// Each stage of a multi-stage run and the messages that never reached it (the
+    /// acknowledgement stage: those sent and neither acknowledged nor refused).
+    fn stage_ends(&self, phases: &[PhaseTotals], all: &Counters) -> Vec<StageEnd> {
+        let (Some(t), Some(tr)) = (&self.plan.tracking, &self.tracker) else {
+            return Vec::new();
+        };
+        let missing = tr.missing(t.stages.len());
+        let totals = stage_totals(phases);
+        t.stages
+            .iter()
+            .enumerate()
+            .map(|(i, s)| StageEnd {
+                name: s.name.clone(),
+                missing: if s.source == StageSource::Ack {
+                    let c = totals.get(i).map(|s| s.counts).unwrap_or_default();
+                    all.sent.saturating_sub(c.reached + c.failed)
+                } else {
+                    missing[i]
+                },
+                optional: s.optional,
+                failure: s.failure,
+                window: s.window,
+            })
+            .collect()
+    }
+
+    /// What went wrong with the stages: messages that never reached a required stage, failed,
+    /// duplicate or unknown events, window places given back, events that matched no stage.
+    fn warn_of_stages(
+        &mut self,
+        phases: &[PhaseTotals],
+        ends: &[StageEnd],
+        unmatched: &[Unmatched],
+    ) {
+        if self.plan.tracking.is_none() || self.tracker.is_none() {
+            return;
+        }
+        let totals = stage_totals(phases);
+        for (i, e) in ends.iter().enumerate() {
+            let c = totals.get(i).map(|s| s.counts).unwrap_or_default();
+            if e.missing > 0 && !e.optional && !e.failure {
+                self.warnings.push(format!(
+                    "stage `{}`: {} messages never reached it",
+                    e.name, e.missing
+                ));
+            }
+            let failed = if e.failure {
+                c.reached + c.failed
+            } else {
+                c.failed
+            };
+            if failed > 0 {
+                self.warnings
+                    .push(format!("stage `{}`: {failed} messages failed", e.name));
+            }
+            if c.duplicates > 0 {
+                self.warnings.push(format!(
+                    "stage `{}`: {} duplicate events",
+                    e.name, c.duplicates
+                ));
+            }
+            if c.unknown > 0 {
+                self.warnings.push(format!(
+                    "stage `{}`: {} events matched no message of this run",
+                    e.name, c.unknown
+                ));
+            }
+        }
+        if self.expired_places > 0 {
+            self.warnings.push(format!(
+                "{} messages gave their window place back after the ack timeout ({:?}) without reaching the window stage",
+                self.expired_places, self.plan.ack_timeout
+            ));
+        }
+        for u in unmatched {
+            self.warnings.push(format!(
+                "queue {}: {} events matched no stage (bodies such as {})",
+                u.queue,
+                u.count,
+                u.samples
+                    .iter()
+                    .map(|s| format!("`{s}`"))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ));
+        }
+    }
+
+    /// Deliveries that were not this run's messages, with what to try: a system in the middle
+    /// that rewrites or rejects what it relays loses the stamp.
+    fn warn_of_foreign(&mut self, all: &Counters) {
+        if all.foreign == 0 {
+            return;
+        }
+        let hint = if self.plan.payload.stamp == crate::payload::StampFormat::Binary {
+            "if a system in the middle needs text or JSON, or re-encodes messages, try --stamp text or a --payload template with {{stamp}}"
+        } else {
+            "the system in the middle may drop or rewrite the text stamp (check the template keeps {{stamp}} inside a string), or they are replies from the server (subscription answers) or other publishers' messages"
+        };
+        self.warnings.push(format!(
+            "{} deliveries were not this run's messages (foreign or truncated): {hint}",
+            all.foreign
+        ));
+    }
+}
+
+/// Each stage's counts over all phases.
+fn stage_totals(phases: &[PhaseTotals]) -> Vec<StageStats> {
+    let mut totals: Vec<StageStats> = Vec::new();
+    for p in phases {
+        for (i, s) in p.stages.iter().enumerate() {
+            if totals.len() <= i {
+                totals.resize_with(i + 1, Default::default);
+            }
+            totals[i].counts.merge(&s.counts);
+        }
+    }
+    totals
+}
