@@ -1,13 +1,14 @@
-//! `msgbench serve ecp-endpoint`: flags → [`EcpEndpointConfig`], then the simulator until
-//! Ctrl-C, with a status line every 10 s and a summary at the end.
+//! `msgbench serve ecp-endpoint`: flags → [`EcpEndpointConfig`], and the simulator as a
+//! [`Server`] (its own status line: messages handled, replies, deliveries, failures).
 
+use super::serve::Bound;
 use crate::cli::args::ServeArgs;
 use anyhow::{Context, Result, anyhow};
 use msgbench_core::redact;
 use msgbench_core::scenario::{Amqp10Section, TlsPlan, amqp10::resolve_amqp10};
 use msgbench_core::units::parse_duration;
 use msgbench_serve::ecp::{EcpCounters, EcpEndpointConfig, run_with};
-use std::future::Future;
+use msgbench_serve::server::{STATUS_EVERY, ServeError, Server, Serving, StatusLine, Stop};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -52,11 +53,11 @@ pub fn config(args: &ServeArgs) -> Result<EcpEndpointConfig> {
     })
 }
 
-/// Runs the simulator until `stop`.
-pub async fn run(args: &ServeArgs, stop: impl Future<Output = ()> + Send) -> Result<()> {
+/// The simulator, configured from the flags (it connects when it starts serving).
+pub(super) fn bind(args: &ServeArgs) -> Result<Bound> {
     let cfg = config(args)?;
-    eprintln!(
-        "msgbench serve: ECP endpoint simulator on {} (outbox {}, reply {}, send events {}, inbox {}{}); Ctrl-C to stop",
+    let banner = format!(
+        "ECP endpoint simulator on {} (outbox {}, reply {}, send events {}, inbox {}{}); Ctrl-C to stop",
         redact::url(&cfg.outbox_url),
         cfg.outbox,
         cfg.reply,
@@ -68,46 +69,62 @@ pub async fn run(args: &ServeArgs, stop: impl Future<Output = ()> + Send) -> Res
             String::new()
         }
     );
-    let counters = Arc::new(EcpCounters::default());
-    let c = counters.clone();
-    let quiet = args.quiet;
-    let status = tokio::spawn(async move {
-        let mut tick = tokio::time::interval(Duration::from_secs(10));
-        tick.tick().await;
+    Ok(Bound {
+        server: Box::new(Ecp {
+            cfg,
+            counters: Arc::new(EcpCounters::default()),
+        }),
+        banner,
+        what: "ECP endpoint simulator",
+    })
+}
+
+/// The simulator and its counters.
+struct Ecp {
+    cfg: EcpEndpointConfig,
+    counters: Arc<EcpCounters>,
+}
+
+impl Server for Ecp {
+    fn status(&self) -> Option<StatusLine> {
+        let c = self.counters.clone();
         let mut last = c.stats().received;
-        loop {
-            tick.tick().await;
+        Some(Box::new(move || {
             let s = c.stats();
-            if !quiet {
-                eprintln!(
-                    "msgbench serve: ecp-endpoint {:.0} msgs/s; {} received, {} replied ({} errors), {} delivered, {} failed",
-                    (s.received - last) as f64 / 10.0,
-                    s.received,
-                    s.replied,
-                    s.error_replies,
-                    s.delivered,
-                    s.failed
-                );
-            }
+            let line = format!(
+                "ecp-endpoint {:.0} msgs/s; {} received, {} replied ({} errors), {} delivered, {} failed",
+                (s.received - last) as f64 / STATUS_EVERY.as_secs_f64(),
+                s.received,
+                s.replied,
+                s.error_replies,
+                s.delivered,
+                s.failed
+            );
             last = s.received;
-        }
-    });
-    let r = run_with(cfg, counters.clone(), stop).await;
-    status.abort();
-    let s = counters.stats();
-    eprintln!(
-        "msgbench serve: ecp-endpoint handled {} messages: {} replies ({} with errorCode), {} deliveries ({} duplicated), events: {} accepted, {} transported, {} delivered, {} received, {} failed; {} reconnects",
-        s.received,
-        s.replied,
-        s.error_replies,
-        s.delivered,
-        s.duplicates,
-        s.accepted,
-        s.transported,
-        s.delivered_events,
-        s.received_events,
-        s.failed,
-        s.reconnects
-    );
-    r.map_err(|e| anyhow!("{e}"))
+            line
+        }))
+    }
+
+    fn serve(self: Box<Self>, stop: Stop) -> Serving {
+        Box::pin(async move {
+            let Ecp { cfg, counters } = *self;
+            let r = run_with(cfg, counters.clone(), stop).await;
+            let s = counters.stats();
+            r.map_err(|e| ServeError::Failed(e.to_string()))?;
+            Ok(Some(format!(
+                "ecp-endpoint handled {} messages: {} replies ({} with errorCode), {} deliveries ({} duplicated), events: {} accepted, {} transported, {} delivered, {} received, {} failed; {} reconnects",
+                s.received,
+                s.replied,
+                s.error_replies,
+                s.delivered,
+                s.duplicates,
+                s.accepted,
+                s.transported,
+                s.delivered_events,
+                s.received_events,
+                s.failed,
+                s.reconnects
+            )))
+        })
+    }
 }

@@ -171,5 +171,5 @@ pub fn http1_response(data: &[u8]) {
 /// The built-in HTTP server (`msgbench serve http`, hyper's HTTP/1.1 and h2c behind
 /// hyper-util's protocol detection) given one client connection's bytes.
 pub fn http_server(data: &[u8]) {
-    msgbench_driver_http::fuzzing::server_connection(data);
+    msgbench_serve::http::fuzzing::server_connection(data);
 }

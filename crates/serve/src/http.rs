@@ -1,5 +1,5 @@
-//! A small HTTP server to measure against without installing one: the tests' target and the
-//! engine of `msgbench serve http`. It answers every request (any method, any path) with one
+//! A small HTTP server to measure against without installing one: the HTTP driver tests'
+//! target and the engine of `msgbench serve http`. It answers every request (any method, any path) with one
 //! fixed status and a small fixed body once it has read the request body, and counts the
 //! requests; nothing is echoed, logged or allocated per request beyond what hyper needs.
 //!
@@ -9,23 +9,22 @@
 //! acceptor offers `h2`; a handshake that fails or takes longer than [`TLS_HANDSHAKE`] just
 //! ends that connection.
 
-use crate::body::Payload;
 use bytes::Bytes;
 use hyper::body::{Body, Incoming};
 use hyper::service::Service;
 use hyper::{Request, Response, StatusCode, Version};
 use hyper_util::rt::{TokioExecutor, TokioIo};
 use hyper_util::server::conn::auto;
+use msgbench_driver_http::body::Payload;
 use std::convert::Infallible;
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::task::{Context, Poll};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 use tokio::net::TcpListener;
 use tokio::sync::watch;
-use tokio::task::JoinSet;
 
 /// Concurrent HTTP/2 streams allowed per connection (above the runner's default window of
 /// 1000, so the server is not what queues requests).
@@ -116,71 +115,49 @@ impl HttpServer {
         }
     }
 
-    /// Serves connections from `listener` until `stop` resolves: every accepted socket gets
-    /// TCP_NODELAY and a task of its own; accept errors (such as running out of file
-    /// descriptors) are reported on stderr at most once a second and retried, never fatal. On
-    /// stop the listener closes, connections are asked to finish (HTTP/1.1: after the request
-    /// in progress; HTTP/2: GOAWAY) and cut after two seconds.
-    pub async fn serve(self, listener: TcpListener, stop: impl Future<Output = ()>) {
+    /// Serves connections from `listener` until `stop` resolves, on the accept loop every
+    /// embedded server shares (TCP_NODELAY, a task per connection, accept errors reported and
+    /// retried). On stop the listener closes, connections are asked to finish (HTTP/1.1: after
+    /// the request in progress; HTTP/2: GOAWAY) and cut after two seconds.
+    pub async fn serve(self, listener: TcpListener, stop: impl Future<Output = ()> + Send) {
         let mut builder = auto::Builder::new(TokioExecutor::new());
         builder
             .http2()
             .max_concurrent_streams(MAX_CONCURRENT_STREAMS);
         let builder = Arc::new(builder);
         let answer = self.answer();
-        let (shutdown_tx, shutdown_rx) = watch::channel(false);
-        let mut conns = JoinSet::new();
-        let mut stop = std::pin::pin!(stop);
-        let mut last_report: Option<Instant> = None;
-        loop {
-            tokio::select! {
-                biased;
-                () = &mut stop => break,
-                Some(_) = conns.join_next(), if !conns.is_empty() => {}
-                accepted = listener.accept() => match accepted {
-                    Ok((sock, _)) => {
-                        // Nagle's algorithm plus the client's delayed ACK would hold small
-                        // responses up to 40 ms.
-                        let _ = sock.set_nodelay(true);
-                        let (builder, answer, shutdown) =
-                            (builder.clone(), answer.clone(), shutdown_rx.clone());
-                        match self.tls.clone() {
-                            None => {
-                                conns.spawn(connection(builder, TokioIo::new(sock), answer, shutdown));
-                            }
-                            Some(acceptor) => {
-                                conns.spawn(async move {
-                                    let tls = tokio::time::timeout(TLS_HANDSHAKE, acceptor.accept(sock));
-                                    if let Ok(Ok(tls)) = tls.await {
-                                        connection(builder, TokioIo::new(tls), answer, shutdown).await;
-                                    }
-                                });
+        let tls = self.tls.clone();
+        let name = "msgbench http server";
+        crate::listen::accept_loop_with_grace(
+            listener,
+            name,
+            stop,
+            STOP_GRACE,
+            |sock, shutdown| {
+                let (builder, answer, tls) = (builder.clone(), answer.clone(), tls.clone());
+                async move {
+                    match tls {
+                        None => connection(builder, TokioIo::new(sock), answer, shutdown).await,
+                        Some(acceptor) => {
+                            let tls = tokio::time::timeout(TLS_HANDSHAKE, acceptor.accept(sock));
+                            if let Ok(Ok(tls)) = tls.await {
+                                connection(builder, TokioIo::new(tls), answer, shutdown).await;
                             }
                         }
                     }
-                    Err(e) => {
-                        if last_report.is_none_or(|t| t.elapsed() >= Duration::from_secs(1)) {
-                            eprintln!("msgbench http server: accepting a connection failed: {e}");
-                            last_report = Some(Instant::now());
-                        }
-                        tokio::select! {
-                            () = &mut stop => break,
-                            () = tokio::time::sleep(Duration::from_millis(10)) => {}
-                        }
-                    }
-                },
-            }
-        }
-        drop(listener);
-        let _ = shutdown_tx.send(true);
-        let drained = tokio::time::timeout(STOP_GRACE, async {
-            while conns.join_next().await.is_some() {}
-        })
+                }
+            },
+        )
         .await;
-        if drained.is_err() {
-            conns.shutdown().await;
-        }
     }
+}
+
+/// A server and the listener it serves (for [`crate::server::Server`]).
+pub struct Bound {
+    /// The server's settings and counters.
+    pub server: HttpServer,
+    /// Where it accepts connections.
+    pub listener: TcpListener,
 }
 
 /// Serves one connection (TCP or TLS) until it ends, finishing gracefully when told to stop.
@@ -274,5 +251,66 @@ impl Future for Reply {
         let mut resp = Response::new(Payload::new(this.answer.body.clone()));
         *resp.status_mut() = this.answer.status;
         Poll::Ready(Ok(resp))
+    }
+}
+
+/// Entry point for the fuzz targets (`fuzz/`, `crates/fuzz-targets`): the server's request
+/// side is private, so this drives it the way a connection does. Hidden from the
+/// documentation; not an API.
+///
+/// Contract: any byte string is a valid argument; the function returns normally for all of
+/// them (a panic, hang or unbounded allocation is a bug in the code it drives).
+#[doc(hidden)]
+pub mod fuzzing {
+    use super::{HttpServer, MAX_CONCURRENT_STREAMS};
+    use hyper_util::rt::{TokioExecutor, TokioIo};
+    use hyper_util::server::conn::auto;
+    use std::time::Duration;
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+    /// Serves one connection of the built-in server (HTTP/1.1 or h2c, chosen by hyper-util as for
+    /// a real client) whose client sends `request`, closes its side and reads every answer.
+    /// Returns the bytes the server answered.
+    ///
+    /// # Panics
+    /// If the connection is not over within 10 s of the client closing its side: a server must
+    /// not wait forever on a client that has gone.
+    pub fn server_connection(request: &[u8]) -> Vec<u8> {
+        thread_local! {
+            static RUNTIME: tokio::runtime::Runtime = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .expect("a current-thread runtime");
+        }
+        RUNTIME.with(|rt| {
+            rt.block_on(async {
+                let mut builder = auto::Builder::new(TokioExecutor::new());
+                builder
+                    .http2()
+                    .max_concurrent_streams(MAX_CONCURRENT_STREAMS);
+                let answer = HttpServer::new().with_body(&b"ok"[..]).answer();
+                let (client, server) = tokio::io::duplex(64 * 1024);
+                let conn = async move {
+                    let _ = builder.serve_connection(TokioIo::new(server), answer).await;
+                };
+                let talk = async move {
+                    let mut out = Vec::new();
+                    let (mut rd, mut wr) = tokio::io::split(client);
+                    let send = async {
+                        let _ = wr.write_all(request).await;
+                        let _ = wr.shutdown().await;
+                    };
+                    let read = async {
+                        let _ = rd.read_to_end(&mut out).await;
+                    };
+                    tokio::join!(send, read);
+                    out
+                };
+                let both = async { tokio::join!(conn, talk).1 };
+                tokio::time::timeout(Duration::from_secs(10), both)
+                    .await
+                    .expect("the server connection outlived its client by 10 s")
+            })
+        })
     }
 }

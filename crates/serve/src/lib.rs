@@ -17,20 +17,26 @@
 //! - [`ecp`]: an ECP endpoint simulator (`msgbench serve ecp-endpoint`): on an AMQP 1.0
 //!   broker, answers what a business application sends to the ECP outbox with replies, inbox
 //!   deliveries and status events, with configurable delays and deterministic faults.
+//! - [`http`]: an HTTP/1.1 + h2c (or TLS with ALPN) server answering every request alike
+//!   (`msgbench serve http`, the HTTP driver tests' target).
 //! - [`time`]: a time reference for segmented runs (`msgbench serve time`) and the client that
 //!   measures a host's clock offset against it.
 //! - [`ws`]: a WebSocket broadcast server (`msgbench serve ws-broadcast`): every message a client
 //!   sends, or that is relayed from a broker, goes to every other client; `ws://` or `wss://`.
 //! - [`ws_gateway`]: the same server as a JSON gateway (`ws-broadcast --gateway rango|envelope`):
 //!   relayed messages wrapped per stream and sent only to the clients subscribed to it.
+//! - [`server`]: the one interface `msgbench serve` runs any of them through (status line,
+//!   serving until stopped, summary); every TCP server accepts on the same loop (`listen`).
 //! - [`tls`]: the TLS acceptor the AMQP sink and the broadcast server share.
 #![deny(missing_docs)]
 
 pub mod amqp;
 pub mod amqp_proxy;
 pub mod ecp;
+pub mod http;
 mod listen;
 pub mod mqtt;
+pub mod server;
 pub mod time;
 pub mod tls;
 pub mod ws;

@@ -7,6 +7,9 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::watch;
 use tokio::task::JoinSet;
 
+/// How long connections get to finish after a stop, unless a server says otherwise.
+const STOP_GRACE: Duration = Duration::from_secs(5);
+
 /// Accepts until `stop` resolves, handing each socket (NODELAY set) and a shutdown signal to
 /// `serve`, whose future runs as its own task. Accept errors (e.g. out of file descriptors) do
 /// not end the loop: they are reported on stderr at most once a second (prefixed with `name`)
@@ -16,6 +19,20 @@ pub(crate) async fn accept_loop<F, Fut>(
     listener: TcpListener,
     name: &str,
     stop: impl Future<Output = ()> + Send,
+    serve: F,
+) where
+    F: FnMut(TcpStream, watch::Receiver<bool>) -> Fut,
+    Fut: Future<Output = ()> + Send + 'static,
+{
+    accept_loop_with_grace(listener, name, stop, STOP_GRACE, serve).await;
+}
+
+/// [`accept_loop`] giving connections `grace` to finish after a stop.
+pub(crate) async fn accept_loop_with_grace<F, Fut>(
+    listener: TcpListener,
+    name: &str,
+    stop: impl Future<Output = ()> + Send,
+    grace: Duration,
     mut serve: F,
 ) where
     F: FnMut(TcpStream, watch::Receiver<bool>) -> Fut,
@@ -52,10 +69,8 @@ pub(crate) async fn accept_loop<F, Fut>(
     }
     drop(listener);
     let _ = shutdown_tx.send(true);
-    let drained = tokio::time::timeout(Duration::from_secs(5), async {
-        while conns.join_next().await.is_some() {}
-    })
-    .await;
+    let drained =
+        tokio::time::timeout(grace, async { while conns.join_next().await.is_some() {} }).await;
     if drained.is_err() {
         conns.shutdown().await;
     }

@@ -28,6 +28,12 @@ pub enum TimeError {
     NoAnswer(String),
 }
 
+/// The reference's socket, bound (for [`crate::server::Server`]: [`serve`] until stopped).
+pub struct Reference {
+    /// Where probes arrive.
+    pub socket: tokio::net::UdpSocket,
+}
+
 /// A host's clock measured against the reference.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Offset {

@@ -3,6 +3,8 @@
 
 use std::path::Path;
 use std::sync::Arc;
+/// The acceptor the servers take (re-exported so callers need no TLS crate of their own).
+pub use tokio_rustls::TlsAcceptor;
 
 /// Builds a TLS acceptor from PEM files: the certificate chain (leaf
 /// first) and its private key (PKCS#8, PKCS#1 or SEC1). TLS 1.2 and 1.3, no client

@@ -60,9 +60,8 @@
 //! - `h1`: the HTTP/1.1 client (`h1::parse`: response framing).
 //! - `fuzzing` (hidden): entry points for the fuzz targets into the private parsers.
 //! - [`stats`]: [`HttpStats`], responses by status.
-//! - [`body`]: the body type of HTTP/2 requests and of the server's answers.
-//! - [`server`]: a small built-in HTTP/1.1 + h2c server (hyper) for tests and `msgbench serve
-//!   http`.
+//! - [`body`]: the body type of HTTP/2 requests and of the built-in server's answers (the
+//!   server itself is `msgbench_serve::http`).
 //! - this file: the `Driver`, `Producer` and `Session` implementations.
 
 #![deny(missing_docs)]
@@ -73,7 +72,6 @@ mod endpoint;
 #[doc(hidden)]
 pub mod fuzzing;
 mod h1;
-pub mod server;
 pub mod stats;
 
 pub use stats::{HttpStats, status_ok};

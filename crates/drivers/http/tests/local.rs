@@ -8,7 +8,7 @@ use msgbench_core::driver::{ConnectFailure, DriverError};
 use msgbench_core::runner::RunError;
 use msgbench_core::scenario::{ConnectionsSection, Scenario, resolve};
 use msgbench_core::scenario::{ConsumersSection, OutputSection, PhasesSection};
-use msgbench_driver_http::server::HttpServer;
+use msgbench_serve::http::HttpServer;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::time::Duration;

@@ -8,9 +8,9 @@ use msgbench_core::scenario::{
     ConsumersSection, OutputSection, PhasesSection, ProducersSection, RunPlan, Scenario, resolve,
 };
 use msgbench_core::shutdown::Shutdown;
-use msgbench_driver_http::server::{HttpServer, ServerCounts};
 use msgbench_driver_http::{HttpDriver, HttpOptions, HttpStats};
 use msgbench_metrics::{IntervalStats, Phase, PhaseTotals};
+use msgbench_serve::http::{HttpServer, ServerCounts};
 use std::sync::Arc;
 use tokio::sync::oneshot;
 
