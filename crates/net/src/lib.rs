@@ -12,12 +12,16 @@
 //! - connect failures classified ([`ConnectFailure`]) so connection-scale runs can report
 //!   failures by reason and say what limit to raise;
 //! - plain TCP connections held outside the descriptor table ([`ring`]), for connection counts
-//!   beyond the open-file limit.
+//!   beyond the open-file limit;
+//! - one reconnection pacing ([`Backoff`]) and one liveness watch ([`Liveness`]) for every
+//!   client that reconnects by itself.
 #![deny(missing_docs)]
 
+mod backoff;
 mod liveness;
 #[cfg(target_os = "linux")]
 pub mod ring;
+pub use backoff::Backoff;
 pub use liveness::{Check, Liveness};
 mod stream;
 mod tcp_info;

@@ -112,7 +112,7 @@ async fn io_task(
 ) {
     let mut routes: Vec<Option<mpsc::UnboundedSender<In>>> = vec![None; channels as usize + 1];
     let mut last_write = Instant::now();
-    let mut backoff = Duration::from_millis(100);
+    let mut backoff = msgbench_net::Backoff::default();
     loop {
         if !conn.is_connected() {
             // Down: keep taking commands (writes go nowhere; the channels learnt of the cut)
@@ -130,15 +130,14 @@ async fn io_task(
                 }
             }
             if conn.try_reconnect().await.is_ok() {
-                backoff = Duration::from_millis(100);
+                backoff.reset();
                 state.send_modify(|s| {
                     s.generation += 1;
                     s.up = true;
                     s.frame_max = conn.frame_max;
                 });
             } else {
-                tokio::time::sleep(backoff).await;
-                backoff = (backoff * 2).min(Duration::from_secs(2));
+                backoff.pause().await;
             }
             continue;
         }

@@ -7,10 +7,11 @@
 //! struct, and a reconnection in progress is a future the consumer keeps, so a tick never
 //! throws a half-made connection away.
 
+use crate::Inner;
 use crate::client::Endpoint;
 use crate::conn::{Conn, Event, LinkError, LinkId};
-use crate::{Backoff, Inner};
 use msgbench_core::driver::{Consumer, ConsumerSpec, Delivery, DriverError};
+use msgbench_net::Backoff;
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
@@ -96,7 +97,7 @@ pub(crate) async fn start(
         sub,
         live: Some(live),
         connecting: None,
-        backoff: Backoff::new(),
+        backoff: Backoff::default(),
         range: None,
     })
 }

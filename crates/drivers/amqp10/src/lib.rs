@@ -73,7 +73,6 @@ use msgbench_core::scenario::{Amqp10Plan, TlsPlan};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
-use tokio::time::Instant;
 
 /// The AMQP 1.0 driver.
 pub struct Amqp10Driver(Arc<Inner>);
@@ -236,46 +235,5 @@ impl Session for Amqp10Session {
         }
         self.conn.close(self.timeout).await;
         Ok(())
-    }
-}
-
-/// Reconnection pacing: attempts at most every `delay`, doubling from 100 ms to 2 s while they
-/// fail, back to 100 ms after a success.
-pub(crate) struct Backoff {
-    delay: Duration,
-    not_before: Instant,
-}
-
-impl Backoff {
-    const MIN: Duration = Duration::from_millis(100);
-    const MAX: Duration = Duration::from_secs(2);
-
-    pub(crate) fn new() -> Backoff {
-        Backoff {
-            delay: Self::MIN,
-            not_before: Instant::now(),
-        }
-    }
-
-    /// Waits until the next attempt is due.
-    pub(crate) async fn wait(&self) {
-        tokio::time::sleep_until(self.not_before).await;
-    }
-
-    /// When the next attempt is due.
-    pub(crate) fn until(&self) -> Instant {
-        self.not_before
-    }
-
-    /// An attempt failed: the next one waits longer.
-    pub(crate) fn failed(&mut self) {
-        self.not_before = Instant::now() + self.delay;
-        self.delay = (self.delay * 2).min(Self::MAX);
-    }
-
-    /// An attempt succeeded.
-    pub(crate) fn reset(&mut self) {
-        self.delay = Self::MIN;
-        self.not_before = Instant::now();
     }
 }

@@ -7,11 +7,12 @@
 //! reported, everything else sent on that connection is reported in doubt at once, and the
 //! next `send` reconnects (with backoff) before it sends.
 
+use crate::Inner;
 use crate::conn::{CHUNK, Conn, Event, LinkError, LinkId};
 use crate::frames::Outcome;
 use crate::message::{OutBody, OutMessage};
-use crate::{Backoff, Inner};
 use msgbench_core::driver::{Ack, DriverError, DriverEventKind, Outbound, Producer, ProducerSpec};
+use msgbench_net::Backoff;
 use std::collections::VecDeque;
 use std::sync::Arc;
 use std::task::{Context, Poll};
@@ -54,7 +55,7 @@ impl Amqp10Producer {
             last_token: None,
             warned: false,
             was_lost: false,
-            backoff: Backoff::new(),
+            backoff: Backoff::default(),
             d,
         };
         p.live = Some(p.open().await?);

@@ -355,15 +355,13 @@ impl Conn {
         Ok(())
     }
 
-    /// Reconnects, retrying with backoff until it works (the caller cancels to give up).
+    /// Reconnects, retrying with backoff (50 ms doubling to 2 s) until it works (the caller
+    /// cancels to give up).
     pub async fn reconnect(&mut self) {
-        let mut pause = Duration::from_millis(50);
-        loop {
-            if self.try_reconnect().await.is_ok() {
-                return;
-            }
-            tokio::time::sleep(pause).await;
-            pause = (pause * 2).min(Duration::from_secs(2));
+        let mut backoff =
+            msgbench_net::Backoff::new(Duration::from_millis(50), Duration::from_secs(2));
+        while self.try_reconnect().await.is_err() {
+            backoff.pause().await;
         }
     }
 

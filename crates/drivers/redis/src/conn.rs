@@ -278,14 +278,13 @@ impl Conn {
     pub async fn reconnect(&mut self, why: &str) {
         self.wire.detach();
         self.events.connection_lost(&self.name, &why);
-        let mut wait = Duration::from_millis(100);
+        let mut backoff = msgbench_net::Backoff::default();
         loop {
-            tokio::time::sleep(wait).await;
+            backoff.pause().await;
             if self.open().await.is_ok() {
                 self.events.reconnected(&self.name, &self.ep.display, "");
                 return;
             }
-            wait = (wait * 2).min(Duration::from_secs(2));
         }
     }
 
