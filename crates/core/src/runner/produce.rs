@@ -192,8 +192,8 @@ impl ProducerTask {
         }
     }
 
-    /// Runs the producer from the start barrier to the end: one [`Sending::step`] per message
-    /// until the loop ends, then [`Sending::wind_down`].
+    /// Runs the producer from the start barrier to the end: [`Sending::send_all`], then
+    /// [`Sending::wind_down`].
     pub async fn run<P: Producer>(mut self, p: P, payload: PayloadBuilder) {
         let window = InFlight::new(self.window);
         self.tagger = self
@@ -208,6 +208,7 @@ impl ProducerTask {
             seqs: vec![0u64; self.streams as usize],
             pacer: self.pacer.clone(),
             unpaced: self.pacer.is_unlimited(),
+            gated: self.tagger.as_ref().and_then(Tagger::gate).is_some(),
             token: 0,
             stream: 0,
             measured: 0,
@@ -219,14 +220,14 @@ impl ProducerTask {
             payload,
         };
         s.sleep_until(s.task.t0_ns).await;
-        while s.step().await.is_some() {}
+        s.send_all().await;
         s.wind_down().await;
     }
 }
 
 /// A producer's loop: its task, its client, and where it stands (recorder, tick, ack window,
-/// schedule, sequence numbers). Each step returns `None` when the loop must end (stopped, the
-/// drain begun, the quota sent, a fatal error).
+/// schedule, sequence numbers). Each step of [`Sending::send_all`] returns `None` when the loop
+/// must end (stopped, the drain begun, the quota sent, a fatal error).
 struct Sending<P: Producer> {
     task: ProducerTask,
     p: P,
@@ -238,6 +239,8 @@ struct Sending<P: Producer> {
     seqs: Vec<u64>,
     pacer: Pacer,
     unpaced: bool,
+    /// Runs with a stage window: sends wait for a place in it.
+    gated: bool,
     /// The next message's token (also the number sent so far).
     token: u64,
     stream: u32,
@@ -266,20 +269,87 @@ impl<P: Producer> Sending<P> {
         }
     }
 
-    /// Pace, window, stage gate, then one message sent and recorded.
-    async fn step(&mut self) -> Option<()> {
-        self.may_go_on()?;
-        let intended = self.pace().await?;
-        self.open_window().await?;
-        self.pass_stage_gate().await?;
-        let sent_ns = now_ns();
-        self.last_ns = sent_ns;
-        self.at_send_time(sent_ns)?;
-        self.send_one(intended, sent_ns).await
+    /// The loop, one message per turn: pace, ack window, stage gate (each entered only when
+    /// the run has it: an unpaced run without acks or stages goes straight to the send), then
+    /// the message stamped, sent and recorded; until a step says the loop ends. One function,
+    /// so the send is the only future awaited per message on the hot path.
+    async fn send_all(&mut self) {
+        loop {
+            if self.may_go_on().is_none() {
+                return;
+            }
+            let intended = if self.unpaced {
+                None
+            } else {
+                match self.pace().await {
+                    Some(at) => at,
+                    None => return,
+                }
+            };
+            if self.task.acks && self.open_window().await.is_none() {
+                return;
+            }
+            if self.gated && self.pass_stage_gate().await.is_none() {
+                return;
+            }
+            let sent_ns = now_ns();
+            self.last_ns = sent_ns;
+            if self.at_send_time(sent_ns).is_none() {
+                return;
+            }
+            let intended_ns = intended.unwrap_or(sent_ns);
+            let (stream, token) = (self.stream, self.token);
+            let stamp = Stamp {
+                run_id: self.task.run_id,
+                producer: self.task.id,
+                stream,
+                seq: self.seqs[stream as usize],
+                intended_ns,
+                sent_ns,
+            };
+            let meta = match self.task.tagger.as_mut() {
+                None => None,
+                Some(t) => match t.prepare(token, stamp.seq, intended_ns) {
+                    Ok(m) => m,
+                    Err(dup) => {
+                        if let Some(g) = t.gate() {
+                            g.release();
+                        }
+                        let _ = self.task.fatal.send(format!(
+                            "producer {} stopped: tracking key `{}` was used twice (make tracking.key unique, e.g. with {{n}} or {{producer}}.{{seq}})",
+                            self.task.id, dup.0
+                        ));
+                        return;
+                    }
+                },
+            };
+            let body = self.payload.build(&stamp);
+            let len = body.len();
+            self.task.busy.set(sent_ns.max(1));
+            let r = self
+                .p
+                .send(Outbound {
+                    stream,
+                    token,
+                    payload: body,
+                    meta,
+                })
+                .await;
+            self.task.busy.set(0);
+            match r {
+                Ok(()) => self.sent(intended_ns, sent_ns, len),
+                Err(e) => {
+                    if self.send_failed(e).await.is_none() {
+                        return;
+                    }
+                }
+            }
+        }
     }
 
     /// Whether another message may be sent: not stopped, not draining, quota not reached. A
     /// phase changed since the last send closes the old phase's snapshot.
+    #[inline]
     fn may_go_on(&mut self) -> Option<()> {
         if self.task.state.producers_stopped() {
             return None;
@@ -298,16 +368,12 @@ impl<P: Producer> Sending<P> {
         }
     }
 
-    /// Waits for the next message's intended time, ticking and taking acks while it waits (an
+    /// Waits for the next message's intended time (paced runs), ticking and taking acks while it waits (an
     /// ack read only after the wait would carry the wait in its latency: at 100 msgs/s, up to
     /// 10 ms on top of a sub-millisecond confirm). The intended time; `None` inside for an
     /// unpaced run.
     async fn pace(&mut self) -> Option<Option<u64>> {
-        let intended = if self.unpaced {
-            None
-        } else {
-            self.pacer.next_offset_ns().map(|off| self.task.t0_ns + off)
-        };
+        let intended = self.pacer.next_offset_ns().map(|off| self.task.t0_ns + off);
         let Some(at) = intended else {
             return Some(None);
         };
@@ -366,7 +432,7 @@ impl<P: Producer> Sending<P> {
         }
     }
 
-    /// The ack window: never more than `window` unacknowledged messages. Once it is full,
+    /// The ack window (runs with acks): never more than `window` unacknowledged messages. Once it is full,
     /// sending resumes only when a sixteenth of it is free again: a broker that acks one
     /// message at a time would otherwise get one write (and one syscall) per message, which
     /// costs the generator more than the messages themselves.
@@ -420,6 +486,7 @@ impl<P: Producer> Sending<P> {
     /// At the send: the waits may have crossed a phase boundary (the send is recorded in the
     /// phase it happens in; none in the drain) or a tick (the finished interval is closed
     /// first, after acks past their time-out are given up on).
+    #[inline]
     fn at_send_time(&mut self, sent_ns: u64) -> Option<()> {
         let cur = self.task.state.phase_at(sent_ns);
         if cur != self.phase {
@@ -445,56 +512,6 @@ impl<P: Producer> Sending<P> {
             self.flush(self.phase, k);
         }
         Some(())
-    }
-
-    /// Stamps, builds, tags and sends one message, and records the outcome.
-    async fn send_one(&mut self, intended: Option<u64>, sent_ns: u64) -> Option<()> {
-        let intended_ns = intended.unwrap_or(sent_ns);
-        let (stream, token) = (self.stream, self.token);
-        let stamp = Stamp {
-            run_id: self.task.run_id,
-            producer: self.task.id,
-            stream,
-            seq: self.seqs[stream as usize],
-            intended_ns,
-            sent_ns,
-        };
-        let meta = match self.task.tagger.as_mut() {
-            None => None,
-            Some(t) => match t.prepare(token, stamp.seq, intended_ns) {
-                Ok(m) => m,
-                Err(dup) => {
-                    if let Some(g) = t.gate() {
-                        g.release();
-                    }
-                    let _ = self.task.fatal.send(format!(
-                        "producer {} stopped: tracking key `{}` was used twice (make tracking.key unique, e.g. with {{n}} or {{producer}}.{{seq}})",
-                        self.task.id, dup.0
-                    ));
-                    return None;
-                }
-            },
-        };
-        let body = self.payload.build(&stamp);
-        let len = body.len();
-        self.task.busy.set(sent_ns.max(1));
-        let r = self
-            .p
-            .send(Outbound {
-                stream,
-                token,
-                payload: body,
-                meta,
-            })
-            .await;
-        self.task.busy.set(0);
-        match r {
-            Ok(()) => {
-                self.sent(intended_ns, sent_ns, len);
-                Some(())
-            }
-            Err(e) => self.send_failed(e).await,
-        }
     }
 
     /// A message handed over: recorded, its ack awaited, the sequence moved on.
