@@ -16,7 +16,7 @@
 //! the cycles in progress (storm).
 //!
 //! This file: the connections' own tasks (an attempt, a held connection, a storm cycle) and
-//! the limits checked before a run; [`coordinator`]: the run itself.
+//! the limits checked before a run; `coordinator`: the run itself.
 
 mod coordinator;
 
@@ -143,7 +143,7 @@ pub fn preflight_ports(count: u64, sources: usize) -> Result<(), String> {
 }
 
 /// Runs a connection workload: prepared (limits checked, the start barrier set), then the
-/// ramp, hold or storm and the closing drain ([`coordinator::ConnectionRun`]).
+/// ramp, hold or storm and the closing drain (`coordinator::ConnectionRun`).
 pub async fn run_connections<D: Driver>(
     driver: Arc<D>,
     plan: &RunPlan,
