@@ -227,6 +227,18 @@ pub enum DriverEventKind {
     Warning,
 }
 
+impl DriverEventKind {
+    /// The event's kind as the results file writes it.
+    pub fn name(self) -> &'static str {
+        match self {
+            DriverEventKind::Reconnected => "reconnected",
+            DriverEventKind::Disconnected => "disconnected",
+            DriverEventKind::Error => "error",
+            DriverEventKind::Warning => "warning",
+        }
+    }
+}
+
 /// Where drivers report [`DriverEvent`]s. Cloneable; sending never blocks.
 #[derive(Debug, Clone)]
 pub struct EventSink(mpsc::UnboundedSender<DriverEvent>);

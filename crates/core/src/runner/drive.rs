@@ -206,19 +206,12 @@ impl MessageRun<'_> {
 
     /// A driver's event: logged; a disconnection and a reconnection also counted.
     fn driver_event(&mut self, e: DriverEvent, observer: &mut dyn Observer) {
-        let kind = match e.kind {
-            DriverEventKind::Reconnected => {
-                self.extra.reconnects += 1;
-                "reconnected"
-            }
-            DriverEventKind::Disconnected => {
-                self.extra.errors.add(ErrorKind::Disconnect, 1);
-                "disconnected"
-            }
-            DriverEventKind::Error => "error",
-            DriverEventKind::Warning => "warning",
-        };
-        observer.event(&run_event(self.t0, kind, e.detail, now_ns()));
+        match e.kind {
+            DriverEventKind::Reconnected => self.extra.reconnects += 1,
+            DriverEventKind::Disconnected => self.extra.errors.add(ErrorKind::Disconnect, 1),
+            DriverEventKind::Error | DriverEventKind::Warning => {}
+        }
+        observer.event(&run_event(self.t0, e.kind.name(), e.detail, now_ns()));
     }
 
     /// A producer that had to stop: counted, logged, and (once per distinct reason) a warning.

@@ -410,23 +410,24 @@ impl<P: Producer> Sending<P> {
         }
     }
 
+    /// Waits for one ack, a tick or the deadline (ticking into `phase` meanwhile).
+    async fn wait_ack(&mut self, phase: Phase) -> Flow {
+        let (p, rec, window, ticker) = (
+            &mut self.p,
+            &mut self.rec,
+            &mut self.window,
+            &mut self.ticker,
+        );
+        self.task.wait_ack(p, rec, window, ticker, phase).await
+    }
+
     /// Waits for one ack (ticking meanwhile), after an idle moment; `None`: the run ends.
     async fn await_ack(&mut self) -> Option<()> {
         if self.task.state.producers_stopped() {
             return None;
         }
         self.idle().await;
-        let flow = self
-            .task
-            .wait_ack(
-                &mut self.p,
-                &mut self.rec,
-                &mut self.window,
-                &mut self.ticker,
-                self.phase,
-            )
-            .await;
-        match flow {
+        match self.wait_ack(self.phase).await {
             Flow::Go => Some(()),
             Flow::Stop => None,
         }
@@ -585,17 +586,7 @@ impl<P: Producer> Sending<P> {
                     break;
                 }
                 let phase = self.task.state.phase_at(now_ns());
-                let flow = self
-                    .task
-                    .wait_ack(
-                        &mut self.p,
-                        &mut self.rec,
-                        &mut self.window,
-                        &mut self.ticker,
-                        phase,
-                    )
-                    .await;
-                if let Flow::Stop = flow {
+                if let Flow::Stop = self.wait_ack(phase).await {
                     break;
                 }
             }

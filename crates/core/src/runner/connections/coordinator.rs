@@ -18,7 +18,7 @@ use super::{
     rss_bytes, storm_cycle,
 };
 use crate::clock::{now_ns, to_instant, unix_ms};
-use crate::driver::{ConnectFailure, Driver, DriverEvent, DriverEventKind, SessionSpec};
+use crate::driver::{ConnectFailure, Driver, DriverEvent, SessionSpec};
 use crate::runner::{Observer, RunError, RunOutcome, messages::run_event, process_cpu_s, secs};
 use crate::scenario::{ConnectionMode, ConnectionPlan, Measure, RunPlan};
 use crate::shutdown::Shutdown;
@@ -207,13 +207,7 @@ impl<'p, D: Driver> ConnectionRun<'p, D> {
             tokio::select! {
                 Some(a) = self.attempts.recv() => self.answers(a, observer),
                 Some(e) = events.recv() => {
-                    let kind = match e.kind {
-                        DriverEventKind::Reconnected => "reconnected",
-                        DriverEventKind::Disconnected => "disconnected",
-                        DriverEventKind::Error => "error",
-                        DriverEventKind::Warning => "warning",
-                    };
-                    observer.event(&run_event(self.t0, kind, e.detail, now_ns()));
+                    observer.event(&run_event(self.t0, e.kind.name(), e.detail, now_ns()));
                 }
                 _ = tokio::time::sleep_until(to_instant(wake)) => {}
                 _ = shutdown.reached(1), if !self.interrupted => {
