@@ -1,40 +1,100 @@
-//! URL scheme → driver. The one `match` that picks a concrete driver type and runs the generic,
-//! monomorphised runner with it.
+//! The drivers of this build, in one list (`each_driver!`), and the dispatch that picks a
+//! concrete driver type for a URL and runs the generic, monomorphised runner with it. Every
+//! driver crate presents itself through [`Registered`]; adding one is a line in that list
+//! (docs/adding-a-driver.md).
 
 use anyhow::{Result, bail};
-use msgbench_core::driver::{Capabilities, Driver, EventSink, Pipeline};
+use msgbench_core::driver::{Driver, EventSink, Pipeline};
+use msgbench_core::registration::{DriverInfo, Registered};
 use msgbench_core::runner::{self, Observer, RunOutcome};
-use msgbench_core::scenario::RunPlan;
+use msgbench_core::scenario::{PlanError, RunPlan, Scenario, SectionSpec};
 use msgbench_core::shutdown::Shutdown;
-use msgbench_driver_amqp::AmqpDriver;
-use msgbench_driver_amqp10::Amqp10Driver;
-use msgbench_driver_amqp10::p2p::{P2pDriver, is_brokerless};
-use msgbench_driver_http::{HttpDriver, HttpOptions};
-#[cfg(feature = "kafka")]
-use msgbench_driver_kafka::KafkaDriver;
-use msgbench_driver_mem::MemDriver;
-use msgbench_driver_mqtt::MqttDriver;
-use msgbench_driver_nats::{JetStreamDriver, NatsDriver};
-use msgbench_driver_redis::RedisDriver;
-use msgbench_driver_ws::{WsDriver, WsOptions};
-use msgbench_driver_zmq::ZmqDriver;
 use std::sync::Arc;
 
-/// What `msgbench drivers` lists.
-pub struct DriverInfo {
-    /// Driver name.
-    pub name: &'static str,
-    /// URL schemes it answers to.
-    pub schemes: &'static [&'static str],
-    /// One line about it.
-    pub about: &'static str,
-    /// What it supports.
-    pub caps: Capabilities,
+/// Calls macro `$then` with its arguments followed by `;` and every registered driver type
+/// (`#[cfg]`-gated where the driver is a cargo feature). The one list of drivers.
+macro_rules! each_driver {
+    ($then:ident ! ( $($args:tt)* )) => {
+        $then!( $($args)* ;
+            msgbench_driver_mem::MemDriver,
+            msgbench_driver_nats::NatsDriver,
+            msgbench_driver_nats::JetStreamDriver,
+            msgbench_driver_amqp::AmqpDriver,
+            msgbench_driver_amqp10::Amqp10Driver,
+            msgbench_driver_amqp10::p2p::P2pDriver,
+            msgbench_driver_ws::WsDriver,
+            msgbench_driver_zmq::ZmqDriver,
+            msgbench_driver_http::HttpDriver,
+            msgbench_driver_mqtt::MqttDriver,
+            msgbench_driver_redis::RedisDriver,
+            #[cfg(feature = "kafka")] msgbench_driver_kafka::KafkaDriver,
+        )
+    };
 }
 
-/// The Kafka driver's schemes: known in every build, so that a build without the driver (it is
-/// the cargo feature `kafka`) can say how to get it rather than "no driver".
-const KAFKA_SCHEMES: &[&str] = &["kafka", "kafka+ssl"];
+/// `Vec` of every registered type's [`DriverInfo`], in list order.
+macro_rules! infos {
+    ( ; $( $(#[$m:meta])* $ty:path ),* $(,)? ) => {{
+        #[allow(clippy::vec_init_then_push)] // pushes, because a #[cfg] can gate each
+        let all = {
+            let mut all: Vec<DriverInfo> = Vec::new();
+            $( $(#[$m])* all.push(<$ty as Registered>::INFO); )*
+            all
+        };
+        all
+    }};
+}
+
+/// Checks the options in `$url` with the driver that takes it.
+macro_rules! check_url {
+    ( $url:expr ; $( $(#[$m:meta])* $ty:path ),* $(,)? ) => {{
+        let url: &str = $url;
+        let mut checked: Option<Result<(), msgbench_core::driver::DriverError>> = None;
+        $( $(#[$m])* if checked.is_none() && <$ty as Registered>::accepts(url) {
+            checked = Some(<$ty as Registered>::check_url(url));
+        } )*
+        checked
+    }};
+}
+
+/// Builds the driver for `$url` as `$d` and evaluates `$body` with it: one monomorphised
+/// runner per driver (per pair of drivers in a pipeline).
+macro_rules! dispatch {
+    ( $url:expr, $plan:expr, $sink:expr, |$d:ident| $body:expr ; $( $(#[$m:meta])* $ty:path ),* $(,)? ) => {{
+        let url: &str = $url;
+        let plan: &RunPlan = $plan;
+        loop {
+            $( $(#[$m])* if <$ty as Registered>::accepts(url) {
+                let $d = <$ty as Registered>::build(url, plan, $sink.clone())?;
+                break $body;
+            } )*
+            bail!("no driver for `{}`", msgbench_core::registration::scheme(url));
+        }
+    }};
+}
+
+macro_rules! with_driver {
+    ($($args:tt)*) => { each_driver!(dispatch!($($args)*)) };
+}
+
+/// What `msgbench drivers` lists: every driver of this build, once (the AMQP 1.0 driver has two
+/// types, with and without a broker, under one entry).
+pub fn drivers() -> Vec<DriverInfo> {
+    let mut all: Vec<DriverInfo> = each_driver!(infos!());
+    let mut seen = std::collections::HashSet::new();
+    all.retain(|d| seen.insert(d.name));
+    all
+}
+
+/// The drivers' scenario sections, including those of drivers that are cargo features not in
+/// this build (their options still parse, so one scenario file serves every build).
+pub fn sections() -> Vec<SectionSpec> {
+    #[allow(unused_mut)] // with the Kafka driver built in, its section is among the drivers'
+    let mut all: Vec<SectionSpec> = drivers().iter().filter_map(|d| d.section).collect();
+    #[cfg(not(feature = "kafka"))]
+    all.extend(msgbench_driver_kafka::INFO.section);
+    all
+}
 
 /// Every URL scheme msgbench has a driver for, in this build or behind a cargo feature (the
 /// Kafka driver): what docs/ARCHITECTURE.md must name (`docs_check`).
@@ -44,158 +104,31 @@ pub(crate) fn all_schemes() -> Vec<&'static str> {
         .iter()
         .flat_map(|d| d.schemes.iter().copied())
         .collect();
-    all.extend(KAFKA_SCHEMES);
+    all.extend(msgbench_driver_kafka::INFO.schemes);
     all.sort_unstable();
     all.dedup();
     all
 }
 
-/// Every driver in this build.
-pub fn drivers() -> Vec<DriverInfo> {
-    #[allow(unused_mut)]
-    let mut all = vec![
-        DriverInfo {
-            name: "mem",
-            schemes: &["mem"],
-            about: "in-process broker: engine tests, generator ceiling, fault injection (?drop_every=N&dup_every=N&reorder_every=N)",
-            caps: Capabilities {
-                acks: false,
-                queue_groups: true,
-                request_reply: true,
-                responses: false,
-                metadata: false,
-            },
-        },
-        DriverInfo {
-            name: "nats",
-            schemes: &["nats", "tls", "nats+tls"],
-            about: "NATS core: pub/sub, fan-out, queue groups, request/reply, connection workloads, TLS (own lean client)",
-            caps: Capabilities {
-                acks: false,
-                queue_groups: true,
-                request_reply: true,
-                responses: false,
-                metadata: false,
-            },
-        },
-        DriverInfo {
-            name: "nats-jetstream",
-            schemes: &["nats+js", "nats+js+tls"],
-            about: "NATS JetStream: streams (file/memory), publishes confirmed by PubAcks (acks; --max-in-flight = async publish window), pull (batched fetch) and push consumers, durable or ephemeral, explicit acks, redeliveries marked, TLS; nats+js://HOST:PORT?stream=NAME&storage=file|memory&consumer=pull|push&durable=NAME&batch=N&create=1|0&max_bytes=SIZE&replicas=N&ack_pending=N&ack_wait=D&deliver=new|all&expires=D (own client)",
-            caps: Capabilities {
-                acks: true,
-                queue_groups: true,
-                request_reply: false,
-                responses: false,
-                metadata: false,
-            },
-        },
-        DriverInfo {
-            name: "amqp",
-            schemes: &["amqp", "amqps"],
-            // acks: with --confirm only (the plan decides).
-            about: "AMQP 0-9-1 (RabbitMQ): exchanges, fan-out and shared queues, confirms, prefetch, manual/auto acks, TLS, connection workloads (own lean client on amq-protocol)",
-            caps: Capabilities {
-                acks: true,
-                queue_groups: true,
-                request_reply: false,
-                responses: false,
-                metadata: false,
-            },
-        },
-        DriverInfo {
-            name: "amqp10",
-            schemes: &["amqp10", "amqp10s"],
-            // acks: unless [amqp10] settled = true (the plan decides).
-            about: "AMQP 1.0 (Artemis, RabbitMQ's AMQP 1.0 plugin, Qpid, ECP endpoints): queues and topics by address and capabilities ([amqp10]), pipelined unsettled sends (acks = broker outcomes) or pre-settled, credit, accept/release/reject, message ids and application properties, SASL PLAIN/ANONYMOUS, TLS, reconnection, connection workloads (own AMQP 1.0 implementation); brokerless with ?bind=consumer|producer&peers=N (either side listens, port 0 picks free ports; fan-out, queue groups, credit)",
-            caps: Capabilities {
-                acks: true,
-                queue_groups: true,
-                request_reply: false,
-                responses: false,
-                metadata: true,
-            },
-        },
-        DriverInfo {
-            name: "ws",
-            schemes: &["ws", "wss"],
-            about: "WebSocket: binary messages out, text or binary in, fan-out to many clients, {i}/{topic} in the URL, --hello subscribe message, ping/pong, close codes, TLS (own lean client); usually the consumer end of a pipeline (--consume-from ws://...)",
-            caps: Capabilities {
-                acks: false,
-                queue_groups: false,
-                request_reply: false,
-                responses: false,
-                metadata: false,
-            },
-        },
-        DriverInfo {
-            name: "zmq",
-            schemes: &["zmq"],
-            about: "ZeroMQ, brokerless: PUSH/PULL (competing consumers) and PUB/SUB (fan-out), either side binds; zmq://HOST:PORT?pattern=pushpull|pubsub&bind=consumer|producer&peers=N&sndhwm=N&onhwm=wait|drop (own ZMTP 3, libzmq-compatible)",
-            caps: Capabilities {
-                acks: false,
-                queue_groups: true,
-                request_reply: false,
-                responses: false,
-                metadata: false,
-            },
-        },
-        DriverInfo {
-            name: "http",
-            schemes: &["http", "https"],
-            about: "HTTP/1.1 keep-alive (msgbench's own allocation-free client) and HTTP/2 (h2c, or ALPN h2 over TLS; hyper): a producer is a connection, a response its request's ack (2xx/3xx ok), status codes counted, TLS; no consumers",
-            caps: Capabilities {
-                acks: true,
-                queue_groups: false,
-                request_reply: false,
-                responses: true,
-                metadata: false,
-            },
-        },
-        DriverInfo {
-            name: "mqtt",
-            schemes: &["mqtt", "mqtts"],
-            // acks: at QoS 1 and 2 only (the plan decides).
-            about: "MQTT 3.1.1 and 5: QoS 0/1/2 (acks at QoS 1/2), wildcards, $share groups, retained, persistent sessions, TLS, connection workloads (own lean client)",
-            caps: Capabilities {
-                acks: true,
-                queue_groups: true,
-                request_reply: false,
-                responses: false,
-                metadata: false,
-            },
-        },
-        DriverInfo {
-            name: "redis",
-            schemes: &["redis", "rediss"],
-            // queue groups: in streams mode only (the URL decides).
-            about: "Redis pub/sub (PUBLISH, SUBSCRIBE/PSUBSCRIBE) and Streams (?mode=streams: XADD with ?maxlen=N trimming, XREAD fan-out, consumer groups with XREADGROUP and XACK); every reply is the message's ack; /DB, user:pass@, TLS (rediss://), connection workloads (own lean RESP2 client)",
-            caps: Capabilities {
-                acks: true,
-                queue_groups: true,
-                request_reply: false,
-                responses: false,
-                metadata: false,
-            },
-        },
-    ];
-    // Kafka links librdkafka (Debian: librdkafka-dev): built with `--features kafka`.
-    #[cfg(feature = "kafka")]
-    all.push(
-    DriverInfo {
-        name: "kafka",
-        schemes: KAFKA_SCHEMES,
-        about: "Apache Kafka (librdkafka): acks 0/1/all, idempotence, linger, batch size, compression, round-robin/keyed/sticky partitioning, fan-out and group consumers, latest/earliest, commit modes, topic creation, integrity per partition, TLS",
-        caps: Capabilities {
-            acks: true,
-            queue_groups: true,
-            request_reply: false,
-            responses: false,
-            metadata: false,
-        },
-    },
-    );
-    all
+/// Reads a scenario file, with the drivers' sections.
+pub fn scenario_file(path: &std::path::Path) -> Result<Scenario> {
+    Ok(Scenario::from_file(path, &sections())?)
+}
+
+/// Resolves the drivers' sections of `s` into `plan` (defaults for absent ones): after
+/// [`msgbench_core::scenario::resolve`], before anything is built.
+pub fn resolve_drivers(s: &Scenario, plan: &mut RunPlan) -> Result<(), PlanError> {
+    for spec in sections() {
+        (spec.resolve)(&s.drivers, plan)?;
+    }
+    Ok(())
+}
+
+/// `resolve` and [`resolve_drivers`]: the whole plan of a scenario.
+pub fn resolve(s: &Scenario, run_id: u32) -> Result<RunPlan, PlanError> {
+    let mut plan = msgbench_core::scenario::resolve(s, run_id)?;
+    resolve_drivers(s, &mut plan)?;
+    Ok(plan)
 }
 
 /// Fails with a helpful message when no driver answers to a URL's scheme (the target's, and
@@ -205,8 +138,8 @@ pub fn check_scheme(plan: &RunPlan) -> Result<()> {
         .into_iter()
         .flatten()
     {
-        let scheme = url.split("://").next().unwrap_or("");
-        if cfg!(not(feature = "kafka")) && KAFKA_SCHEMES.contains(&scheme) {
+        let scheme = msgbench_core::registration::scheme(url);
+        if cfg!(not(feature = "kafka")) && msgbench_driver_kafka::INFO.answers(url) {
             bail!(
                 "`{scheme}://` needs the Kafka driver, which links librdkafka: build with `--features kafka` (Debian: apt install librdkafka-dev)"
             );
@@ -226,9 +159,10 @@ pub fn check_scheme(plan: &RunPlan) -> Result<()> {
     for url in [Some(plan.target.as_str()), plan.consume_from.as_deref()]
         .into_iter()
         .flatten()
-        .filter(|u| u.starts_with("nats+js"))
     {
-        msgbench_driver_nats::js::options::JsOptions::parse(url).map_err(|e| anyhow::anyhow!(e))?;
+        if let Some(Err(e)) = each_driver!(check_url!(url)) {
+            return Err(e.into());
+        }
     }
     if let Some(c) = plan.consume_from.as_deref()
         && (plan.scheme() == "mem" || c.starts_with("mem://"))
@@ -246,123 +180,6 @@ async fn go<D: Driver>(
     shutdown: Shutdown,
 ) -> Result<RunOutcome> {
     Ok(runner::run(Arc::new(d), plan, events, observer, shutdown).await?)
-}
-
-/// Builds the driver for `$url` as `$d` and evaluates `$body` with it: one monomorphised
-/// runner per driver (per pair of drivers in a pipeline).
-macro_rules! with_driver {
-    ($url:expr, $plan:expr, $sink:expr, |$d:ident| $body:expr) => {{
-        let url: &str = $url;
-        let plan: &RunPlan = $plan;
-        match url.split("://").next().unwrap_or("") {
-            "mem" => {
-                let $d = MemDriver::from_url(url)?;
-                $body
-            }
-            "nats" | "tls" | "nats+tls" => {
-                let $d = NatsDriver::new(url, &plan.tls, $sink.clone(), plan.connect_timeout)?
-                    .with_keep_alive(plan.client.keep_alive);
-                $body
-            }
-            "nats+js" | "nats+js+tls" => {
-                let $d = JetStreamDriver::new(url, &plan.tls, $sink.clone(), plan.connect_timeout)?
-                    .with_keep_alive(plan.client.keep_alive);
-                $body
-            }
-            "amqp" | "amqps" => {
-                let $d = AmqpDriver::new(
-                    url,
-                    &plan.amqp,
-                    &plan.client,
-                    &plan.tls,
-                    plan.run_id,
-                    $sink.clone(),
-                    plan.connect_timeout,
-                )?;
-                $body
-            }
-            #[cfg(feature = "kafka")]
-            "kafka" | "kafka+ssl" => {
-                let $d = KafkaDriver::new(
-                    url,
-                    &plan.kafka,
-                    &plan.tls,
-                    plan.run_id,
-                    $sink.clone(),
-                    plan.connect_timeout,
-                )?
-                .with_keep_alive(plan.client.keep_alive);
-                $body
-            }
-            "zmq" => {
-                let $d = ZmqDriver::new(url, $sink.clone(), plan.connect_timeout)?;
-                $body
-            }
-            "amqp10" | "amqp10s" if is_brokerless(url) => {
-                let $d = P2pDriver::new(url, &plan.amqp10, $sink.clone(), plan.connect_timeout)?;
-                $body
-            }
-            "amqp10" | "amqp10s" => {
-                let $d = Amqp10Driver::new(
-                    url,
-                    &plan.amqp10,
-                    &plan.tls,
-                    $sink.clone(),
-                    plan.connect_timeout,
-                )?
-                .with_pipelined_handshake(plan.client.pipeline_handshake)
-                .with_keep_alive(plan.client.keep_alive);
-                $body
-            }
-            "http" | "https" => {
-                let $d = HttpDriver::new(
-                    url,
-                    HttpOptions {
-                        method: plan.http.method.clone(),
-                        headers: plan.http.headers.clone(),
-                        http2: plan.http.http2,
-                        path: None,
-                    },
-                    &plan.tls,
-                    $sink.clone(),
-                    plan.connect_timeout,
-                )?;
-                $body
-            }
-            "ws" | "wss" => {
-                let $d = WsDriver::new(
-                    url,
-                    WsOptions {
-                        subscribe: plan.client.hello.clone(),
-                        text: plan.payload.template.is_some(),
-                    },
-                    &plan.client,
-                    &plan.tls,
-                    plan.run_id,
-                    $sink.clone(),
-                    plan.connect_timeout,
-                )?;
-                $body
-            }
-            "redis" | "rediss" => {
-                let $d = RedisDriver::new(url, &plan.tls, $sink.clone(), plan.connect_timeout)?
-                    .with_keep_alive(plan.client.keep_alive);
-                $body
-            }
-            "mqtt" | "mqtts" => {
-                let $d = MqttDriver::new(
-                    url,
-                    &plan.client,
-                    &plan.tls,
-                    plan.run_id,
-                    $sink.clone(),
-                    plan.connect_timeout,
-                )?;
-                $body
-            }
-            other => bail!("no driver for `{other}://`"),
-        }
-    }};
 }
 
 /// Runs `plan` with the driver its URL names (two drivers for a pipeline).

@@ -714,78 +714,22 @@ pub struct RunArgs {
     #[arg(long, help_heading = "Connection workloads")]
     pub source_addrs: Option<String>,
 
-    /// Exchange producers publish to (default msgbench; "" = the default exchange).
-    #[arg(long, help_heading = "AMQP 0-9-1")]
-    pub exchange: Option<String>,
-    /// Exchange type: direct (default), fanout, topic, headers.
-    #[arg(long, help_heading = "AMQP 0-9-1")]
-    pub exchange_type: Option<String>,
-    /// Publisher confirms: publish latency is publish -> confirm (window: --max-in-flight).
-    #[arg(long, help_heading = "AMQP 0-9-1")]
-    pub confirm: bool,
     /// Persistent messages (AMQP 0-9-1 delivery mode 2; AMQP 1.0 durable header).
     #[arg(long, help_heading = "AMQP 0-9-1")]
     pub persistent: bool,
-    /// Set the mandatory flag on publishes.
-    #[arg(long, help_heading = "AMQP 0-9-1")]
-    pub mandatory: bool,
-    /// Consumer prefetch (basic.qos; default 1000, 0 = unlimited).
-    #[arg(long, help_heading = "AMQP 0-9-1")]
-    pub prefetch: Option<u16>,
-    /// Consumers do not ack (no_ack).
-    #[arg(long, help_heading = "AMQP 0-9-1")]
-    pub auto_ack: bool,
-    /// Durable exchange and queues.
-    #[arg(long, help_heading = "AMQP 0-9-1")]
-    pub durable: bool,
-    /// Queue type of shared queues: classic (default) or quorum.
-    #[arg(long, help_heading = "AMQP 0-9-1")]
-    pub queue_type: Option<String>,
-    /// x-max-length of shared queues.
-    #[arg(long, help_heading = "AMQP 0-9-1")]
-    pub max_length: Option<u64>,
-    /// Purge shared queues before the run.
-    #[arg(long, help_heading = "AMQP 0-9-1")]
-    pub purge: bool,
-    /// Channels per connection: N producers (and, apart, N consumers) share one connection,
-    /// a channel each (default 1).
-    #[arg(long, value_name = "N", help_heading = "AMQP 0-9-1")]
-    pub channels: Option<u16>,
-
-    /// HTTP method (default POST, the payload as body; GET and HEAD send none).
-    #[arg(long, help_heading = "HTTP")]
-    pub method: Option<String>,
-    /// Extra request header, repeatable: --header 'Authorization: Bearer x'.
-    #[arg(long, value_name = "'NAME: VALUE'", help_heading = "HTTP")]
-    pub header: Vec<String>,
-    /// HTTP/2: many requests in flight per connection (h2c with prior knowledge on http://,
-    /// ALPN h2 on https://).
-    #[arg(long, help_heading = "HTTP")]
-    pub http2: bool,
-
-    /// Link address for a topic, {topic} replaced (RabbitMQ 3.x: '/queue/{topic}').
-    #[arg(long, value_name = "TEMPLATE", help_heading = "AMQP 1.0")]
-    pub address: Option<String>,
-    /// Target/source capabilities, comma-separated (default queue; Qpid Broker-J:
-    /// create-on-demand,durable,shared).
-    #[arg(long, value_delimiter = ',', help_heading = "AMQP 1.0")]
-    pub capabilities: Option<Vec<String>>,
-    /// Send pre-settled (fire and forget: no dispositions, no publish latency).
-    #[arg(long, help_heading = "AMQP 1.0")]
-    pub settled: bool,
-    /// Link credit per receiver (default 1000).
-    #[arg(long, help_heading = "AMQP 1.0")]
-    pub credit: Option<u32>,
-    /// What receivers answer: accept (default), release or reject.
-    #[arg(long, value_name = "OUTCOME", help_heading = "AMQP 1.0")]
-    pub on_receive: Option<String>,
+    #[command(flatten)]
+    pub amqp: msgbench_driver_amqp::options::AmqpArgs,
+    #[command(flatten)]
+    pub http: msgbench_driver_http::options::HttpArgs,
+    #[command(flatten)]
+    pub amqp10: msgbench_driver_amqp10::options::Amqp10Args,
+    #[command(flatten)]
+    pub kafka: msgbench_driver_kafka::options::KafkaArgs,
 
     /// A ready-made scenario under the file and the flags: `ecp` (go-mades-bench's ECP/MADES
     /// business-application API benchmark over AMQP 1.0).
     #[arg(long, value_name = "NAME", help_heading = "Presets")]
     pub preset: Option<String>,
-    #[command(flatten)]
-    pub kafka: super::kafka::KafkaArgs,
     #[command(flatten)]
     pub ecp: EcpArgs,
     #[command(flatten)]

@@ -1,5 +1,4 @@
 //! Command-line parsing (`args`) and flag + scenario resolution (`plan`).
 
 pub mod args;
-pub mod kafka;
 pub mod plan;

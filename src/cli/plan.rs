@@ -4,13 +4,15 @@ use super::args::{EcpArgs, PacingArg, RunArgs, SegmentArgs, StampArg};
 use anyhow::{Context, Result, anyhow, bail};
 use msgbench_core::pacer::{RateShape, Step};
 use msgbench_core::payload::StampFormat;
+use msgbench_core::registration::CommonFlags;
 use msgbench_core::scenario::plan::Pacing;
 use msgbench_core::scenario::segment::{INDEX_ENV, Split};
 use msgbench_core::scenario::{
-    ConnectionMode, ConsumerMode, RateSpec, RunPlan, Scenario, Segment, parse_start_at, resolve,
+    ConnectionMode, ConsumerMode, RateSpec, RunPlan, Scenario, Segment, parse_start_at,
     segment_run_id,
 };
 use msgbench_core::units::{parse_count, parse_duration};
+use msgbench_driver_http::options::HttpSection;
 use std::path::Path;
 
 /// Settings of the no-argument demo run (the README's first command).
@@ -31,7 +33,7 @@ pub fn build(args: &RunArgs, run_id: u32) -> Result<(RunPlan, bool)> {
     let mut target = args.target.clone();
     if let Some(input) = &args.input {
         if is_scenario_path(input) {
-            file = Scenario::from_file(Path::new(input))?;
+            file = crate::registry::scenario_file(Path::new(input))?;
         } else if input.contains("://") {
             if target.is_some() {
                 bail!("a target was given twice: `{input}` and --target");
@@ -68,7 +70,8 @@ pub fn build(args: &RunArgs, run_id: u32) -> Result<(RunPlan, bool)> {
     }
     let mut scenario = file.overlay(over);
     http_defaults(&mut scenario);
-    let mut plan = resolve(&scenario, run_id).map_err(|e| anyhow!("invalid run: {e}"))?;
+    let mut plan =
+        crate::registry::resolve(&scenario, run_id).map_err(|e| anyhow!("invalid run: {e}"))?;
     apply_segment(&mut plan, &args.segment)?;
     msgbench_report::verdict::parse_all(&plan.thresholds).map_err(|e| anyhow!("{e}"))?;
     Ok((plan, demo))
@@ -151,7 +154,8 @@ fn http_defaults(s: &mut Scenario) {
     if s.consumers.target.is_none() {
         s.consumers.per_topic.get_or_insert(0);
     }
-    if s.http.http2 != Some(true) {
+    let http2 = s.drivers.get::<HttpSection>().ok().and_then(|h| h.http2);
+    if http2 != Some(true) {
         s.producers.max_in_flight.get_or_insert(1);
     }
 }
@@ -266,29 +270,14 @@ fn flags_to_scenario(a: &RunArgs) -> Result<Scenario> {
     s.connections.messages = a.messages_per_connection;
     s.connections.publish_interval = a.publish_interval.clone();
     s.connections.source_addrs = a.source_addrs.clone();
-    s.amqp.exchange = a.exchange.clone();
-    s.amqp.exchange_type = a.exchange_type.clone();
-    s.amqp.confirm = a.confirm.then_some(true);
-    s.amqp.persistent = a.persistent.then_some(true);
-    s.amqp.mandatory = a.mandatory.then_some(true);
-    s.amqp.prefetch = a.prefetch;
-    s.amqp.auto_ack = a.auto_ack.then_some(true);
-    s.amqp.ack_every = a.ack_every;
-    s.amqp.durable = a.durable.then_some(true);
-    s.amqp.queue_type = a.queue_type.clone();
-    s.amqp.max_length = a.max_length;
-    s.amqp.purge = a.purge.then_some(true);
-    s.amqp.channels_per_connection = a.channels;
-    s.http.method = a.method.clone();
-    s.http.headers = (!a.header.is_empty()).then(|| a.header.clone());
-    s.http.http2 = a.http2.then_some(true);
-    s.amqp10.address = a.address.clone();
-    s.amqp10.capabilities = a.capabilities.clone();
-    s.amqp10.settled = a.settled.then_some(true);
-    s.amqp10.durable = a.persistent.then_some(true);
-    s.amqp10.credit = a.credit;
-    s.amqp10.on_receive = a.on_receive.clone();
-    s.kafka = a.kafka.section();
+    let common = CommonFlags {
+        persistent: a.persistent,
+        ack_every: a.ack_every,
+    };
+    s.drivers.put(&a.amqp.section(&common));
+    s.drivers.put(&a.http.section());
+    s.drivers.put(&a.amqp10.section(&common));
+    s.drivers.put(&a.kafka.section());
     Ok(s)
 }
 

@@ -4,6 +4,7 @@
 
 use crate::cli::args::{GatewayArg, ServeArgs, ServerArg};
 use anyhow::{Context, Result, anyhow};
+use msgbench_driver_amqp::options::AmqpSection;
 use msgbench_serve::amqp::{Sink, SinkConfig};
 use msgbench_serve::amqp_proxy::{Proxy, ProxyConfig};
 use msgbench_serve::http::HttpServer;
@@ -256,16 +257,19 @@ async fn ws_broadcast(args: &ServeArgs) -> Result<Bound> {
                 ..Default::default()
             };
             // rango's exchange: peatio publishes its events to this topic exchange.
-            s.amqp.exchange = args
-                .exchange
-                .clone()
-                .or_else(|| gateway.map(|_| "peatio.events.ranger".into()));
-            s.amqp.exchange_type = args
-                .exchange_type
-                .clone()
-                .or_else(|| gateway.map(|_| "topic".into()));
-            let plan = msgbench_core::scenario::plan::resolve(&s, 0)
-                .map_err(|e| anyhow::anyhow!("--from: {e}"))?;
+            s.drivers.put(&AmqpSection {
+                exchange: args
+                    .exchange
+                    .clone()
+                    .or_else(|| gateway.map(|_| "peatio.events.ranger".into())),
+                exchange_type: args
+                    .exchange_type
+                    .clone()
+                    .or_else(|| gateway.map(|_| "topic".into())),
+                ..AmqpSection::default()
+            });
+            let plan =
+                crate::registry::resolve(&s, 0).map_err(|e| anyhow::anyhow!("--from: {e}"))?;
             Some(plan)
         }
         None => None,
@@ -275,10 +279,10 @@ async fn ws_broadcast(args: &ServeArgs) -> Result<Bound> {
         Some(shape) => format!("JSON WebSocket gateway ({shape:?} shape)"),
     };
     let exchange = match &from {
-        Some(p) if p.scheme().starts_with("amqp") => format!(
-            " on {} exchange `{}`",
-            p.amqp.exchange_type, p.amqp.exchange
-        ),
+        Some(p) if p.scheme().starts_with("amqp") => {
+            let amqp = p.drivers.get::<AmqpSection>()?;
+            format!(" on {} exchange `{}`", amqp.exchange_type, amqp.exchange)
+        }
         _ => String::new(),
     };
     let banner = format!(

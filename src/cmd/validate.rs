@@ -3,22 +3,19 @@
 use crate::cli::args::ValidateArgs;
 use crate::registry;
 use anyhow::{Result, anyhow};
-use msgbench_core::scenario::{Scenario, resolve};
 use std::process::ExitCode;
 
 /// Checks every file; reports each problem with file, line and column; fails if any is bad.
 pub fn run(args: ValidateArgs) -> Result<ExitCode> {
     let mut bad = 0;
     for f in &args.files {
-        let checked = Scenario::from_file(f)
-            .map_err(|e| anyhow!("{e}"))
-            .and_then(|s| {
-                let plan = resolve(&s, 0).map_err(|e| anyhow!("{}: {e}", f.display()))?;
-                registry::check_scheme(&plan).map_err(|e| anyhow!("{}: {e}", f.display()))?;
-                msgbench_report::verdict::parse_all(&plan.thresholds)
-                    .map_err(|e| anyhow!("{}: [thresholds]: {e}", f.display()))?;
-                Ok(plan)
-            });
+        let checked = registry::scenario_file(f).and_then(|s| {
+            let plan = registry::resolve(&s, 0).map_err(|e| anyhow!("{}: {e}", f.display()))?;
+            registry::check_scheme(&plan).map_err(|e| anyhow!("{}: {e}", f.display()))?;
+            msgbench_report::verdict::parse_all(&plan.thresholds)
+                .map_err(|e| anyhow!("{}: [thresholds]: {e}", f.display()))?;
+            Ok(plan)
+        });
         match checked {
             Ok(p) => {
                 let what = match &p.connections {

@@ -11,6 +11,7 @@
 //! - [`stamp`]: the header every payload carries (binary at offset 0, or text anywhere).
 //! - [`meta`]: message ids, correlation and properties, for drivers and stages that use them.
 //! - [`presets`]: ready-made scenarios (the `ecp` preset).
+//! - [`registration`]: how a driver crate presents itself to the binary (info, schemes, build).
 //! - [`redact`]: the one rule for hiding credentials from everything msgbench prints or writes.
 //! - [`payload`]: message sizes and stamped, incompressible bodies.
 //! - [`template`]: payload templates (JSON for gateways) with the text stamp inside.
@@ -27,6 +28,7 @@ pub mod pacer;
 pub mod payload;
 pub mod presets;
 pub mod redact;
+pub mod registration;
 pub mod rng;
 pub mod runner;
 pub mod scenario;

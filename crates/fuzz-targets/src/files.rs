@@ -20,17 +20,28 @@ pub fn stamp(data: &[u8]) {
     let _ = Stamp::find_text(data);
 }
 
-/// Scenario files (`Scenario::from_str_named`, then `resolve` into a run plan). A payload
-/// template named by path is dropped before resolving: the target reads no files.
+/// Scenario files (`Scenario::parse` with the drivers' sections, then `resolve` into a run
+/// plan and each section into its driver's plan). A payload template named by path is dropped
+/// before resolving: the target reads no files.
 pub fn scenario(data: &[u8]) {
+    use msgbench_core::scenario::SectionSpec;
     let Ok(text) = std::str::from_utf8(data) else {
         return;
     };
-    let Ok(mut s) = Scenario::from_str_named(text, "fuzz.toml") else {
+    let sections = [
+        SectionSpec::of::<msgbench_driver_amqp::options::AmqpSection>(),
+        SectionSpec::of::<msgbench_driver_amqp10::options::Amqp10Section>(),
+        SectionSpec::of::<msgbench_driver_http::options::HttpSection>(),
+    ];
+    let Ok(mut s) = Scenario::parse(text, "fuzz.toml", &sections) else {
         return;
     };
     s.producers.payload_file = None;
-    let _ = resolve(&s, 1);
+    if let Ok(mut plan) = resolve(&s, 1) {
+        for spec in &sections {
+            let _ = (spec.resolve)(&s.drivers, &mut plan);
+        }
+    }
 }
 
 /// Results files (`for_each_record` into a `ReportBuilder`, as `msgbench report` reads them),

@@ -9,12 +9,12 @@ use amq_protocol::protocol::{AMQPClass, basic, channel, confirm, connection, que
 use amq_protocol::types::{AMQPValue, FieldTable, LongString, ShortString};
 use bytes::{BufMut, BytesMut};
 use msgbench_core::meta::{Meta, Value};
-use msgbench_core::scenario::Disposition;
 use msgbench_core::stamp::{STAMP_LEN, Stamp, TEXT_STAMP_LEN};
 use msgbench_driver_amqp::codec as amqp;
 use msgbench_driver_amqp10::codec::Enc;
 use msgbench_driver_amqp10::frames as a10;
 use msgbench_driver_amqp10::message::{OutBody, OutMessage, put_message};
+use msgbench_driver_amqp10::options::Disposition;
 use msgbench_driver_amqp10::reply;
 use msgbench_driver_mqtt::codec::{self as mqtt, ConnectOpts, Version};
 use msgbench_driver_redis::resp;

@@ -34,11 +34,12 @@
 use bytes::Bytes;
 use msgbench_core::driver::DriverError;
 use msgbench_core::meta::{Meta, Value};
-use msgbench_core::scenario::{Amqp10Plan, TlsPlan};
+use msgbench_core::scenario::TlsPlan;
 use msgbench_driver_amqp10::client::Endpoint;
 use msgbench_driver_amqp10::conn::{Conn, Event, LinkId, Received};
 use msgbench_driver_amqp10::frames::{Disposition, Outcome};
 use msgbench_driver_amqp10::message::{OutBody, OutMessage};
+use msgbench_driver_amqp10::options::Amqp10Plan;
 use std::collections::{BinaryHeap, HashMap};
 use std::future::Future;
 use std::sync::Arc;

@@ -145,7 +145,7 @@ pub fn scenario(o: &EcpOptions) -> Scenario {
     s.phases.messages = Some(10_000);
     s.phases.warmup = Some("0s".into());
     s.phases.drain = Some("30s".into());
-    s.amqp10.durable = Some(true);
+    s.drivers.set("amqp10", "durable", true);
     // The AMQP 1.0 client runs several tasks per connection (connection, session, links) that
     // hand every frame to each other: on one worker thread those hand-offs cost no wake-ups,
     // which measured a third less CPU per message on this workload than a thread per core.
@@ -250,13 +250,17 @@ mod tests {
                 mode,
                 ..EcpOptions::default()
             };
-            let plan = resolve(&scenario(&o), 0xab).unwrap();
+            let s = scenario(&o);
+            assert_eq!(
+                s.drivers.value("amqp10", "durable"),
+                Some(&toml::Value::Boolean(true))
+            );
+            let plan = resolve(&s, 0xab).unwrap();
             let t = plan.tracking.as_ref().unwrap();
             assert_eq!(t.stages.len(), names, "{mode:?}");
             assert_eq!(t.stages[t.window_stage().unwrap()].name, window);
             assert_eq!(t.stages[0].source, StageSource::Ack);
             assert_eq!(plan.consumers_per_topic, 0);
-            assert!(plan.amqp10.durable);
             let p: Vec<&str> = plan
                 .message
                 .properties

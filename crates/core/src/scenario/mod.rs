@@ -47,19 +47,17 @@
 //! - this module: the file model ([`Scenario`]) and parsing with positions.
 //! - [`plan`]: the resolved [`RunPlan`] and the rules that produce it.
 
-pub mod amqp10;
 pub mod colocated;
-pub mod kafka;
+pub mod driver_options;
 pub mod plan;
 mod redaction;
 pub mod segment;
 pub mod stages;
 
-pub use amqp10::{Amqp10Plan, Amqp10Section, Disposition};
-pub use kafka::{KafkaPlan, KafkaSection};
+pub use driver_options::{DriverPlans, DriverSection, DriverSections, SectionSpec};
 pub use plan::{
-    AmqpPlan, BacklogPlan, ClientPlan, ConnectionPlan, HttpPlan, Measure, RunPlan,
-    SubscriptionMode, TlsPlan, resolve,
+    BacklogPlan, ClientPlan, ConnectionPlan, Measure, PlanError, RunPlan, SubscriptionMode,
+    TlsPlan, resolve,
 };
 pub use segment::{Segment, parse_start_at, segment_run_id};
 pub use stages::{
@@ -72,9 +70,9 @@ use serde::{Deserialize, Serialize};
 use std::path::Path;
 
 /// A scenario as written: every field optional, so a file, the command line, or both can supply
-/// it. Missing fields get defaults in [`resolve`].
+/// it. Missing fields get defaults in [`resolve`]. Unknown top-level keys are refused by
+/// [`Scenario::parse`], which knows the drivers' sections (serde cannot: they are not fields).
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
 pub struct Scenario {
     /// A name for the run, shown in reports.
     pub name: Option<String>,
@@ -107,18 +105,10 @@ pub struct Scenario {
     /// A connection-scale workload instead of pub/sub.
     #[serde(default)]
     pub connections: ConnectionsSection,
-    /// AMQP 0-9-1 topology and delivery settings.
-    #[serde(default)]
-    pub amqp: AmqpSection,
-    /// HTTP request settings.
-    #[serde(default)]
-    pub http: HttpSection,
-    /// AMQP 1.0 link settings.
-    #[serde(default)]
-    pub amqp10: Amqp10Section,
-    /// Kafka producer, consumer and topic settings.
-    #[serde(default)]
-    pub kafka: KafkaSection,
+    /// The drivers' own sections (`[amqp]`, `[kafka]`, ...), as written: every top-level
+    /// table that is not one of the keys above ([`driver_options`]).
+    #[serde(skip)]
+    pub drivers: DriverSections,
     /// Ids and properties sent with every message.
     #[serde(default)]
     pub message: MessageSection,
@@ -179,52 +169,6 @@ impl<'de> Deserialize<'de> for ThresholdsSection {
                 .collect(),
         }))
     }
-}
-
-/// `[http]`: the requests HTTP producers send.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct HttpSection {
-    /// Method (default POST; GET and HEAD send no body).
-    pub method: Option<String>,
-    /// Extra headers, each `"Name: value"`.
-    pub headers: Option<Vec<String>>,
-    /// HTTP/2 (cleartext, prior knowledge) instead of HTTP/1.1.
-    pub http2: Option<bool>,
-}
-
-/// `[amqp]`: how AMQP 0-9-1 runs are laid out on the broker.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct AmqpSection {
-    /// Exchange producers publish to (topics are routing keys); `""` is the default exchange
-    /// (topics are then queue names).
-    pub exchange: Option<String>,
-    /// `direct`, `fanout`, `topic` or `headers`.
-    pub exchange_type: Option<String>,
-    /// Publisher confirms (publish latency = publish → confirm).
-    pub confirm: Option<bool>,
-    /// Persistent messages (delivery mode 2).
-    pub persistent: Option<bool>,
-    /// Mandatory flag on publishes.
-    pub mandatory: Option<bool>,
-    /// Consumer prefetch (basic.qos); 0 = unlimited.
-    pub prefetch: Option<u16>,
-    /// Consumers ack automatically (no_ack) instead of explicitly.
-    pub auto_ack: Option<bool>,
-    /// Manual acks: one `multiple` ack every this many deliveries.
-    pub ack_every: Option<u32>,
-    /// Durable exchange and queues.
-    pub durable: Option<bool>,
-    /// `classic` or `quorum`.
-    pub queue_type: Option<String>,
-    /// `x-max-length` of the queues.
-    pub max_length: Option<u64>,
-    /// Purge the queues before the run.
-    pub purge: Option<bool>,
-    /// Channels per connection: producers (and, separately, consumers) share connections, this
-    /// many to each, one channel apiece (default 1: a connection per client).
-    pub channels_per_connection: Option<u16>,
 }
 
 /// `[client]`: settings of each protocol client.
@@ -442,18 +386,24 @@ pub enum ScenarioError {
 }
 
 impl Scenario {
-    /// Reads and parses a scenario file.
-    pub fn from_file(path: &Path) -> Result<Scenario, ScenarioError> {
+    /// Reads and parses a scenario file; `sections` are the drivers' (see [`Scenario::parse`]).
+    pub fn from_file(path: &Path, sections: &[SectionSpec]) -> Result<Scenario, ScenarioError> {
         let text = std::fs::read_to_string(path).map_err(|source| ScenarioError::Io {
             file: path.display().to_string(),
             source,
         })?;
-        Self::from_str_named(&text, &path.display().to_string())
+        Self::parse(&text, &path.display().to_string(), sections)
     }
 
-    /// Parses scenario text; `name` is used in error messages.
-    pub fn from_str_named(text: &str, name: &str) -> Result<Scenario, ScenarioError> {
-        toml::from_str::<Scenario>(text).map_err(|e| {
+    /// Parses scenario text; `name` is used in error messages. Every top-level key is either
+    /// the engine's or one of `sections` (a driver's table, checked by its driver here so that
+    /// its errors have positions too); anything else is an unknown key.
+    pub fn parse(
+        text: &str,
+        name: &str,
+        sections: &[SectionSpec],
+    ) -> Result<Scenario, ScenarioError> {
+        let at = |e: toml::de::Error| {
             let (line, column) = match e.span() {
                 Some(span) => line_col(text, span.start),
                 None => (1, 1),
@@ -464,7 +414,46 @@ impl Scenario {
                 column,
                 message: e.message().trim().to_string(),
             }
-        })
+        };
+        let mut scenario = toml::from_str::<Scenario>(text).map_err(at)?;
+        let top =
+            toml::from_str::<std::collections::BTreeMap<toml::Spanned<String>, toml::Value>>(text)
+                .map_err(at)?;
+        let engine = driver_options::engine_keys();
+        for (key, value) in top {
+            if engine.contains(&key.get_ref().as_str()) {
+                continue;
+            }
+            let Some(spec) = sections.iter().find(|s| s.name == key.get_ref()) else {
+                let (line, column) = line_col(text, key.span().start);
+                let expected: Vec<String> = engine
+                    .iter()
+                    .copied()
+                    .chain(sections.iter().map(|s| s.name))
+                    .map(|k| format!("`{k}`"))
+                    .collect();
+                return Err(ScenarioError::Parse {
+                    file: name.to_string(),
+                    line,
+                    column,
+                    message: format!(
+                        "unknown field `{}`, expected one of {}",
+                        key.get_ref(),
+                        expected.join(", ")
+                    ),
+                });
+            };
+            (spec.check)(text).map_err(at)?;
+            if let toml::Value::Table(t) = value {
+                scenario.drivers.insert(key.into_inner(), t);
+            }
+        }
+        Ok(scenario)
+    }
+
+    /// Parses scenario text that has no driver sections (engine tests and presets).
+    pub fn from_str_named(text: &str, name: &str) -> Result<Scenario, ScenarioError> {
+        Self::parse(text, name, &[])
     }
 
     /// Lays `over` on top of `self`: every field `over` sets wins (command-line flags over a file).
@@ -549,38 +538,7 @@ impl Scenario {
                     publish_interval,
                     source_addrs,
                 },
-            amqp:
-                AmqpSection {
-                    exchange,
-                    exchange_type,
-                    confirm,
-                    persistent,
-                    mandatory,
-                    prefetch,
-                    auto_ack,
-                    ack_every,
-                    durable,
-                    queue_type,
-                    max_length,
-                    purge,
-                    channels_per_connection,
-                },
-            http:
-                HttpSection {
-                    method,
-                    headers,
-                    http2,
-                },
-            amqp10:
-                Amqp10Section {
-                    address,
-                    capabilities,
-                    settled,
-                    durable: durable10,
-                    credit,
-                    on_receive,
-                },
-            kafka,
+            drivers,
             message,
             tracking,
             stages,
@@ -595,13 +553,7 @@ impl Scenario {
         if !stages.is_empty() {
             self.stages = stages;
         }
-        pick(&mut self.amqp10.address, address);
-        pick(&mut self.amqp10.capabilities, capabilities);
-        pick(&mut self.amqp10.settled, settled);
-        pick(&mut self.amqp10.durable, durable10);
-        pick(&mut self.amqp10.credit, credit);
-        pick(&mut self.amqp10.on_receive, on_receive);
-        overlay_kafka(&mut self.kafka, kafka);
+        self.drivers.overlay(drivers);
         pick(&mut self.name, name);
         pick(&mut self.tags, tags);
         pick(&mut self.target, target);
@@ -665,25 +617,6 @@ impl Scenario {
         pick(&mut self.connections.messages, conn_messages);
         pick(&mut self.connections.publish_interval, publish_interval);
         pick(&mut self.connections.source_addrs, source_addrs);
-        pick(&mut self.amqp.exchange, exchange);
-        pick(&mut self.amqp.exchange_type, exchange_type);
-        pick(&mut self.amqp.confirm, confirm);
-        pick(&mut self.amqp.persistent, persistent);
-        pick(&mut self.amqp.mandatory, mandatory);
-        pick(&mut self.amqp.prefetch, prefetch);
-        pick(&mut self.amqp.auto_ack, auto_ack);
-        pick(&mut self.amqp.ack_every, ack_every);
-        pick(&mut self.amqp.durable, durable);
-        pick(&mut self.amqp.queue_type, queue_type);
-        pick(&mut self.amqp.max_length, max_length);
-        pick(&mut self.amqp.purge, purge);
-        pick(
-            &mut self.amqp.channels_per_connection,
-            channels_per_connection,
-        );
-        pick(&mut self.http.method, method);
-        pick(&mut self.http.headers, headers);
-        pick(&mut self.http.http2, http2);
         self
     }
 }
@@ -699,42 +632,6 @@ fn line_col(text: &str, at: usize) -> (usize, usize) {
         .unwrap_or(0)
         + 1;
     (line, column)
-}
-
-/// `[kafka]` of `over` on top of `base`, field by field (destructured: a new field not merged
-/// here is a compile error).
-fn overlay_kafka(base: &mut KafkaSection, over: KafkaSection) {
-    fn pick<T>(base: &mut Option<T>, top: Option<T>) {
-        if top.is_some() {
-            *base = top;
-        }
-    }
-    let KafkaSection {
-        acks,
-        idempotence,
-        linger,
-        batch_size,
-        compression,
-        partitioner,
-        keys,
-        partitions,
-        replication_factor,
-        create_topics,
-        start,
-        commit,
-    } = over;
-    pick(&mut base.acks, acks);
-    pick(&mut base.idempotence, idempotence);
-    pick(&mut base.linger, linger);
-    pick(&mut base.batch_size, batch_size);
-    pick(&mut base.compression, compression);
-    pick(&mut base.partitioner, partitioner);
-    pick(&mut base.keys, keys);
-    pick(&mut base.partitions, partitions);
-    pick(&mut base.replication_factor, replication_factor);
-    pick(&mut base.create_topics, create_topics);
-    pick(&mut base.start, start);
-    pick(&mut base.commit, commit);
 }
 
 #[cfg(test)]
@@ -785,6 +682,38 @@ messages = 5000
             msg.contains("per_topic"),
             "expected fields are listed: {msg}"
         );
+    }
+
+    #[test]
+    fn unknown_tables_and_driver_sections_have_positions() {
+        #[derive(Debug, Default, PartialEq, Serialize, Deserialize)]
+        #[serde(deny_unknown_fields)]
+        struct Wire {
+            depth: Option<u32>,
+        }
+        impl DriverSection for Wire {
+            const NAME: &'static str = "wire";
+            type Plan = u32;
+            fn resolve(&self) -> Result<u32, PlanError> {
+                Ok(self.depth.unwrap_or(1))
+            }
+        }
+        let known = [SectionSpec::of::<Wire>()];
+        let err = Scenario::parse("name = \"x\"\n[wrie]\ndepth = 2\n", "t.toml", &known)
+            .unwrap_err()
+            .to_string();
+        assert!(err.starts_with("t.toml:2:2: unknown field `wrie`"), "{err}");
+        assert!(err.contains("`phases`") && err.contains("`wire`"), "{err}");
+        let err = Scenario::parse("[wire]\ndepth = \"deep\"\n", "t.toml", &known)
+            .unwrap_err()
+            .to_string();
+        assert!(err.starts_with("t.toml:2:9: "), "{err}");
+        let s = Scenario::parse("[wire]\ndepth = 3\n", "t.toml", &known).unwrap();
+        let mut plan = resolve(&s, 1).unwrap();
+        (known[0].resolve)(&s.drivers, &mut plan).unwrap();
+        assert_eq!(plan.drivers.get::<Wire>().unwrap(), 3);
+        // Without the driver's section known, the table is an unknown key.
+        assert!(Scenario::from_str_named("[wire]\ndepth = 3\n", "t.toml").is_err());
     }
 
     #[test]

@@ -98,38 +98,6 @@ impl ClientPlan {
     }
 }
 
-/// AMQP 0-9-1 topology and delivery settings (used by the `amqp://` driver only).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct AmqpPlan {
-    /// Exchange producers publish to; `""` = the default exchange.
-    pub exchange: String,
-    /// Exchange type.
-    pub exchange_type: String,
-    /// Publisher confirms.
-    pub confirm: bool,
-    /// Delivery mode 2.
-    pub persistent: bool,
-    /// Mandatory publishes.
-    pub mandatory: bool,
-    /// Consumer prefetch; 0 = unlimited.
-    pub prefetch: u16,
-    /// Consumers use no_ack.
-    pub auto_ack: bool,
-    /// Manual acks: one multiple-ack every this many deliveries.
-    pub ack_every: u32,
-    /// Durable exchange and queues.
-    pub durable: bool,
-    /// `classic` or `quorum`.
-    pub queue_type: String,
-    /// `x-max-length`.
-    pub max_length: Option<u64>,
-    /// Purge queues before the run.
-    pub purge: bool,
-    /// Clients per connection, each on its own channel (1 = a connection per client).
-    pub channels_per_connection: u16,
-}
-
 /// TLS settings for TLS targets.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -189,9 +157,10 @@ impl ClientRamp {
     }
 }
 
-/// A fully resolved run: defaults applied, every cross-field rule checked.
+/// A fully resolved run: defaults applied, every cross-field rule checked. (Unknown keys of a
+/// results file's plan land in [`RunPlan::drivers`]: serde cannot refuse them beside a
+/// flattened map.)
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
 pub struct RunPlan {
     /// Name shown in reports.
     pub name: String,
@@ -266,17 +235,12 @@ pub struct RunPlan {
     /// How a message run's consumers connect.
     #[serde(default, skip_serializing_if = "ClientRamp::is_default")]
     pub consumer_ramp: ClientRamp,
-    /// AMQP 0-9-1 settings.
-    pub amqp: AmqpPlan,
-    /// HTTP settings.
-    #[serde(default)]
-    pub http: HttpPlan,
-    /// AMQP 1.0 settings.
-    #[serde(default)]
-    pub amqp10: super::amqp10::Amqp10Plan,
-    /// Kafka settings.
-    #[serde(default)]
-    pub kafka: super::kafka::KafkaPlan,
+    /// Each driver's own options, resolved, by section name (`amqp`, `kafka`, ...): filled by
+    /// [`SectionSpec::resolve`](super::SectionSpec) for every driver the binary knows, read
+    /// back by the driver when it is built. Flattened, so the results file keeps one key per
+    /// driver as it always had.
+    #[serde(flatten)]
+    pub drivers: super::DriverPlans,
     /// Ids and properties sent with every message.
     #[serde(default, skip_serializing_if = "super::stages::MessagePlan::is_empty")]
     pub message: super::stages::MessagePlan,
@@ -314,18 +278,6 @@ pub struct BacklogPlan {
     pub bytes: u64,
     /// The same in messages (bytes over the mean message size, at least 1).
     pub messages: u64,
-}
-
-/// HTTP request settings (used by the `http://` driver only).
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct HttpPlan {
-    /// Method (`POST` by default).
-    pub method: String,
-    /// Extra headers.
-    pub headers: Vec<(String, String)>,
-    /// HTTP/2 with prior knowledge instead of HTTP/1.1.
-    pub http2: bool,
 }
 
 /// Why a scenario cannot run, naming the setting at fault.
@@ -559,15 +511,6 @@ pub fn resolve(s: &Scenario, run_id: u32) -> Result<RunPlan, PlanError> {
             "a connection workload has no backlog to build",
         ));
     }
-    let amqp = resolve_amqp(s)?;
-    let http = resolve_http(s)?;
-    let amqp10 = super::amqp10::resolve_amqp10(&s.amqp10)?;
-    let kafka = super::kafka::resolve_kafka(&s.kafka)?;
-    let subscription = super::amqp10::competing(
-        subscription,
-        consume_from.as_deref().unwrap_or(&target),
-        &amqp10,
-    );
     let message = super::stages::resolve_message(&s.message)?;
     let tracking = super::stages::resolve_tracking(&s.tracking, &s.stages)?;
     // Stages are the receiving side of a tracked run: their listeners replace consumers.
@@ -635,10 +578,7 @@ pub fn resolve(s: &Scenario, run_id: u32) -> Result<RunPlan, PlanError> {
         tls,
         connections,
         consumer_ramp,
-        amqp,
-        http,
-        amqp10,
-        kafka,
+        drivers: super::DriverPlans::default(),
         message,
         tracking,
         segment: None,
@@ -646,95 +586,6 @@ pub fn resolve(s: &Scenario, run_id: u32) -> Result<RunPlan, PlanError> {
         thresholds: s.thresholds.clone().map(|t| t.0).unwrap_or_default(),
         threshold_abort: s.output.threshold_abort.unwrap_or(false),
         redact_headers,
-    })
-}
-
-fn resolve_amqp(s: &Scenario) -> Result<AmqpPlan, PlanError> {
-    let a = &s.amqp;
-    let exchange_type = a.exchange_type.clone().unwrap_or_else(|| "direct".into());
-    if !["direct", "fanout", "topic", "headers"].contains(&exchange_type.as_str()) {
-        return Err(err(
-            "amqp.exchange_type",
-            format!("`{exchange_type}`: use direct, fanout, topic or headers"),
-        ));
-    }
-    let queue_type = a.queue_type.clone().unwrap_or_else(|| "classic".into());
-    if !["classic", "quorum"].contains(&queue_type.as_str()) {
-        return Err(err(
-            "amqp.queue_type",
-            format!("`{queue_type}`: use classic or quorum"),
-        ));
-    }
-    let durable = a.durable.unwrap_or(queue_type == "quorum");
-    // Redeclaring an exchange with other flags fails (406), so durable runs get their own.
-    let exchange = a.exchange.clone().unwrap_or_else(|| {
-        if durable {
-            "msgbench.durable".into()
-        } else {
-            "msgbench".into()
-        }
-    });
-    if exchange.is_empty() && exchange_type != "direct" {
-        return Err(err(
-            "amqp.exchange",
-            "the default exchange (\"\") is a direct exchange; name an exchange for other types",
-        ));
-    }
-    let ack_every = a.ack_every.unwrap_or(1);
-    if ack_every == 0 {
-        return Err(err("amqp.ack_every", "must be at least 1 (--ack-every)"));
-    }
-    let channels_per_connection = a.channels_per_connection.unwrap_or(1);
-    if !(1..=2047).contains(&channels_per_connection) {
-        return Err(err(
-            "amqp.channels_per_connection",
-            "must be between 1 and 2047 (RabbitMQ's default channel_max)",
-        ));
-    }
-    Ok(AmqpPlan {
-        exchange,
-        exchange_type,
-        confirm: a.confirm.unwrap_or(false),
-        persistent: a.persistent.unwrap_or(false),
-        mandatory: a.mandatory.unwrap_or(false),
-        prefetch: a.prefetch.unwrap_or(1000),
-        auto_ack: a.auto_ack.unwrap_or(false),
-        ack_every,
-        durable,
-        queue_type,
-        max_length: a.max_length,
-        purge: a.purge.unwrap_or(false),
-        channels_per_connection,
-    })
-}
-
-fn resolve_http(s: &Scenario) -> Result<HttpPlan, PlanError> {
-    let h = &s.http;
-    let method = h
-        .method
-        .clone()
-        .unwrap_or_else(|| "POST".into())
-        .to_uppercase();
-    if method.is_empty() || !method.bytes().all(|b| b.is_ascii_alphabetic()) {
-        return Err(err(
-            "http.method",
-            format!("`{method}` is not an HTTP method (GET, POST, PUT...)"),
-        ));
-    }
-    let mut headers = Vec::new();
-    for line in h.headers.iter().flatten() {
-        let Some((n, v)) = line.split_once(':') else {
-            return Err(err(
-                "http.headers",
-                format!("`{line}` is not `Name: value`"),
-            ));
-        };
-        headers.push((n.trim().to_string(), v.trim().to_string()));
-    }
-    Ok(HttpPlan {
-        method,
-        headers,
-        http2: h.http2.unwrap_or(false),
     })
 }
 

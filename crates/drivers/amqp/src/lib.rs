@@ -38,6 +38,7 @@ pub mod codec;
 pub mod conn;
 pub mod link;
 pub mod mux;
+pub mod options;
 
 use amq_protocol::protocol::{AMQPClass, basic, exchange, queue};
 use amq_protocol::types::{AMQPValue, FieldTable, ShortString};
@@ -49,8 +50,9 @@ use msgbench_core::driver::{
     Ack, Capabilities, Consumer, ConsumerSpec, Delivery, Driver, DriverError, EventSink, Outbound,
     Producer, ProducerSpec, Session, SessionSpec,
 };
-use msgbench_core::scenario::{AmqpPlan, ClientPlan, TlsPlan};
+use msgbench_core::scenario::{ClientPlan, TlsPlan};
 use mux::Mux;
+pub use options::AmqpPlan;
 use std::collections::HashMap;
 use std::pin::Pin;
 use std::sync::Arc;
@@ -886,5 +888,44 @@ impl Session for AmqpSession {
     async fn close(mut self) -> Result<(), DriverError> {
         self.conn.close().await;
         Ok(())
+    }
+}
+
+impl msgbench_core::registration::Registered for AmqpDriver {
+    const INFO: msgbench_core::registration::DriverInfo = msgbench_core::registration::DriverInfo {
+        name: "amqp",
+        schemes: &["amqp", "amqps"],
+        // acks: with --confirm only (the plan decides).
+        about: "AMQP 0-9-1 (RabbitMQ): exchanges, fan-out and shared queues, confirms, prefetch, manual/auto acks, TLS, connection workloads (own lean client on amq-protocol)",
+        caps: Capabilities {
+            acks: true,
+            queue_groups: true,
+            request_reply: false,
+            responses: false,
+            metadata: false,
+        },
+        section: Some(msgbench_core::scenario::SectionSpec::of::<
+            options::AmqpSection,
+        >()),
+    };
+
+    fn build(
+        url: &str,
+        plan: &msgbench_core::scenario::RunPlan,
+        events: EventSink,
+    ) -> Result<Self, DriverError> {
+        let amqp = plan
+            .drivers
+            .get::<options::AmqpSection>()
+            .map_err(msgbench_core::registration::config_error)?;
+        AmqpDriver::new(
+            url,
+            &amqp,
+            &plan.client,
+            &plan.tls,
+            plan.run_id,
+            events,
+            plan.connect_timeout,
+        )
     }
 }

@@ -236,7 +236,7 @@ pub fn put_transfer(
 }
 
 /// How a receiver settles deliveries.
-pub use msgbench_core::scenario::Disposition;
+pub use crate::options::Disposition;
 
 /// `disposition` settling deliveries `first..=last` as `how` (receiver role).
 pub fn put_disposition(buf: &mut BytesMut, first: u32, last: u32, how: Disposition) {

@@ -56,6 +56,7 @@ mod consumer;
 pub mod frames;
 pub mod listen;
 pub mod message;
+pub mod options;
 pub mod p2p;
 mod producer;
 pub mod reply;
@@ -69,7 +70,8 @@ use message::{OutBody, OutMessage};
 use msgbench_core::driver::{
     Capabilities, ConsumerSpec, Driver, DriverError, EventSink, ProducerSpec, Session, SessionSpec,
 };
-use msgbench_core::scenario::{Amqp10Plan, TlsPlan};
+use msgbench_core::scenario::TlsPlan;
+pub use options::Amqp10Plan;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
@@ -235,5 +237,45 @@ impl Session for Amqp10Session {
         }
         self.conn.close(self.timeout).await;
         Ok(())
+    }
+}
+
+impl msgbench_core::registration::Registered for Amqp10Driver {
+    const INFO: msgbench_core::registration::DriverInfo = msgbench_core::registration::DriverInfo {
+        name: "amqp10",
+        schemes: &["amqp10", "amqp10s"],
+        // acks: unless [amqp10] settled = true (the plan decides).
+        about: "AMQP 1.0 (Artemis, RabbitMQ's AMQP 1.0 plugin, Qpid, ECP endpoints): queues and topics by address and capabilities ([amqp10]), pipelined unsettled sends (acks = broker outcomes) or pre-settled, credit, accept/release/reject, message ids and application properties, SASL PLAIN/ANONYMOUS, TLS, reconnection, connection workloads (own AMQP 1.0 implementation); brokerless with ?bind=consumer|producer&peers=N (either side listens, port 0 picks free ports; fan-out, queue groups, credit)",
+        caps: msgbench_core::driver::Capabilities {
+            acks: true,
+            queue_groups: true,
+            request_reply: false,
+            responses: false,
+            metadata: true,
+        },
+        section: Some(msgbench_core::scenario::SectionSpec::of::<
+            options::Amqp10Section,
+        >()),
+    };
+
+    /// Brokerless URLs (`?bind=`) are [`p2p::P2pDriver`]'s.
+    fn accepts(url: &str) -> bool {
+        Self::INFO.answers(url) && !p2p::is_brokerless(url)
+    }
+
+    fn build(
+        url: &str,
+        plan: &msgbench_core::scenario::RunPlan,
+        events: EventSink,
+    ) -> Result<Self, DriverError> {
+        let amqp10 = plan
+            .drivers
+            .get::<options::Amqp10Section>()
+            .map_err(msgbench_core::registration::config_error)?;
+        Ok(
+            Amqp10Driver::new(url, &amqp10, &plan.tls, events, plan.connect_timeout)?
+                .with_pipelined_handshake(plan.client.pipeline_handshake)
+                .with_keep_alive(plan.client.keep_alive),
+        )
     }
 }

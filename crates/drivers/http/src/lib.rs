@@ -72,6 +72,7 @@ mod endpoint;
 #[doc(hidden)]
 pub mod fuzzing;
 mod h1;
+pub mod options;
 pub mod stats;
 
 pub use stats::{HttpStats, status_ok};
@@ -514,5 +515,46 @@ impl Session for HttpSession {
     async fn close(mut self) -> Result<(), DriverError> {
         self.conn.close().await;
         Ok(())
+    }
+}
+
+impl msgbench_core::registration::Registered for HttpDriver {
+    const INFO: msgbench_core::registration::DriverInfo = msgbench_core::registration::DriverInfo {
+        name: "http",
+        schemes: &["http", "https"],
+        about: "HTTP/1.1 keep-alive (msgbench's own allocation-free client) and HTTP/2 (h2c, or ALPN h2 over TLS; hyper): a producer is a connection, a response its request's ack (2xx/3xx ok), status codes counted, TLS; no consumers",
+        caps: Capabilities {
+            acks: true,
+            queue_groups: false,
+            request_reply: false,
+            responses: true,
+            metadata: false,
+        },
+        section: Some(msgbench_core::scenario::SectionSpec::of::<
+            options::HttpSection,
+        >()),
+    };
+
+    fn build(
+        url: &str,
+        plan: &msgbench_core::scenario::RunPlan,
+        events: EventSink,
+    ) -> Result<Self, DriverError> {
+        let http = plan
+            .drivers
+            .get::<options::HttpSection>()
+            .map_err(msgbench_core::registration::config_error)?;
+        HttpDriver::new(
+            url,
+            HttpOptions {
+                method: http.method,
+                headers: http.headers,
+                http2: http.http2,
+                path: None,
+            },
+            &plan.tls,
+            events,
+            plan.connect_timeout,
+        )
     }
 }

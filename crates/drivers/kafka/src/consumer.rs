@@ -12,13 +12,13 @@
 //! runner only after its first assignment, so messages sent afterwards are never skipped by a
 //! lazily resolved "latest".
 
+use crate::options::KafkaPlan;
+use crate::options::{KafkaCommit, KafkaStart};
 use crate::reach::Reach;
 use bytes::Bytes;
 use msgbench_core::driver::{
     Consumer, ConsumerSpec, Delivery, DriverError, DriverEventKind, EventSink,
 };
-use msgbench_core::scenario::KafkaPlan;
-use msgbench_core::scenario::kafka::{KafkaCommit, KafkaStart};
 use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer as _, ConsumerContext};
 use rdkafka::error::KafkaError;
 use rdkafka::message::Message;

@@ -5,7 +5,7 @@
 //! measures is what a production client achieves, not a toy client's limits.
 //!
 //! - Producers: `acks` 0/1/all, idempotence, linger, batch size and compression are librdkafka
-//!   settings ([`KafkaPlan`]). Each message is handed to librdkafka without a per-message
+//!   settings ([`options::KafkaPlan`]). Each message is handed to librdkafka without a per-message
 //!   allocation on our side (topic names are converted once, the token travels as the message's
 //!   opaque pointer); its delivery report is the ack, so publish latency runs from `send` to
 //!   the broker's acknowledgement (for `acks=0`, to the write). Partitions are chosen
@@ -33,7 +33,9 @@
 //! and `--key`, `--insecure`).
 //!
 //! # Layout
-//! - this file: URL and configuration, topic provisioning, the `Driver`.
+//! - [`options`]: `[kafka]`, its resolution and its flags (built without librdkafka too, so a
+//!   build without the driver still reads scenario files that have the section).
+//! - this file (feature `client`, on by default): URL and configuration, topic provisioning, the `Driver`.
 //! - [`producer`]: the producer and its delivery reports.
 //! - [`consumer`]: the consumer thread, start offsets and commits.
 //! - [`session`]: connection workloads, one librdkafka producer per connection.
@@ -42,35 +44,60 @@
 
 #![deny(missing_docs)]
 
+pub mod options;
+
+#[cfg(feature = "client")]
 pub mod consumer;
+#[cfg(feature = "client")]
 pub mod producer;
+#[cfg(feature = "client")]
 mod reach;
+#[cfg(feature = "client")]
 pub mod session;
 
+#[cfg(feature = "client")]
 use msgbench_core::driver::{
     Capabilities, ConsumerSpec, Driver, DriverError, EventSink, ProducerSpec, SessionSpec,
 };
-use msgbench_core::scenario::{KafkaPlan, TlsPlan};
+#[cfg(feature = "client")]
+use msgbench_core::scenario::TlsPlan;
+#[cfg(feature = "client")]
 use msgbench_metrics::ConnectFailure;
+#[cfg(feature = "client")]
+use options::KafkaPlan;
+#[cfg(feature = "client")]
 use rdkafka::ClientConfig;
+#[cfg(feature = "client")]
 use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
+#[cfg(feature = "client")]
 use rdkafka::client::DefaultClientContext;
+#[cfg(feature = "client")]
 use rdkafka::consumer::{BaseConsumer, Consumer as _};
+#[cfg(feature = "client")]
 use rdkafka::error::RDKafkaErrorCode;
+#[cfg(feature = "client")]
 use rdkafka::types::RDKafkaRespErr;
+#[cfg(feature = "client")]
 use std::collections::HashMap;
+#[cfg(feature = "client")]
 use std::sync::Mutex;
+#[cfg(feature = "client")]
 use std::time::{Duration, Instant};
 
+#[cfg(feature = "client")]
 pub use consumer::KafkaConsumer;
+#[cfg(feature = "client")]
 pub use producer::KafkaProducer;
+#[cfg(feature = "client")]
 pub use session::KafkaSession;
 
 /// A client context that keeps librdkafka's last error report, for set-up errors that would
 /// otherwise say only "transport failure".
 #[derive(Default)]
+#[cfg(feature = "client")]
 struct LastError(Mutex<Option<String>>);
 
+#[cfg(feature = "client")]
 impl rdkafka::ClientContext for LastError {
     fn error(&self, error: rdkafka::error::KafkaError, reason: &str) {
         let _ = error;
@@ -78,9 +105,11 @@ impl rdkafka::ClientContext for LastError {
     }
 }
 
+#[cfg(feature = "client")]
 impl rdkafka::consumer::ConsumerContext for LastError {}
 
 /// The Kafka driver: one per run.
+#[cfg(feature = "client")]
 pub struct KafkaDriver {
     /// Client settings every producer, consumer and admin client starts from.
     base: ClientConfig,
@@ -94,6 +123,7 @@ pub struct KafkaDriver {
     topics: Mutex<HashMap<String, i32>>,
 }
 
+#[cfg(feature = "client")]
 impl KafkaDriver {
     /// A driver for `kafka://host:port[,host:port...]` or `kafka+ssl://...`.
     pub fn new(
@@ -336,6 +366,7 @@ impl KafkaDriver {
     }
 }
 
+#[cfg(feature = "client")]
 impl Driver for KafkaDriver {
     type Producer = KafkaProducer;
     type Consumer = KafkaConsumer;
@@ -394,7 +425,51 @@ impl Driver for KafkaDriver {
     }
 }
 
+/// What `msgbench drivers` lists for Kafka, and its section: known to every build, so that a
+/// build without the driver reads `[kafka]` and can say how to get the driver.
+pub const INFO: msgbench_core::registration::DriverInfo = msgbench_core::registration::DriverInfo {
+    name: "kafka",
+    schemes: &["kafka", "kafka+ssl"],
+    about: "Apache Kafka (librdkafka): acks 0/1/all, idempotence, linger, batch size, compression, round-robin/keyed/sticky partitioning, fan-out and group consumers, latest/earliest, commit modes, topic creation, integrity per partition, TLS",
+    caps: msgbench_core::driver::Capabilities {
+        acks: true,
+        queue_groups: true,
+        request_reply: false,
+        responses: false,
+        metadata: false,
+    },
+    section: Some(msgbench_core::scenario::SectionSpec::of::<
+        options::KafkaSection,
+    >()),
+};
+
+#[cfg(feature = "client")]
+impl msgbench_core::registration::Registered for KafkaDriver {
+    const INFO: msgbench_core::registration::DriverInfo = INFO;
+
+    fn build(
+        url: &str,
+        plan: &msgbench_core::scenario::RunPlan,
+        events: EventSink,
+    ) -> Result<Self, DriverError> {
+        let kafka = plan
+            .drivers
+            .get::<options::KafkaSection>()
+            .map_err(msgbench_core::registration::config_error)?;
+        Ok(KafkaDriver::new(
+            url,
+            &kafka,
+            &plan.tls,
+            plan.run_id,
+            events,
+            plan.connect_timeout,
+        )?
+        .with_keep_alive(plan.client.keep_alive))
+    }
+}
+
 #[cfg(test)]
+#[cfg(feature = "client")]
 mod tests {
     use super::*;
 

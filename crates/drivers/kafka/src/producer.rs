@@ -4,10 +4,10 @@
 //! served by the `ThreadedProducer`'s polling thread, come back as [`Ack`]s over an unbounded
 //! channel (lock-free; it allocates once per block of 32 acks, not per message).
 
+use crate::options::KafkaPlan;
+use crate::options::{KafkaAcks, KafkaPartitioner};
 use crate::reach::Reach;
 use msgbench_core::driver::{Ack, DriverError, EventSink, Outbound, Producer, ProducerSpec};
-use msgbench_core::scenario::KafkaPlan;
-use msgbench_core::scenario::kafka::{KafkaAcks, KafkaPartitioner};
 use rdkafka::ClientConfig;
 use rdkafka::ClientContext;
 use rdkafka::error::KafkaError;

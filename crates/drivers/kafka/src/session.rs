@@ -7,8 +7,8 @@
 //! not tens of thousands.
 
 use crate::KafkaDriver;
+use crate::options::KafkaAcks;
 use msgbench_core::driver::{DriverError, Session, SessionSpec};
-use msgbench_core::scenario::kafka::KafkaAcks;
 use msgbench_metrics::ConnectFailure;
 use rdkafka::client::DefaultClientContext;
 use rdkafka::error::RDKafkaErrorCode;

@@ -520,6 +520,30 @@ impl Consumer for MemConsumer {
     }
 }
 
+impl msgbench_core::registration::Registered for MemDriver {
+    const INFO: msgbench_core::registration::DriverInfo = msgbench_core::registration::DriverInfo {
+        name: "mem",
+        schemes: &["mem"],
+        about: "in-process broker: engine tests, generator ceiling, fault injection (?drop_every=N&dup_every=N&reorder_every=N)",
+        caps: Capabilities {
+            acks: false,
+            queue_groups: true,
+            request_reply: true,
+            responses: false,
+            metadata: false,
+        },
+        section: None,
+    };
+
+    fn build(
+        url: &str,
+        _: &msgbench_core::scenario::RunPlan,
+        _: msgbench_core::driver::EventSink,
+    ) -> Result<Self, DriverError> {
+        MemDriver::from_url(url)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

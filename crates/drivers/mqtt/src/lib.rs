@@ -627,6 +627,38 @@ impl Session for MqttSession {
     }
 }
 
+impl msgbench_core::registration::Registered for MqttDriver {
+    const INFO: msgbench_core::registration::DriverInfo = msgbench_core::registration::DriverInfo {
+        name: "mqtt",
+        schemes: &["mqtt", "mqtts"],
+        // acks: at QoS 1 and 2 only (the plan decides).
+        about: "MQTT 3.1.1 and 5: QoS 0/1/2 (acks at QoS 1/2), wildcards, $share groups, retained, persistent sessions, TLS, connection workloads (own lean client)",
+        caps: Capabilities {
+            acks: true,
+            queue_groups: true,
+            request_reply: false,
+            responses: false,
+            metadata: false,
+        },
+        section: None,
+    };
+
+    fn build(
+        url: &str,
+        plan: &msgbench_core::scenario::RunPlan,
+        events: EventSink,
+    ) -> Result<Self, DriverError> {
+        MqttDriver::new(
+            url,
+            &plan.client,
+            &plan.tls,
+            plan.run_id,
+            events,
+            plan.connect_timeout,
+        )
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -436,3 +436,30 @@ impl Consumer for NatsConsumer {
         Ok(())
     }
 }
+
+impl msgbench_core::registration::Registered for NatsDriver {
+    const INFO: msgbench_core::registration::DriverInfo = msgbench_core::registration::DriverInfo {
+        name: "nats",
+        schemes: &["nats", "tls", "nats+tls"],
+        about: "NATS core: pub/sub, fan-out, queue groups, request/reply, connection workloads, TLS (own lean client)",
+        caps: Capabilities {
+            acks: false,
+            queue_groups: true,
+            request_reply: true,
+            responses: false,
+            metadata: false,
+        },
+        section: None,
+    };
+
+    fn build(
+        url: &str,
+        plan: &msgbench_core::scenario::RunPlan,
+        events: EventSink,
+    ) -> Result<Self, DriverError> {
+        Ok(
+            NatsDriver::new(url, &plan.tls, events, plan.connect_timeout)?
+                .with_keep_alive(plan.client.keep_alive),
+        )
+    }
+}

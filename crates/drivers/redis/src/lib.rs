@@ -580,3 +580,31 @@ impl Session for RedisSession {
         Ok(())
     }
 }
+
+impl msgbench_core::registration::Registered for RedisDriver {
+    const INFO: msgbench_core::registration::DriverInfo = msgbench_core::registration::DriverInfo {
+        name: "redis",
+        schemes: &["redis", "rediss"],
+        // queue groups: in streams mode only (the URL decides).
+        about: "Redis pub/sub (PUBLISH, SUBSCRIBE/PSUBSCRIBE) and Streams (?mode=streams: XADD with ?maxlen=N trimming, XREAD fan-out, consumer groups with XREADGROUP and XACK); every reply is the message's ack; /DB, user:pass@, TLS (rediss://), connection workloads (own lean RESP2 client)",
+        caps: Capabilities {
+            acks: true,
+            queue_groups: true,
+            request_reply: false,
+            responses: false,
+            metadata: false,
+        },
+        section: None,
+    };
+
+    fn build(
+        url: &str,
+        plan: &msgbench_core::scenario::RunPlan,
+        events: EventSink,
+    ) -> Result<Self, DriverError> {
+        Ok(
+            RedisDriver::new(url, &plan.tls, events, plan.connect_timeout)?
+                .with_keep_alive(plan.client.keep_alive),
+        )
+    }
+}

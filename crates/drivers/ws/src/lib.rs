@@ -535,6 +535,41 @@ impl Session for WsSession {
     }
 }
 
+impl msgbench_core::registration::Registered for WsDriver {
+    const INFO: msgbench_core::registration::DriverInfo = msgbench_core::registration::DriverInfo {
+        name: "ws",
+        schemes: &["ws", "wss"],
+        about: "WebSocket: binary messages out, text or binary in, fan-out to many clients, {i}/{topic} in the URL, --hello subscribe message, ping/pong, close codes, TLS (own lean client); usually the consumer end of a pipeline (--consume-from ws://...)",
+        caps: Capabilities {
+            acks: false,
+            queue_groups: false,
+            request_reply: false,
+            responses: false,
+            metadata: false,
+        },
+        section: None,
+    };
+
+    fn build(
+        url: &str,
+        plan: &msgbench_core::scenario::RunPlan,
+        events: EventSink,
+    ) -> Result<Self, DriverError> {
+        WsDriver::new(
+            url,
+            WsOptions {
+                subscribe: plan.client.hello.clone(),
+                text: plan.payload.template.is_some(),
+            },
+            &plan.client,
+            &plan.tls,
+            plan.run_id,
+            events,
+            plan.connect_timeout,
+        )
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

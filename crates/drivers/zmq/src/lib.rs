@@ -513,3 +513,27 @@ impl Consumer for ZmqConsumer {
         Ok(())
     }
 }
+
+impl msgbench_core::registration::Registered for ZmqDriver {
+    const INFO: msgbench_core::registration::DriverInfo = msgbench_core::registration::DriverInfo {
+        name: "zmq",
+        schemes: &["zmq"],
+        about: "ZeroMQ, brokerless: PUSH/PULL (competing consumers) and PUB/SUB (fan-out), either side binds; zmq://HOST:PORT?pattern=pushpull|pubsub&bind=consumer|producer&peers=N&sndhwm=N&onhwm=wait|drop (own ZMTP 3, libzmq-compatible)",
+        caps: Capabilities {
+            acks: false,
+            queue_groups: true,
+            request_reply: false,
+            responses: false,
+            metadata: false,
+        },
+        section: None,
+    };
+
+    fn build(
+        url: &str,
+        plan: &msgbench_core::scenario::RunPlan,
+        events: EventSink,
+    ) -> Result<Self, DriverError> {
+        ZmqDriver::new(url, events, plan.connect_timeout)
+    }
+}

@@ -42,11 +42,11 @@ pub use consumer::P2pConsumer;
 pub use producer::P2pProducer;
 
 use crate::conn::Serving;
+use crate::options::Amqp10Plan;
 use msgbench_core::driver::{
     Capabilities, ConsumerSpec, Driver, DriverError, EventSink, NoSession, ProducerSpec,
     SessionSpec,
 };
-use msgbench_core::scenario::Amqp10Plan;
 use std::net::SocketAddr;
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -385,6 +385,28 @@ impl Driver for P2pDriver {
             "connection workloads are not supported by brokerless AMQP 1.0: there is no server \
              to hold connections to (drop bind= to use a broker)",
         ))
+    }
+}
+
+impl msgbench_core::registration::Registered for P2pDriver {
+    /// Listed as part of the AMQP 1.0 driver (same name, same section).
+    const INFO: msgbench_core::registration::DriverInfo =
+        <crate::Amqp10Driver as msgbench_core::registration::Registered>::INFO;
+
+    fn accepts(url: &str) -> bool {
+        Self::INFO.answers(url) && is_brokerless(url)
+    }
+
+    fn build(
+        url: &str,
+        plan: &msgbench_core::scenario::RunPlan,
+        events: EventSink,
+    ) -> Result<Self, DriverError> {
+        let amqp10 = plan
+            .drivers
+            .get::<crate::options::Amqp10Section>()
+            .map_err(msgbench_core::registration::config_error)?;
+        P2pDriver::new(url, &amqp10, events, plan.connect_timeout)
     }
 }
 

@@ -227,3 +227,34 @@ impl Driver for JetStreamDriver {
         self.core.session(spec).await
     }
 }
+
+impl msgbench_core::registration::Registered for JetStreamDriver {
+    const INFO: msgbench_core::registration::DriverInfo = msgbench_core::registration::DriverInfo {
+        name: "nats-jetstream",
+        schemes: &["nats+js", "nats+js+tls"],
+        about: "NATS JetStream: streams (file/memory), publishes confirmed by PubAcks (acks; --max-in-flight = async publish window), pull (batched fetch) and push consumers, durable or ephemeral, explicit acks, redeliveries marked, TLS; nats+js://HOST:PORT?stream=NAME&storage=file|memory&consumer=pull|push&durable=NAME&batch=N&create=1|0&max_bytes=SIZE&replicas=N&ack_pending=N&ack_wait=D&deliver=new|all&expires=D (own client)",
+        caps: msgbench_core::driver::Capabilities {
+            acks: true,
+            queue_groups: true,
+            request_reply: false,
+            responses: false,
+            metadata: false,
+        },
+        section: None,
+    };
+
+    fn check_url(url: &str) -> Result<(), DriverError> {
+        JsOptions::parse(url).map(drop)
+    }
+
+    fn build(
+        url: &str,
+        plan: &msgbench_core::scenario::RunPlan,
+        events: EventSink,
+    ) -> Result<Self, DriverError> {
+        Ok(
+            JetStreamDriver::new(url, &plan.tls, events, plan.connect_timeout)?
+                .with_keep_alive(plan.client.keep_alive),
+        )
+    }
+}

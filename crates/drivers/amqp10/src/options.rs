@@ -1,9 +1,12 @@
-//! `[amqp10]`: AMQP 1.0 link settings, as written ([`Amqp10Section`]) and resolved
-//! ([`Amqp10Plan`]). Brokers differ in what they need: Artemis creates an anycast queue for a
+//! `[amqp10]` and the AMQP 1.0 flags of `msgbench run`: link settings, as written
+//! ([`Amqp10Section`]), resolved ([`Amqp10Plan`]) and given on the command line
+//! ([`Amqp10Args`]). Brokers differ in what they need: Artemis creates an anycast queue for a
 //! `queue` capability, Qpid Broker-J wants `create-on-demand`/`shared`, RabbitMQ 3.x addresses
 //! queues as `/queue/NAME` (or `/amq/queue/NAME` for one that exists).
 
-use super::plan::{PlanError, SubscriptionMode};
+use clap::Args;
+use msgbench_core::registration::CommonFlags;
+use msgbench_core::scenario::{DriverSection, PlanError, RunPlan, SubscriptionMode};
 use serde::{Deserialize, Serialize};
 
 /// `[amqp10]` as written.
@@ -96,6 +99,57 @@ pub fn competing(sub: SubscriptionMode, consumer_target: &str, p: &Amqp10Plan) -
             group: "msgbench".to_string(),
         },
         other => other,
+    }
+}
+
+impl DriverSection for Amqp10Section {
+    const NAME: &'static str = "amqp10";
+    type Plan = Amqp10Plan;
+
+    fn resolve(&self) -> Result<Amqp10Plan, PlanError> {
+        resolve_amqp10(self)
+    }
+
+    /// Consumers on one AMQP 1.0 queue compete ([`competing`]).
+    fn refine(plan: &Amqp10Plan, run: &mut RunPlan) {
+        let consumers = run.consume_from.as_deref().unwrap_or(&run.target);
+        run.subscription = competing(run.subscription.clone(), consumers, plan);
+    }
+}
+
+/// The AMQP 1.0 flags (`--persistent` is shared with AMQP 0-9-1: [`CommonFlags`]).
+#[derive(Debug, Args, Default, Clone, PartialEq, Eq)]
+#[command(next_help_heading = "AMQP 1.0")]
+pub struct Amqp10Args {
+    /// Link address for a topic, {topic} replaced (RabbitMQ 3.x: '/queue/{topic}').
+    #[arg(long, value_name = "TEMPLATE")]
+    pub address: Option<String>,
+    /// Target/source capabilities, comma-separated (default queue; Qpid Broker-J:
+    /// create-on-demand,durable,shared).
+    #[arg(long, value_delimiter = ',')]
+    pub capabilities: Option<Vec<String>>,
+    /// Send pre-settled (fire and forget: no dispositions, no publish latency).
+    #[arg(long)]
+    pub settled: bool,
+    /// Link credit per receiver (default 1000).
+    #[arg(long)]
+    pub credit: Option<u32>,
+    /// What receivers answer: accept (default), release or reject.
+    #[arg(long, value_name = "OUTCOME")]
+    pub on_receive: Option<String>,
+}
+
+impl Amqp10Args {
+    /// The `[amqp10]` section these flags stand for (unset flags leave the file's values).
+    pub fn section(&self, common: &CommonFlags) -> Amqp10Section {
+        Amqp10Section {
+            address: self.address.clone(),
+            capabilities: self.capabilities.clone(),
+            settled: self.settled.then_some(true),
+            durable: common.persistent.then_some(true),
+            credit: self.credit,
+            on_receive: self.on_receive.clone(),
+        }
     }
 }
 
