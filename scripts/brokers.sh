@@ -16,7 +16,7 @@
 #   scripts/brokers.sh kill-restart NAME [SECONDS]
 #                               kill rabbitmq, artemis or kafka with SIGKILL (the Erlang VM or
 #                               the JVM, by PID), wait SECONDS (default 1) and start it again on
-#                               the data it left (tests/faults.rs)
+#                               the data it left (tests/faults/faults.rs)
 #   scripts/brokers.sh pause NAME SECONDS
 #                               freeze a broker (SIGSTOP), then resume it (SIGCONT) SECONDS later
 #   scripts/brokers.sh rabbitmqctl ARGS...
@@ -87,11 +87,11 @@
 #   librdkafka-dev (Debian 12: librdkafka 2.0.2), which the Kafka driver is built against.
 #   libzmq 4.3.4, the reference ZeroMQ implementation, through pyzmq (package 'python3-zmq') for
 #     the system Python /usr/bin/python3 (`env` exports it as MSGBENCH_IT_LIBZMQ_PYTHON once it
-#     imports zmq): tests/libzmq.rs relays msgbench's ZeroMQ traffic through it.
-#   Third-party clients of msgbench's own servers (tests/thirdparty.rs): pika (package
+#     imports zmq): tests/it/libzmq.rs relays msgbench's ZeroMQ traffic through it.
+#   Third-party clients of msgbench's own servers (tests/it/thirdparty.rs): pika (package
 #     'python3-pika', AMQP 0-9-1), paho-mqtt (package 'python3-paho-mqtt', MQTT 3.1.1 and 5) and
 #     websockets (package 'python3-websockets') for the system Python, and Apache Qpid Proton
-#     (package 'python3-qpid-proton', AMQP 1.0: tests/amqp10_p2p.rs, the peer of brokerless
+#     (package 'python3-qpid-proton', AMQP 1.0: tests/it/amqp10_p2p.rs, the peer of brokerless
 #     runs) (`env` exports it as MSGBENCH_IT_PEER_PYTHON once it imports all four), curl (package 'curl') and nghttp
 #     (package 'nghttp2-client', HTTP/2). Like the brokers, one that cannot be installed fails
 #     `up`; run by hand without them, the tests that need one say they were skipped.
@@ -181,14 +181,14 @@ libzmq_python_ok() { # the system Python imports zmq (pyzmq on Debian's libzmq)
   [ -x "$SYS_PYTHON" ] && "$SYS_PYTHON" -c 'import zmq' >/dev/null 2>&1
 }
 
-libzmq_up() { # a peer library for the interop tests (tests/libzmq.rs): nothing to start
+libzmq_up() { # a peer library for the interop tests (tests/it/libzmq.rs): nothing to start
   libzmq_python_ok && return 0
   install_pkg "python3 module zmq" python3-zmq || return 1
   libzmq_python_ok || { log "python3-zmq is installed but $SYS_PYTHON cannot import zmq"; return 1; }
   log "python3-zmq installed: $SYS_PYTHON imports zmq (libzmq $("$SYS_PYTHON" -c 'import zmq; print(zmq.zmq_version())'))"
 }
 
-# The third-party clients tests/thirdparty.rs drives msgbench's servers with: Python modules of
+# The third-party clients tests/it/thirdparty.rs drives msgbench's servers with: Python modules of
 # the system Python (module:package), then programs (binary:package).
 PEER_MODULES=(pika:python3-pika paho.mqtt.client:python3-paho-mqtt websockets:python3-websockets proton:python3-qpid-proton)
 PEER_BINARIES=(curl:curl nghttp:nghttp2-client)
@@ -213,7 +213,7 @@ peers_up() { # installs what is missing of PEER_MODULES and PEER_BINARIES; names
   done
   if [ "${#missing[@]}" -gt 0 ]; then
     log "third-party clients missing: ${missing[*]} (install these Debian packages for" \
-      "tests/thirdparty.rs)"
+      "tests/it/thirdparty.rs)"
     return 1
   fi
   log "third-party clients ready: pika $("$SYS_PYTHON" -c 'import pika; print(pika.__version__)')," \

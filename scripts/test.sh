@@ -28,8 +28,11 @@ fi
 prune_target() {
   local deps="$CARGO_TARGET_DIR/debug/deps" names n
   [ -d "$deps" ] || return 0
-  names=$(for f in tests/*.rs crates/*/tests/*.rs crates/drivers/*/tests/*.rs; do
-    [ -e "$f" ] && basename "$f" .rs; done | sort -u)
+  # Test binaries: tests/it and tests/faults (each a folder with main.rs), the crates' own, and
+  # the names of the modules, which were binaries of their own before they were gathered.
+  names=$(for f in tests/*/main.rs; do basename "$(dirname "$f")"; done
+    for f in tests/*/*.rs crates/*/tests/*.rs crates/drivers/*/tests/*.rs; do
+      [ -e "$f" ] && basename "$f" .rs; done | grep -v '^main$' | sort -u)
   find "$deps" -maxdepth 1 -type f -mmin +720 \( -name 'msgbench*' -o -name 'libmsgbench*' \) -delete
   for n in $names; do
     find "$deps" -maxdepth 1 -type f -mmin +720 -name "$n-*" -delete

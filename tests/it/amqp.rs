@@ -1,0 +1,538 @@
+//! AMQP 0-9-1 behaviour against a real RabbitMQ (started by `scripts/brokers.sh`): confirms,
+//! exchange types, queue types, manual and automatic acks, large messages split into frames,
+//! authentication, and the connection workloads.
+
+use crate::util;
+
+use util::*;
+
+fn run_args<'a>(url: &'a str, extra: &[&'a str]) -> Vec<&'a str> {
+    let mut v = vec!["run", url, "--warmup", "0s", "--no-output"];
+    v.extend_from_slice(extra);
+    v
+}
+
+/// With confirms every message is acknowledged by the broker and its publish latency recorded.
+#[test]
+fn confirms_ack_every_message() {
+    let d = TempDir::new("amqp-confirm");
+    let url = need!(AMQP);
+    let r = run_json(
+        &d.0,
+        &run_args(
+            &url,
+            &[
+                "--confirm",
+                "-p",
+                "2",
+                "-n",
+                "20000",
+                "-s",
+                "1KiB",
+                "--topic",
+                "it.confirm",
+            ],
+        ),
+    );
+    let m = measure(&r);
+    assert_eq!(u(&m["counters"]["acked"]), 20_000);
+    assert_eq!(u(&m["publish"]["count"]), 20_000);
+    assert!(u(&m["publish"]["p50"]) > 0);
+    let i = &r["integrity"];
+    assert_eq!((u(&i["delivered"]), u(&i["lost"])), (20_000, 0), "{i}");
+}
+
+/// At a fixed rate, confirms are taken as they arrive, not after the wait for the next send:
+/// at 50 msgs/s a 20 ms pause must not end up in the publish latency.
+#[test]
+fn paced_confirms_are_timed_when_they_arrive() {
+    let d = TempDir::new("amqp-paced");
+    let url = need!(AMQP);
+    let r = run_json(
+        &d.0,
+        &run_args(
+            &url,
+            &[
+                "--confirm",
+                "--rate",
+                "50",
+                "-n",
+                "100",
+                "-c",
+                "0",
+                "--topic",
+                "it.paced",
+            ],
+        ),
+    );
+    let m = measure(&r);
+    assert_eq!(u(&m["publish"]["count"]), 100);
+    let p50 = u(&m["publish"]["p50"]);
+    assert!(
+        p50 < 8_000_000,
+        "publish p50 {p50} ns: the pacing wait leaked in"
+    );
+}
+
+/// Fanout and topic exchanges route as their type says; a quorum queue shared by a group
+/// delivers each persistent message once.
+#[test]
+fn exchange_and_queue_types() {
+    let d = TempDir::new("amqp-types");
+    let url = need!(AMQP);
+    let r = run_json(
+        &d.0,
+        &run_args(
+            &url,
+            &[
+                "--exchange",
+                "it.fan",
+                "--exchange-type",
+                "fanout",
+                "-c",
+                "3",
+                "-n",
+                "5000",
+            ],
+        ),
+    );
+    assert_eq!(
+        u(&r["integrity"]["delivered"]),
+        15_000,
+        "{}",
+        r["integrity"]
+    );
+    let r = run_json(
+        &d.0,
+        &run_args(
+            &url,
+            &[
+                "--exchange",
+                "it.topic",
+                "--exchange-type",
+                "topic",
+                "--topics",
+                "3",
+                "--topic",
+                "it.t.{i}",
+                "-n",
+                "6000",
+            ],
+        ),
+    );
+    assert_eq!(u(&r["integrity"]["delivered"]), 6000, "{}", r["integrity"]);
+    // A quorum queue the run creates: several consumers declaring and purging it at once once
+    // cost a consumer its connection (RabbitMQ's 541 INTERNAL_ERROR, a purge before the
+    // queue's Raft process ran).
+    let deleted =
+        std::process::Command::new(concat!(env!("CARGO_MANIFEST_DIR"), "/scripts/brokers.sh"))
+            .args(["rabbitmqctl", "delete_queue", "msgbench.itq.it.quorum"])
+            .output()
+            .unwrap();
+    let said = format!("{}{}", stdout(&deleted), stderr(&deleted));
+    assert!(
+        deleted.status.success() || said.contains("not found"),
+        "{said}"
+    );
+    let r = run_json(
+        &d.0,
+        &run_args(
+            &url,
+            &[
+                "--queue-type",
+                "quorum",
+                "--persistent",
+                "--confirm",
+                "--queue-group",
+                "itq",
+                "-c",
+                "4",
+                "-n",
+                "3000",
+                "--topic",
+                "it.quorum",
+                "--purge",
+            ],
+        ),
+    );
+    let i = &r["integrity"];
+    assert_eq!((u(&i["delivered"]), u(&i["duplicated"])), (3000, 0), "{i}");
+    assert_eq!(u(&measure(&r)["counters"]["acked"]), 3000);
+}
+
+/// The default exchange routes by queue name; acks can be automatic or batched.
+#[test]
+fn default_exchange_and_ack_modes() {
+    let d = TempDir::new("amqp-acks");
+    let url = need!(AMQP);
+    for extra in [
+        vec!["--exchange", "", "--topic", "it.plain-queue"],
+        vec!["--auto-ack", "--topic", "it.autoack"],
+        vec![
+            "--ack-every",
+            "50",
+            "--prefetch",
+            "200",
+            "--topic",
+            "it.ackevery",
+        ],
+    ] {
+        let mut a = extra.clone();
+        a.extend(["-n", "10000"]);
+        let r = run_json(&d.0, &run_args(&url, &a));
+        assert_eq!(
+            u(&r["integrity"]["delivered"]),
+            10_000,
+            "{extra:?}: {}",
+            r["integrity"]
+        );
+    }
+}
+
+/// Messages larger than the negotiated frame-max are split into body frames and arrive whole.
+#[test]
+fn large_messages_are_split_into_frames() {
+    let d = TempDir::new("amqp-large");
+    let r = run_json(
+        &d.0,
+        &run_args(
+            &need!(AMQP),
+            &[
+                "-s",
+                "3MiB",
+                "-n",
+                "30",
+                "--confirm",
+                "--max-in-flight",
+                "4",
+                "--topic",
+                "it.large",
+            ],
+        ),
+    );
+    let m = measure(&r);
+    assert_eq!(u(&r["integrity"]["delivered"]), 30);
+    assert_eq!(u(&m["counters"]["received_bytes"]), 30 * 3 * 1024 * 1024);
+}
+
+/// Mandatory publishes no queue is bound for come back as basic.return: counted as `returned`
+/// (and still confirmed), with a warning saying why consumers will not see them.
+#[test]
+fn unroutable_mandatory_messages_are_counted() {
+    let d = TempDir::new("amqp-returned");
+    let url = need!(AMQP);
+    let r = run_json(
+        &d.0,
+        &run_args(
+            &url,
+            &[
+                "--exchange",
+                "it.unrouted",
+                "--mandatory",
+                "--confirm",
+                "-c",
+                "0",
+                "-n",
+                "3000",
+                "--topic",
+                "it.nowhere",
+            ],
+        ),
+    );
+    let m = measure(&r);
+    assert_eq!(u(&m["counters"]["returned"]), 3000, "{m}");
+    assert_eq!(u(&m["counters"]["acked"]), 3000);
+    assert!(r["warnings"].to_string().contains("unroutable"), "{r}");
+    // Without confirms the count is exact too (the producer syncs with the broker at the end).
+    let r = run_json(
+        &d.0,
+        &run_args(
+            &url,
+            &[
+                "--exchange",
+                "it.unrouted",
+                "--mandatory",
+                "-c",
+                "0",
+                "-n",
+                "3000",
+                "--topic",
+                "it.nowhere",
+            ],
+        ),
+    );
+    assert_eq!(u(&measure(&r)["counters"]["returned"]), 3000, "{r}");
+}
+
+/// `--channels 3`: six producers share two connections and six consumers two more, a channel
+/// each (as RabbitMQ itself lists them mid-run), and every message still arrives once.
+#[test]
+fn channels_share_connections() {
+    let d = TempDir::new("amqp-channels");
+    let url = need!(AMQP);
+    let run = std::process::Command::new(bin())
+        .args(run_args(
+            &url,
+            &[
+                "--channels",
+                "3",
+                "-p",
+                "6",
+                "-c",
+                "6",
+                "--queue-group",
+                "g",
+                "--confirm",
+                "--client-id",
+                "itmux-{role}-{i}",
+                "--topic",
+                "it.channels",
+                "--rate",
+                "3000",
+                "--duration",
+                "15s",
+                "--format",
+                "json",
+                "--quiet",
+            ],
+        ))
+        .current_dir(&d.0)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    // RabbitMQ's own view, polled until every channel is open (a loaded machine is slow to
+    // connect, and each rabbitmqctl call starts an Erlang VM), for at most 12 s of the 15 s run.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(12);
+    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/scripts/brokers.sh");
+    let want = [
+        "itmux-pub-0 3",
+        "itmux-pub-1 3",
+        "itmux-sub-0 3",
+        "itmux-sub-1 3",
+    ];
+    let (mut ours, mut listing) = (Vec::new(), String::new());
+    while std::time::Instant::now() < deadline {
+        std::thread::sleep(std::time::Duration::from_millis(250));
+        let l = std::process::Command::new(script)
+            .args([
+                "rabbitmqctl",
+                "list_connections",
+                "client_properties",
+                "channels",
+                "--no-table-headers",
+            ])
+            .output()
+            .unwrap();
+        listing = stdout(&l);
+        // Lines like `[..{"connection_name","itmux-pub-0"}..]\t3`.
+        ours = listing
+            .lines()
+            .filter_map(|l| {
+                let name = l.split("\"itmux-").nth(1)?.split('"').next()?;
+                Some(format!("itmux-{name} {}", l.split('\t').next_back()?))
+            })
+            .collect();
+        ours.sort();
+        if ours == want {
+            break;
+        }
+    }
+    assert_eq!(ours, want, "{listing}");
+    let o = run.wait_with_output().unwrap();
+    assert!(o.status.success(), "{}", stderr(&o));
+    let r: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    let m = measure(&r);
+    let sent = u(&m["counters"]["sent"]);
+    assert!(sent > 6_000, "{sent}");
+    assert_eq!(u(&m["counters"]["acked"]), sent);
+    let i = &r["integrity"];
+    assert_eq!((u(&i["delivered"]), u(&i["lost"])), (sent, 0), "{i}");
+    assert_eq!(u(&i["duplicated"]), 0, "{i}");
+}
+
+/// Wrong credentials and closed ports are clear errors.
+#[test]
+fn bad_credentials_and_unreachable() {
+    let d = TempDir::new("amqp-bad");
+    let bad = need!(AMQP).replace("guest:guest", "guest:wrong");
+    let o = msgbench(&d.0, &run_args(&bad, &["-n", "10"]));
+    assert_eq!(o.status.code(), Some(1));
+    let e = stderr(&o);
+    assert!(e.contains("refused the login"), "{e}");
+    assert!(!e.contains("wrong"), "the password is not printed: {e}");
+    let url = format!("amqp://127.0.0.1:{}", free_port());
+    let o = msgbench(&d.0, &run_args(&url, &["-n", "10"]));
+    assert_eq!(o.status.code(), Some(1));
+    assert!(stderr(&o).contains("cannot connect"), "{}", stderr(&o));
+    let o = msgbench(
+        &d.0,
+        &run_args(&need!(AMQP), &["--exchange-type", "weird", "-n", "10"]),
+    );
+    assert!(stderr(&o).contains("amqp.exchange_type"), "{}", stderr(&o));
+}
+
+/// The connection workloads work over AMQP too (handshake = start/tune/open + channel open).
+#[test]
+fn connection_workloads() {
+    let d = TempDir::new("amqp-conns");
+    let url = need!(AMQP);
+    let r = run_json(
+        &d.0,
+        &[
+            "run",
+            &url,
+            "--connections",
+            "200",
+            "--hold",
+            "1s",
+            "--no-output",
+        ],
+    );
+    assert_eq!(
+        u(&r["connections"]["peak_held"]),
+        200,
+        "{}",
+        r["connections"]
+    );
+    let r = run_json(
+        &d.0,
+        &[
+            "run",
+            &url,
+            "--storm",
+            "--concurrency",
+            "8",
+            "--duration",
+            "1s",
+            "--messages-per-connection",
+            "1",
+            "--no-output",
+        ],
+    );
+    let m = measure(&r);
+    assert!(u(&m["counters"]["connects"]) > 10, "{m}");
+    assert_eq!(
+        m["counters"]["connect_failures"]
+            .as_object()
+            .map_or(0, |f| f.values().map(u).sum()),
+        0
+    );
+}
+
+/// The built-in sink: the AMQP storm and data throughput modes run against it, publishes are
+/// confirmed, and large messages are split into frames.
+#[test]
+fn sink_serves_storms_and_large_messages() {
+    let d = TempDir::new("amqp-sink");
+    let sink = Server::amqp_sink("amqp", &[]);
+    let r = run_json(
+        &d.0,
+        &[
+            "run",
+            &sink.url,
+            "--storm",
+            "--concurrency",
+            "16",
+            "--duration",
+            "1s",
+            "--messages-per-connection",
+            "1",
+            "--no-output",
+        ],
+    );
+    assert!(
+        u(&measure(&r)["counters"]["connects"]) > 50,
+        "{}",
+        r["result"]
+    );
+    // No consumers: the sink swallows messages. Confirms still come back for every one.
+    let r = run_json(
+        &d.0,
+        &[
+            "run",
+            &sink.url,
+            "-p",
+            "4",
+            "-c",
+            "0",
+            "-s",
+            "10MB",
+            "--confirm",
+            "--max-in-flight",
+            "2",
+            "-n",
+            "40",
+            "--warmup",
+            "0s",
+            "--no-output",
+        ],
+    );
+    let m = measure(&r);
+    assert_eq!(u(&m["counters"]["acked"]), 40, "{m}");
+    assert_eq!(u(&m["counters"]["sent_bytes"]), 40 * 10_000_000);
+}
+
+/// TLS end to end against the sink: verified with the CA that signed its certificate, refused
+/// without it.
+#[test]
+fn tls_against_the_sink() {
+    let d = TempDir::new("amqp-sink-tls");
+    let (ca, cert, key) = test_certs();
+    let sink = Server::amqp_sink(
+        "amqps",
+        &[
+            "--tls-cert",
+            cert.to_str().unwrap(),
+            "--tls-key",
+            key.to_str().unwrap(),
+        ],
+    );
+    let r = run_json(
+        &d.0,
+        &[
+            "run",
+            &sink.url,
+            "-c",
+            "0",
+            "--confirm",
+            "-n",
+            "1000",
+            "--ca-file",
+            &ca,
+            "--warmup",
+            "0s",
+            "--no-output",
+        ],
+    );
+    assert_eq!(u(&measure(&r)["counters"]["acked"]), 1000);
+    let o = msgbench(
+        &d.0,
+        &["run", &sink.url, "-c", "0", "-n", "10", "--no-output"],
+    );
+    assert_eq!(o.status.code(), Some(1));
+    assert!(stderr(&o).contains("TLS"), "{}", stderr(&o));
+    let r = run_json(
+        &d.0,
+        &[
+            "run",
+            &sink.url,
+            "-c",
+            "0",
+            "-n",
+            "100",
+            "--insecure",
+            "--warmup",
+            "0s",
+            "--no-output",
+        ],
+    );
+    assert_eq!(u(&measure(&r)["counters"]["sent"]), 100);
+}
+
+/// Consumers at connection scale: they ramp at `--connect-rate` from the `--source-addrs`
+/// given, and two refused connections are counted and retried, not the end of the run.
+#[test]
+fn consumers_ramp_from_source_addresses_and_retry_refused_connections() {
+    util::ramp::consumers_ramp_through_a_refusing_proxy(&need!(AMQP), "it.ramp.amqp", &[]);
+}

@@ -1,0 +1,181 @@
+//! HTTP through the CLI: msgbench's own HTTP server and nginx (started by `scripts/brokers.sh`),
+//! closed loop and fixed rate, HTTP/1.1 and h2c, and the errors a user meets first.
+
+use crate::util;
+
+use util::*;
+
+/// Closed loop over HTTP/1.1 keep-alive: every request answered and timed; HTTP runs get no
+/// consumers and a window of one request per connection without being told.
+#[test]
+fn closed_loop_against_the_builtin_server() {
+    let s = Server::http();
+    let d = TempDir::new("http-closed");
+    let r = run_json(
+        &d.0,
+        &[
+            "run",
+            &format!("{}/api", s.url),
+            "-p",
+            "4",
+            "-n",
+            "3000",
+            "--warmup",
+            "0s",
+            "-o",
+            "r.jsonl",
+        ],
+    );
+    let m = measure(&r);
+    assert_eq!(u(&m["counters"]["acked"]), 3000, "{m}");
+    assert_eq!(u(&m["publish"]["count"]), 3000);
+    assert!(u(&m["publish"]["p50"]) > 0);
+    assert_eq!(u(&m["counters"]["received"]), 0);
+    assert_valid_and_pure(&d.0, "r.jsonl", &r);
+}
+
+/// h2c: many requests in flight on each connection.
+#[test]
+fn http2_streams() {
+    let s = Server::http();
+    let d = TempDir::new("http-h2");
+    let r = run_json(
+        &d.0,
+        &[
+            "run",
+            &s.url,
+            "--http2",
+            "-p",
+            "2",
+            "--max-in-flight",
+            "64",
+            "-n",
+            "4000",
+            "--warmup",
+            "0s",
+        ],
+    );
+    assert_eq!(u(&measure(&r)["counters"]["acked"]), 4000);
+}
+
+/// Coordinated omission: at 200 requests/s on one connection to a server that takes 20 ms per
+/// request, requests queue behind each other. Publish latency (from the actual send) stays near
+/// 20 ms; the end-to-end figure, from each request's intended send time, shows the queue.
+#[test]
+fn fixed_rate_latency_is_corrected_for_coordinated_omission() {
+    let s = Server::http_slow("20ms");
+    let d = TempDir::new("http-co");
+    let r = run_json(
+        &d.0,
+        &[
+            "run", &s.url, "-p", "1", "--rate", "200", "-n", "100", "--warmup", "0s",
+        ],
+    );
+    let m = measure(&r);
+    assert_eq!(u(&m["e2e"]["count"]), 100, "{m}");
+    let (publish, e2e) = (u(&m["publish"]["p99"]), u(&m["e2e"]["p99"]));
+    assert!(publish < 200_000_000, "publish p99 {publish} ns");
+    assert!(e2e > 1_000_000_000, "e2e p99 {e2e} ns shows the queue");
+}
+
+/// nginx at a fixed rate with GET and a header: all answered, the schedule kept.
+#[test]
+fn fixed_rate_against_nginx() {
+    let url = need!("MSGBENCH_IT_HTTP_URL");
+    let d = TempDir::new("http-nginx");
+    let r = run_json(
+        &d.0,
+        &[
+            "run",
+            &url,
+            "--method",
+            "GET",
+            "--header",
+            "X-Bench: msgbench",
+            "-p",
+            "4",
+            "--rate",
+            "1000",
+            "-n",
+            "2000",
+            "--warmup",
+            "0s",
+        ],
+    );
+    let m = measure(&r);
+    assert_eq!(u(&m["counters"]["acked"]), 2000, "{m}");
+    assert_eq!(u(&m["counters"]["nacked"]), 0);
+}
+
+/// msgbench's own server over TLS: HTTP/1.1, and HTTP/2 agreed by ALPN, every request
+/// answered; without the CA the certificate is refused.
+#[test]
+fn https_against_the_builtin_server() {
+    let s = Server::https();
+    let d = TempDir::new("http-tls");
+    let ca = need!("MSGBENCH_IT_MQTT_CA");
+    for extra in [&[][..], &["--http2", "--max-in-flight", "32"][..]] {
+        let mut args = vec!["run", &s.url, "--ca-file", &ca, "-p", "2", "-n", "2000"];
+        args.extend_from_slice(extra);
+        args.extend(["--warmup", "0s"]);
+        let r = run_json(&d.0, &args);
+        let m = measure(&r);
+        assert_eq!(u(&m["counters"]["acked"]), 2000, "{extra:?}: {m}");
+        assert_eq!(u(&m["counters"]["nacked"]), 0, "{extra:?}: {m}");
+    }
+    let o = msgbench(&d.0, &["run", &s.url, "-n", "10", "--no-output"]);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(stderr(&o).contains("certificate"), "{}", stderr(&o));
+}
+
+/// A window HTTP/1.1 cannot carry, a bad method, a closed port: clear errors.
+#[test]
+fn bad_http_runs_are_refused() {
+    let d = TempDir::new("http-bad");
+    let s = Server::http();
+    let o = msgbench(&d.0, &["run", &s.url, "--max-in-flight", "8", "-n", "10"]);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(
+        stderr(&o).contains("one request at a time"),
+        "{}",
+        stderr(&o)
+    );
+    let o = msgbench(&d.0, &["run", &s.url, "--method", "G E T", "-n", "10"]);
+    assert!(stderr(&o).contains("http.method"), "{}", stderr(&o));
+    let o = msgbench(&d.0, &["run", &s.url, "--header", "novalue", "-n", "10"]);
+    assert!(stderr(&o).contains("http.headers"), "{}", stderr(&o));
+    let o = msgbench(
+        &d.0,
+        &[
+            "run",
+            &format!("http://127.0.0.1:{}/", free_port()),
+            "-n",
+            "10",
+        ],
+    );
+    assert!(stderr(&o).contains("cannot connect"), "{}", stderr(&o));
+    // A TLS server that does not offer HTTP/2 by ALPN (msgbench's wss:// server): --http2
+    // says so instead of falling back to HTTP/1.1.
+    let wss = Server::wss_broadcast();
+    let https = wss.url.replace("wss://", "https://");
+    let ca = need!("MSGBENCH_IT_MQTT_CA");
+    let o = msgbench(
+        &d.0,
+        &[
+            "run",
+            &https,
+            "--http2",
+            "--ca-file",
+            &ca,
+            "-n",
+            "10",
+            "--no-output",
+        ],
+    );
+    assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("did not agree to HTTP/2"),
+        "{}",
+        stderr(&o)
+    );
+}

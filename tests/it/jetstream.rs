@@ -1,0 +1,364 @@
+//! NATS JetStream (`nats+js://`) against a real nats-server with JetStream on: PubAcks,
+//! pull and push consumers, durable and ephemeral, file and memory storage, streams created
+//! (or refused when creation is off), a server without JetStream, and a server killed mid-run.
+//!
+//! Each test starts its own nats-server (`nats-server` on PATH, as `scripts/brokers.sh up`
+//! installs it) with its JetStream store in the test's temporary directory, so streams and
+//! their reserved memory never outlive the test.
+
+use crate::util;
+
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+use util::*;
+
+/// A nats-server of the test's own; killed on drop.
+struct Js {
+    child: Child,
+    port: u16,
+}
+
+impl Js {
+    /// Starts nats-server on a free port, JetStream on (`jetstream`) with its store under `dir`.
+    fn start(dir: &Path, jetstream: bool) -> Js {
+        Js::start_on(dir, free_port(), jetstream)
+    }
+
+    fn start_on(dir: &Path, port: u16, jetstream: bool) -> Js {
+        let conf = dir.join(format!("js-{port}.conf"));
+        let mut text = format!("listen: 127.0.0.1:{port}\nmax_payload: 8MB\n");
+        if jetstream {
+            text += &format!(
+                "jetstream {{\n  store_dir: {:?}\n  max_memory_store: 512MB\n  max_file_store: 2GB\n}}\n",
+                dir.join("store").display().to_string()
+            );
+        }
+        std::fs::write(&conf, text).unwrap();
+        let mut child = Command::new("nats-server")
+            .args(["-c", &conf.display().to_string()])
+            .args([
+                "-l",
+                &dir.join(format!("nats-{port}.log")).display().to_string(),
+            ])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("nats-server on PATH (scripts/brokers.sh up installs it)");
+        for _ in 0..100 {
+            if std::net::TcpStream::connect(("127.0.0.1", port)).is_ok() {
+                return Js { child, port };
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        let _ = child.kill();
+        let _ = child.wait();
+        panic!("nats-server did not start on port {port}");
+    }
+
+    fn url(&self, query: &str) -> String {
+        format!("nats+js://127.0.0.1:{}{query}", self.port)
+    }
+
+    fn stop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Drop for Js {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+/// Runs `url` on `topic` with `extra` flags and checks the exact counts: every publish
+/// confirmed by a PubAck (publish latency recorded), every message delivered `copies` times,
+/// none lost, duplicated or redelivered.
+fn exact(dir: &Path, url: &str, topic: &str, extra: &[&str], copies: u64) -> serde_json::Value {
+    let n: u64 = 20_000;
+    let mut args = vec![
+        "run",
+        url,
+        "--topic",
+        topic,
+        "--messages",
+        "20000",
+        "--size",
+        "64",
+        "--warmup",
+        "0s",
+        "--no-output",
+    ];
+    args.extend(extra);
+    let r = run_json(dir, &args);
+    let i = &r["integrity"];
+    let c = &measure(&r)["counters"];
+    let what = format!("{url} {extra:?}: {i} {c}");
+    assert_eq!(u(&i["expected"]), n * copies, "{what}");
+    assert_eq!(u(&i["delivered"]), n * copies, "{what}");
+    assert_eq!(
+        (u(&i["lost"]), u(&i["duplicated"]), u(&i["foreign"])),
+        (0, 0, 0),
+        "{what}"
+    );
+    assert_eq!(
+        (u(&c["sent"]), u(&c["acked"]), u(&c["nacked"])),
+        (n, n, 0),
+        "{what}"
+    );
+    assert_eq!(u(&c["redelivered"]), 0, "{what}");
+    let m = measure(&r);
+    assert_eq!(
+        u(&m["publish"]["count"]),
+        n,
+        "{what}: publish latency of every PubAck"
+    );
+    assert!(u(&m["publish"]["p50"]) > 0, "{what}");
+    assert_eq!(u(&m["e2e"]["count"]), n * copies, "{what}");
+    r
+}
+
+/// Pull consumers, ephemeral and durable, on file and memory streams that msgbench creates.
+#[test]
+fn pubacks_and_pull_consumers() {
+    let _ = need!(NATS); // nats-server, installed by the broker script
+    let d = TempDir::new("js-pull");
+    let js = Js::start(&d.0, true);
+    exact(&d.0, &js.url(""), "js.pull.file", &["-p", "2"], 1);
+    exact(
+        &d.0,
+        &js.url("?storage=memory&batch=64"),
+        "js.pull.mem",
+        &["-c", "2"],
+        2,
+    );
+    exact(
+        &d.0,
+        &js.url("?durable=pd&storage=file"),
+        "js.pull.durable",
+        &["-c", "2"],
+        2,
+    );
+    // Competing consumers share one durable consumer named after the queue group.
+    exact(
+        &d.0,
+        &js.url("?batch=100"),
+        "js.pull.group",
+        &[
+            "-c",
+            "3",
+            "--queue-group",
+            "workers",
+            "--max-in-flight",
+            "64",
+        ],
+        1,
+    );
+}
+
+/// Push consumers, ephemeral and durable, fan-out and a queue group.
+#[test]
+fn push_consumers() {
+    let _ = need!(NATS); // nats-server, installed by the broker script
+    let d = TempDir::new("js-push");
+    let js = Js::start(&d.0, true);
+    exact(
+        &d.0,
+        &js.url("?consumer=push"),
+        "js.push.eph",
+        &["-c", "2"],
+        2,
+    );
+    exact(
+        &d.0,
+        &js.url("?consumer=push&durable=pushd&storage=memory"),
+        "js.push.durable",
+        &["-p", "2"],
+        1,
+    );
+    exact(
+        &d.0,
+        &js.url("?consumer=push"),
+        "js.push.group",
+        &["-c", "2", "--queue-group", "pg"],
+        1,
+    );
+}
+
+/// One named stream for several topics: created for the first, extended for the others; a
+/// durable consumer keeps the messages published while nobody consumed (backlog) and delivers
+/// them to the next run with `deliver=all`.
+#[test]
+fn named_stream_and_durable_backlog() {
+    let _ = need!(NATS); // nats-server, installed by the broker script
+    let d = TempDir::new("js-named");
+    let js = Js::start(&d.0, true);
+    exact(&d.0, &js.url("?stream=SHARED"), "js.a", &[], 1);
+    exact(&d.0, &js.url("?stream=SHARED"), "js.b", &[], 1);
+    // 5000 messages into the stream, no consumers.
+    let r = run_json(
+        &d.0,
+        &[
+            "run",
+            &js.url("?stream=BACK"),
+            "--topic",
+            "js.back",
+            "-c",
+            "0",
+            "--messages",
+            "5000",
+            "--warmup",
+            "0s",
+            "--no-output",
+        ],
+    );
+    assert_eq!(u(&measure(&r)["counters"]["acked"]), 5000);
+    // A durable that starts at the stream's first message finds them all (from a previous
+    // run: foreign to this one) and acks them; run again, it has nothing left.
+    for expect_foreign in [5000, 0] {
+        let r = run_json(
+            &d.0,
+            &[
+                "run",
+                &js.url("?stream=BACK&durable=later&deliver=all"),
+                "--topic",
+                "js.back",
+                "--messages",
+                "100",
+                "--warmup",
+                "0s",
+                "--drain",
+                "2s",
+                "--no-output",
+            ],
+        );
+        assert_eq!(u(&r["integrity"]["delivered"]), 100, "{}", r["integrity"]);
+        assert_eq!(
+            u(&r["integrity"]["foreign"]),
+            expect_foreign,
+            "{}",
+            r["integrity"]
+        );
+    }
+}
+
+/// A stream that does not exist with creation off, and a server without JetStream: a clear
+/// error and exit code 1 (could not run); a wrong option: exit code 2 (usage).
+#[test]
+fn missing_stream_and_no_jetstream() {
+    let _ = need!(NATS); // nats-server, installed by the broker script
+    let d = TempDir::new("js-missing");
+    let js = Js::start(&d.0, true);
+    let o = msgbench(
+        &d.0,
+        &[
+            "run",
+            &js.url("?stream=NOPE&create=0"),
+            "--messages",
+            "10",
+            "--no-output",
+            "--quiet",
+        ],
+    );
+    assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("JetStream stream `NOPE` does not exist"),
+        "{}",
+        stderr(&o)
+    );
+    let plain = Js::start(&d.0, false);
+    let o = msgbench(
+        &d.0,
+        &[
+            "run",
+            &plain.url(""),
+            "--messages",
+            "10",
+            "--no-output",
+            "--quiet",
+        ],
+    );
+    assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("JetStream is not enabled"),
+        "{}",
+        stderr(&o)
+    );
+    let o = msgbench(
+        &d.0,
+        &[
+            "run",
+            &js.url("?consumer=both"),
+            "--messages",
+            "10",
+            "--quiet",
+        ],
+    );
+    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+    assert!(stderr(&o).contains("consumer=both"), "{}", stderr(&o));
+}
+
+/// The server is killed mid-run and restarted on the same store: the run goes on, producers
+/// and consumers reconnect (stream and durable consumer found again), every message is
+/// delivered or counted lost, every lost one was reported in doubt or refused, and the report
+/// and results file are complete.
+#[test]
+fn broker_restart_mid_run() {
+    let _ = need!(NATS); // nats-server, installed by the broker script
+    let d = TempDir::new("js-restart");
+    let mut js = Js::start(&d.0, true);
+    let port = js.port;
+    let url = js.url("?durable=survivor");
+    let run = Command::new(bin())
+        .args([
+            "run",
+            &url,
+            "--topic",
+            "js.restart",
+            "--rate",
+            "3000",
+            "--duration",
+            "8s",
+            "--warmup",
+            "0s",
+            "--drain",
+            "5s",
+            "-o",
+            "r.jsonl",
+            "--format",
+            "json",
+            "--quiet",
+        ])
+        .env("MSGBENCH_RESULTS_DB", d.path("runs.db"))
+        .current_dir(&d.0)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_secs(2));
+    js.stop();
+    std::thread::sleep(Duration::from_secs(1));
+    let _js = Js::start_on(&d.0, port, true);
+    let o = run.wait_with_output().unwrap();
+    assert!(o.status.success(), "{}", stderr(&o));
+    let r: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    let c = &measure(&r)["counters"];
+    let e = &c["errors"];
+    assert!(count_events(&r, "disconnected") >= 2, "{}", r["events"]);
+    assert!(count_events(&r, "reconnected") >= 2, "{}", r["events"]);
+    let i = &r["integrity"];
+    assert_eq!(u(&i["expected"]), u(&i["delivered"]) + u(&i["lost"]), "{i}");
+    assert!(
+        u(&i["delivered"]) > u(&c["sent"]) / 2,
+        "deliveries went on after the restart: {i} {c}"
+    );
+    let in_doubt = u(&e["timeout"]) + u(&e["send"]) + u(&c["nacked"]);
+    assert!(
+        u(&i["lost"]) <= in_doubt,
+        "every lost message was reported in doubt or refused: {i} {e}\nevents: {}",
+        r["events"]
+    );
+    let file = std::fs::read_to_string(d.path("r.jsonl")).unwrap();
+    assert!(file.lines().last().unwrap().contains("\"type\":\"end\""));
+}

@@ -1,0 +1,404 @@
+//! Kafka against a real Apache Kafka broker (KRaft, started by `scripts/brokers.sh up kafka`):
+//! acks and publish latency, fan-out and group consumers counted exactly, compression, keyed
+//! partitioning over several partitions without false reordering, earliest versus latest,
+//! topic creation, and the errors a user meets first.
+
+#![cfg(feature = "kafka")]
+
+use crate::util;
+
+use std::time::{Duration, Instant};
+use util::*;
+
+/// A topic name no earlier run used (the broker keeps its topics across runs).
+fn topic(tag: &str) -> String {
+    let n = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_nanos();
+    format!("it.{tag}.{}.{n:x}", std::process::id())
+}
+
+fn run<'a>(url: &'a str, topic: &'a str, extra: &[&'a str]) -> Vec<&'a str> {
+    let mut v = vec![
+        "run",
+        url,
+        "--topic",
+        topic,
+        "--warmup",
+        "0s",
+        "--drain",
+        "5s",
+        "--no-output",
+    ];
+    v.extend_from_slice(extra);
+    v
+}
+
+/// acks=all: every message is acknowledged by the broker with its publish latency; two fan-out
+/// consumers (a group each) get every message, in order, once.
+#[test]
+fn acks_all_fanout_exact() {
+    let url = need!(KAFKA);
+    let d = TempDir::new("kafka-fanout");
+    let t = topic("fanout");
+    let r = run_json(
+        &d.0,
+        &run(
+            &url,
+            &t,
+            &[
+                "--acks", "all", "-p", "2", "-c", "2", "-n", "10000", "-s", "1KiB",
+            ],
+        ),
+    );
+    let m = measure(&r);
+    assert_eq!(u(&m["counters"]["acked"]), 10_000, "{m}");
+    assert_eq!(u(&m["publish"]["count"]), 10_000);
+    assert!(u(&m["publish"]["p50"]) > 0);
+    let i = &r["integrity"];
+    assert_eq!(
+        (
+            u(&i["delivered"]),
+            u(&i["lost"]),
+            u(&i["duplicated"]),
+            u(&i["reordered"])
+        ),
+        (20_000, 0, 0, 0),
+        "{i}"
+    );
+}
+
+/// Competing consumers in one group over a topic created with three partitions: each message
+/// reaches exactly one of them.
+#[test]
+fn group_consumers_share_partitions() {
+    let url = need!(KAFKA);
+    let d = TempDir::new("kafka-group");
+    let t = topic("group");
+    let group = format!("g-{t}");
+    let r = run_json(
+        &d.0,
+        &run(
+            &url,
+            &t,
+            &[
+                "--partitions",
+                "3",
+                "--queue-group",
+                &group,
+                "-p",
+                "2",
+                "-c",
+                "3",
+                "-n",
+                "9000",
+                "--acks",
+                "1",
+            ],
+        ),
+    );
+    let i = &r["integrity"];
+    assert_eq!(
+        (
+            u(&i["expected"]),
+            u(&i["delivered"]),
+            u(&i["lost"]),
+            u(&i["duplicated"])
+        ),
+        (9000, 9000, 0, 0),
+        "{i}"
+    );
+    assert_eq!(u(&i["reordered"]), 0, "{i}");
+}
+
+/// Every codec delivers every message.
+#[test]
+fn compression_codecs_deliver() {
+    let url = need!(KAFKA);
+    let d = TempDir::new("kafka-codecs");
+    for codec in ["gzip", "lz4", "zstd", "snappy", "none"] {
+        let t = topic(codec);
+        let r = run_json(
+            &d.0,
+            &run(
+                &url,
+                &t,
+                &["--compression", codec, "-n", "3000", "-s", "512"],
+            ),
+        );
+        let i = &r["integrity"];
+        assert_eq!(
+            (u(&i["delivered"]), u(&i["lost"])),
+            (3000, 0),
+            "{codec}: {i}"
+        );
+    }
+}
+
+/// Keyed partitioning spreads each producer's messages over four partitions; a consumer reads
+/// them partition batch by partition batch, which is out of order across partitions but never
+/// within one: zero reordered, zero lost. Sticky and round-robin too.
+#[test]
+fn keyed_partitions_zero_reordered() {
+    let url = need!(KAFKA);
+    let d = TempDir::new("kafka-keyed");
+    for how in ["keyed", "round-robin", "sticky"] {
+        let t = topic(how);
+        let r = run_json(
+            &d.0,
+            &run(
+                &url,
+                &t,
+                &[
+                    "--partitions",
+                    "4",
+                    "--partitioner",
+                    how,
+                    "--keys",
+                    "64",
+                    "-p",
+                    "2",
+                    "-c",
+                    "2",
+                    "-n",
+                    "20000",
+                    "--linger",
+                    "20ms",
+                ],
+            ),
+        );
+        let i = &r["integrity"];
+        assert_eq!(
+            (
+                u(&i["delivered"]),
+                u(&i["lost"]),
+                u(&i["duplicated"]),
+                u(&i["reordered"])
+            ),
+            (40_000, 0, 0, 0),
+            "{how}: {i}"
+        );
+    }
+}
+
+/// A consumer starting at `earliest` also reads what an earlier run left in the topic (another
+/// run's messages: foreign); one starting at `latest` does not.
+#[test]
+fn earliest_reads_old_messages_latest_does_not() {
+    let url = need!(KAFKA);
+    let d = TempDir::new("kafka-offsets");
+    let t = topic("offsets");
+    let r = run_json(&d.0, &run(&url, &t, &["-n", "700"]));
+    assert_eq!(u(&r["integrity"]["delivered"]), 700);
+    let r = run_json(&d.0, &run(&url, &t, &["-n", "300", "--offset", "latest"]));
+    let i = &r["integrity"];
+    assert_eq!((u(&i["delivered"]), u(&i["foreign"])), (300, 0), "{i}");
+    let r = run_json(&d.0, &run(&url, &t, &["-n", "200", "--offset", "earliest"]));
+    let i = &r["integrity"];
+    assert_eq!((u(&i["delivered"]), u(&i["foreign"])), (200, 1000), "{i}");
+}
+
+/// `--no-create-topics` refuses a missing topic with its name; async and sync commits work.
+#[test]
+fn existing_topics_and_commit_modes() {
+    let url = need!(KAFKA);
+    let d = TempDir::new("kafka-existing");
+    let t = topic("missing");
+    let o = msgbench(&d.0, &run(&url, &t, &["--no-create-topics", "-n", "10"]));
+    assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
+    assert!(stderr(&o).contains("does not exist"), "{}", stderr(&o));
+    for commit in ["async", "sync", "none"] {
+        let t = topic(commit);
+        let r = run_json(
+            &d.0,
+            &run(
+                &url,
+                &t,
+                &["--commit", commit, "--queue-group", &t, "-n", "2000"],
+            ),
+        );
+        assert_eq!(u(&r["integrity"]["delivered"]), 2000, "{commit}");
+    }
+}
+
+/// A broker that does not answer: a clear error and exit 1 within the connect timeout.
+#[test]
+fn unreachable_broker_fails_fast() {
+    need!(KAFKA);
+    let d = TempDir::new("kafka-unreachable");
+    let url = format!("kafka://127.0.0.1:{}", free_port());
+    let t0 = Instant::now();
+    let o = msgbench(
+        &d.0,
+        &[
+            "run",
+            &url,
+            "-n",
+            "10",
+            "--connect-timeout",
+            "2s",
+            "--no-output",
+        ],
+    );
+    assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
+    assert!(t0.elapsed() < Duration::from_secs(20), "{:?}", t0.elapsed());
+    assert!(stderr(&o).contains("cannot connect"), "{}", stderr(&o));
+}
+
+/// Wrong options are usage errors (exit 2) naming the setting.
+#[test]
+fn bad_options_exit_2() {
+    let d = TempDir::new("kafka-bad");
+    for (flag, value, says) in [
+        ("--acks", "2", "kafka.acks"),
+        ("--compression", "brotli", "kafka.compression"),
+        ("--offset", "middle", "kafka.start"),
+    ] {
+        let o = msgbench(
+            &d.0,
+            &[
+                "run",
+                "kafka://127.0.0.1:1",
+                flag,
+                value,
+                "-n",
+                "1",
+                "--no-output",
+            ],
+        );
+        assert_eq!(o.status.code(), Some(2), "{flag}: {}", stderr(&o));
+        assert!(stderr(&o).contains(says), "{flag}: {}", stderr(&o));
+    }
+}
+
+/// TLS (`kafka+ssl://`) against the broker's SSL listener: the test CA verifies it, a client
+/// certificate is offered, and every message arrives; without the CA the certificate is
+/// refused with a clear error.
+#[test]
+fn tls_listener_is_exact_and_verified() {
+    let (Ok(url), Ok(ca)) = (
+        std::env::var("MSGBENCH_IT_KAFKA_TLS"),
+        std::env::var("MSGBENCH_IT_CA"),
+    ) else {
+        eprintln!(
+            "skipped: MSGBENCH_IT_KAFKA_TLS / MSGBENCH_IT_CA not set (scripts/brokers.sh env)"
+        );
+        return;
+    };
+    let dir = std::path::Path::new(&ca).parent().unwrap();
+    let (cert, key) = (
+        dir.join("client.pem").display().to_string(),
+        dir.join("client.key").display().to_string(),
+    );
+    let d = TempDir::new("kafka-tls");
+    let t = topic("tls");
+    let r = run_json(
+        &d.0,
+        &run(
+            &url,
+            &t,
+            &[
+                "--ca-file",
+                &ca,
+                "--cert",
+                &cert,
+                "--key",
+                &key,
+                "-p",
+                "2",
+                "-c",
+                "2",
+                "-n",
+                "4000",
+                "--acks",
+                "all",
+            ],
+        ),
+    );
+    let i = &r["integrity"];
+    assert_eq!((u(&i["delivered"]), u(&i["lost"])), (8000, 0), "{i}");
+    let o = msgbench(
+        &d.0,
+        &[
+            "run",
+            &url,
+            "--topic",
+            &topic("tls-noca"),
+            "-n",
+            "10",
+            "--connect-timeout",
+            "5s",
+            "--no-output",
+        ],
+    );
+    assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
+    assert!(
+        stderr(&o).to_lowercase().contains("certificate"),
+        "{}",
+        stderr(&o)
+    );
+}
+
+/// Connection workloads: each connection is a librdkafka producer that answered a metadata
+/// request; held connections publish on their interval; a storm opens and closes them one
+/// after the other, publishing on each, without failures.
+#[test]
+fn connection_workloads_hold_and_storm() {
+    let url = need!(KAFKA);
+    let d = TempDir::new("kafka-conns");
+    let t = topic("conns");
+    let r = run_json(
+        &d.0,
+        &[
+            "run",
+            &url,
+            "--topic",
+            &t,
+            "--connections",
+            "20",
+            "--connect-rate",
+            "100",
+            "--hold",
+            "3s",
+            "--publish-interval",
+            "1s",
+            "--no-output",
+        ],
+    );
+    assert_eq!(
+        u(&r["connections"]["peak_held"]),
+        20,
+        "{}",
+        r["connections"]
+    );
+    let sent = phase_sum(&r, "sent");
+    assert!(sent >= 20 * 2, "each held connection published: {sent}");
+    let r = run_json(
+        &d.0,
+        &[
+            "run",
+            &url,
+            "--topic",
+            &t,
+            "--storm",
+            "--concurrency",
+            "4",
+            "--duration",
+            "3s",
+            "--messages-per-connection",
+            "1",
+            "--no-output",
+        ],
+    );
+    let m = measure(&r);
+    assert!(u(&m["counters"]["connects"]) > 10, "{m}");
+    assert_eq!(
+        m["counters"]["connect_failures"]
+            .as_object()
+            .map_or(0, |f| f.values().map(u).sum()),
+        0,
+        "{m}"
+    );
+    assert!(u(&m["counters"]["sent"]) > 10, "{m}");
+}

@@ -1,0 +1,774 @@
+//! MQTT-specific behaviour against a real Mosquitto (started by `scripts/brokers.sh`) and
+//! msgbench's own broker: QoS stages, MQTT 5 shared subscriptions, wildcards, authentication,
+//! TLS, the embedded demo, connection workloads, bad input and a broker restart.
+
+use crate::util;
+
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+use util::*;
+
+fn run_args<'a>(url: &'a str, extra: &[&'a str]) -> Vec<&'a str> {
+    let mut v = vec!["run", url, "--warmup", "0s", "--no-output"];
+    v.extend_from_slice(extra);
+    v
+}
+
+/// QoS 1 and 2: every message is acknowledged (PUBACK / PUBCOMP), publish latency is recorded
+/// for each, and every message arrives once.
+#[test]
+fn qos_1_and_2_ack_every_message() {
+    let d = TempDir::new("mqtt-qos");
+    let url = need!(MQTT);
+    for qos in ["1", "2"] {
+        let topic = format!("it/qos{qos}");
+        let r = run_json(
+            &d.0,
+            &run_args(
+                &url,
+                &["--qos", qos, "--topic", &topic, "-p", "2", "-n", "20000"],
+            ),
+        );
+        let m = measure(&r);
+        assert_eq!(u(&m["counters"]["sent"]), 20_000, "qos {qos}");
+        assert_eq!(u(&m["counters"]["acked"]), 20_000, "qos {qos}");
+        assert_eq!(u(&m["publish"]["count"]), 20_000, "qos {qos}");
+        assert!(u(&m["publish"]["p50"]) > 0, "qos {qos}");
+        let i = &r["integrity"];
+        assert_eq!(
+            (u(&i["delivered"]), u(&i["lost"])),
+            (20_000, 0),
+            "qos {qos}: {i}"
+        );
+        assert_eq!(u(&i["duplicated"]), 0, "qos {qos}");
+    }
+}
+
+/// `--ack-every 16`: consumers write their acknowledgements in batches. Every message still
+/// arrives once (QoS 1 and 2, whose PUBREC and PUBCOMP are batched too), and the consumers'
+/// connections carry far fewer data segments back to the broker than with an ack per message.
+#[test]
+fn batched_acks_keep_every_message_in_fewer_segments() {
+    let d = TempDir::new("mqtt-ack-every");
+    let url = need!(MQTT);
+    let run = |qos: &str, every: &str| {
+        let topic = format!("it/ack-every/{qos}/{every}");
+        let r = run_json(
+            &d.0,
+            &run_args(
+                &url,
+                &[
+                    "--qos",
+                    qos,
+                    "--topic",
+                    &topic,
+                    "-n",
+                    "20000",
+                    "--ack-every",
+                    every,
+                    "--max-in-flight",
+                    "1000",
+                ],
+            ),
+        );
+        let i = &r["integrity"];
+        assert_eq!(
+            (u(&i["delivered"]), u(&i["lost"]), u(&i["duplicated"])),
+            (20_000, 0, 0),
+            "qos {qos}, ack every {every}: {i}"
+        );
+        assert_eq!(u(&measure(&r)["counters"]["acked"]), 20_000, "qos {qos}");
+        u(&r["tcp"]["data_segs_out"])
+    };
+    run("2", "16");
+    let (one, batched) = (run("1", "1"), run("1", "16"));
+    // The producer's writes are batched either way (64 KiB); the consumer's acks are not.
+    assert!(
+        batched * 3 < one,
+        "data segments out: {batched} with --ack-every 16, {one} with 1"
+    );
+}
+
+/// A batch of acknowledgements never waits for more deliveries than the broker will send:
+/// with a broker that sends one message at a time until it is acknowledged, each ack goes out
+/// on its own within the time bound, and every message arrives.
+#[test]
+fn batched_acks_go_out_in_time() {
+    let _ = need!(MQTT);
+    let d = TempDir::new("mqtt-ack-bound");
+    let port = free_port();
+    let _server = Killed(start_mosquitto_with(
+        port,
+        &d.0,
+        "max_inflight_messages 1\n",
+    ));
+    let url = format!("mqtt://127.0.0.1:{port}");
+    let r = run_json(
+        &d.0,
+        &run_args(
+            &url,
+            &[
+                "--qos",
+                "1",
+                "--rate",
+                "2000",
+                "-n",
+                "400",
+                "--ack-every",
+                "1000",
+            ],
+        ),
+    );
+    let i = &r["integrity"];
+    assert_eq!((u(&i["delivered"]), u(&i["lost"])), (400, 0), "{i}");
+    // Each delivery waited for the previous one's acknowledgement, which waited the time
+    // bound (more than the 0.5 ms between sends): the broker's pace shows in the latency, not
+    // in losses.
+    assert!(
+        u(&measure(&r)["e2e"]["max"]) >= 1_000_000,
+        "{}",
+        measure(&r)["e2e"]
+    );
+}
+
+/// MQTT 5 with a shared subscription: each message reaches exactly one group member.
+#[test]
+fn mqtt5_shared_subscription() {
+    let d = TempDir::new("mqtt-share");
+    let url = need!(MQTT);
+    let r = run_json(
+        &d.0,
+        &run_args(
+            &url,
+            &[
+                "--mqtt-version",
+                "5",
+                "--qos",
+                "1",
+                "--topic",
+                "it/share",
+                "-c",
+                "3",
+                "--queue-group",
+                "g1",
+                "-n",
+                "9000",
+            ],
+        ),
+    );
+    let i = &r["integrity"];
+    assert_eq!(u(&i["expected"]), 9000, "{i}");
+    assert_eq!(u(&i["delivered"]), 9000, "{i}");
+    assert_eq!(u(&i["duplicated"]), 0, "{i}");
+}
+
+/// A wildcard subscription receives the messages of every topic.
+#[test]
+fn wildcard_subscription_covers_all_topics() {
+    let d = TempDir::new("mqtt-wild");
+    for url in [need!(MQTT), Server::mqtt().url.clone()] {
+        let r = run_json(
+            &d.0,
+            &run_args(
+                &url,
+                &[
+                    "--topics",
+                    "3",
+                    "--topic",
+                    "it/wild/{i}",
+                    "--subscribe",
+                    "it/wild/+",
+                    "-n",
+                    "3000",
+                    "--rate",
+                    "6000",
+                ],
+            ),
+        );
+        let i = &r["integrity"];
+        // 3 consumers (one per topic), each subscribed to all 3 topics.
+        assert_eq!(u(&i["expected"]), 9000, "{url}: {i}");
+        assert_eq!(u(&i["delivered"]), 9000, "{url}: {i}");
+    }
+}
+
+/// Credentials in the URL are used; wrong ones give a clear, quick error.
+#[test]
+fn authentication() {
+    let d = TempDir::new("mqtt-auth");
+    let good = need!("MSGBENCH_IT_MQTT_AUTH_URL");
+    let r = run_json(
+        &d.0,
+        &run_args(&good, &["-n", "1000", "--topic", "it/auth"]),
+    );
+    assert_eq!(u(&r["integrity"]["delivered"]), 1000);
+    let bad = good.replace("msgbench-secret", "wrong");
+    let o = msgbench(&d.0, &run_args(&bad, &["-n", "10"]));
+    assert_eq!(o.status.code(), Some(1));
+    let e = stderr(&o);
+    assert!(e.contains("refused the connection"), "{e}");
+    assert!(!e.contains("wrong"), "the password is not printed: {e}");
+}
+
+/// TLS: verified against the given CA (and with a client certificate); verification is on by
+/// default, so an unknown CA fails unless --insecure.
+#[test]
+fn tls_verifies_by_default() {
+    let d = TempDir::new("mqtt-tls");
+    let ca = need!("MSGBENCH_IT_MQTT_CA");
+    let cert = need!("MSGBENCH_IT_MQTT_CLIENT_CERT");
+    let key = need!("MSGBENCH_IT_MQTT_CLIENT_KEY");
+    // Mosquitto's TLS listener, then msgbench's own broker over TLS.
+    let ours = Server::mqtts();
+    for url in [need!("MSGBENCH_IT_MQTTS_URL"), ours.url.clone()] {
+        tls_run(&d, &url, &ca, &cert, &key);
+    }
+}
+
+/// Verified, with a client certificate, refused without the CA, and `--insecure`.
+fn tls_run(d: &TempDir, url: &str, ca: &str, cert: &str, key: &str) {
+    let r = run_json(
+        &d.0,
+        &run_args(url, &["--ca-file", ca, "-n", "2000", "--topic", "it/tls"]),
+    );
+    assert_eq!(u(&r["integrity"]["delivered"]), 2000);
+    let r = run_json(
+        &d.0,
+        &run_args(
+            url,
+            &[
+                "--ca-file",
+                ca,
+                "--cert",
+                cert,
+                "--key",
+                key,
+                "-n",
+                "500",
+                "--qos",
+                "1",
+            ],
+        ),
+    );
+    assert_eq!(u(&measure(&r)["counters"]["acked"]), 500);
+    let o = msgbench(&d.0, &run_args(url, &["-n", "10"]));
+    assert_eq!(o.status.code(), Some(1), "unknown CA must fail");
+    assert!(stderr(&o).contains("TLS"), "{}", stderr(&o));
+    let r = run_json(&d.0, &run_args(url, &["--insecure", "-n", "500"]));
+    assert_eq!(u(&r["integrity"]["delivered"]), 500);
+}
+
+/// `msgbench run` with no target starts the embedded broker, says so, and reports a real
+/// benchmark through it. With TCP_NODELAY on both sides the median is far below Nagle's 40 ms.
+#[test]
+fn demo_runs_against_the_embedded_broker() {
+    let d = TempDir::new("mqtt-demo");
+    let o = msgbench(
+        &d.0,
+        &[
+            "run",
+            "--duration",
+            "2s",
+            "--rate",
+            "1000",
+            "--format",
+            "json",
+            "--quiet",
+        ],
+    );
+    assert!(o.status.success(), "{}", stderr(&o));
+    let e = stderr(&o);
+    assert!(
+        e.contains("embedded MQTT broker on mqtt://127.0.0.1:"),
+        "{e}"
+    );
+    let r: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert!(
+        r["target"]
+            .as_str()
+            .unwrap()
+            .starts_with("mqtt://127.0.0.1:")
+    );
+    let m = measure(&r);
+    assert!(u(&m["counters"]["received"]) >= 1900, "{m}");
+    assert_eq!(u(&r["integrity"]["lost"]), 0);
+    assert!(
+        u(&m["e2e"]["p50"]) < 10_000_000,
+        "e2e p50 {} ns",
+        m["e2e"]["p50"]
+    );
+}
+
+/// Hold mode: N connections open, are held and closed; connect latency, peak and memory per
+/// connection are reported, for MQTT and NATS alike.
+#[test]
+fn hold_connections() {
+    let d = TempDir::new("mqtt-hold");
+    for url in [need!(MQTT), need!(NATS)] {
+        let r = run_json(
+            &d.0,
+            &[
+                "run",
+                &url,
+                "--connections",
+                "400",
+                "--hold",
+                "1s",
+                "--publish-interval",
+                "200ms",
+                "--source-addrs",
+                "127.0.0.1-127.0.0.4",
+                "-o",
+                "hold.jsonl",
+            ],
+        );
+        assert_valid_and_pure(&d.0, "hold.jsonl", &r);
+        let c = &r["connections"];
+        assert_eq!(c["mode"], "hold", "{r}");
+        assert_eq!(u(&c["peak_held"]), 400, "{url}: {c}");
+        assert!(c["rss_per_connection_bytes"].as_f64().unwrap() > 0.0, "{c}");
+        let m = measure(&r);
+        assert_eq!(u(&m["counters"]["connects"]), 400, "{url}");
+        assert_eq!(u(&m["connect"]["count"]), 400, "{url}");
+        assert!(
+            u(&m["counters"]["sent"]) >= 400,
+            "{url}: held connections published"
+        );
+        let closes: u64 = r["phases"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|p| p["counters"]["closes"].as_u64().unwrap_or(0))
+            .sum();
+        assert_eq!(closes, 400, "{url}");
+        // Every held connection added its kernel counters as it closed: at least the
+        // handshake's segments and the CONNECT each way.
+        let t = &r["tcp"];
+        assert_eq!(u(&t["connections"]), 400, "{url}: {t}");
+        assert!(u(&t["data_segs_out"]) >= 800, "{url}: {t}");
+        assert!(u(&t["segs_in"]) >= 800, "{url}: {t}");
+    }
+}
+
+/// Storm mode against every kind of server: connections/s and handshake latency.
+#[test]
+fn connect_storm() {
+    let d = TempDir::new("mqtt-storm");
+    let serve = Server::mqtt();
+    for url in [serve.url.clone(), need!(MQTT), need!(NATS)] {
+        let r = run_json(
+            &d.0,
+            &[
+                "run",
+                &url,
+                "--storm",
+                "--concurrency",
+                "16",
+                "--duration",
+                "1s",
+                "--messages-per-connection",
+                "2",
+                "--no-output",
+            ],
+        );
+        let m = measure(&r);
+        let opened = u(&m["counters"]["connects"]);
+        assert!(opened > 50, "{url}: {opened} cycles in 1 s");
+        assert_eq!(u(&m["connect"]["count"]), opened, "{url}");
+        assert!(r["connections"]["connections_per_s"].as_f64().unwrap() > 50.0);
+        assert_eq!(r["connections"]["mode"], "storm");
+    }
+}
+
+/// Connection failures are counted by cause, and the run still reports.
+#[test]
+fn storm_against_a_closed_port_counts_refusals() {
+    let d = TempDir::new("mqtt-refused");
+    let url = format!("mqtt://127.0.0.1:{}", free_port());
+    let r = run_json(
+        &d.0,
+        &[
+            "run",
+            &url,
+            "--storm",
+            "--concurrency",
+            "4",
+            "--duration",
+            "500ms",
+            "--no-output",
+        ],
+    );
+    let c = &measure(&r)["counters"];
+    assert!(u(&c["connect_failures"]["refused"]) > 0, "{c}");
+    assert_eq!(c["connects"].as_u64().unwrap_or(0), 0);
+}
+
+/// Limits the process cannot meet are refused before anything connects, saying what to raise:
+/// descriptors for a driver that needs one per connection (AMQP 0-9-1), local ports for MQTT
+/// (which holds connections beyond the descriptor limit in io_uring tables).
+#[test]
+fn connection_preflight_names_the_limit() {
+    let d = TempDir::new("mqtt-preflight");
+    let refused = |url: &str| {
+        let o = msgbench(
+            &d.0,
+            &["run", url, "--connections", "100000000", "--no-output"],
+        );
+        assert_eq!(o.status.code(), Some(1));
+        stderr(&o)
+    };
+    let e = refused(&need!(AMQP));
+    assert!(e.contains("file descriptors") && e.contains("limit"), "{e}");
+    let e = refused(&need!(MQTT));
+    assert!(
+        e.contains("local ports") && e.contains("--source-addrs"),
+        "{e}"
+    );
+    // Four brokers in the URL: each destination has its own ports, and takes a quarter.
+    let e = refused(&format!(
+        "{},127.0.0.1:2,127.0.0.1:3,127.0.0.1:4",
+        need!(MQTT)
+    ));
+    assert!(e.contains("25000000 connections to one address"), "{e}");
+}
+
+/// An unreachable broker is a clear error within the connect timeout.
+#[test]
+fn unreachable_broker_fails_fast() {
+    let d = TempDir::new("mqtt-unreach");
+    let started = Instant::now();
+    let url = format!("mqtt://127.0.0.1:{}", free_port());
+    let o = msgbench(
+        &d.0,
+        &run_args(&url, &["--connect-timeout", "2s", "-n", "10"]),
+    );
+    assert!(started.elapsed() < Duration::from_secs(10));
+    assert_eq!(o.status.code(), Some(1));
+    assert!(stderr(&o).contains("cannot connect"), "{}", stderr(&o));
+    let o = msgbench(&d.0, &["run", "mqtt://", "--no-output"]);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(stderr(&o).contains("no host"), "{}", stderr(&o));
+}
+
+fn start_mosquitto(port: u16, dir: &std::path::Path) -> Child {
+    start_mosquitto_with(port, dir, "")
+}
+
+/// A mosquitto of its own on `port`, with `extra` configuration lines.
+fn start_mosquitto_with(port: u16, dir: &std::path::Path, extra: &str) -> Child {
+    let conf = dir.join("m.conf");
+    std::fs::write(
+        &conf,
+        format!("listener {port} 127.0.0.1\nallow_anonymous true\npersistence false\nset_tcp_nodelay true\n{extra}"),
+    )
+    .unwrap();
+    let bin = ["/usr/sbin/mosquitto", "mosquitto"]
+        .into_iter()
+        .find(|b| {
+            Command::new(b)
+                .arg("-h")
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .status()
+                .is_ok()
+        })
+        .expect("mosquitto installed (scripts/brokers.sh up installs it)");
+    let mut child = Command::new(bin)
+        .args(["-c", conf.to_str().unwrap()])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    for _ in 0..100 {
+        if std::net::TcpStream::connect(("127.0.0.1", port)).is_ok() {
+            return child;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let _ = child.kill();
+    let _ = child.wait();
+    panic!("mosquitto did not start on {port}");
+}
+
+/// The broker is killed and restarted mid-run: clients reconnect, the interruption and the loss
+/// are counted, and the results file is complete.
+#[test]
+fn broker_restart_mid_run() {
+    let _ = need!(MQTT);
+    let d = TempDir::new("mqtt-restart");
+    let port = free_port();
+    let mut server = start_mosquitto(port, &d.0);
+    let url = format!("mqtt://127.0.0.1:{port}");
+    let run = Command::new(bin())
+        .args([
+            "run",
+            &url,
+            "--qos",
+            "1",
+            "--rate",
+            "3000",
+            "--duration",
+            "6s",
+            "--warmup",
+            "0s",
+            "--drain",
+            "2s",
+            "--ack-timeout",
+            "2s",
+            "-o",
+            "r.jsonl",
+            "--format",
+            "json",
+            "--quiet",
+        ])
+        .current_dir(&d.0)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_secs(2));
+    server.kill().unwrap();
+    server.wait().unwrap();
+    std::thread::sleep(Duration::from_secs(1));
+    let mut server = start_mosquitto(port, &d.0);
+    let o = run.wait_with_output().unwrap();
+    server.kill().unwrap();
+    let _ = server.wait();
+    assert!(o.status.success(), "{}", stderr(&o));
+    let r: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    let sent = u(&measure(&r)["counters"]["sent"]);
+    assert!(sent > 9_000, "kept sending after the restart: {sent}");
+    let i = &r["integrity"];
+    // The outage shows up as messages lost in the broker, sends refused while it was down, or
+    // acks that never came (which of these depends on where the cut falls).
+    let e = &measure(&r)["counters"]["errors"];
+    assert!(
+        u(&i["lost"]) + u(&e["send"]) + u(&e["timeout"]) + u(&e["connect"]) > 0,
+        "{i} {e}"
+    );
+    assert!(u(&e["disconnect"]) > 0, "{e}");
+    assert_eq!(u(&i["expected"]), u(&i["delivered"]) + u(&i["lost"]));
+    let kinds: Vec<&str> = r["events"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e["kind"].as_str().unwrap())
+        .collect();
+    assert!(kinds.contains(&"disconnected"), "{kinds:?}");
+    assert!(kinds.contains(&"reconnected"), "{kinds:?}");
+    let file = std::fs::read_to_string(d.path("r.jsonl")).unwrap();
+    assert!(file.lines().last().unwrap().contains("\"type\":\"end\""));
+}
+
+/// Retained messages stay on the broker: a later run's subscriber receives the last one first,
+/// which it counts as foreign (another run's stamp) rather than as one of its own.
+#[test]
+fn retained_message_reaches_a_later_subscriber() {
+    let d = TempDir::new("mqtt-retain");
+    let url = need!(MQTT);
+    let topic = format!("it/retain/{}", std::process::id());
+    let r = run_json(
+        &d.0,
+        &run_args(
+            &url,
+            &[
+                "--retain", "--qos", "1", "-c", "0", "-n", "5", "--topic", &topic,
+            ],
+        ),
+    );
+    assert_eq!(u(&measure(&r)["counters"]["acked"]), 5);
+    let r = run_json(&d.0, &run_args(&url, &["-n", "100", "--topic", &topic]));
+    assert_eq!(u(&r["integrity"]["delivered"]), 100);
+    assert_eq!(u(&r["integrity"]["foreign"]), 1, "{}", r["integrity"]);
+    // Clean up: an empty retained message deletes it (not needed by the assertions).
+}
+
+/// A persistent session with a fixed client id works at QoS 1 on both protocol versions.
+#[test]
+fn persistent_sessions() {
+    let d = TempDir::new("mqtt-persist");
+    let url = need!(MQTT);
+    for v in ["3.1.1", "5"] {
+        let id = format!("it-persist-{}-{v}-{{role}}-{{i}}", std::process::id());
+        for _ in 0..2 {
+            let r = run_json(
+                &d.0,
+                &run_args(
+                    &url,
+                    &[
+                        "--persistent-session",
+                        "--client-id",
+                        &id,
+                        "--qos",
+                        "1",
+                        "--mqtt-version",
+                        v,
+                        "-n",
+                        "1000",
+                        "--topic",
+                        "it/persist",
+                    ],
+                ),
+            );
+            assert_eq!(u(&r["integrity"]["delivered"]), 1000, "{v}");
+        }
+    }
+}
+
+/// The server dies while connections are held: the drops are counted by the run, which still
+/// ends with a report.
+#[test]
+fn held_connections_dropped_by_a_dying_server() {
+    let d = TempDir::new("mqtt-hold-drop");
+    let mut server = Server::mqtt();
+    let url = server.url.clone();
+    let run = Command::new(bin())
+        .args([
+            "run",
+            &url,
+            "--connections",
+            "300",
+            "--hold",
+            "4s",
+            "--format",
+            "json",
+            "--quiet",
+            "--no-output",
+        ])
+        .current_dir(&d.0)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(1500));
+    server.kill();
+    let o = run.wait_with_output().unwrap();
+    assert!(o.status.success(), "{}", stderr(&o));
+    let r: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(
+        u(&r["connections"]["peak_held"]),
+        300,
+        "{}",
+        r["connections"]
+    );
+    let dropped: u64 = r["phases"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| p["counters"]["dropped"].as_u64().unwrap_or(0))
+        .sum();
+    assert_eq!(dropped, 300);
+    assert!(
+        r["warnings"].to_string().contains("dropped"),
+        "{}",
+        r["warnings"]
+    );
+}
+
+/// Clients slower than their keep-alive ping, so the broker never drops them (Mosquitto closes a
+/// connection silent for 1.5 × keep-alive).
+#[test]
+fn keep_alive_holds_slow_clients() {
+    let d = TempDir::new("mqtt-keepalive");
+    let r = run_json(
+        &d.0,
+        &run_args(
+            &need!(MQTT),
+            &[
+                "--rate",
+                "0.25",
+                "--keep-alive",
+                "1s",
+                "--duration",
+                "5s",
+                "--topic",
+                "it/ka",
+            ],
+        ),
+    );
+    let kinds: Vec<&str> = r["events"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e["kind"].as_str().unwrap())
+        .collect();
+    assert!(!kinds.contains(&"disconnected"), "{kinds:?}");
+    assert_eq!(u(&r["integrity"]["lost"]), 0);
+    assert!(u(&r["integrity"]["delivered"]) >= 1);
+}
+
+/// More held connections than the process may open files: with its hard limit lowered to 600,
+/// msgbench holds 1,500 connections in io_uring tables (several, as each table may be only as
+/// large as the limit), keeps them alive with pings and publishes through them. The URL names
+/// two brokers, which share the clients round robin: killing the second drops exactly its half.
+#[test]
+fn holds_more_connections_than_the_open_file_limit() {
+    let d = TempDir::new("mqtt-fd-free");
+    let port = free_port();
+    let mut second = Killed(start_mosquitto(port, &d.0));
+    let url = format!("{},127.0.0.1:{port}", need!(MQTT));
+    let args = [
+        "run",
+        &url,
+        "--connections",
+        "1500",
+        "--connect-rate",
+        "3000",
+        "--hold",
+        "4s",
+        "--keep-alive",
+        "1s",
+        "--publish-interval",
+        "500ms",
+        "-o",
+        "held.jsonl",
+    ];
+    let run = spawn_run_with_nofile(&d.0, &args, 600);
+    // Once every connection is open and has lived through a few keep-alive periods, the second
+    // broker dies.
+    wait_for_record(&d.path("held.jsonl"), "\"connected\"");
+    std::thread::sleep(Duration::from_millis(2500));
+    second.kill();
+    let r = finish_json(run);
+    let c = &r["connections"];
+    assert_eq!(u(&c["peak_held"]), 1500, "{c}");
+    assert_eq!(u(&c["fd_limit"]), 600, "{c}");
+    assert_eq!(c["fd_free"].as_bool(), Some(true), "{c}");
+    let text = stdout(&msgbench(&d.0, &["report", "held.jsonl"]));
+    assert!(
+        text.contains("open-file limit 600 (connections held beyond it in io_uring tables)"),
+        "{text}"
+    );
+    let m = measure(&r);
+    assert_eq!(u(&m["counters"]["connects"]), 1500, "{m}");
+    assert!(
+        r["events"].to_string().contains("io_uring"),
+        "{}",
+        r["events"]
+    );
+    // Pings kept the survivors alive: only the dead broker's half dropped; the rest closed.
+    assert_eq!(phase_sum(&r, "dropped"), 750, "{}", r["phases"]);
+    assert_eq!(phase_sum(&r, "closes"), 750, "{}", r["phases"]);
+    // Each connection published at least once every 500 ms for over 2 s.
+    let sent = phase_sum(&r, "sent");
+    assert!(sent >= 1500 * 4, "sent {sent}");
+}
+
+/// A client whose broker of a list dies fails over to the next broker and goes on.
+#[test]
+fn clients_fail_over_to_the_next_broker() {
+    let d = TempDir::new("mqtt-failover");
+    let port = free_port();
+    let mut second = Killed(start_mosquitto(port, &d.0));
+    let first = need!(MQTT);
+    let url = format!("{first},127.0.0.1:{port}");
+    let first = first.trim_start_matches("mqtt://").to_string();
+    assert_fails_over(&d.0, &url, "it/failover", &first, &mut second);
+}
+
+/// Consumers at connection scale: they ramp at `--connect-rate` from the `--source-addrs`
+/// given, and two refused connections are counted and retried, not the end of the run.
+#[test]
+fn consumers_ramp_from_source_addresses_and_retry_refused_connections() {
+    util::ramp::consumers_ramp_through_a_refusing_proxy(&need!(MQTT), "it.ramp.mqtt", &[]);
+}

@@ -1,0 +1,370 @@
+//! NATS-specific behaviour against a real nats-server: a broker that dies mid-run.
+
+use crate::util;
+
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+use util::*;
+
+fn start_server(port: u16, dir: &std::path::Path) -> Child {
+    start_server_with(port, dir, &[])
+}
+
+fn start_server_with(port: u16, dir: &std::path::Path, extra: &[&str]) -> Child {
+    let mut child = Command::new("nats-server")
+        .args([
+            "-a",
+            "127.0.0.1",
+            "-p",
+            &port.to_string(),
+            "-l",
+            &dir.join(format!("nats-{port}.log")).display().to_string(),
+        ])
+        .args(extra)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("nats-server on PATH (scripts/brokers.sh up installs it)");
+    for _ in 0..100 {
+        if std::net::TcpStream::connect(("127.0.0.1", port)).is_ok() {
+            return child;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let _ = child.kill();
+    let _ = child.wait();
+    panic!("nats-server did not start on port {port}");
+}
+
+/// The broker is killed and restarted mid-run: the run keeps going, reconnects, counts the
+/// loss and the reconnection, and still writes the report and a complete results file.
+#[test]
+fn broker_restart_mid_run() {
+    let _ = need!(NATS); // same prerequisite as the other broker tests
+    let d = TempDir::new("nats-restart");
+    let port = free_port();
+    let mut server = start_server(port, &d.0);
+    let url = format!("nats://127.0.0.1:{port}");
+    let run = Command::new(bin())
+        .args([
+            "run",
+            &url,
+            "--rate",
+            "5000",
+            "--duration",
+            "6s",
+            "--warmup",
+            "0s",
+            "--drain",
+            "2s",
+            "-o",
+            "r.jsonl",
+            "--format",
+            "json",
+            "--quiet",
+        ])
+        .current_dir(&d.0)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_secs(2));
+    server.kill().unwrap();
+    server.wait().unwrap();
+    std::thread::sleep(Duration::from_secs(1));
+    let mut server = start_server(port, &d.0);
+    let o = run.wait_with_output().unwrap();
+    server.kill().unwrap();
+    let _ = server.wait();
+    assert!(o.status.success(), "{}", stderr(&o));
+    let r: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    let sent = u(&measure(&r)["counters"]["sent"]);
+    assert!(sent > 15_000, "kept sending after the restart: {sent}");
+    let i = &r["integrity"];
+    // Messages published while the broker was down are lost and counted as such.
+    assert!(u(&i["lost"]) > 0, "{i}");
+    assert_eq!(u(&i["expected"]), u(&i["delivered"]) + u(&i["lost"]));
+    let kinds: Vec<&str> = r["events"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e["kind"].as_str().unwrap())
+        .collect();
+    assert!(kinds.contains(&"disconnected"), "{kinds:?}");
+    assert!(kinds.contains(&"reconnected"), "{kinds:?}");
+    let file = std::fs::read_to_string(d.path("r.jsonl")).unwrap();
+    assert!(file.lines().last().unwrap().contains("\"type\":\"end\""));
+}
+
+/// A message the server will never accept stops the producers with a clear error instead of
+/// retrying forever, and the run still ends with a report (exit code 1: nothing could be sent).
+#[test]
+fn oversized_messages_fail_fast() {
+    let d = TempDir::new("nats-oversize");
+    let started = std::time::Instant::now();
+    let o = msgbench(
+        &d.0,
+        &[
+            "run",
+            &need!(NATS),
+            "-p",
+            "2",
+            "--size",
+            "9MiB",
+            "--messages",
+            "10",
+            "--warmup",
+            "0s",
+            "--drain",
+            "1s",
+            "--no-output",
+            "--quiet",
+        ],
+    );
+    assert!(
+        started.elapsed() < Duration::from_secs(20),
+        "took {:?}",
+        started.elapsed()
+    );
+    assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
+    assert!(
+        stdout(&o).contains("exceeds the server's max_payload"),
+        "{}",
+        stdout(&o)
+    );
+    assert!(
+        stderr(&o).contains("every producer stopped"),
+        "{}",
+        stderr(&o)
+    );
+}
+
+/// More held connections than the process may open files: with its hard limit lowered to 400,
+/// msgbench holds 1,000 NATS connections in io_uring tables (the handshake and the publishes
+/// every 500 ms go through them). The URL names two servers (as the `nats` CLI writes server
+/// lists), which share the clients round robin: killing the second drops exactly its half, and
+/// the other half closes cleanly.
+#[test]
+fn holds_more_connections_than_the_open_file_limit() {
+    let d = TempDir::new("nats-fd-free");
+    let port = free_port();
+    let mut second = Killed(start_server(port, &d.0));
+    let url = format!("{},nats://127.0.0.1:{port}", need!(NATS));
+    let args = [
+        "run",
+        &url,
+        "--topic",
+        "it.held",
+        "--connections",
+        "1000",
+        "--connect-rate",
+        "2000",
+        "--hold",
+        "4s",
+        "--publish-interval",
+        "500ms",
+        "-o",
+        "held.jsonl",
+    ];
+    let run = spawn_run_with_nofile(&d.0, &args, 400);
+    wait_for_record(&d.path("held.jsonl"), "\"connected\"");
+    std::thread::sleep(Duration::from_millis(1500));
+    second.kill();
+    let r = finish_json(run);
+    assert_valid_and_pure(&d.0, "held.jsonl", &r);
+    let c = &r["connections"];
+    assert_eq!(u(&c["peak_held"]), 1000, "{c}");
+    assert_eq!(c["fd_free"].as_bool(), Some(true), "{c}");
+    // Connections held in io_uring tables have no descriptor to ask for TCP counters.
+    assert!(r["tcp"].is_null(), "{}", r["tcp"]);
+    assert!(
+        r["events"].to_string().contains("io_uring"),
+        "{}",
+        r["events"]
+    );
+    assert_eq!(phase_sum(&r, "connects"), 1000, "{}", r["phases"]);
+    assert_eq!(phase_sum(&r, "dropped"), 500, "{}", r["phases"]);
+    assert_eq!(phase_sum(&r, "closes"), 500, "{}", r["phases"]);
+    // Each connection published every 500 ms for over a second before the server died.
+    let sent = phase_sum(&r, "sent");
+    assert!(sent >= 1000 * 2, "sent {sent}");
+}
+
+/// Clients of a server list take the servers in turn: with the second one unreachable the run
+/// refuses to start and names it; with both reachable every message arrives.
+#[test]
+fn server_lists_share_the_clients() {
+    let d = TempDir::new("nats-list");
+    let dead = free_port();
+    let o = msgbench(
+        &d.0,
+        &[
+            "run",
+            &format!("{},127.0.0.1:{dead}", need!(NATS)),
+            "-p",
+            "2",
+            "--connect-timeout",
+            "2s",
+            "-n",
+            "10",
+            "--no-output",
+        ],
+    );
+    assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains(&format!("(127.0.0.1:{dead})")),
+        "{}",
+        stderr(&o)
+    );
+    let r = run_json(
+        &d.0,
+        &[
+            "run",
+            &format!("{0},{0}", need!(NATS)),
+            "--topic",
+            "it.list",
+            "-p",
+            "2",
+            "-c",
+            "2",
+            "--messages",
+            "2000",
+            "--warmup",
+            "0s",
+            "--no-output",
+        ],
+    );
+    // Fan-out: each of the 2 consumers gets every message.
+    assert_eq!(u(&r["integrity"]["delivered"]), 4000, "{}", r["integrity"]);
+    assert_eq!(u(&r["integrity"]["lost"]), 0, "{}", r["integrity"]);
+}
+
+/// A client whose server of a list dies fails over to the next server and goes on.
+#[test]
+fn clients_fail_over_to_the_next_server() {
+    let d = TempDir::new("nats-failover");
+    let port = free_port();
+    let mut second = Killed(start_server(port, &d.0));
+    let first = need!(NATS);
+    let url = format!("{first},nats://127.0.0.1:{port}");
+    let first = first.trim_start_matches("nats://").to_string();
+    assert_fails_over(&d.0, &url, "it.failover", &first, &mut second);
+}
+
+/// `tls://` starts TLS after the server's INFO: verified against a CA, refused without it,
+/// taken with `--insecure`; a plain URL against a TLS-only server says what to use instead.
+#[test]
+fn tls_after_the_servers_info() {
+    let d = TempDir::new("nats-tls");
+    let (ca, cert, key) = test_certs();
+    let port = free_port();
+    let _server = Killed(start_server_with(
+        port,
+        &d.0,
+        &[
+            "--tls",
+            "--tlscert",
+            cert.to_str().unwrap(),
+            "--tlskey",
+            key.to_str().unwrap(),
+        ],
+    ));
+    let url = format!("tls://localhost:{port}");
+    let args = |extra: &[&'static str]| {
+        let mut a = vec![
+            "run",
+            url.as_str(),
+            "--topic",
+            "it.tls",
+            "--warmup",
+            "0s",
+            "--no-output",
+        ];
+        a.extend_from_slice(extra);
+        a
+    };
+    let mut verified = args(&["-n", "5000", "-c", "2"]);
+    verified.extend(["--ca-file", ca.as_str()]);
+    let r = run_json(&d.0, &verified);
+    assert_eq!(
+        u(&r["integrity"]["delivered"]),
+        10_000,
+        "{}",
+        r["integrity"]
+    );
+    assert_eq!(u(&r["integrity"]["lost"]), 0);
+    // TLS connections count their TCP segments too.
+    assert_eq!(u(&r["tcp"]["connections"]), 3, "{}", r["tcp"]);
+    let o = msgbench(&d.0, &args(&["-n", "10"]));
+    assert_eq!(o.status.code(), Some(1), "an unknown CA must fail");
+    assert!(stderr(&o).contains("TLS"), "{}", stderr(&o));
+    let r = run_json(&d.0, &args(&["-n", "1000", "--insecure"]));
+    assert_eq!(u(&r["integrity"]["delivered"]), 1000);
+    let plain = format!("nats://127.0.0.1:{port}");
+    let o = msgbench(&d.0, &["run", &plain, "-n", "10", "--no-output"]);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(stderr(&o).contains("tls://"), "{}", stderr(&o));
+}
+
+/// Consumers at connection scale: they connect at `--connect-rate` from the `--source-addrs`
+/// given, and a refused connection (the proxy resets two of them, as a server at its limit
+/// does) is counted and retried, not the end of the run: every consumer gets every message.
+#[test]
+fn consumers_ramp_from_source_addresses_and_retry_refused_connections() {
+    util::ramp::consumers_ramp_through_a_refusing_proxy(&need!(NATS), "it.ramp", &[]);
+}
+
+/// Consumers the server keeps refusing (it takes four of six) never connect: the run goes on
+/// with those that did, says how many never connected, and expects each message only from the
+/// consumers that subscribed, so nothing is counted lost that no one was there to receive.
+#[test]
+fn consumers_that_never_connect_are_reported_and_not_counted_lost() {
+    let nats = need!(NATS);
+    let upstream = nats.trim_start_matches("nats://").to_string();
+    let proxy = util::faultproxy::FaultProxy::start(&upstream);
+    proxy.refuse(4..u64::MAX);
+    let d = TempDir::new("nats-never");
+    let via = format!("nats://{}", proxy.addr());
+    let started = std::time::Instant::now();
+    let r = run_json(
+        &d.0,
+        &[
+            "run",
+            &nats,
+            "--consume-from",
+            &via,
+            "--topic",
+            "it.never",
+            "-c",
+            "6",
+            "--connect-rate",
+            "50",
+            "--connect-timeout",
+            "500ms",
+            "-n",
+            "200",
+            "--rate",
+            "1000",
+            "--warmup",
+            "0s",
+            "--no-output",
+        ],
+    );
+    let i = &r["integrity"];
+    assert_eq!(u(&i["expected"]), 200 * 4, "{i}");
+    assert_eq!(u(&i["delivered"]), 200 * 4, "{i}");
+    assert_eq!(u(&i["lost"]), 0, "{i}");
+    let warned = r["events"].as_array().unwrap().iter().any(|e| {
+        e["detail"]
+            .as_str()
+            .is_some_and(|t| t.contains("2 of 6 consumers never connected"))
+    });
+    assert!(warned, "{}", r["events"]);
+    // They were retried (several attempts each) for three connect time-outs, not forever.
+    assert!(proxy.accepted() > 6, "{}", proxy.accepted());
+    assert!(
+        started.elapsed() < Duration::from_secs(20),
+        "{:?}",
+        started.elapsed()
+    );
+}

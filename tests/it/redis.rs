@@ -1,0 +1,322 @@
+//! The Redis driver against a real redis-server (Debian's, started by `scripts/brokers.sh`):
+//! pub/sub fan-out with every PUBLISH answered, Streams with `XREAD` fan-out and consumer
+//! groups, refused commands counted as refused messages, a server killed and restarted mid-run
+//! (its own redis-server, so the shared one stays up), and bad input.
+
+use crate::util;
+
+use std::process::{Child, Command, Stdio};
+use util::*;
+
+fn code(o: &std::process::Output) -> i32 {
+    o.status.code().expect("exited, not killed")
+}
+
+#[test]
+fn pub_sub_fans_out_and_every_publish_is_answered() {
+    let d = TempDir::new("redis-pubsub");
+    let r = run_json(
+        &d.0,
+        &[
+            "run",
+            &need!(REDIS),
+            "--topic",
+            "it.redis.pubsub.{i}",
+            "--topics",
+            "2",
+            "-p",
+            "2",
+            "-c",
+            "3",
+            "--rate",
+            "20k",
+            "--messages",
+            "40000",
+            "--warmup",
+            "0s",
+            "--no-output",
+        ],
+    );
+    let i = &r["integrity"];
+    // 2 topics x 2 producers x 10,000 messages, each to 3 subscribers.
+    assert_eq!(u(&i["expected"]), 120_000, "{i}");
+    assert_eq!(u(&i["delivered"]), 120_000, "{i}");
+    assert_eq!((u(&i["lost"]), u(&i["duplicated"])), (0, 0), "{i}");
+    let m = measure(&r);
+    assert_eq!(u(&m["counters"]["acked"]), u(&m["counters"]["sent"]), "{m}");
+    assert!(
+        u(&m["publish"]["count"]) > 0,
+        "publish latency recorded: {m}"
+    );
+    assert!(u(&m["e2e"]["count"]) > 0);
+}
+
+#[test]
+fn streams_fan_out_and_consumer_groups() {
+    let d = TempDir::new("redis-streams");
+    let url = format!("{}?mode=streams&maxlen=100000&count=100", need!(REDIS));
+    // Fan-out: every reader gets every entry.
+    let r = run_json(
+        &d.0,
+        &[
+            "run",
+            &url,
+            "--topic",
+            "it.redis.streams.fanout",
+            "-p",
+            "2",
+            "-c",
+            "2",
+            "--messages",
+            "30000",
+            "--warmup",
+            "0s",
+            "--no-output",
+        ],
+    );
+    let i = &r["integrity"];
+    assert_eq!(
+        (u(&i["expected"]), u(&i["delivered"]), u(&i["lost"])),
+        (60_000, 60_000, 0),
+        "{i}"
+    );
+    assert_eq!(u(&measure(&r)["counters"]["nacked"]), 0);
+    // A consumer group: each entry to exactly one of 3 members.
+    let r = run_json(
+        &d.0,
+        &[
+            "run",
+            &url,
+            "--topic",
+            "it.redis.streams.group",
+            "-c",
+            "3",
+            "--queue-group",
+            "it-workers",
+            "--messages",
+            "30000",
+            "--warmup",
+            "0s",
+            "--no-output",
+        ],
+    );
+    let i = &r["integrity"];
+    assert_eq!(
+        (u(&i["expected"]), u(&i["delivered"]), u(&i["duplicated"])),
+        (30_000, 30_000, 0),
+        "{i}"
+    );
+}
+
+#[test]
+fn refused_commands_are_counted_as_refused_messages() {
+    // A key holding a string cannot take XADD: every message is refused (-WRONGTYPE), each one
+    // counted, and the refusal said once as an event.
+    let url = need!(REDIS);
+    let port = url.rsplit(':').next().unwrap();
+    let set = Command::new("redis-cli")
+        .args(["-p", port, "SET", "it.redis.wrongtype", "a-string"])
+        .output()
+        .expect("redis-cli (package redis-tools, installed with redis-server)");
+    assert!(set.status.success());
+    let d = TempDir::new("redis-refused");
+    let r = run_json(
+        &d.0,
+        &[
+            "run",
+            &format!("{url}?mode=streams"),
+            "--topic",
+            "it.redis.wrongtype",
+            "-c",
+            "0",
+            "--messages",
+            "500",
+            "--warmup",
+            "0s",
+            "--no-output",
+        ],
+    );
+    let c = &measure(&r)["counters"];
+    assert_eq!((u(&c["sent"]), u(&c["nacked"])), (500, 500), "{c}");
+    let events = r["events"].to_string();
+    assert!(events.contains("WRONGTYPE"), "{events}");
+}
+
+/// A redis-server of this test's own on `port` (no persistence).
+fn own_redis(port: u16) -> Child {
+    let mut child = Command::new("redis-server")
+        .args([
+            "--port",
+            &port.to_string(),
+            "--bind",
+            "127.0.0.1",
+            "--save",
+            "",
+            "--appendonly",
+            "no",
+        ])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("redis-server (scripts/brokers.sh up installs it)");
+    for _ in 0..100 {
+        if std::net::TcpStream::connect(("127.0.0.1", port)).is_ok() {
+            return child;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    let _ = child.kill();
+    let _ = child.wait();
+    panic!("redis-server did not listen on {port}");
+}
+
+#[test]
+fn a_server_killed_mid_run_is_reconnected_and_accounted() {
+    let port = free_port();
+    let mut server = own_redis(port);
+    let d = TempDir::new("redis-restart");
+    let url = format!("redis://127.0.0.1:{port}");
+    let run = spawn_run(
+        &d.0,
+        &[
+            "run",
+            &url,
+            "--topic",
+            "it.redis.restart",
+            "--rate",
+            "2000",
+            "--warmup",
+            "0s",
+            "--duration",
+            "6s",
+            "--drain",
+            "2s",
+        ],
+    );
+    std::thread::sleep(std::time::Duration::from_secs(2));
+    server.kill().unwrap();
+    server.wait().unwrap();
+    std::thread::sleep(std::time::Duration::from_millis(800));
+    let mut server = own_redis(port);
+    let r = finish_json(run);
+    server.kill().unwrap();
+    let _ = server.wait();
+    let i = &r["integrity"];
+    // Pub/sub keeps nothing: what was published while the server was down is lost, and every
+    // message is accounted for, delivered or lost.
+    assert_eq!(u(&i["expected"]), u(&i["delivered"]) + u(&i["lost"]), "{i}");
+    assert!(u(&i["delivered"]) > 5_000, "{i}");
+    assert!(u(&i["lost"]) > 0, "{i}");
+    assert!(count_events(&r, "disconnected") >= 2, "{}", r["events"]);
+    assert!(count_events(&r, "reconnected") >= 2, "{}", r["events"]);
+    let m = measure(&r);
+    assert!(u(&m["counters"]["sent"]) > 10_000, "{m}");
+}
+
+#[test]
+fn bad_input_is_a_clear_error() {
+    let d = TempDir::new("redis-bad");
+    let o = msgbench(
+        &d.0,
+        &[
+            "run",
+            &format!("redis://127.0.0.1:{}", free_port()),
+            "-n",
+            "10",
+            "-q",
+            "--no-output",
+        ],
+    );
+    assert_eq!(code(&o), 1, "{}", stderr(&o));
+    assert!(stderr(&o).contains("Connection refused"), "{}", stderr(&o));
+    let o = msgbench(
+        &d.0,
+        &[
+            "run",
+            "redis://127.0.0.1:1?mode=kafka",
+            "-n",
+            "10",
+            "-q",
+            "--no-output",
+        ],
+    );
+    assert_ne!(code(&o), 0);
+    assert!(stderr(&o).contains("mode `kafka`"), "{}", stderr(&o));
+    // Not a Redis server at all (an HTTP server): said, not hung.
+    let http = Server::http();
+    let url = http.url.replace("http://", "redis://");
+    let o = msgbench(&d.0, &["run", &url, "-n", "10", "-q", "--no-output"]);
+    assert_eq!(code(&o), 1, "{}", stderr(&o));
+}
+
+/// TLS (`rediss://`) on the server's TLS port: verified with the test CA, a client certificate
+/// offered, pub/sub exact; without the CA the certificate is refused with a clear error.
+#[test]
+fn tls_port_is_exact_and_verified() {
+    let url = need!("MSGBENCH_IT_REDIS_TLS_URL");
+    let ca = need!("MSGBENCH_IT_CA");
+    let dir = std::path::Path::new(&ca).parent().unwrap();
+    let (cert, key) = (
+        dir.join("client.pem").display().to_string(),
+        dir.join("client.key").display().to_string(),
+    );
+    let d = TempDir::new("redis-tls");
+    for mode in ["", "?mode=streams"] {
+        let target = format!("{url}{mode}");
+        let r = run_json(
+            &d.0,
+            &[
+                "run",
+                &target,
+                "--ca-file",
+                &ca,
+                "--cert",
+                &cert,
+                "--key",
+                &key,
+                "--topic",
+                "it.redis.tls",
+                "-c",
+                "2",
+                "-n",
+                "5000",
+                "--rate",
+                "10k",
+                "--warmup",
+                "0s",
+                "--no-output",
+            ],
+        );
+        let i = &r["integrity"];
+        assert_eq!(
+            (u(&i["delivered"]), u(&i["lost"])),
+            (10_000, 0),
+            "{mode}: {i}"
+        );
+    }
+    let o = msgbench(
+        &d.0,
+        &[
+            "run",
+            &url,
+            "--topic",
+            "it.redis.tls",
+            "-n",
+            "10",
+            "--no-output",
+        ],
+    );
+    assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
+    assert!(
+        stderr(&o).to_lowercase().contains("certificate"),
+        "{}",
+        stderr(&o)
+    );
+}
+
+/// Consumers at connection scale: they ramp at `--connect-rate` from the `--source-addrs`
+/// given, and two refused connections are counted and retried, not the end of the run.
+#[test]
+fn consumers_ramp_from_source_addresses_and_retry_refused_connections() {
+    util::ramp::consumers_ramp_through_a_refusing_proxy(&need!(REDIS), "it.ramp.redis", &[]);
+}

@@ -1,0 +1,288 @@
+//! WebSocket: the ws:// driver against msgbench's broadcast server, and the rango pipeline
+//! (publish on NATS, `serve ws-broadcast --from nats://` relays, many WebSocket clients count
+//! their deliveries).
+
+use crate::util;
+
+use std::io::{Read, Write};
+use std::process::{Command, Stdio};
+use std::time::Duration;
+use util::*;
+
+/// The rango scenario at a small scale, from the shipped scenario file: one NATS publisher,
+/// 300 WebSocket clients, every client gets every message (exact per client), end-to-end
+/// latency measured across the relay, the subscribe message (text) not taken for data.
+#[test]
+fn rango_fanout_through_the_broadcast_server() {
+    let nats = need!(NATS);
+    let relay = Server::ws_broadcast(&["--from", &nats, "--topic", "it.rango"]);
+    let d = TempDir::new("ws-rango");
+    let scenario = concat!(env!("CARGO_MANIFEST_DIR"), "/scenarios/rango-fanout.toml");
+    let r = run_json(
+        &d.0,
+        &[
+            "run",
+            scenario,
+            "--target",
+            &nats,
+            "--topic",
+            "it.rango",
+            "--consume-from",
+            &format!("{}/?stream=public.{{i}}", relay.url),
+            "--hello",
+            "{\"subscribe\":\"public.{i}\"}",
+            "-c",
+            "300",
+            "--rate",
+            "200",
+            "--warmup",
+            "0s",
+            "--duration",
+            "2s",
+            "-o",
+            "r.jsonl",
+        ],
+    );
+    let m = measure(&r);
+    let sent = u(&m["counters"]["sent"]);
+    assert!(sent >= 380, "{sent}");
+    let i = &r["integrity"];
+    assert_eq!(
+        (
+            u(&i["expected"]),
+            u(&i["delivered"]),
+            u(&i["lost"]),
+            u(&i["foreign"])
+        ),
+        (sent * 300, sent * 300, 0, 0),
+        "{i}"
+    );
+    assert!(u(&m["e2e"]["p50"]) > 0);
+    assert_valid_and_pure(&d.0, "r.jsonl", &r);
+}
+
+/// The rango shape beyond the open-file limit: more receivers than the process may have
+/// descriptors (limit 200, 300 clients) are held in io_uring tables, spread over two broadcast
+/// servers named in one URL (each sees half), and each still gets every message.
+#[test]
+fn receivers_beyond_the_open_file_limit_over_two_servers() {
+    let nats = need!(NATS);
+    let relays = [
+        Server::ws_broadcast(&["--from", &nats, "--topic", "it.rango.many"]),
+        Server::ws_broadcast(&["--from", &nats, "--topic", "it.rango.many"]),
+    ];
+    // Each server behind a proxy of the test's own, which counts the connections it gets.
+    let proxies = relays
+        .each_ref()
+        .map(|r| util::faultproxy::FaultProxy::start(r.url.trim_start_matches("ws://")));
+    let url = format!(
+        "ws://{},{}/?stream=public.{{i}}",
+        proxies[0].addr(),
+        proxies[1].addr()
+    );
+    let d = TempDir::new("ws-many");
+    let args = [
+        "run",
+        &nats,
+        "--topic",
+        "it.rango.many",
+        "--consume-from",
+        &url,
+        "-c",
+        "300",
+        "--connect-rate",
+        "3000",
+        "--rate",
+        "100",
+        "--warmup",
+        "0s",
+        "--duration",
+        "2s",
+    ];
+    let r = finish_json(spawn_run_with_nofile(&d.0, &args, 200));
+    let sent = u(&measure(&r)["counters"]["sent"]);
+    assert!(sent >= 150, "{sent}");
+    let i = &r["integrity"];
+    assert_eq!(
+        (u(&i["expected"]), u(&i["delivered"]), u(&i["lost"])),
+        (sent * 300, sent * 300, 0),
+        "{i}"
+    );
+    assert!(
+        r["events"].to_string().contains("io_uring tables"),
+        "{}",
+        r["events"]
+    );
+    assert_eq!(
+        proxies.each_ref().map(|p| p.accepted()),
+        [150, 150],
+        "client i connects to server i % 2"
+    );
+}
+
+/// Without a broker: WebSocket producers send to the server, which relays to every other
+/// client.
+#[test]
+fn clients_relay_through_the_server() {
+    let relay = Server::ws_broadcast(&[]);
+    let d = TempDir::new("ws-relay");
+    let r = run_json(
+        &d.0,
+        &[
+            "run", &relay.url, "-p", "2", "-c", "5", "-n", "4000", "-s", "2KiB", "--warmup", "0s",
+        ],
+    );
+    let i = &r["integrity"];
+    assert_eq!(
+        (u(&i["expected"]), u(&i["delivered"]), u(&i["lost"])),
+        (20_000, 20_000, 0),
+        "{i}"
+    );
+}
+
+/// `wss://`: the broadcast server over TLS, verified with the CA that signed its certificate;
+/// without that CA the client refuses the server's certificate.
+#[test]
+fn wss_through_the_broadcast_server() {
+    let relay = Server::wss_broadcast();
+    let ca = need!("MSGBENCH_IT_MQTT_CA");
+    let d = TempDir::new("wss-relay");
+    let r = run_json(
+        &d.0,
+        &[
+            "run",
+            &relay.url,
+            "-p",
+            "1",
+            "-c",
+            "3",
+            "-n",
+            "2000",
+            "--warmup",
+            "0s",
+            "--ca-file",
+            &ca,
+        ],
+    );
+    let i = &r["integrity"];
+    assert_eq!(
+        (u(&i["expected"]), u(&i["delivered"]), u(&i["lost"])),
+        (6_000, 6_000, 0),
+        "{i}"
+    );
+    let o = msgbench(&d.0, &["run", &relay.url, "-n", "10", "--no-output"]);
+    assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
+    assert!(stderr(&o).contains("certificate"), "{}", stderr(&o));
+}
+
+/// A server that answers the upgrade with 403, and one that is not there: clear errors.
+#[test]
+fn refused_upgrades_and_closed_ports() {
+    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = l.local_addr().unwrap().port();
+    let server = std::thread::spawn(move || {
+        let (mut s, _) = l.accept().unwrap();
+        let mut buf = [0u8; 2048];
+        let _ = s.read(&mut buf);
+        s.write_all(b"HTTP/1.1 403 Forbidden\r\nContent-Length: 0\r\n\r\n")
+            .unwrap();
+    });
+    let d = TempDir::new("ws-bad");
+    let o = msgbench(
+        &d.0,
+        &[
+            "run",
+            "nats://127.0.0.1:1",
+            "--consume-from",
+            &format!("ws://127.0.0.1:{port}/feed"),
+            "-n",
+            "10",
+        ],
+    );
+    server.join().unwrap();
+    assert_eq!(o.status.code(), Some(1));
+    let e = stderr(&o);
+    assert!(
+        e.contains("refused the WebSocket upgrade: HTTP/1.1 403 Forbidden"),
+        "{e}"
+    );
+    let o = msgbench(
+        &d.0,
+        &[
+            "run",
+            &format!("ws://127.0.0.1:{}/", free_port()),
+            "-n",
+            "10",
+        ],
+    );
+    assert!(stderr(&o).contains("cannot connect"), "{}", stderr(&o));
+}
+
+/// The server dies mid-run: every client's loss of connection is counted, the run completes
+/// and writes its report; the server comes back on the same port and the clients reconnect.
+#[test]
+fn server_dying_mid_run() {
+    let port = free_port();
+    let start = || {
+        let c = Command::new(bin())
+            .args(["serve", "ws-broadcast", "--quiet", "--listen"])
+            .arg(format!("127.0.0.1:{port}"))
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        for _ in 0..200 {
+            if std::net::TcpStream::connect(("127.0.0.1", port)).is_ok() {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(25));
+        }
+        c
+    };
+    let mut server = start();
+    let d = TempDir::new("ws-dies");
+    let run = spawn_run(
+        &d.0,
+        &[
+            "run",
+            &format!("ws://127.0.0.1:{port}/"),
+            "-c",
+            "20",
+            "--rate",
+            "500",
+            "--duration",
+            "4s",
+            "--warmup",
+            "0s",
+            "--drain",
+            "1s",
+        ],
+    );
+    std::thread::sleep(Duration::from_millis(1500));
+    server.kill().unwrap();
+    server.wait().unwrap();
+    std::thread::sleep(Duration::from_millis(500));
+    let mut server = start();
+    let o = run.wait_with_output().unwrap();
+    server.kill().unwrap();
+    let _ = server.wait();
+    assert!(o.status.success(), "{}", stderr(&o));
+    let r: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    let count = |kind: &str| {
+        r["events"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|e| e["kind"] == kind)
+            .count()
+    };
+    assert!(
+        count("disconnected") >= 21,
+        "every client was cut: {}",
+        r["events"]
+    );
+    assert!(count("reconnected") >= 21, "and came back: {}", r["events"]);
+    let i = &r["integrity"];
+    assert!(u(&i["lost"]) > 0, "the outage lost messages: {i}");
+    assert!(u(&i["delivered"]) > 0, "{i}");
+}
