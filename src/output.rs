@@ -10,6 +10,7 @@
 
 use crate::live::LiveView;
 use msgbench_core::redact::Secrets;
+use msgbench_core::runner::EventKind;
 use msgbench_core::runner::{Observer, RunEvent};
 use msgbench_core::shutdown::Shutdown;
 use msgbench_metrics::IntervalStats;
@@ -149,7 +150,7 @@ impl RunOutput {
         self.say(&format!("msgbench: {detail}"));
         self.push(Record::Event(EventRecord {
             at_s: iv.end_s,
-            kind: "threshold".into(),
+            kind: EventKind::Threshold,
             detail,
         }));
     }
@@ -267,18 +268,13 @@ impl Observer for RunOutput {
     }
 
     fn event(&mut self, ev: &RunEvent) {
-        if !self.quiet
-            && matches!(
-                ev.kind.as_str(),
-                "reconnected" | "disconnected" | "error" | "warning" | "backlog"
-            )
-        {
+        if !self.quiet && ev.kind.is_notable() {
             let detail = self.secrets.scrub(&ev.detail);
             self.say(&format!("[{:>7.1}s] {}: {detail}", ev.at_s, ev.kind));
         }
         self.push(Record::Event(EventRecord {
             at_s: ev.at_s,
-            kind: ev.kind.clone(),
+            kind: ev.kind,
             detail: ev.detail.clone(),
         }));
     }
@@ -294,7 +290,6 @@ fn scrub(secrets: &Secrets, r: &mut Record) {
     match r {
         Record::Interval(_) => {}
         Record::Event(e) => {
-            e.kind = secrets.scrub(&e.kind).into_owned();
             e.detail = secrets.scrub(&e.detail).into_owned();
         }
         Record::Begin(_) | Record::End(_) | Record::SearchStep(_) | Record::Search(_) => {
@@ -340,7 +335,7 @@ mod tests {
         let mut out = RunOutput::new(Some(writer), true, true, secrets);
         out.push(Record::Event(EventRecord {
             at_s: 1.0,
-            kind: "error".into(),
+            kind: EventKind::Error,
             detail: "connect to mqtt://u:S3cr3t-XYZZY-42@h failed".into(),
         }));
         let end = End {

@@ -144,7 +144,7 @@ pub fn check_scheme(plan: &RunPlan) -> Result<()> {
                 "`{scheme}://` needs the Kafka driver, which links librdkafka: build with `--features kafka` (Debian: apt install librdkafka-dev)"
             );
         }
-        if !drivers().iter().any(|d| d.schemes.contains(&scheme)) {
+        if !drivers().iter().any(|d| d.answers(url)) {
             let known: Vec<String> = drivers()
                 .iter()
                 .flat_map(|d| d.schemes.iter().map(|s| format!("{s}://")))
@@ -154,12 +154,7 @@ pub fn check_scheme(plan: &RunPlan) -> Result<()> {
                 known.join(", ")
             );
         }
-    }
-    // Options in the URL are checked here, before anything connects: a wrong one is the user's.
-    for url in [Some(plan.target.as_str()), plan.consume_from.as_deref()]
-        .into_iter()
-        .flatten()
-    {
+        // Options in the URL are checked before anything connects: a wrong one is the user's.
         if let Some(Err(e)) = each_driver!(check_url!(url)) {
             return Err(e.into());
         }

@@ -507,6 +507,13 @@ pub struct RunArgs {
     /// on amqp://, receive on mqtt:// through a broker that bridges them.
     #[arg(long, value_name = "URL")]
     pub consume_from: Option<String>,
+    /// Time each consumer spends on each delivery before taking the next: 5ms, or exp:5ms
+    /// (exponentially distributed, that mean). Slow consumers build a backlog in the system.
+    #[arg(long, value_name = "DURATION|exp:MEAN")]
+    pub processing: Option<String>,
+    /// Most deliveries each consumer takes per second (a slow consumer).
+    #[arg(long, value_name = "N")]
+    pub consumer_rate: Option<String>,
     /// Producers per topic.
     #[arg(long, short = 'p')]
     pub producers: Option<u32>,
@@ -532,7 +539,9 @@ pub struct RunArgs {
     /// (spin the last 300 µs: smallest send delay, busy core).
     #[arg(long, value_enum)]
     pub pacing: Option<PacingArg>,
-    /// Message size including the 40-byte stamp: 1KiB, 512, or a range 100..2KiB.
+    /// Message size including the 40-byte stamp: 1KiB, 512, a uniform range 100..2KiB, a
+    /// distribution normal:MEAN,SD or lognormal:MEDIAN,SIGMA (clamped to 4 σ), or @FILE: an
+    /// empirical histogram, one `SIZE [WEIGHT]` per line.
     #[arg(long, short = 's')]
     pub size: Option<String>,
     /// How the stamp travels: binary (40 bytes at the start, the default) or text (58
@@ -546,6 +555,11 @@ pub struct RunArgs {
     /// '{"id":"{{stamp}}","price":1.5,"seq":{{seq}},"x":"{{pad}}"}'
     #[arg(long, value_name = "TEMPLATE|@FILE")]
     pub payload: Option<String>,
+    /// What fills each message after the stamp: random (incompressible, the default), zeros
+    /// (best case for compression) or text (English-like words, implies --stamp text): to
+    /// measure a system's compression.
+    #[arg(long, value_enum)]
+    pub content: Option<ContentArg>,
     /// Measure for this long (30s, 5m).
     #[arg(long, short = 'd', conflicts_with = "messages")]
     pub duration: Option<String>,
@@ -932,6 +946,17 @@ pub enum StampArg {
     /// 40 binary bytes at the start of every message.
     Binary,
     /// 58 printable bytes, found anywhere in a delivery.
+    Text,
+}
+
+/// `--content` values.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum ContentArg {
+    /// Incompressible random bytes.
+    Random,
+    /// Zero bytes.
+    Zeros,
+    /// English-like words.
     Text,
 }
 

@@ -1,9 +1,9 @@
 //! The one place where command-line flags and a scenario file become a validated `RunPlan`.
 
-use super::args::{EcpArgs, PacingArg, RunArgs, SegmentArgs, StampArg};
+use super::args::{ContentArg, EcpArgs, PacingArg, RunArgs, SegmentArgs, StampArg};
 use anyhow::{Context, Result, anyhow, bail};
 use msgbench_core::pacer::{RateShape, Step};
-use msgbench_core::payload::StampFormat;
+use msgbench_core::payload::{Content, StampFormat};
 use msgbench_core::registration::CommonFlags;
 use msgbench_core::scenario::plan::Pacing;
 use msgbench_core::scenario::segment::{INDEX_ENV, Split};
@@ -203,6 +203,11 @@ fn flags_to_scenario(a: &RunArgs) -> Result<Scenario> {
         StampArg::Binary => StampFormat::Binary,
         StampArg::Text => StampFormat::Text,
     });
+    s.producers.content = a.content.map(|c| match c {
+        ContentArg::Random => Content::Random,
+        ContentArg::Zeros => Content::Zeros,
+        ContentArg::Text => Content::Text,
+    });
     match a.payload.as_deref() {
         Some(file) if file.starts_with('@') => s.producers.payload_file = Some(file[1..].into()),
         Some(inline) => s.producers.payload = Some(inline.into()),
@@ -233,6 +238,13 @@ fn flags_to_scenario(a: &RunArgs) -> Result<Scenario> {
     s.output.connect_timeout = a.connect_timeout.clone();
     s.consumers.subscribe = a.subscribe.clone();
     s.consumers.target = a.consume_from.clone();
+    s.consumers.processing = a.processing.clone();
+    s.consumers.rate = a
+        .consumer_rate
+        .as_deref()
+        .map(parse_count)
+        .transpose()
+        .map_err(|e| anyhow!("--consumer-rate: {e}"))?;
     s.client.qos = a.qos;
     s.client.retain = a.retain.then_some(true);
     s.client.version = a.mqtt_version.clone();

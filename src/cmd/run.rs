@@ -6,7 +6,7 @@ use crate::registry;
 use anyhow::{Context, Result};
 use msgbench_core::clock::{ClockState, anchor_to_wall, now_ns, unix_ms};
 use msgbench_core::pacer::RateShape;
-use msgbench_core::payload::SizeSpec;
+use msgbench_core::runner::EventKind;
 use msgbench_core::scenario::{ConnectionMode, Measure, RunPlan, SubscriptionMode};
 use msgbench_core::shutdown::Shutdown;
 use msgbench_core::units::format_duration;
@@ -104,10 +104,7 @@ fn describe(plan: &RunPlan) -> String {
         } else {
             ""
         },
-        match plan.size {
-            SizeSpec::Fixed { bytes } => format!("{bytes} B"),
-            SizeSpec::Range { min, max } => format!("{min}..{max} B"),
-        },
+        plan.size.describe(),
         format_duration(plan.warmup),
         format_duration(plan.drain),
         match plan.workers {
@@ -375,7 +372,7 @@ pub fn run(args: RunArgs) -> Result<ExitCode> {
             let detail = secrets.scrub(&format!("{e:#}")).into_owned();
             out.push(Record::Event(msgbench_report::EventRecord {
                 at_s: 0.0,
-                kind: "error".into(),
+                kind: EventKind::Error,
                 detail: detail.clone(),
             }));
             out.flush();

@@ -9,6 +9,7 @@ use crate::registry;
 use anyhow::{Context, Result, anyhow};
 use msgbench_core::clock::unix_ms;
 use msgbench_core::pacer::RateShape;
+use msgbench_core::runner::EventKind;
 use msgbench_core::runner::{Observer, RunEvent};
 use msgbench_core::scenario::{Measure, RunPlan};
 use msgbench_core::search::{Limit, RateSearch, SearchSettings, StepKind, StepOutcome};
@@ -165,16 +166,19 @@ impl Observer for StepObserver<'_> {
     fn event(&mut self, ev: &RunEvent) {
         self.step.add(&Record::Event(msgbench_report::EventRecord {
             at_s: ev.at_s,
-            kind: ev.kind.clone(),
+            kind: ev.kind,
             detail: ev.detail.clone(),
         }));
         let at_s = self.t0 + ev.at_s.max(0.0);
-        if matches!(ev.kind.as_str(), "error" | "warning" | "disconnected") {
+        if matches!(
+            ev.kind,
+            EventKind::Error | EventKind::Warning | EventKind::Disconnected
+        ) {
             eprintln!("           {}: {}", ev.kind, self.secrets.scrub(&ev.detail));
         }
         self.out.event(&RunEvent {
             at_s,
-            kind: ev.kind.clone(),
+            kind: ev.kind,
             detail: ev.detail.clone(),
         });
     }
@@ -365,7 +369,7 @@ pub fn run(args: SearchArgs) -> Result<ExitCode> {
         plan.run_id = run_id.wrapping_add(index);
         out.push(Record::Event(msgbench_report::EventRecord {
             at_s: t0,
-            kind: "search".into(),
+            kind: EventKind::Search,
             detail: format!(
                 "step {index} ({}): {} msgs/s offered",
                 kind_name(probe.kind),

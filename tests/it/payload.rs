@@ -166,3 +166,140 @@ fn run_options_from_the_environment() {
         assert!(help.contains(var), "{var} missing from run --help");
     }
 }
+
+/// Size distributions: an empirical table from a file draws by weight, a log-normal one has its
+/// mean; both deliver exactly, and the plan records the distribution.
+#[test]
+fn size_distributions_send_the_sizes_asked() {
+    let d = TempDir::new("payload-sizes");
+    std::fs::write(d.path("sizes.txt"), "# observed\n100 3\n1000\n").unwrap();
+    let table = format!("@{}", d.path("sizes.txt").display());
+    for (size, mean) in [(table.as_str(), 325.0), ("lognormal:512,0.5", 580.0)] {
+        let r = run_json(
+            &d.0,
+            &[
+                "run",
+                "mem://sizes",
+                "-n",
+                "40000",
+                "--size",
+                size,
+                "--warmup",
+                "0s",
+                "-o",
+                "r.jsonl",
+            ],
+        );
+        let i = &r["integrity"];
+        assert_eq!(
+            (u(&i["delivered"]), u(&i["lost"])),
+            (40000, 0),
+            "{size}: {i}"
+        );
+        let m = measure(&r);
+        let got = u(&m["counters"]["sent_bytes"]) as f64 / 40000.0;
+        assert!(
+            (got - mean).abs() < mean * 0.04,
+            "{size}: mean {got}, expected {mean}"
+        );
+        assert_valid_and_pure(&d.0, "r.jsonl", &r);
+    }
+    let begin = std::fs::read_to_string(d.path("r.jsonl")).unwrap();
+    let begin: serde_json::Value = serde_json::from_str(begin.lines().next().unwrap()).unwrap();
+    assert_eq!(
+        begin["plan"]["size"]["kind"], "log_normal",
+        "{}",
+        begin["plan"]["size"]
+    );
+    // A bad table names its line.
+    std::fs::write(d.path("bad.txt"), "100 1\n1KiB lots\n").unwrap();
+    let bad = format!("@{}", d.path("bad.txt").display());
+    let o = msgbench(&d.0, &["run", "mem://", "-n", "10", "--size", &bad]);
+    assert!(!o.status.success());
+    assert!(stderr(&o).contains("line 2"), "{}", stderr(&o));
+}
+
+/// `--content zeros` and `--content text`: every message delivered and matched (the text stamp
+/// found among the words).
+#[test]
+fn zero_and_text_content_deliver_exactly() {
+    let d = TempDir::new("payload-content");
+    for content in ["zeros", "text"] {
+        let r = run_json(
+            &d.0,
+            &[
+                "run",
+                "mem://content",
+                "-n",
+                "5000",
+                "--size",
+                "300",
+                "--content",
+                content,
+                "--warmup",
+                "0s",
+            ],
+        );
+        let i = &r["integrity"];
+        assert_eq!(
+            (u(&i["delivered"]), u(&i["lost"]), u(&i["foreign"])),
+            (5000, 0, 0),
+            "{content}: {i}"
+        );
+    }
+    let o = msgbench(
+        &d.0,
+        &[
+            "run",
+            "mem://",
+            "-n",
+            "10",
+            "--content",
+            "text",
+            "--stamp",
+            "binary",
+        ],
+    );
+    assert!(!o.status.success());
+    assert!(stderr(&o).contains("producers.content"), "{}", stderr(&o));
+}
+
+/// Slow consumers: capped at 200 deliveries a second, one consumer takes 400 messages sent in
+/// a fifth of a second over about two seconds, so the last ones wait; none are lost.
+#[test]
+fn slow_consumers_take_their_time_and_lose_nothing() {
+    let d = TempDir::new("payload-slow");
+    for slow in [
+        &["--consumer-rate", "200"][..],
+        &["--processing", "exp:5ms"],
+    ] {
+        let mut args = vec![
+            "run",
+            "mem://slow",
+            "-n",
+            "400",
+            "--rate",
+            "2000",
+            "--warmup",
+            "0s",
+            "--drain",
+            "10s",
+        ];
+        args.extend_from_slice(slow);
+        let started = std::time::Instant::now();
+        let r = run_json(&d.0, &args);
+        let i = &r["integrity"];
+        assert_eq!(
+            (u(&i["delivered"]), u(&i["lost"])),
+            (400, 0),
+            "{slow:?}: {i}"
+        );
+        let took = started.elapsed().as_secs_f64();
+        assert!(took > 1.5, "{slow:?}: the consumer took 400 in {took:.2}s");
+        let max_ms = measure(&r)["e2e"]["max"].as_f64().unwrap() / 1e6;
+        assert!(
+            max_ms > 1000.0,
+            "{slow:?}: the last message waited {max_ms} ms"
+        );
+    }
+}

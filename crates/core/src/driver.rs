@@ -227,14 +227,14 @@ pub enum DriverEventKind {
     Warning,
 }
 
-impl DriverEventKind {
-    /// The event's kind as the results file writes it.
-    pub fn name(self) -> &'static str {
-        match self {
-            DriverEventKind::Reconnected => "reconnected",
-            DriverEventKind::Disconnected => "disconnected",
-            DriverEventKind::Error => "error",
-            DriverEventKind::Warning => "warning",
+impl From<DriverEventKind> for msgbench_metrics::EventKind {
+    fn from(k: DriverEventKind) -> Self {
+        use msgbench_metrics::EventKind;
+        match k {
+            DriverEventKind::Reconnected => EventKind::Reconnected,
+            DriverEventKind::Disconnected => EventKind::Disconnected,
+            DriverEventKind::Error => EventKind::Error,
+            DriverEventKind::Warning => EventKind::Warning,
         }
     }
 }

@@ -13,7 +13,7 @@
 //! - [`presets`]: ready-made scenarios (the `ecp` preset).
 //! - [`registration`]: how a driver crate presents itself to the binary (info, schemes, build).
 //! - [`redact`]: the one rule for hiding credentials from everything msgbench prints or writes.
-//! - [`payload`]: message sizes and stamped, incompressible bodies.
+//! - [`payload`]: stamped, incompressible bodies; [`sizes`]: size distributions.
 //! - [`template`]: payload templates (JSON for gateways) with the text stamp inside.
 //! - [`runner`]: producer and consumer loops, phases, the coordinator.
 //! - [`search`]: the capacity search's strategy (which rate next, when the answer is known).
@@ -34,6 +34,7 @@ pub mod runner;
 pub mod scenario;
 pub mod search;
 pub mod shutdown;
+pub mod sizes;
 pub mod stamp;
 pub mod tcp_tally;
 pub mod template;

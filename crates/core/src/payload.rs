@@ -40,8 +40,29 @@ impl StampFormat {
     }
 }
 
-/// What producers' messages look like beyond their size: the stamp's form and an optional
-/// template. The default (binary stamp, random bytes) is left out of results files.
+/// What fills a message after its stamp (and a template's `{{pad}}`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Content {
+    /// Incompressible random bytes (printable ones with a text stamp): the default, so that a
+    /// compressing or deduplicating system gains nothing it would not gain in production.
+    #[default]
+    Random,
+    /// Zero bytes (`0` characters with a text stamp): the best case for compression.
+    Zeros,
+    /// English-like words and spaces, with a text stamp: compresses about as well as prose,
+    /// for systems whose compression (Kafka's codecs, permessage-deflate) is being measured.
+    Text,
+}
+
+impl Content {
+    fn is_random(&self) -> bool {
+        *self == Content::Random
+    }
+}
+
+/// What producers' messages look like beyond their size: the stamp's form, the filler and an
+/// optional template. The default (binary stamp, random bytes) is left out of results files.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct PayloadPlan {
@@ -51,6 +72,9 @@ pub struct PayloadPlan {
     /// The message template (see [`crate::template`]), already read from its file.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub template: Option<String>,
+    /// What fills the message after the stamp.
+    #[serde(default, skip_serializing_if = "Content::is_random")]
+    pub content: Content,
 }
 
 impl PayloadPlan {
@@ -88,85 +112,50 @@ impl PayloadPlan {
     }
 }
 
-/// How large messages are, stamp included.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(tag = "kind", rename_all = "snake_case", deny_unknown_fields)]
-pub enum SizeSpec {
-    /// Every message has this many bytes.
-    Fixed {
-        /// Bytes per message.
-        bytes: u64,
-    },
-    /// Uniformly distributed sizes in `min..=max` bytes.
-    Range {
-        /// Smallest message.
-        min: u64,
-        /// Largest message.
-        max: u64,
-    },
-}
-
-impl SizeSpec {
-    /// The largest message this spec produces.
-    pub fn max(&self) -> u64 {
-        match *self {
-            SizeSpec::Fixed { bytes } => bytes,
-            SizeSpec::Range { max, .. } => max,
-        }
-    }
-
-    /// The smallest message this spec produces.
-    pub fn min(&self) -> u64 {
-        match *self {
-            SizeSpec::Fixed { bytes } => bytes,
-            SizeSpec::Range { min, .. } => min,
-        }
-    }
-
-    /// Parses `1KiB` (fixed) or `100..2000` / `100B..2KiB` (range).
-    pub fn parse(s: &str) -> Result<Self, String> {
-        if let Some((a, b)) = s.split_once("..") {
-            let min = crate::units::parse_size(a)?;
-            let max = crate::units::parse_size(b.trim_start_matches('='))?;
-            Ok(SizeSpec::Range { min, max })
-        } else {
-            Ok(SizeSpec::Fixed {
-                bytes: crate::units::parse_size(s)?,
-            })
-        }
-    }
-
-    /// Checks every message can hold a stamp and the range is ordered.
-    pub fn validate(&self) -> Result<(), String> {
-        if self.min() < STAMP_LEN as u64 {
-            return Err(format!(
-                "message size {} is below the {STAMP_LEN}-byte stamp every message carries; use at least {STAMP_LEN}",
-                self.min()
-            ));
-        }
-        if self.min() > self.max() {
-            return Err(format!(
-                "size range {}..{} is empty (min > max)",
-                self.min(),
-                self.max()
-            ));
-        }
-        if self.max() > 1 << 30 {
-            return Err(format!(
-                "message size {} is above the 1 GiB limit",
-                self.max()
-            ));
-        }
-        Ok(())
-    }
-}
+pub use crate::sizes::{SizeSampler, SizeSpec};
 
 const POOL: usize = 64 * 1024;
+
+/// Fills the pool message bodies are copied from: random bytes (folded onto `[A-Za-z0-9]`
+/// under a text stamp), zeros, or words.
+fn fill_pool(pool: &mut [u8], content: Content, format: StampFormat, rng: &mut Rng) {
+    match (content, format) {
+        (Content::Random, StampFormat::Binary) => rng.fill(pool),
+        (Content::Random, StampFormat::Text) => {
+            rng.fill(pool);
+            const ALNUM: &[u8; 62] =
+                b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789";
+            for b in pool {
+                *b = ALNUM[*b as usize % ALNUM.len()];
+            }
+        }
+        (Content::Zeros, StampFormat::Binary) => pool.fill(0),
+        (Content::Zeros, StampFormat::Text) => pool.fill(b'0'),
+        (Content::Text, _) => {
+            const WORDS: [&str; 32] = [
+                "the", "of", "and", "to", "in", "message", "is", "for", "on", "that", "order",
+                "with", "price", "as", "by", "at", "from", "this", "trade", "be", "or", "an",
+                "market", "are", "was", "it", "value", "not", "which", "stream", "have", "event",
+            ];
+            let mut at = 0;
+            while at < pool.len() {
+                let w = WORDS[(rng.next_u64() % WORDS.len() as u64) as usize].as_bytes();
+                let n = w.len().min(pool.len() - at);
+                pool[at..at + n].copy_from_slice(&w[..n]);
+                at += n;
+                if at < pool.len() {
+                    pool[at] = b' ';
+                    at += 1;
+                }
+            }
+        }
+    }
+}
 
 /// Builds stamped payloads for one producer into a reusable buffer.
 #[derive(Debug)]
 pub struct PayloadBuilder {
-    size: SizeSpec,
+    sizes: SizeSampler,
     format: StampFormat,
     template: Option<Template>,
     /// Monotonic → Unix nanoseconds, for a template's `{{time}}`.
@@ -179,15 +168,15 @@ pub struct PayloadBuilder {
 
 impl PayloadBuilder {
     /// A builder for `size` messages of binary stamps and random bytes, seeded by `seed`.
-    pub fn new(size: SizeSpec, seed: u64) -> Self {
+    pub fn new(size: &SizeSpec, seed: u64) -> Self {
         Self::with_plan(size, &PayloadPlan::default(), seed)
             .expect("binary stamps need no validation beyond the size's")
     }
 
     /// A builder for `size` messages shaped by `plan` (validated again here: a bad template is
     /// an error, not a panic), its random content seeded by `seed`.
-    pub fn with_plan(size: SizeSpec, plan: &PayloadPlan, seed: u64) -> Result<Self, String> {
-        let template = plan.validate(&size)?;
+    pub fn with_plan(size: &SizeSpec, plan: &PayloadPlan, seed: u64) -> Result<Self, String> {
+        let template = plan.validate(size)?;
         let format = if template.is_some() {
             StampFormat::Text
         } else {
@@ -196,18 +185,10 @@ impl PayloadBuilder {
         let mut rng = Rng::new(seed);
         let max = size.max() as usize;
         let mut pool = vec![0u8; POOL + max];
-        rng.fill(&mut pool);
-        if format == StampFormat::Text {
-            // Printable filler: the same randomness folded onto [A-Za-z0-9].
-            const ALNUM: &[u8; 62] =
-                b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789";
-            for b in &mut pool {
-                *b = ALNUM[*b as usize % ALNUM.len()];
-            }
-        }
+        fill_pool(&mut pool, plan.content, format, &mut rng);
         let unix_offset_ns = crate::clock::realtime_ns().wrapping_sub(crate::clock::now_ns());
         Ok(Self {
-            size,
+            sizes: SizeSampler::new(size),
             format,
             template,
             unix_offset_ns,
@@ -222,10 +203,7 @@ impl PayloadBuilder {
     /// then random bytes; the text stamp then printable bytes; or the template rendered.
     #[inline]
     pub fn build(&mut self, stamp: &Stamp) -> &[u8] {
-        let len = match self.size {
-            SizeSpec::Fixed { bytes } => bytes as usize,
-            SizeSpec::Range { min, max } => self.rng.range(min, max) as usize,
-        };
+        let len = self.sizes.next(&mut self.rng);
         // Move through the pool by a prime stride so consecutive bodies differ.
         self.cursor = (self.cursor + 4093) % POOL;
         if let Some(t) = &self.template {
@@ -263,7 +241,7 @@ mod tests {
 
     #[test]
     fn fixed_size_with_stamp_and_varying_bodies() {
-        let mut b = PayloadBuilder::new(SizeSpec::Fixed { bytes: 1024 }, 7);
+        let mut b = PayloadBuilder::new(&SizeSpec::Fixed { bytes: 1024 }, 7);
         let first = b.build(&stamp(0)).to_vec();
         let second = b.build(&stamp(1)).to_vec();
         assert_eq!(first.len(), 1024);
@@ -275,22 +253,23 @@ mod tests {
     fn text_stamps_and_templates() {
         let text = PayloadPlan {
             stamp: StampFormat::Text,
-            template: None,
+            ..PayloadPlan::default()
         };
-        let mut b = PayloadBuilder::with_plan(SizeSpec::Fixed { bytes: 200 }, &text, 7).unwrap();
+        let mut b = PayloadBuilder::with_plan(&SizeSpec::Fixed { bytes: 200 }, &text, 7).unwrap();
         let m = b.build(&stamp(4)).to_vec();
         assert_eq!(m.len(), 200);
         assert!(m.iter().all(|c| c.is_ascii_graphic()), "printable");
         assert_eq!(Stamp::find(&m).unwrap().seq, 4);
-        let small = PayloadBuilder::with_plan(SizeSpec::Fixed { bytes: 50 }, &text, 7);
+        let small = PayloadBuilder::with_plan(&SizeSpec::Fixed { bytes: 50 }, &text, 7);
         assert!(small.unwrap_err().contains("text stamp"));
 
         let json = PayloadPlan {
             stamp: StampFormat::Text,
             template: Some(r#"{"id":"{{stamp}}","n":{{seq}},"fill":"{{pad}}"}"#.into()),
+            ..PayloadPlan::default()
         };
         let range = SizeSpec::Range { min: 100, max: 300 };
-        let mut b = PayloadBuilder::with_plan(range, &json, 7).unwrap();
+        let mut b = PayloadBuilder::with_plan(&range, &json, 7).unwrap();
         for i in 0..100 {
             let m = b.build(&stamp(i)).to_vec();
             assert!((100..=300).contains(&m.len()), "{}", m.len());
@@ -299,7 +278,7 @@ mod tests {
             assert_eq!(Stamp::find(&m).unwrap().seq, i);
         }
         // Too large for the size, or a binary stamp asked for: clear errors.
-        let e = PayloadBuilder::with_plan(SizeSpec::Fixed { bytes: 64 }, &json, 7).unwrap_err();
+        let e = PayloadBuilder::with_plan(&SizeSpec::Fixed { bytes: 64 }, &json, 7).unwrap_err();
         assert!(e.contains("needs at least"), "{e}");
         let binary = PayloadPlan {
             stamp: StampFormat::Binary,
@@ -309,8 +288,30 @@ mod tests {
     }
 
     #[test]
+    fn zeros_and_words_fill_after_the_stamp() {
+        let zeros = PayloadPlan {
+            content: Content::Zeros,
+            ..PayloadPlan::default()
+        };
+        let mut b = PayloadBuilder::with_plan(&SizeSpec::Fixed { bytes: 300 }, &zeros, 7).unwrap();
+        let m = b.build(&stamp(3)).to_vec();
+        assert_eq!(Stamp::read(&m).unwrap().seq, 3);
+        assert!(m[STAMP_LEN..].iter().all(|&x| x == 0));
+        let words = PayloadPlan {
+            stamp: StampFormat::Text,
+            content: Content::Text,
+            ..PayloadPlan::default()
+        };
+        let mut b = PayloadBuilder::with_plan(&SizeSpec::Fixed { bytes: 500 }, &words, 7).unwrap();
+        let m = String::from_utf8(b.build(&stamp(5)).to_vec()).unwrap();
+        assert_eq!(Stamp::find(m.as_bytes()).unwrap().seq, 5);
+        assert!(m.contains(" the ") || m.contains(" of "), "{m}");
+        assert!(m.split(' ').count() > 40, "{m}");
+    }
+
+    #[test]
     fn range_sizes_stay_in_range() {
-        let mut b = PayloadBuilder::new(SizeSpec::Range { min: 40, max: 100 }, 7);
+        let mut b = PayloadBuilder::new(&SizeSpec::Range { min: 40, max: 100 }, 7);
         let mut seen = std::collections::HashSet::new();
         for i in 0..1000 {
             let n = b.build(&stamp(i)).len();
@@ -323,7 +324,7 @@ mod tests {
     #[test]
     fn payload_is_incompressible() {
         // A crude entropy check: byte histogram of the random body is close to flat.
-        let mut b = PayloadBuilder::new(SizeSpec::Fixed { bytes: 65_536 }, 3);
+        let mut b = PayloadBuilder::new(&SizeSpec::Fixed { bytes: 65_536 }, 3);
         let body = b.build(&stamp(0))[STAMP_LEN..].to_vec();
         let mut counts = [0u32; 256];
         for x in &body {

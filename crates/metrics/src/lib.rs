@@ -79,6 +79,87 @@ pub fn new_full_histogram() -> Histogram {
     h
 }
 
+/// What a run event is (the `kind` of an `event` record): the one list every reader of the
+/// results file matches on, instead of strings spelled in each of them. Written in snake_case;
+/// a kind this build does not know (a newer writer's) reads as [`EventKind::Other`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum EventKind {
+    /// A phase began (`warmup`, `measure`, `drain`) or the run ended (`end`): the detail.
+    Phase,
+    /// Every client connected (the detail says how many, and how long it took).
+    Connected,
+    /// A client connected again after losing its connection.
+    Reconnected,
+    /// A client lost its connection.
+    Disconnected,
+    /// An error the run went on after (a driver's, or a refused threshold).
+    Error,
+    /// Something that makes the figures less trustworthy.
+    Warning,
+    /// A note of a driver or a stage that is neither (an ECP endpoint's event).
+    Event,
+    /// A threshold failed during the run (`--threshold-abort`).
+    Threshold,
+    /// The backlog was built and the consumers released.
+    Backlog,
+    /// A step of a capacity search.
+    Search,
+    /// A kind this build does not know.
+    #[serde(other)]
+    Other,
+}
+
+impl EventKind {
+    /// The name the results file writes.
+    pub fn name(self) -> &'static str {
+        match self {
+            EventKind::Phase => "phase",
+            EventKind::Connected => "connected",
+            EventKind::Reconnected => "reconnected",
+            EventKind::Disconnected => "disconnected",
+            EventKind::Error => "error",
+            EventKind::Warning => "warning",
+            EventKind::Event => "event",
+            EventKind::Threshold => "threshold",
+            EventKind::Backlog => "backlog",
+            EventKind::Search => "search",
+            EventKind::Other => "other",
+        }
+    }
+
+    /// Whether a person watching the run is told at once (a line on stderr, a count in the
+    /// TUI): connection trouble, errors, warnings and the backlog's release.
+    pub fn is_notable(self) -> bool {
+        matches!(
+            self,
+            EventKind::Reconnected
+                | EventKind::Disconnected
+                | EventKind::Error
+                | EventKind::Warning
+                | EventKind::Backlog
+        )
+    }
+}
+
+impl std::str::FromStr for EventKind {
+    type Err = std::convert::Infallible;
+
+    /// The kind a name stands for ([`EventKind::Other`] for a name this build does not know).
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        use serde::de::IntoDeserializer;
+        let name: serde::de::value::StrDeserializer<'_, serde::de::value::Error> =
+            s.into_deserializer();
+        Ok(EventKind::deserialize(name).unwrap_or(EventKind::Other))
+    }
+}
+
+impl std::fmt::Display for EventKind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
 /// The phases of a run. Warm-up is recorded but excluded from the summary; drain is the bounded
 /// wait for messages still in flight after the last send.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
@@ -103,5 +184,30 @@ impl Phase {
             Phase::Measure => "measure",
             Phase::Drain => "drain",
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::EventKind;
+
+    #[test]
+    fn event_kinds_read_and_write_their_names() {
+        for k in [
+            EventKind::Phase,
+            EventKind::Disconnected,
+            EventKind::Backlog,
+            EventKind::Search,
+        ] {
+            assert_eq!(k.name().parse::<EventKind>().unwrap(), k);
+            assert_eq!(
+                serde_json::to_string(&k).unwrap(),
+                format!("\"{}\"", k.name())
+            );
+        }
+        // A newer writer's kind reads as Other instead of failing the whole file.
+        let k: EventKind = serde_json::from_str("\"rebalanced\"").unwrap();
+        assert_eq!(k, EventKind::Other);
+        assert!(EventKind::Warning.is_notable() && !EventKind::Phase.is_notable());
     }
 }

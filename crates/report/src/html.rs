@@ -617,7 +617,7 @@ fn events(s: &mut String, r: &RunReport) {
             s,
             "<tr><td>{:.3}s</td><td>{}</td><td>{}</td></tr>",
             e.at_s,
-            esc(&e.kind),
+            e.kind.name(),
             esc(&e.detail)
         );
     }

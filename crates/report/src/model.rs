@@ -3,6 +3,7 @@
 use crate::ReportError;
 use crate::distribution::Distributions;
 use crate::records::{Begin, End, EventRecord, Record};
+use msgbench_metrics::EventKind;
 use msgbench_metrics::aggregate::Integrity;
 use msgbench_metrics::{ConnectionSummary, Counters, Gauges, Histograms, LatencySummary, Phase};
 use serde::{Deserialize, Serialize};
@@ -261,7 +262,7 @@ impl ReportBuilder {
         match r {
             Record::Begin(b) => self.begin = Some(b.clone()),
             Record::End(e) => self.end = Some(e.clone()),
-            Record::Event(e) if e.kind != "phase" => {
+            Record::Event(e) if e.kind != EventKind::Phase => {
                 if self.events.len() < MAX_EVENTS {
                     self.events.push(e.clone());
                 } else {

@@ -9,6 +9,7 @@
 //! - `end`: per-phase totals with cumulative histograms, the final delivery account, warnings.
 
 use crate::ReportError;
+use msgbench_metrics::EventKind;
 use msgbench_metrics::aggregate::Integrity;
 use msgbench_metrics::{IntervalStats, PhaseTotals};
 use serde::{Deserialize, Serialize};
@@ -121,8 +122,8 @@ pub struct SegmentInfo {
 pub struct EventRecord {
     /// Seconds since the start of the run.
     pub at_s: f64,
-    /// `phase`, `connected`, `reconnected`, `disconnected`, `error`, `warning`.
-    pub kind: String,
+    /// What happened.
+    pub kind: EventKind,
     /// Detail for humans.
     pub detail: String,
 }

@@ -1,6 +1,6 @@
 //! `msgbench merge` on constructed segment files: exact sums, refusals, partial merges.
 use msgbench_metrics::aggregate::Integrity;
-use msgbench_metrics::{Counters, Histograms};
+use msgbench_metrics::{Counters, EventKind, Histograms};
 use msgbench_metrics::{IntervalStats, Phase, PhaseTotals};
 use msgbench_report::merge::*;
 use msgbench_report::records::ResultsWriter;
@@ -132,7 +132,7 @@ fn merges_counts_histograms_and_integrity_across_segments() {
             Record::Interval(interval(0, 60, 60, 10)),
             Record::Event(EventRecord {
                 at_s: 0.5,
-                kind: "warning".into(),
+                kind: EventKind::Warning,
                 detail: "x".into(),
             }),
             Record::Interval(interval(1, 40, 40, 10)),

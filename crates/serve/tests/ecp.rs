@@ -15,12 +15,21 @@ use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
 fn url() -> String {
-    std::env::var("MSGBENCH_IT_ARTEMIS_URL").unwrap_or_else(|_| {
-        panic!(
-            "MSGBENCH_IT_ARTEMIS_URL is not set: start the test brokers with `scripts/brokers.sh up` \
-             and `eval \"$(scripts/brokers.sh env)\"`, or run everything with `scripts/test.sh`"
-        )
-    })
+    std::env::var("MSGBENCH_IT_ARTEMIS_URL").expect("checked by the test's `artemis()`")
+}
+
+/// Whether the Artemis broker is there: without `MSGBENCH_IT_ARTEMIS_URL` the test is skipped
+/// with a message (it fails instead under `MSGBENCH_IT_REQUIRE=1`, as `scripts/test.sh` runs).
+fn artemis(test: &str) -> bool {
+    if std::env::var_os("MSGBENCH_IT_ARTEMIS_URL").is_some() {
+        return true;
+    }
+    let hint = "start the test brokers with `scripts/brokers.sh up` and `eval \"$(scripts/brokers.sh env)\"`, or run everything with `scripts/test.sh`";
+    if std::env::var_os("MSGBENCH_IT_REQUIRE").is_some() {
+        panic!("MSGBENCH_IT_ARTEMIS_URL is not set (and MSGBENCH_IT_REQUIRE is): {hint}");
+    }
+    eprintln!("\n{test} skipped: MSGBENCH_IT_ARTEMIS_URL is not set: {hint}");
+    false
 }
 
 /// Queue names of their own for each test run (Artemis creates them on demand).
@@ -181,6 +190,9 @@ fn prop<'a>(m: &'a Received, k: &str) -> Option<&'a str> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn replies_deliveries_events_and_exact_faults() {
+    if !artemis("replies_deliveries_events_and_exact_faults") {
+        return;
+    }
     let mut cfg = config("faults");
     cfg.extra_events = true;
     cfg.error_reply_ratio = 0.1; // messages 10 and 20
@@ -311,6 +323,9 @@ async fn replies_deliveries_events_and_exact_faults() {
 /// of them are out within a fraction of 300 × 200 ms (one timer queue, not a sleep each).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn delays_do_not_serialize() {
+    if !artemis("delays_do_not_serialize") {
+        return;
+    }
     let mut cfg = config("delays");
     cfg.reply_delay = Duration::from_millis(200);
     let caps = cfg.amqp10.capabilities.clone();

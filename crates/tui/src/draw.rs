@@ -11,6 +11,7 @@ use crate::keys::UiState;
 use crate::plan::RunPhase;
 use crate::progress::format_progress;
 use crate::state::{Lat, LiveState, Tick};
+use msgbench_metrics::EventKind;
 use ratatui::Frame;
 use ratatui::layout::{Constraint, Layout, Rect};
 use ratatui::style::{Color, Modifier, Style};
@@ -656,10 +657,10 @@ fn draw_events(frame: &mut Frame, area: Rect, st: &LiveState) {
         .take(h)
         .rev()
         .map(|e| {
-            let style = match e.kind.as_str() {
-                "error" | "disconnected" => Style::new().fg(Color::Red),
-                "warning" | "reconnected" => Style::new().fg(Color::Yellow),
-                "phase" => Style::new().fg(Color::Cyan),
+            let style = match e.kind {
+                EventKind::Error | EventKind::Disconnected => Style::new().fg(Color::Red),
+                EventKind::Warning | EventKind::Reconnected => Style::new().fg(Color::Yellow),
+                EventKind::Phase => Style::new().fg(Color::Cyan),
                 _ => Style::new(),
             };
             let text = format!("[{:>7.1}s] {}: {}", e.at_s, e.kind, e.detail);

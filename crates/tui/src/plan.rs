@@ -5,6 +5,7 @@
 
 use crate::format;
 use msgbench_core::units::parse_duration;
+use msgbench_metrics::EventKind;
 use msgbench_metrics::Phase;
 use msgbench_report::Record;
 use serde_json::Value;
@@ -273,7 +274,7 @@ impl RunProgress {
             Record::Begin(b) => self.plan = Some(PlanInfo::from_plan(&b.plan)),
             Record::Event(e) => {
                 self.now_s = self.now_s.max(e.at_s);
-                if e.kind == "phase" {
+                if e.kind == EventKind::Phase {
                     let p = match e.detail.as_str() {
                         "warmup" => Some(Phase::Warmup),
                         "measure" => Some(Phase::Measure),
@@ -435,7 +436,7 @@ mod tests {
     fn phase(at_s: f64, name: &str) -> Record {
         Record::Event(EventRecord {
             at_s,
-            kind: "phase".into(),
+            kind: EventKind::Phase,
             detail: name.into(),
         })
     }

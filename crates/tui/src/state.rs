@@ -3,6 +3,7 @@
 //! [`HISTORY`] ticks (more than any terminal is wide), the event list the last [`EVENTS`].
 
 use crate::plan::{PlanInfo, RunProgress};
+use msgbench_metrics::EventKind;
 use msgbench_metrics::aggregate::Integrity;
 use msgbench_metrics::{Counters, Histogram, IntervalStats, Phase, StageCounts};
 use msgbench_report::{EventRecord, Record};
@@ -199,10 +200,10 @@ impl LiveState {
                 }
             }
             Record::Event(e) => {
-                match e.kind.as_str() {
-                    "disconnected" => self.disconnects += 1,
-                    "warning" | "error" => self.warnings += 1,
-                    "connected" => self.connected = Some(e.detail.clone()),
+                match e.kind {
+                    EventKind::Disconnected => self.disconnects += 1,
+                    EventKind::Warning | EventKind::Error => self.warnings += 1,
+                    EventKind::Connected => self.connected = Some(e.detail.clone()),
                     _ => {}
                 }
                 if self.events.len() == EVENTS {

@@ -66,7 +66,7 @@ fn pubsub_plan(measure: serde_json::Value) -> serde_json::Value {
 fn event(at_s: f64, kind: &str, detail: &str) -> Record {
     Record::Event(EventRecord {
         at_s,
-        kind: kind.into(),
+        kind: kind.parse().unwrap(),
         detail: detail.into(),
     })
 }

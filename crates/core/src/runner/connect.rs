@@ -1,6 +1,6 @@
 //! Connecting a run's clients, and the clock arithmetic of its intervals.
 
-use super::outcome::RunError;
+use super::outcome::{EventKind, RunError};
 use super::workers::Workers;
 use crate::driver::{Driver, DriverError};
 use msgbench_metrics::ConnectFailure;
@@ -78,7 +78,7 @@ pub(super) fn consumer_descriptors<D: Driver>(
     let mut warn = |detail: String| {
         observer.event(&super::RunEvent {
             at_s: 0.0,
-            kind: "warning".into(),
+            kind: EventKind::Warning,
             detail,
         })
     };

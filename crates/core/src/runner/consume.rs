@@ -7,6 +7,8 @@ use super::produce::Ticker;
 use super::state::{OwnedCounter, RunState};
 use crate::clock::{now_ns, to_instant};
 use crate::driver::{Consumer, Delivery};
+use crate::rng::Rng;
+use crate::scenario::{ConsumerWork, Processing};
 use crate::stamp::Stamp;
 use msgbench_metrics::{GroupSeen, GroupView, IntegrityTracker, Phase, Recorder, Role, Snapshot};
 use std::cell::RefCell;
@@ -37,6 +39,36 @@ pub(crate) struct ConsumerTask {
     pub shared_books: bool,
     /// A backlog run: read nothing until this turns true (see `backlog`).
     pub hold: Option<watch::Receiver<bool>>,
+    /// Slow consumers: time spent per delivery and a rate cap (none by default).
+    pub work: ConsumerWork,
+}
+
+/// A slow consumer's clock: when it may take its next delivery.
+struct Pace {
+    work: ConsumerWork,
+    rng: Rng,
+    /// The earliest time (monotonic ns) the rate cap lets the next delivery be taken.
+    next_ns: u64,
+}
+
+impl Pace {
+    /// When the consumer may take its next delivery, having taken one at `now`: after working
+    /// on it, and no sooner than the rate allows (a consumer that fell behind its rate does not
+    /// catch up in a burst).
+    fn after_delivery(&mut self, now: u64) -> u64 {
+        let work = match self.work.processing {
+            None => 0,
+            Some(Processing::Fixed(d)) => d.as_nanos() as u64,
+            Some(Processing::Exponential(mean)) => {
+                (-(mean.as_nanos() as f64) * self.rng.next_f64_open0().ln()) as u64
+            }
+        };
+        let done = now + work;
+        if let Some(rate) = self.work.rate {
+            self.next_ns = self.next_ns.max(now) + (1e9 / rate) as u64;
+        }
+        done.max(self.next_ns)
+    }
 }
 
 /// What one recorder accounts for: its recorder, the interval clock and the phase.
@@ -164,6 +196,29 @@ impl ConsumerTask {
         self.with_acct(&mut b.own, |a| a.ticker.next_ns)
     }
 
+    /// A slow consumer working on a delivery until `until` (monotonic ns), its recorder still
+    /// ticking meanwhile. Returns whether the run told it to stop.
+    async fn work_until(
+        &self,
+        until: u64,
+        b: &mut Books,
+        stop: &mut watch::Receiver<bool>,
+    ) -> bool {
+        let until = to_instant(until);
+        loop {
+            let next_tick = to_instant(self.next_tick(b));
+            tokio::select! {
+                biased;
+                _ = tokio::time::sleep_until(until) => return false,
+                _ = tokio::time::sleep_until(next_tick) => {
+                    let now = now_ns();
+                    self.with_acct(&mut b.own, |a| self.tick(a, now));
+                }
+                _ = stop.changed() => return true,
+            }
+        }
+    }
+
     pub async fn run<C: Consumer>(self, mut c: C) {
         let mut b = Books {
             own: (!self.shared_books).then(|| self.new_acct()),
@@ -172,6 +227,11 @@ impl ConsumerTask {
             distinct: 0,
         };
         let mut stop = self.stop.clone();
+        let mut pace = (!self.work.is_default()).then(|| Pace {
+            work: self.work,
+            rng: Rng::new(u64::from(self.id) ^ u64::from(self.run_id) << 32),
+            next_ns: 0,
+        });
         if let Some(mut hold) = self.hold.clone() {
             // Subscribed, reading nothing: the system keeps what is sent until the release.
             c.set_fetching(false);
@@ -191,6 +251,14 @@ impl ConsumerTask {
                 r = c.recv() => match r {
                     Ok(Some(d)) => {
                         self.on_delivery(&mut b, &d, c.lane());
+                        if let Some(p) = &mut pace {
+                            self.distinct.set(b.distinct);
+                            let until = p.after_delivery(now_ns());
+                            if self.work_until(until, &mut b, &mut stop).await {
+                                break;
+                            }
+                            continue;
+                        }
                         // Take what is already waiting without another trip through select!.
                         for _ in 0..BATCH {
                             let polled = {

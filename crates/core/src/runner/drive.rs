@@ -7,6 +7,7 @@
 //! places past the ack timeout, looks for stalled producers and emits the intervals that are
 //! complete.
 
+use super::EventKind;
 use super::backlog::BacklogEvent;
 use super::connect::{interval_before, process_cpu_s};
 use super::messages::{MessageRun, no_task_snapshot, run_event};
@@ -25,7 +26,12 @@ impl MessageRun<'_> {
     pub fn begin(&mut self, observer: &mut dyn Observer) {
         let first = self.phases.first();
         self.agg.begin_phase(first, 0.0);
-        observer.event(&run_event(self.t0, "phase", first.name().into(), self.t0));
+        observer.event(&run_event(
+            self.t0,
+            EventKind::Phase,
+            first.name().into(),
+            self.t0,
+        ));
     }
 
     /// Runs the phases to the end of the drain.
@@ -59,7 +65,7 @@ impl MessageRun<'_> {
                 _ = shutdown.reached(1), if !self.interrupted => {
                     self.interrupted = true;
                     let why = "interrupted: stopping producers and draining";
-                    observer.event(&run_event(self.t0, "warning", why.into(), now_ns()));
+                    observer.event(&run_event(self.t0, EventKind::Warning, why.into(), now_ns()));
                 }
             }
         }
@@ -104,7 +110,12 @@ impl MessageRun<'_> {
                 self.state.set_drain_deadline_ns(deadline);
             }
         }
-        observer.event(&run_event(self.t0, "phase", c.to.name().into(), now));
+        observer.event(&run_event(
+            self.t0,
+            EventKind::Phase,
+            c.to.name().into(),
+            now,
+        ));
     }
 
     /// Credits the process's CPU time and event-loop lag since the last sample to interval `k`
@@ -130,7 +141,7 @@ impl MessageRun<'_> {
         if let Some(BacklogEvent::Released(m) | BacklogEvent::Drained(m)) =
             b.check(now, self.t0, sent, got, receivers, no_more)
         {
-            observer.event(&run_event(self.t0, "backlog", m, now));
+            observer.event(&run_event(self.t0, EventKind::Backlog, m, now));
         }
     }
 
@@ -211,13 +222,13 @@ impl MessageRun<'_> {
             DriverEventKind::Disconnected => self.extra.errors.add(ErrorKind::Disconnect, 1),
             DriverEventKind::Error | DriverEventKind::Warning => {}
         }
-        observer.event(&run_event(self.t0, e.kind.name(), e.detail, now_ns()));
+        observer.event(&run_event(self.t0, e.kind.into(), e.detail, now_ns()));
     }
 
     /// A producer that had to stop: counted, logged, and (once per distinct reason) a warning.
     pub(super) fn producer_failed(&mut self, why: String, observer: &mut dyn Observer) {
         self.producers_failed += 1;
-        observer.event(&run_event(self.t0, "error", why.clone(), now_ns()));
+        observer.event(&run_event(self.t0, EventKind::Error, why.clone(), now_ns()));
         if !self.warnings.contains(&why) {
             self.warnings.push(why);
         }
@@ -242,7 +253,7 @@ impl MessageRun<'_> {
         }
         self.free_expired_places(now, observer);
         if let Some(m) = self.stalls.check(now) {
-            observer.event(&run_event(self.t0, "warning", m, now));
+            observer.event(&run_event(self.t0, EventKind::Warning, m, now));
         }
         if self.emitted.is_none_or(|e| upto > e) {
             self.emit(upto, observer);
@@ -260,7 +271,7 @@ impl MessageRun<'_> {
         let n = t.expire_window(now.saturating_sub(timeout.as_nanos() as u64));
         if n > 0 {
             self.expired_places += n;
-            observer.event(&run_event(self.t0, "warning", format!(
+            observer.event(&run_event(self.t0, EventKind::Warning, format!(
                 "{n} messages did not reach the window stage within {timeout:?} (ack timeout): their window places were freed; they count as missing unless they arrive"
             ), now));
         }

@@ -2,6 +2,7 @@
 //! last snapshots merged, the delivery account closed, the last intervals emitted and the
 //! outcome written, with a warning for everything that makes its figures less trustworthy.
 
+use super::EventKind;
 use super::connect::interval_before;
 use super::messages::{MessageRun, no_task_snapshot, run_event};
 use super::stages::Unmatched;
@@ -52,7 +53,12 @@ impl MessageRun<'_> {
                      interrupt), blocked in the client: stopped by force; what they recorded \
                      since their last interval is missing"
                 );
-                observer.event(&run_event(self.t0, "warning", why.clone(), now_ns()));
+                observer.event(&run_event(
+                    self.t0,
+                    EventKind::Warning,
+                    why.clone(),
+                    now_ns(),
+                ));
                 self.warnings.push(why);
             }
         }
@@ -88,7 +94,7 @@ impl MessageRun<'_> {
         while let Ok(e) = events.try_recv() {
             observer.event(&RunEvent {
                 at_s: secs(self.t0, now_ns()),
-                kind: "event".into(),
+                kind: EventKind::Event,
                 detail: e.detail,
             });
         }
@@ -133,7 +139,12 @@ impl MessageRun<'_> {
         for iv in self.agg.take_all_intervals() {
             observer.interval(&iv);
         }
-        observer.event(&run_event(self.t0, "phase", "end".into(), now_ns()));
+        observer.event(&run_event(
+            self.t0,
+            EventKind::Phase,
+            "end".into(),
+            now_ns(),
+        ));
     }
 
     /// The outcome: every phase's totals, the delivery account, the stages, and the warnings.

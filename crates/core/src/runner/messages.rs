@@ -13,6 +13,7 @@
 //! The coordinator owns everything the tasks report into (snapshots, counters, fatal errors);
 //! the tasks share only [`RunState`] with it, read with relaxed atomics on their hot paths.
 
+use super::EventKind;
 use super::backlog::BacklogWatch;
 use super::connect::{Ramp, connect_all, consumer_descriptors, consumer_ramp, process_cpu_s};
 use super::consume::ConsumerTask;
@@ -216,7 +217,7 @@ async fn connect_consumers<D: Driver>(
     if let Some((_, why)) = connected.never.first() {
         observer.event(&RunEvent {
             at_s: 0.0,
-            kind: "warning".into(),
+            kind: EventKind::Warning,
             detail: format!(
                 "{never} of {} consumers never connected (the run goes on without them; each \
                  message is expected by the consumers that did). First reason: {why}",
@@ -278,7 +279,7 @@ async fn connect_listeners<D: Driver>(
             if n > 0 {
                 observer.event(&RunEvent {
                     at_s: 0.0,
-                    kind: "warning".into(),
+                    kind: EventKind::Warning,
                     detail: format!(
                         "cleaned {n} stale messages from queue {} before the run",
                         q.queue
@@ -407,7 +408,7 @@ impl<'p> MessageRun<'p> {
         let started_unix_ms = unix_ms() + (t0.saturating_sub(now_ns())) / 1_000_000;
         observer.event(&RunEvent {
             at_s: secs(t0, now_ns()),
-            kind: "connected".into(),
+            kind: EventKind::Connected,
             detail: format!(
                 "{} producers, {} consumers connected in {:.3}s",
                 c.producers.clients.len(),
@@ -437,7 +438,7 @@ impl<'p> MessageRun<'p> {
         }
         let (backlog, hold) = match plan.backlog {
             Some(b) => {
-                let (w, gate) = BacklogWatch::new(b, (plan.size.min() + plan.size.max()) / 2);
+                let (w, gate) = BacklogWatch::new(b, plan.size.mean());
                 (Some(w), Some(gate))
             }
             None => (None, None),
@@ -476,7 +477,7 @@ impl<'p> MessageRun<'p> {
         if let Some(w) = late {
             observer.event(&RunEvent {
                 at_s: 0.0,
-                kind: "warning".into(),
+                kind: EventKind::Warning,
                 detail: w.clone(),
             });
             warnings.push(w);
@@ -549,10 +550,10 @@ fn connect_failures(failures: ConnectFailures) -> Counters {
 }
 
 /// An event of the run that started at `t0`, happening at `at` (monotonic ns).
-pub(super) fn run_event(t0: u64, kind: &str, detail: String, at: u64) -> RunEvent {
+pub(super) fn run_event(t0: u64, kind: EventKind, detail: String, at: u64) -> RunEvent {
     RunEvent {
         at_s: secs(t0, at),
-        kind: kind.into(),
+        kind,
         detail,
     }
 }
@@ -633,6 +634,7 @@ impl Shared<'_> {
                 group: group.clone(),
                 shared_books,
                 hold: hold.clone(),
+                work: self.plan.consumer_work,
             };
             set.spawn_on(task.run(c), home);
         }
@@ -749,7 +751,7 @@ impl Shared<'_> {
                 tagging: tagging.clone(),
                 tagger: None,
             };
-            let payload = PayloadBuilder::with_plan(plan.size, &plan.payload, seed)
+            let payload = PayloadBuilder::with_plan(&plan.size, &plan.payload, seed)
                 .map_err(|m| RunError::Unsupported(format!("payload: {m}")))?;
             set.spawn_on(task.run(p, payload), home);
         }

@@ -52,7 +52,7 @@ use std::sync::Arc;
 use tokio::sync::mpsc;
 
 use connect::{process_cpu_s, secs};
-pub use outcome::{Observer, RunError, RunEvent, RunOutcome};
+pub use outcome::{EventKind, Observer, RunError, RunEvent, RunOutcome};
 
 /// Consumers beyond which a run without `workers` gets dedicated worker threads anyway.
 pub(crate) const MANY_CONSUMERS: u32 = 256;

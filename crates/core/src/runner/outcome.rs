@@ -2,6 +2,7 @@
 //! [`RunError`]): the runner's public results, kept apart from the machinery that makes them.
 
 use crate::driver::DriverError;
+pub use msgbench_metrics::EventKind;
 use msgbench_metrics::aggregate::Integrity;
 use msgbench_metrics::{IntervalStats, PhaseTotals};
 use serde::{Deserialize, Serialize};
@@ -21,8 +22,8 @@ pub trait Observer: Send {
 pub struct RunEvent {
     /// Seconds since the start of the run (negative while connecting).
     pub at_s: f64,
-    /// `phase`, `connected`, `reconnected`, `disconnected`, `error`, `warning`.
-    pub kind: String,
+    /// What happened.
+    pub kind: EventKind,
     /// Detail for humans.
     pub detail: String,
 }

@@ -14,7 +14,7 @@
 //! [producers]
 //! per_topic = 1
 //! rate = 50000              # msgs/s, all producers together; or a table with `shape`
-//! size = "1KiB"             # or "100..2KiB"
+//! size = "1KiB"             # or "100..2KiB", "lognormal:512,0.8", "@sizes.txt"
 //! max_in_flight = 1000
 //!
 //! [consumers]
@@ -56,8 +56,8 @@ pub mod stages;
 
 pub use driver_options::{DriverPlans, DriverSection, DriverSections, SectionSpec};
 pub use plan::{
-    BacklogPlan, ClientPlan, ConnectionPlan, Measure, PlanError, RunPlan, SubscriptionMode,
-    TlsPlan, resolve,
+    BacklogPlan, ClientPlan, ConnectionPlan, ConsumerWork, Measure, PlanError, Processing, RunPlan,
+    SubscriptionMode, TlsPlan, resolve,
 };
 pub use segment::{Segment, parse_start_at, segment_run_id};
 pub use stages::{
@@ -274,7 +274,8 @@ pub struct ProducersSection {
     pub per_topic: Option<u32>,
     /// Offered load, all producers together.
     pub rate: Option<RateSpec>,
-    /// Message size, stamp included: `"1KiB"` or `"100..2KiB"`.
+    /// Message size, stamp included: `"1KiB"`, `"100..2KiB"`, `"normal:1KiB,200"`,
+    /// `"lognormal:512,0.8"` or `"@sizes.txt"` (see [`crate::sizes::SizeSpec`]).
     pub size: Option<String>,
     /// Unacknowledged messages allowed per producer (where the protocol acknowledges).
     pub max_in_flight: Option<usize>,
@@ -292,6 +293,9 @@ pub struct ProducersSection {
     pub payload: Option<String>,
     /// The template read from this file instead (relative to the working directory).
     pub payload_file: Option<String>,
+    /// What fills each message after its stamp: `"random"` (default, incompressible),
+    /// `"zeros"` or `"text"` (English-like words; implies a text stamp).
+    pub content: Option<crate::payload::Content>,
 }
 
 /// How consumers of one topic share it.
@@ -320,6 +324,11 @@ pub struct ConsumersSection {
     /// Where consumers connect, when not to the producers' target: a cross-protocol pipeline
     /// (publish on one system or protocol, receive on another).
     pub target: Option<String>,
+    /// Time each consumer spends on each delivery before taking the next: `"5ms"`, or
+    /// `"exp:5ms"` (exponentially distributed with that mean). Slow consumers build backlogs.
+    pub processing: Option<String>,
+    /// Most deliveries each consumer takes per second.
+    pub rate: Option<f64>,
 }
 
 /// `[phases]`
@@ -458,11 +467,6 @@ impl Scenario {
 
     /// Lays `over` on top of `self`: every field `over` sets wins (command-line flags over a file).
     pub fn overlay(mut self, over: Scenario) -> Scenario {
-        fn pick<T>(base: &mut Option<T>, top: Option<T>) {
-            if top.is_some() {
-                *base = top;
-            }
-        }
         // Destructured field by field: a field added to the scenario and not merged here is a
         // compile error, not a flag that silently does nothing.
         let Scenario {
@@ -482,6 +486,7 @@ impl Scenario {
                     stamp,
                     payload,
                     payload_file,
+                    content,
                 },
             consumers:
                 ConsumersSection {
@@ -490,6 +495,8 @@ impl Scenario {
                     group,
                     subscribe,
                     target: consume_from,
+                    processing,
+                    rate: consumer_rate,
                 },
             phases:
                 PhasesSection {
@@ -499,45 +506,10 @@ impl Scenario {
                     drain,
                     backlog,
                 },
-            output:
-                OutputSection {
-                    tick,
-                    late_threshold,
-                    connect_timeout,
-                    workers,
-                    threshold_abort,
-                    redact_headers,
-                },
-            client:
-                ClientSection {
-                    client_id,
-                    keep_alive,
-                    version,
-                    qos,
-                    retain,
-                    persistent_session,
-                    hello,
-                    ack_every: client_ack_every,
-                    pipeline_handshake,
-                },
-            tls:
-                TlsSection {
-                    ca_file,
-                    cert_file,
-                    key_file,
-                    insecure,
-                },
-            connections:
-                ConnectionsSection {
-                    mode: conn_mode,
-                    count: conn_count,
-                    rate: conn_rate,
-                    hold,
-                    concurrency,
-                    messages: conn_messages,
-                    publish_interval,
-                    source_addrs,
-                },
+            output,
+            client,
+            tls,
+            connections,
             drivers,
             message,
             tracking,
@@ -567,6 +539,7 @@ impl Scenario {
         pick(&mut self.producers.ack_timeout, ack_timeout);
         pick(&mut self.producers.pacing, pacing);
         pick(&mut self.producers.stamp, stamp);
+        pick(&mut self.producers.content, content);
         // A template given one way replaces one given the other way.
         if payload.is_some() || payload_file.is_some() {
             self.producers.payload = payload;
@@ -575,6 +548,8 @@ impl Scenario {
         pick(&mut self.consumers.per_topic, c_per_topic);
         pick(&mut self.consumers.mode, mode);
         pick(&mut self.consumers.group, group);
+        pick(&mut self.consumers.processing, processing);
+        pick(&mut self.consumers.rate, consumer_rate);
         // The measure phase ends on a duration or a count: the top layer's choice replaces both.
         if messages.is_some() {
             self.phases.duration = None;
@@ -587,37 +562,91 @@ impl Scenario {
         pick(&mut self.phases.messages, messages);
         pick(&mut self.phases.drain, drain);
         pick(&mut self.phases.backlog, backlog);
-        pick(&mut self.output.tick, tick);
-        pick(&mut self.output.late_threshold, late_threshold);
-        pick(&mut self.output.connect_timeout, connect_timeout);
-        pick(&mut self.output.workers, workers);
-        pick(&mut self.output.threshold_abort, threshold_abort);
-        pick(&mut self.output.redact_headers, redact_headers);
         pick(&mut self.thresholds, thresholds);
+        overlay_settings(&mut self, output, client, tls, connections);
         pick(&mut self.consumers.subscribe, subscribe);
         pick(&mut self.consumers.target, consume_from);
-        pick(&mut self.client.client_id, client_id);
-        pick(&mut self.client.keep_alive, keep_alive);
-        pick(&mut self.client.version, version);
-        pick(&mut self.client.qos, qos);
-        pick(&mut self.client.retain, retain);
-        pick(&mut self.client.persistent_session, persistent_session);
-        pick(&mut self.client.hello, hello);
-        pick(&mut self.client.ack_every, client_ack_every);
-        pick(&mut self.client.pipeline_handshake, pipeline_handshake);
-        pick(&mut self.tls.ca_file, ca_file);
-        pick(&mut self.tls.cert_file, cert_file);
-        pick(&mut self.tls.key_file, key_file);
-        pick(&mut self.tls.insecure, insecure);
-        pick(&mut self.connections.mode, conn_mode);
-        pick(&mut self.connections.count, conn_count);
-        pick(&mut self.connections.rate, conn_rate);
-        pick(&mut self.connections.hold, hold);
-        pick(&mut self.connections.concurrency, concurrency);
-        pick(&mut self.connections.messages, conn_messages);
-        pick(&mut self.connections.publish_interval, publish_interval);
-        pick(&mut self.connections.source_addrs, source_addrs);
         self
+    }
+}
+
+/// The settings sections of `over` (`[output]`, `[client]`, `[tls]`, `[connections]`) on top
+/// of `base`, field by field (destructured: a new field not merged here is a compile error).
+fn overlay_settings(
+    base: &mut Scenario,
+    output: OutputSection,
+    client: ClientSection,
+    tls: TlsSection,
+    connections: ConnectionsSection,
+) {
+    let OutputSection {
+        tick,
+        late_threshold,
+        connect_timeout,
+        workers,
+        threshold_abort,
+        redact_headers,
+    } = output;
+    let ClientSection {
+        client_id,
+        keep_alive,
+        version,
+        qos,
+        retain,
+        persistent_session,
+        hello,
+        ack_every: client_ack_every,
+        pipeline_handshake,
+    } = client;
+    let TlsSection {
+        ca_file,
+        cert_file,
+        key_file,
+        insecure,
+    } = tls;
+    let ConnectionsSection {
+        mode: conn_mode,
+        count: conn_count,
+        rate: conn_rate,
+        hold,
+        concurrency,
+        messages: conn_messages,
+        publish_interval,
+        source_addrs,
+    } = connections;
+    pick(&mut base.output.tick, tick);
+    pick(&mut base.output.late_threshold, late_threshold);
+    pick(&mut base.output.connect_timeout, connect_timeout);
+    pick(&mut base.output.workers, workers);
+    pick(&mut base.output.threshold_abort, threshold_abort);
+    pick(&mut base.output.redact_headers, redact_headers);
+    pick(&mut base.client.client_id, client_id);
+    pick(&mut base.client.keep_alive, keep_alive);
+    pick(&mut base.client.version, version);
+    pick(&mut base.client.qos, qos);
+    pick(&mut base.client.retain, retain);
+    pick(&mut base.client.persistent_session, persistent_session);
+    pick(&mut base.client.hello, hello);
+    pick(&mut base.client.ack_every, client_ack_every);
+    pick(&mut base.client.pipeline_handshake, pipeline_handshake);
+    pick(&mut base.tls.ca_file, ca_file);
+    pick(&mut base.tls.cert_file, cert_file);
+    pick(&mut base.tls.key_file, key_file);
+    pick(&mut base.tls.insecure, insecure);
+    pick(&mut base.connections.mode, conn_mode);
+    pick(&mut base.connections.count, conn_count);
+    pick(&mut base.connections.rate, conn_rate);
+    pick(&mut base.connections.hold, hold);
+    pick(&mut base.connections.concurrency, concurrency);
+    pick(&mut base.connections.messages, conn_messages);
+    pick(&mut base.connections.publish_interval, publish_interval);
+    pick(&mut base.connections.source_addrs, source_addrs);
+}
+
+/// `top` replaces `base` when it is set.
+fn pick<T>(base: &mut Option<T>, top: Option<T>) {
+    if top.is_some() {
+        *base = top;
     }
 }
 

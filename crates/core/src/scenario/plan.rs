@@ -3,7 +3,7 @@
 
 use super::{ConnectionMode, ConsumerMode, RateSpec, Scenario};
 use crate::pacer::RateShape;
-use crate::payload::{PayloadPlan, SizeSpec, StampFormat};
+use crate::payload::{Content, PayloadPlan, SizeSpec, StampFormat};
 use crate::units::{parse_duration, serde_duration};
 use serde::{Deserialize, Serialize};
 use std::time::Duration;
@@ -235,6 +235,9 @@ pub struct RunPlan {
     /// How a message run's consumers connect.
     #[serde(default, skip_serializing_if = "ClientRamp::is_default")]
     pub consumer_ramp: ClientRamp,
+    /// What each consumer does with a delivery before taking the next (nothing by default).
+    #[serde(default, skip_serializing_if = "ConsumerWork::is_default")]
+    pub consumer_work: ConsumerWork,
     /// Each driver's own options, resolved, by section name (`amqp`, `kafka`, ...): filled by
     /// [`SectionSpec::resolve`](super::SectionSpec) for every driver the binary knows, read
     /// back by the driver when it is built. Flattened, so the results file keeps one key per
@@ -266,6 +269,36 @@ pub struct RunPlan {
     /// [`crate::redact`]); already checked by [`crate::redact::HeaderRule::new`].
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub redact_headers: Vec<String>,
+}
+
+/// Slow consumers: time spent on each delivery and a cap on the rate they take them at, so a
+/// run can show a system building (and draining) a backlog as real consumers make it.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ConsumerWork {
+    /// Time spent on each delivery.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub processing: Option<Processing>,
+    /// Most deliveries per second, per consumer.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rate: Option<f64>,
+}
+
+impl ConsumerWork {
+    /// Consumers take each delivery as soon as it comes.
+    pub fn is_default(&self) -> bool {
+        *self == ConsumerWork::default()
+    }
+}
+
+/// How long a consumer works on one delivery.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Processing {
+    /// Always this long.
+    Fixed(#[serde(with = "serde_duration")] Duration),
+    /// Exponentially distributed with this mean (a service time with no memory).
+    Exponential(#[serde(with = "serde_duration")] Duration),
 }
 
 /// A backlog to build before the consumers start reading (OpenMessaging Benchmark's
@@ -314,54 +347,8 @@ pub const DEFAULT_TARGET: &str = "mem://";
 /// Turns a scenario (file and flags already overlaid) into a validated plan. `run_id` is chosen
 /// by the caller (random in the CLI, fixed in tests).
 pub fn resolve(s: &Scenario, run_id: u32) -> Result<RunPlan, PlanError> {
-    let target = s
-        .target
-        .clone()
-        .unwrap_or_else(|| DEFAULT_TARGET.to_string());
-    if !target.contains("://") {
-        return Err(err(
-            "target",
-            format!(
-                "`{}` is not a URL; expected e.g. nats://127.0.0.1:4222 or mem://",
-                crate::redact::url(&target)
-            ),
-        ));
-    }
-    let consume_from = s.consumers.target.clone();
-    if let Some(c) = &consume_from
-        && !c.contains("://")
-    {
-        return Err(err(
-            "consumers.target",
-            format!(
-                "`{}` is not a URL; expected e.g. mqtt://127.0.0.1:1883",
-                crate::redact::url(c)
-            ),
-        ));
-    }
-    let count = s.topics.count.unwrap_or(1);
-    if count == 0 {
-        return Err(err("topics.count", "need at least one topic"));
-    }
-    let pattern = s.topics.pattern.clone().unwrap_or_else(|| {
-        if count > 1 {
-            "msgbench.{i}".to_string()
-        } else {
-            "msgbench".to_string()
-        }
-    });
-    if pattern.is_empty() {
-        return Err(err("topics.pattern", "topic name is empty"));
-    }
-    if count > 1 && !pattern.contains("{i}") {
-        return Err(err(
-            "topics.pattern",
-            format!("`{pattern}` has no `{{i}}`, so {count} topics would share one name"),
-        ));
-    }
-    let topics = (0..count)
-        .map(|i| pattern.replace("{i}", &i.to_string()))
-        .collect();
+    let (target, consume_from) = resolve_targets(s)?;
+    let topics = resolve_topics(s)?;
 
     let producers_per_topic = s.producers.per_topic.unwrap_or(1);
     if producers_per_topic == 0 {
@@ -378,78 +365,21 @@ pub fn resolve(s: &Scenario, run_id: u32) -> Result<RunPlan, PlanError> {
             "request/reply needs at least one responding consumer",
         ));
     }
-    let subscription = match s.consumers.mode.unwrap_or(if request_reply {
-        ConsumerMode::Queue
-    } else {
-        ConsumerMode::Fanout
-    }) {
-        ConsumerMode::Fanout => {
-            if s.consumers.group.is_some() {
-                return Err(err(
-                    "consumers.group",
-                    "a group name needs mode = \"queue\" (--queue-group)",
-                ));
-            }
-            SubscriptionMode::Fanout
-        }
-        ConsumerMode::Queue => SubscriptionMode::Queue {
-            group: s
-                .consumers
-                .group
-                .clone()
-                .unwrap_or_else(|| "msgbench".to_string()),
-        },
-    };
+    let subscription = resolve_subscription(s, request_reply)?;
 
-    let size = SizeSpec::parse(s.producers.size.as_deref().unwrap_or("128"))
-        .map_err(|m| err("producers.size", m))?;
-    size.validate().map_err(|m| err("producers.size", m))?;
+    let size = resolve_size(s)?;
     let payload = resolve_payload(s, &size)?;
 
-    let rate = match &s.producers.rate {
-        None => RateShape::Unlimited,
-        Some(RateSpec::PerSecond(r)) if *r == 0.0 => RateShape::Unlimited,
-        Some(RateSpec::PerSecond(r)) => RateShape::Constant { rate: *r },
-        Some(RateSpec::Shape(shape)) => shape.clone(),
-    };
-    rate.validate().map_err(|m| err("producers.rate", m))?;
+    let rate = resolve_rate(s)?;
 
-    let max_in_flight = s.producers.max_in_flight.unwrap_or(1000);
-    if max_in_flight == 0 {
-        return Err(err("producers.max_in_flight", "must be at least 1"));
-    }
-
-    let ack_timeout = duration(
-        "producers.ack_timeout",
-        &s.producers.ack_timeout,
-        Duration::from_secs(30),
+    let (max_in_flight, ack_timeout) = resolve_ack_window(s)?;
+    let backlog = resolve_backlog(
+        s,
+        &size,
+        producers_per_topic,
+        consumers_per_topic,
+        request_reply,
     )?;
-    if ack_timeout.is_zero() {
-        return Err(err("producers.ack_timeout", "must be longer than zero"));
-    }
-    let backlog = match &s.phases.backlog {
-        None => None,
-        Some(b) => {
-            let bytes = crate::units::parse_size(b).map_err(|m| err("phases.backlog", m))?;
-            if bytes == 0 {
-                return Err(err(
-                    "phases.backlog",
-                    "must be larger than zero (e.g. 256MiB)",
-                ));
-            }
-            if consumers_per_topic == 0 || producers_per_topic == 0 || request_reply {
-                return Err(err(
-                    "phases.backlog",
-                    "a backlog needs producers to build it and consumers to drain it (not request/reply)",
-                ));
-            }
-            let mean = (size.min() + size.max()) / 2;
-            Some(BacklogPlan {
-                bytes,
-                messages: bytes.div_ceil(mean.max(1)),
-            })
-        }
-    };
     // The backlog counts every message sent, warm-up included: without one asked for, a
     // backlog run has no warm-up (its first messages are the backlog's).
     let warmup_default = if backlog.is_some() {
@@ -458,53 +388,14 @@ pub fn resolve(s: &Scenario, run_id: u32) -> Result<RunPlan, PlanError> {
         Duration::from_secs(1)
     };
     let warmup = duration("phases.warmup", &s.phases.warmup, warmup_default)?;
-    let measure = match (s.phases.messages, &s.phases.duration) {
-        (Some(_), Some(_)) => {
-            return Err(err(
-                "phases",
-                "give either `duration` or `messages` for the measure phase, not both",
-            ));
-        }
-        (Some(0), None) => return Err(err("phases.messages", "must be at least 1")),
-        (Some(n), None) => Measure::Messages(n),
-        (None, d) => {
-            let d = duration("phases.duration", d, Duration::from_secs(10))?;
-            if d.is_zero() {
-                return Err(err("phases.duration", "must be longer than zero"));
-            }
-            Measure::Duration(d)
-        }
-    };
+    let measure = resolve_measure(s)?;
     let drain = duration("phases.drain", &s.phases.drain, Duration::from_secs(5))?;
-    let tick = duration("output.tick", &s.output.tick, Duration::from_secs(1))?;
-    if tick < Duration::from_millis(10) {
-        return Err(err("output.tick", "must be at least 10ms"));
-    }
-    let late_threshold = duration(
-        "output.late_threshold",
-        &s.output.late_threshold,
-        Duration::from_millis(1),
-    )?;
-    let connect_timeout = duration(
-        "output.connect_timeout",
-        &s.output.connect_timeout,
-        Duration::from_secs(10),
-    )?;
+    let (tick, late_threshold, connect_timeout) = resolve_output_times(s)?;
 
     let client = resolve_client(s)?;
-    let tls = TlsPlan {
-        ca_file: s.tls.ca_file.as_ref().map(Into::into),
-        cert_file: s.tls.cert_file.as_ref().map(Into::into),
-        key_file: s.tls.key_file.as_ref().map(Into::into),
-        insecure: s.tls.insecure.unwrap_or(false),
-    };
-    if tls.cert_file.is_some() != tls.key_file.is_some() {
-        return Err(err(
-            "tls.cert_file",
-            "a client certificate needs both cert_file and key_file (--cert and --key)",
-        ));
-    }
+    let tls = resolve_tls(s)?;
     let (connections, consumer_ramp) = resolve_connections(s)?;
+    let consumer_work = resolve_consumer_work(s)?;
     if backlog.is_some() && connections.is_some() {
         return Err(err(
             "phases.backlog",
@@ -513,17 +404,7 @@ pub fn resolve(s: &Scenario, run_id: u32) -> Result<RunPlan, PlanError> {
     }
     let message = super::stages::resolve_message(&s.message)?;
     let tracking = super::stages::resolve_tracking(&s.tracking, &s.stages)?;
-    // Stages are the receiving side of a tracked run: their listeners replace consumers.
-    let consumers_per_topic = match (&tracking, s.consumers.per_topic) {
-        (Some(_), Some(n)) if n > 0 => {
-            return Err(err(
-                "consumers.per_topic",
-                "a run with [[stages]] receives through its stages; observe the topic with a stage (queue = the topic, key = [\"stamp\"]) instead of consumers",
-            ));
-        }
-        (Some(_), _) => 0,
-        (None, _) => consumers_per_topic,
-    };
+    let consumers_per_topic = consumers_beside_stages(s, &tracking, consumers_per_topic)?;
     if tracking.is_some() && request_reply {
         return Err(err(
             "producers.request_reply",
@@ -578,6 +459,7 @@ pub fn resolve(s: &Scenario, run_id: u32) -> Result<RunPlan, PlanError> {
         tls,
         connections,
         consumer_ramp,
+        consumer_work,
         drivers: super::DriverPlans::default(),
         message,
         tracking,
@@ -587,6 +469,281 @@ pub fn resolve(s: &Scenario, run_id: u32) -> Result<RunPlan, PlanError> {
         threshold_abort: s.output.threshold_abort.unwrap_or(false),
         redact_headers,
     })
+}
+
+/// The target URL and the consumers' own, when they have one.
+fn resolve_targets(s: &Scenario) -> Result<(String, Option<String>), PlanError> {
+    let target = s
+        .target
+        .clone()
+        .unwrap_or_else(|| DEFAULT_TARGET.to_string());
+    if !target.contains("://") {
+        return Err(err(
+            "target",
+            format!(
+                "`{}` is not a URL; expected e.g. nats://127.0.0.1:4222 or mem://",
+                crate::redact::url(&target)
+            ),
+        ));
+    }
+    let consume_from = s.consumers.target.clone();
+    if let Some(c) = &consume_from
+        && !c.contains("://")
+    {
+        return Err(err(
+            "consumers.target",
+            format!(
+                "`{}` is not a URL; expected e.g. mqtt://127.0.0.1:1883",
+                crate::redact::url(c)
+            ),
+        ));
+    }
+    Ok((target, consume_from))
+}
+
+/// `producers.size`: a size, a range, a distribution, or `@FILE`, an empirical table of
+/// sizes and weights ([`SizeSpec::from_table`]).
+fn resolve_size(s: &Scenario) -> Result<SizeSpec, PlanError> {
+    let spec = s.producers.size.as_deref().unwrap_or("128");
+    let size = match spec.strip_prefix('@') {
+        Some(path) => {
+            let text = std::fs::read_to_string(path)
+                .map_err(|e| err("producers.size", format!("{path}: {e}")))?;
+            SizeSpec::from_table(&text)
+                .map_err(|m| err("producers.size", format!("{path}: {m}")))?
+        }
+        None => SizeSpec::parse(spec).map_err(|m| err("producers.size", m))?,
+    };
+    size.validate().map_err(|m| err("producers.size", m))?;
+    Ok(size)
+}
+
+/// `consumers.processing` and `consumers.rate`: slow consumers.
+fn resolve_consumer_work(s: &Scenario) -> Result<ConsumerWork, PlanError> {
+    let processing = match s.consumers.processing.as_deref() {
+        None => None,
+        Some(p) => {
+            let (exp, d) = match p.strip_prefix("exp:") {
+                Some(mean) => (true, mean),
+                None => (false, p),
+            };
+            let d = parse_duration(d).map_err(|m| {
+                err(
+                    "consumers.processing",
+                    format!(
+                        "`{p}`: {m} (a duration such as 5ms, or exp:5ms for an exponential one)"
+                    ),
+                )
+            })?;
+            (!d.is_zero()).then_some(if exp {
+                Processing::Exponential(d)
+            } else {
+                Processing::Fixed(d)
+            })
+        }
+    };
+    let rate = s.consumers.rate.filter(|r| *r != 0.0);
+    if let Some(r) = rate
+        && !(r.is_finite() && r > 0.0)
+    {
+        return Err(err(
+            "consumers.rate",
+            format!("{r}: deliveries per second per consumer, above 0"),
+        ));
+    }
+    Ok(ConsumerWork { processing, rate })
+}
+
+/// The offered load: unlimited without a rate (or with 0), constant, or a shape.
+fn resolve_rate(s: &Scenario) -> Result<RateShape, PlanError> {
+    let rate = match &s.producers.rate {
+        None => RateShape::Unlimited,
+        Some(RateSpec::PerSecond(r)) if *r == 0.0 => RateShape::Unlimited,
+        Some(RateSpec::PerSecond(r)) => RateShape::Constant { rate: *r },
+        Some(RateSpec::Shape(shape)) => shape.clone(),
+    };
+    rate.validate().map_err(|m| err("producers.rate", m))?;
+    Ok(rate)
+}
+
+/// Each producer's ack window: how many messages may await their ack (1000 by default), and
+/// how long each may wait (30 s).
+fn resolve_ack_window(s: &Scenario) -> Result<(usize, Duration), PlanError> {
+    let max_in_flight = s.producers.max_in_flight.unwrap_or(1000);
+    if max_in_flight == 0 {
+        return Err(err("producers.max_in_flight", "must be at least 1"));
+    }
+
+    let ack_timeout = duration(
+        "producers.ack_timeout",
+        &s.producers.ack_timeout,
+        Duration::from_secs(30),
+    )?;
+    if ack_timeout.is_zero() {
+        return Err(err("producers.ack_timeout", "must be longer than zero"));
+    }
+    Ok((max_in_flight, ack_timeout))
+}
+
+/// `[output]`'s times: the tick (at least 10 ms), the late threshold and the connect timeout.
+fn resolve_output_times(s: &Scenario) -> Result<(Duration, Duration, Duration), PlanError> {
+    let tick = duration("output.tick", &s.output.tick, Duration::from_secs(1))?;
+    if tick < Duration::from_millis(10) {
+        return Err(err("output.tick", "must be at least 10ms"));
+    }
+    let late_threshold = duration(
+        "output.late_threshold",
+        &s.output.late_threshold,
+        Duration::from_millis(1),
+    )?;
+    let connect_timeout = duration(
+        "output.connect_timeout",
+        &s.output.connect_timeout,
+        Duration::from_secs(10),
+    )?;
+    Ok((tick, late_threshold, connect_timeout))
+}
+
+/// Consumers of a run with stages: none, because the stages' listeners are its receiving side.
+fn consumers_beside_stages(
+    s: &Scenario,
+    tracking: &Option<super::stages::TrackingPlan>,
+    consumers_per_topic: u32,
+) -> Result<u32, PlanError> {
+    match (tracking, s.consumers.per_topic) {
+        (Some(_), Some(n)) if n > 0 => Err(err(
+            "consumers.per_topic",
+            "a run with [[stages]] receives through its stages; observe the topic with a stage (queue = the topic, key = [\"stamp\"]) instead of consumers",
+        )),
+        (Some(_), _) => Ok(0),
+        (None, _) => Ok(consumers_per_topic),
+    }
+}
+
+/// The topic names: `count` of them from `pattern`.
+fn resolve_topics(s: &Scenario) -> Result<Vec<String>, PlanError> {
+    let count = s.topics.count.unwrap_or(1);
+    if count == 0 {
+        return Err(err("topics.count", "need at least one topic"));
+    }
+    let pattern = s.topics.pattern.clone().unwrap_or_else(|| {
+        if count > 1 {
+            "msgbench.{i}".to_string()
+        } else {
+            "msgbench".to_string()
+        }
+    });
+    if pattern.is_empty() {
+        return Err(err("topics.pattern", "topic name is empty"));
+    }
+    if count > 1 && !pattern.contains("{i}") {
+        return Err(err(
+            "topics.pattern",
+            format!("`{pattern}` has no `{{i}}`, so {count} topics would share one name"),
+        ));
+    }
+    Ok((0..count)
+        .map(|i| pattern.replace("{i}", &i.to_string()))
+        .collect())
+}
+
+/// How the consumers of a topic share it (a queue group by default for request/reply).
+fn resolve_subscription(s: &Scenario, request_reply: bool) -> Result<SubscriptionMode, PlanError> {
+    Ok(
+        match s.consumers.mode.unwrap_or(if request_reply {
+            ConsumerMode::Queue
+        } else {
+            ConsumerMode::Fanout
+        }) {
+            ConsumerMode::Fanout => {
+                if s.consumers.group.is_some() {
+                    return Err(err(
+                        "consumers.group",
+                        "a group name needs mode = \"queue\" (--queue-group)",
+                    ));
+                }
+                SubscriptionMode::Fanout
+            }
+            ConsumerMode::Queue => SubscriptionMode::Queue {
+                group: s
+                    .consumers
+                    .group
+                    .clone()
+                    .unwrap_or_else(|| "msgbench".to_string()),
+            },
+        },
+    )
+}
+
+/// `phases.backlog`: the backlog to build before consumers read, in bytes and messages.
+fn resolve_backlog(
+    s: &Scenario,
+    size: &SizeSpec,
+    producers_per_topic: u32,
+    consumers_per_topic: u32,
+    request_reply: bool,
+) -> Result<Option<BacklogPlan>, PlanError> {
+    Ok(match &s.phases.backlog {
+        None => None,
+        Some(b) => {
+            let bytes = crate::units::parse_size(b).map_err(|m| err("phases.backlog", m))?;
+            if bytes == 0 {
+                return Err(err(
+                    "phases.backlog",
+                    "must be larger than zero (e.g. 256MiB)",
+                ));
+            }
+            if consumers_per_topic == 0 || producers_per_topic == 0 || request_reply {
+                return Err(err(
+                    "phases.backlog",
+                    "a backlog needs producers to build it and consumers to drain it (not request/reply)",
+                ));
+            }
+            let mean = size.mean();
+            Some(BacklogPlan {
+                bytes,
+                messages: bytes.div_ceil(mean.max(1)),
+            })
+        }
+    })
+}
+
+/// How the measure phase ends: after a duration (10 s by default) or a message count.
+fn resolve_measure(s: &Scenario) -> Result<Measure, PlanError> {
+    Ok(match (s.phases.messages, &s.phases.duration) {
+        (Some(_), Some(_)) => {
+            return Err(err(
+                "phases",
+                "give either `duration` or `messages` for the measure phase, not both",
+            ));
+        }
+        (Some(0), None) => return Err(err("phases.messages", "must be at least 1")),
+        (Some(n), None) => Measure::Messages(n),
+        (None, d) => {
+            let d = duration("phases.duration", d, Duration::from_secs(10))?;
+            if d.is_zero() {
+                return Err(err("phases.duration", "must be longer than zero"));
+            }
+            Measure::Duration(d)
+        }
+    })
+}
+
+/// `[tls]`: a client certificate needs its key.
+fn resolve_tls(s: &Scenario) -> Result<TlsPlan, PlanError> {
+    let tls = TlsPlan {
+        ca_file: s.tls.ca_file.as_ref().map(Into::into),
+        cert_file: s.tls.cert_file.as_ref().map(Into::into),
+        key_file: s.tls.key_file.as_ref().map(Into::into),
+        insecure: s.tls.insecure.unwrap_or(false),
+    };
+    if tls.cert_file.is_some() != tls.key_file.is_some() {
+        return Err(err(
+            "tls.cert_file",
+            "a client certificate needs both cert_file and key_file (--cert and --key)",
+        ));
+    }
+    Ok(tls)
 }
 
 fn resolve_client(s: &Scenario) -> Result<ClientPlan, PlanError> {
@@ -647,17 +804,28 @@ fn resolve_payload(s: &Scenario, size: &SizeSpec) -> Result<PayloadPlan, PlanErr
         })?),
         (None, None) => None,
     };
-    let stamp = match (p.stamp, &template) {
-        (Some(StampFormat::Binary), Some(_)) => {
+    let content = p.content.unwrap_or_default();
+    let stamp = match (p.stamp, &template, content) {
+        (Some(StampFormat::Binary), Some(_), _) => {
             return Err(err(
                 "producers.stamp",
                 "a payload template carries a text stamp: drop stamp = \"binary\" (--stamp binary)",
             ));
         }
-        (_, Some(_)) => StampFormat::Text,
-        (f, None) => f.unwrap_or_default(),
+        (Some(StampFormat::Binary), None, Content::Text) => {
+            return Err(err(
+                "producers.content",
+                "text content carries a text stamp: drop stamp = \"binary\" (--stamp binary)",
+            ));
+        }
+        (_, Some(_), _) | (_, None, Content::Text) => StampFormat::Text,
+        (f, None, _) => f.unwrap_or_default(),
     };
-    let plan = PayloadPlan { stamp, template };
+    let plan = PayloadPlan {
+        stamp,
+        template,
+        content,
+    };
     let setting = if plan.template.is_some() {
         "producers.payload"
     } else {

@@ -378,6 +378,107 @@ fn stage_err(i: usize, message: String) -> PlanError {
     }
 }
 
+/// One `[[stages]]` entry (the `i`-th) resolved and checked against the tracking key and the
+/// stages before it.
+fn resolve_stage(
+    i: usize,
+    s: &StageSection,
+    key: &Template,
+    earlier: &[StagePlan],
+) -> Result<StagePlan, PlanError> {
+    let name = s
+        .name
+        .clone()
+        .ok_or_else(|| stage_err(i, "needs a name".into()))?;
+    if earlier.iter().any(|o| o.name == name) {
+        return Err(stage_err(i, format!("the name `{name}` is used twice")));
+    }
+    let source = match (s.on.as_deref(), &s.queue) {
+        (Some("ack"), None) => StageSource::Ack,
+        (Some("ack"), Some(_)) => {
+            return Err(stage_err(
+                i,
+                "`on = \"ack\"` and `queue` exclude each other".into(),
+            ));
+        }
+        (Some(other), _) => {
+            return Err(stage_err(
+                i,
+                format!("on = `{other}`: the only value is \"ack\""),
+            ));
+        }
+        (None, Some(q)) if !q.is_empty() => StageSource::Queue {
+            queue: q.clone(),
+            target: s.target.clone(),
+        },
+        (None, _) => {
+            return Err(stage_err(i, "needs a `queue` (or `on = \"ack\"`)".into()));
+        }
+    };
+    if let Some(t) = &s.target
+        && !t.contains("://")
+    {
+        return Err(stage_err(
+            i,
+            format!("target `{}` is not a URL", crate::redact::url(t)),
+        ));
+    }
+    let parse = |k: &str| {
+        KeySource::parse(k).ok_or_else(|| {
+            stage_err(
+                i,
+                format!("key `{k}`: use stamp, correlation-id, message-id or property:NAME"),
+            )
+        })
+    };
+    let keys = match &s.key {
+        None if source == StageSource::Ack => Vec::new(),
+        None => vec![KeySource::Stamp],
+        Some(v) if v.is_empty() => return Err(stage_err(i, "an empty key list".into())),
+        Some(v) => v.iter().map(|k| parse(k)).collect::<Result<Vec<_>, _>>()?,
+    };
+    if keys.contains(&KeySource::Stamp) && key.uses("n") {
+        return Err(stage_err(
+            i,
+            format!(
+                "a stamp key needs a tracking.key made of {{producer}}, {{seq}} and {{run}} (what the stamp carries), not `{}`",
+                key.0
+            ),
+        ));
+    }
+    let rekey = s.rekey.as_deref().map(parse).transpose()?;
+    let plan = StagePlan {
+        name,
+        source,
+        keys,
+        rekey,
+        body: s.body.clone(),
+        error_property: s.error_property.clone(),
+        failure: s.failure.unwrap_or(false),
+        optional: s.optional.unwrap_or(false),
+        window: s.window.unwrap_or(false),
+    };
+    if plan.window && plan.source == StageSource::Ack {
+        return Err(stage_err(
+            i,
+            "the publish confirmation is already bounded by max_in_flight; put the window on a queue stage".into(),
+        ));
+    }
+    if plan.window && !plan.required() {
+        return Err(stage_err(
+            i,
+            "an optional or failure stage cannot be the window".into(),
+        ));
+    }
+    if plan.source == StageSource::Ack && (plan.failure || plan.body.is_some()) {
+        return Err(stage_err(
+            i,
+            "an ack stage has no body and is no failure marker".into(),
+        ));
+    }
+    Ok(plan)
+}
+
 /// `[tracking]` + `[[stages]]` → [`TrackingPlan`] (`None` without stages).
 pub fn resolve_tracking(
     t: &TrackingSection,
@@ -410,97 +511,7 @@ pub fn resolve_tracking(
     }
     let mut out = Vec::new();
     for (i, s) in stages.iter().enumerate() {
-        let name = s
-            .name
-            .clone()
-            .ok_or_else(|| stage_err(i, "needs a name".into()))?;
-        if out.iter().any(|o: &StagePlan| o.name == name) {
-            return Err(stage_err(i, format!("the name `{name}` is used twice")));
-        }
-        let source = match (s.on.as_deref(), &s.queue) {
-            (Some("ack"), None) => StageSource::Ack,
-            (Some("ack"), Some(_)) => {
-                return Err(stage_err(
-                    i,
-                    "`on = \"ack\"` and `queue` exclude each other".into(),
-                ));
-            }
-            (Some(other), _) => {
-                return Err(stage_err(
-                    i,
-                    format!("on = `{other}`: the only value is \"ack\""),
-                ));
-            }
-            (None, Some(q)) if !q.is_empty() => StageSource::Queue {
-                queue: q.clone(),
-                target: s.target.clone(),
-            },
-            (None, _) => {
-                return Err(stage_err(i, "needs a `queue` (or `on = \"ack\"`)".into()));
-            }
-        };
-        if let Some(t) = &s.target
-            && !t.contains("://")
-        {
-            return Err(stage_err(
-                i,
-                format!("target `{}` is not a URL", crate::redact::url(t)),
-            ));
-        }
-        let parse = |k: &str| {
-            KeySource::parse(k).ok_or_else(|| {
-                stage_err(
-                    i,
-                    format!("key `{k}`: use stamp, correlation-id, message-id or property:NAME"),
-                )
-            })
-        };
-        let keys = match &s.key {
-            None if source == StageSource::Ack => Vec::new(),
-            None => vec![KeySource::Stamp],
-            Some(v) if v.is_empty() => return Err(stage_err(i, "an empty key list".into())),
-            Some(v) => v.iter().map(|k| parse(k)).collect::<Result<Vec<_>, _>>()?,
-        };
-        if keys.contains(&KeySource::Stamp) && key.uses("n") {
-            return Err(stage_err(
-                i,
-                format!(
-                    "a stamp key needs a tracking.key made of {{producer}}, {{seq}} and {{run}} (what the stamp carries), not `{}`",
-                    key.0
-                ),
-            ));
-        }
-        let rekey = s.rekey.as_deref().map(parse).transpose()?;
-        let plan = StagePlan {
-            name,
-            source,
-            keys,
-            rekey,
-            body: s.body.clone(),
-            error_property: s.error_property.clone(),
-            failure: s.failure.unwrap_or(false),
-            optional: s.optional.unwrap_or(false),
-            window: s.window.unwrap_or(false),
-        };
-        if plan.window && plan.source == StageSource::Ack {
-            return Err(stage_err(
-                i,
-                "the publish confirmation is already bounded by max_in_flight; put the window on a queue stage".into(),
-            ));
-        }
-        if plan.window && !plan.required() {
-            return Err(stage_err(
-                i,
-                "an optional or failure stage cannot be the window".into(),
-            ));
-        }
-        if plan.source == StageSource::Ack && (plan.failure || plan.body.is_some()) {
-            return Err(stage_err(
-                i,
-                "an ack stage has no body and is no failure marker".into(),
-            ));
-        }
-        out.push(plan);
+        out.push(resolve_stage(i, s, &key, &out)?);
     }
     if out.iter().filter(|s| s.window).count() > 1 {
         return Err(PlanError {

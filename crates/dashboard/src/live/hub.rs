@@ -3,6 +3,7 @@
 use crate::frame::FrameBuilder;
 use crate::series::Downsampler;
 use crate::sysstat::Sampler;
+use msgbench_metrics::EventKind;
 use msgbench_metrics::aggregate::Integrity;
 use msgbench_report::{EventRecord, Record};
 use serde::Serialize;
@@ -222,7 +223,7 @@ impl Hub {
                 }
             }
             Record::Event(e) => {
-                if e.kind == "phase" {
+                if e.kind == EventKind::Phase {
                     // `warmup`, `measure`, `drain`, then `end` once the run stops.
                     st.phase = e.detail.clone();
                 }

@@ -5,7 +5,7 @@ mod common;
 
 use common::{Served, measure, opts, plan, run};
 use msgbench_core::driver::{ConnectFailure, DriverError};
-use msgbench_core::runner::RunError;
+use msgbench_core::runner::{EventKind, RunError};
 use msgbench_core::scenario::{ConnectionsSection, Scenario, resolve};
 use msgbench_core::scenario::{ConsumersSection, OutputSection, PhasesSection};
 use msgbench_serve::http::HttpServer;
@@ -230,7 +230,7 @@ async fn error_statuses_are_nacks_counted_and_reported() {
         );
         // 5xx are errors ("event" when the runner read it only in its closing sweep).
         assert!(
-            ["error", "event"].contains(&first.kind.as_str()),
+            matches!(first.kind, EventKind::Error | EventKind::Event),
             "{first:?}"
         );
         assert!(

@@ -23,18 +23,25 @@ use msgbench_core::scenario::{
 use msgbench_driver_http::{HttpDriver, HttpOptions};
 use std::time::Duration;
 
-fn env(name: &str) -> String {
-    std::env::var(name).unwrap_or_else(|_| {
-        panic!(
-            "{name} is not set: start the test servers with `scripts/brokers.sh up` and load \
-             their addresses with `eval \"$(scripts/brokers.sh env)\"`"
-        )
-    })
+/// A `scripts/brokers.sh env` variable, or `None` when it is unset: the test is then skipped
+/// with a message (it fails instead under `MSGBENCH_IT_REQUIRE=1`, as `scripts/test.sh` runs).
+fn env(name: &str) -> Option<String> {
+    if let Ok(v) = std::env::var(name) {
+        return Some(v);
+    }
+    let hint = "start the test servers with `scripts/brokers.sh up` and load their addresses with `eval \"$(scripts/brokers.sh env)\"`";
+    if std::env::var_os("MSGBENCH_IT_REQUIRE").is_some() {
+        panic!("{name} is not set (and MSGBENCH_IT_REQUIRE is): {hint}");
+    }
+    eprintln!("\nskipped: {name} is not set: {hint}");
+    None
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn nginx_http1_post_and_get() {
-    let url = env("MSGBENCH_IT_HTTP_URL");
+    let Some(url) = env("MSGBENCH_IT_HTTP_URL") else {
+        return;
+    };
     for method in ["POST", "GET"] {
         let (out, obs, stats) = run(&plan(&url, 8, 4000, 1), opts(method, false)).await;
         let out = out.expect("run");
@@ -54,7 +61,9 @@ async fn nginx_http1_post_and_get() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn nginx_h2c_many_streams_per_connection() {
-    let url = env("MSGBENCH_IT_HTTP_H2C_URL");
+    let Some(url) = env("MSGBENCH_IT_HTTP_H2C_URL") else {
+        return;
+    };
     let (out, _, stats) = run(&plan(&url, 4, 8000, 64), opts("POST", true)).await;
     let m = measure(out.as_ref().expect("run"));
     assert_eq!((m.counters.acked, m.counters.nacked), (8000, 0));
@@ -66,9 +75,11 @@ async fn nginx_h2c_many_streams_per_connection() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn nginx_https_verifies_the_server() {
-    let url = env("MSGBENCH_IT_HTTPS_URL");
+    let Some(url) = env("MSGBENCH_IT_HTTPS_URL") else {
+        return;
+    };
     let mut p = plan(&url, 4, 2000, 1);
-    p.tls.ca_file = Some(env("MSGBENCH_IT_HTTPS_CA").into());
+    p.tls.ca_file = env("MSGBENCH_IT_HTTPS_CA").map(Into::into);
     let (out, _, stats) = run(&p, opts("POST", false)).await;
     let m = measure(out.as_ref().expect("run"));
     assert_eq!((m.counters.acked, m.counters.nacked), (2000, 0));
@@ -103,9 +114,11 @@ async fn nginx_https_verifies_the_server() {
 /// (an HTTP/2 client would fail against a server speaking HTTP/1.1).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn nginx_http2_over_tls_by_alpn() {
-    let url = env("MSGBENCH_IT_HTTPS_URL");
+    let Some(url) = env("MSGBENCH_IT_HTTPS_URL") else {
+        return;
+    };
     let mut p = plan(&url, 2, 4000, 50);
-    p.tls.ca_file = Some(env("MSGBENCH_IT_HTTPS_CA").into());
+    p.tls.ca_file = env("MSGBENCH_IT_HTTPS_CA").map(Into::into);
     let (out, _, stats) = run(&p, opts("POST", true)).await;
     let m = measure(out.as_ref().expect("run"));
     assert_eq!((m.counters.acked, m.counters.nacked), (4000, 0));
@@ -127,8 +140,12 @@ fn cpu_s(who: libc::c_int) -> f64 {
 /// CPU seconds used so far by nginx's worker processes (children of the master whose PID
 /// brokers.sh recorded), if they can be found.
 fn nginx_cpu_s() -> Option<f64> {
-    let dir = std::env::var("MSGBENCH_BROKERS_DIR")
-        .unwrap_or_else(|_| format!("{}/.cache/msgbench-brokers", env("HOME")));
+    let dir = std::env::var("MSGBENCH_BROKERS_DIR").unwrap_or_else(|_| {
+        format!(
+            "{}/.cache/msgbench-brokers",
+            std::env::var("HOME").unwrap_or_default()
+        )
+    });
     let master: u32 = std::fs::read_to_string(format!("{dir}/nginx.pid"))
         .ok()?
         .trim()
@@ -219,9 +236,13 @@ async fn measure_msgbench(label: &str, url: &str, producers: u32, window: usize,
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "measurement: run in release with --ignored --nocapture"]
 async fn measure_closed_loop_ceiling_against_nginx() {
-    let url = env("MSGBENCH_IT_HTTP_URL");
+    let Some(url) = env("MSGBENCH_IT_HTTP_URL") else {
+        return;
+    };
     measure_msgbench("HTTP/1.1 GET, 50 connections", &url, 50, 1, false).await;
-    let h2c = env("MSGBENCH_IT_HTTP_H2C_URL");
+    let Some(h2c) = env("MSGBENCH_IT_HTTP_H2C_URL") else {
+        return;
+    };
     measure_msgbench("h2c GET, 10 connections x 32 streams", &h2c, 10, 32, true).await;
 
     let Ok(wrk) = which("wrk") else {

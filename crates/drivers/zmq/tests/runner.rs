@@ -4,7 +4,7 @@ mod common;
 
 use bytes::Bytes;
 use msgbench_core::driver::{Consumer, ConsumerSpec, Driver, DriverError, EventSink, SessionSpec};
-use msgbench_core::runner::{self, Observer, RunError, RunEvent, RunOutcome};
+use msgbench_core::runner::{self, EventKind, Observer, RunError, RunEvent, RunOutcome};
 use msgbench_core::scenario::{
     ConsumerMode, ConsumersSection, OutputSection, PhasesSection, ProducersSection, RateSpec,
     Scenario, TopicsSection, plan,
@@ -132,7 +132,7 @@ fn no_disconnects(c: &Collect) {
     let bad: Vec<_> = c
         .events
         .iter()
-        .filter(|e| e.kind == "disconnected" || e.kind == "error")
+        .filter(|e| matches!(e.kind, EventKind::Disconnected | EventKind::Error))
         .collect();
     assert!(bad.is_empty(), "{bad:?}");
 }

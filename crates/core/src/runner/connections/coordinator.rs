@@ -19,7 +19,9 @@ use super::{
 };
 use crate::clock::{now_ns, to_instant, unix_ms};
 use crate::driver::{ConnectFailure, Driver, DriverEvent, SessionSpec};
-use crate::runner::{Observer, RunError, RunOutcome, messages::run_event, process_cpu_s, secs};
+use crate::runner::{
+    EventKind, Observer, RunError, RunOutcome, messages::run_event, process_cpu_s, secs,
+};
 use crate::scenario::{ConnectionMode, ConnectionPlan, Measure, RunPlan};
 use crate::shutdown::Shutdown;
 use msgbench_metrics::aggregate::Integrity;
@@ -113,11 +115,11 @@ impl<'p, D: Driver> ConnectionRun<'p, D> {
         let (t0, late) = crate::runner::release::release_instant(plan, 10_000_000);
         let mut warnings = Vec::new();
         if let Some(w) = late {
-            observer.event(&run_event(t0, "warning", w.clone(), t0));
+            observer.event(&run_event(t0, EventKind::Warning, w.clone(), t0));
             warnings.push(w);
         }
         for n in notes {
-            observer.event(&run_event(t0, "warning", n, now_ns()));
+            observer.event(&run_event(t0, EventKind::Warning, n, now_ns()));
         }
         let (attempts_tx, attempts) = mpsc::unbounded_channel::<Attempt>();
         let rss_baseline = rss_bytes();
@@ -180,7 +182,12 @@ impl<'p, D: Driver> ConnectionRun<'p, D> {
     pub fn begin(&mut self, observer: &mut dyn Observer) {
         self.cpu_mark = process_cpu_s();
         self.agg.begin_phase(Phase::Measure, 0.0);
-        observer.event(&run_event(self.t0, "phase", "measure".into(), self.t0));
+        observer.event(&run_event(
+            self.t0,
+            EventKind::Phase,
+            "measure".into(),
+            self.t0,
+        ));
     }
 
     /// Runs the workload to the end of its drain.
@@ -207,13 +214,13 @@ impl<'p, D: Driver> ConnectionRun<'p, D> {
             tokio::select! {
                 Some(a) = self.attempts.recv() => self.answers(a, observer),
                 Some(e) = events.recv() => {
-                    observer.event(&run_event(self.t0, e.kind.name(), e.detail, now_ns()));
+                    observer.event(&run_event(self.t0, e.kind.into(), e.detail, now_ns()));
                 }
                 _ = tokio::time::sleep_until(to_instant(wake)) => {}
                 _ = shutdown.reached(1), if !self.interrupted => {
                     self.interrupted = true;
                     let why = "interrupted: closing connections (interrupt again to stop at once)";
-                    observer.event(&run_event(self.t0, "warning", why.into(), now_ns()));
+                    observer.event(&run_event(self.t0, EventKind::Warning, why.into(), now_ns()));
                 }
             }
             self.tick(observer);
@@ -296,7 +303,7 @@ impl<'p, D: Driver> ConnectionRun<'p, D> {
             let (opened, launched) = (self.opened, self.launched);
             observer.event(&run_event(
                 self.t0,
-                "connected",
+                EventKind::Connected,
                 format!(
                     "{opened} of {launched} connections open in {:.3}s; holding {held} for {:?}",
                     secs(self.t0, now),
@@ -336,7 +343,7 @@ impl<'p, D: Driver> ConnectionRun<'p, D> {
         self.agg.end_phase(self.phase, secs(self.t0, now));
         self.phase = Phase::Drain;
         self.agg.begin_phase(self.phase, secs(self.t0, now));
-        observer.event(&run_event(self.t0, "phase", "drain".into(), now));
+        observer.event(&run_event(self.t0, EventKind::Phase, "drain".into(), now));
         if self.ramp_end.is_none() {
             self.ramp_end = Some(now);
         }
@@ -426,7 +433,7 @@ impl<'p, D: Driver> ConnectionRun<'p, D> {
                     if self.failures_reported < FAILURES_REPORTED {
                         self.failures_reported += 1;
                         let what = format!("connection failed ({}): {detail}", cause.name());
-                        observer.event(&run_event(self.t0, "error", what, now_ns()));
+                        observer.event(&run_event(self.t0, EventKind::Error, what, now_ns()));
                     }
                 }
             }
@@ -456,7 +463,12 @@ impl<'p, D: Driver> ConnectionRun<'p, D> {
         for iv in self.agg.take_all_intervals() {
             observer.interval(&iv);
         }
-        observer.event(&run_event(self.t0, "phase", "end".into(), now_ns()));
+        observer.event(&run_event(
+            self.t0,
+            EventKind::Phase,
+            "end".into(),
+            now_ns(),
+        ));
         let phases: Vec<PhaseTotals> = Phase::ALL
             .iter()
             .filter(|p| self.agg.phase_started(**p))

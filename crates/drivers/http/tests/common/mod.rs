@@ -3,7 +3,7 @@
 #![allow(dead_code)] // each test binary uses its own part
 
 use msgbench_core::driver::EventSink;
-use msgbench_core::runner::{self, Observer, RunError, RunEvent, RunOutcome};
+use msgbench_core::runner::{self, EventKind, Observer, RunError, RunEvent, RunOutcome};
 use msgbench_core::scenario::{
     ConsumersSection, OutputSection, PhasesSection, ProducersSection, RunPlan, Scenario, resolve,
 };
@@ -44,7 +44,7 @@ impl Collect {
     pub fn driver_events(&self) -> Vec<&RunEvent> {
         self.events
             .iter()
-            .filter(|e| !matches!(e.kind.as_str(), "phase" | "connected"))
+            .filter(|e| !matches!(e.kind, EventKind::Phase | EventKind::Connected))
             .collect()
     }
 }
