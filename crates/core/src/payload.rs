@@ -155,6 +155,9 @@ fn fill_pool(pool: &mut [u8], content: Content, format: StampFormat, rng: &mut R
 /// Builds stamped payloads for one producer into a reusable buffer.
 #[derive(Debug)]
 pub struct PayloadBuilder {
+    /// The size of every message when it is fixed (the common case, taken without a draw),
+    /// else 0.
+    fixed_len: usize,
     sizes: SizeSampler,
     format: StampFormat,
     template: Option<Template>,
@@ -187,8 +190,13 @@ impl PayloadBuilder {
         let mut pool = vec![0u8; POOL + max];
         fill_pool(&mut pool, plan.content, format, &mut rng);
         let unix_offset_ns = crate::clock::realtime_ns().wrapping_sub(crate::clock::now_ns());
+        let sizes = SizeSampler::new(size, &mut rng);
         Ok(Self {
-            sizes: SizeSampler::new(size),
+            fixed_len: match sizes {
+                SizeSampler::Fixed(n) => n,
+                _ => 0,
+            },
+            sizes,
             format,
             template,
             unix_offset_ns,
@@ -203,7 +211,10 @@ impl PayloadBuilder {
     /// then random bytes; the text stamp then printable bytes; or the template rendered.
     #[inline]
     pub fn build(&mut self, stamp: &Stamp) -> &[u8] {
-        let len = self.sizes.next(&mut self.rng);
+        let len = match self.fixed_len {
+            0 => self.sizes.next(&mut self.rng),
+            n => n,
+        };
         // Move through the pool by a prime stride so consecutive bodies differ.
         self.cursor = (self.cursor + 4093) % POOL;
         if let Some(t) = &self.template {

@@ -1,8 +1,8 @@
 //! Message-size distributions: fixed, uniform, normal, log-normal, or an empirical table read
 //! from a file. [`SizeSpec`] is what a plan (and the results file) says; [`SizeSampler`] is
 //! its prepared form, one per producer, drawing one size per message in a few nanoseconds
-//! (the continuous ones take a logarithm, a square root and a cosine; the table a binary
-//! search), without allocating.
+//! without allocating: the continuous distributions are drawn in advance ([`DRAWN`] sizes per
+//! producer, taken at random), a table by a binary search over its cumulative weights.
 //!
 //! Every size includes the stamp, so a distribution is clamped: normal and log-normal ones to
 //! four standard deviations (four σ factors) around their centre, and never below the 40-byte
@@ -245,6 +245,28 @@ impl SizeSpec {
     }
 }
 
+/// How many sizes a continuous distribution is drawn into in advance (32 KiB per producer).
+pub const DRAWN: usize = 8192;
+
+/// `DRAWN` sizes of a normal (`log` false: `centre + scale·Z`) or log-normal (`centre·e^(scale·Z)`)
+/// distribution, clamped to `min..=max`.
+fn draw(log: bool, centre: f64, scale: f64, min: u64, max: u64, rng: &mut Rng) -> SizeSampler {
+    let sizes = (0..DRAWN)
+        .map(|_| {
+            // Box–Muller: one standard normal from two uniforms in (0, 1].
+            let (u1, u2) = (rng.next_f64_open0(), rng.next_f64_open0());
+            let z = (-2.0 * u1.ln()).sqrt() * (std::f64::consts::TAU * u2).cos();
+            let x = if log {
+                centre * (scale * z).exp()
+            } else {
+                centre + scale * z
+            };
+            x.round().clamp(min as f64, max as f64) as u32
+        })
+        .collect();
+    SizeSampler::Drawn(sizes)
+}
+
 /// A [`SizeSpec`] prepared for drawing: what a producer keeps.
 #[derive(Debug, Clone)]
 pub enum SizeSampler {
@@ -252,19 +274,10 @@ pub enum SizeSampler {
     Fixed(usize),
     /// Uniform in `lo..=hi`.
     Range(u64, u64),
-    /// `centre + scale·Z` (normal) or `centre·e^(scale·Z)` (log-normal), clamped.
-    Gauss {
-        /// Log-normal instead of normal.
-        log: bool,
-        /// Mean, or median.
-        centre: f64,
-        /// Standard deviation, or σ.
-        scale: f64,
-        /// Clamp floor.
-        min: f64,
-        /// Clamp ceiling.
-        max: f64,
-    },
+    /// Sizes drawn in advance from a continuous distribution ([`DRAWN`] of them), taken at
+    /// random: a draw per message then costs what a uniform one does, not a logarithm, a
+    /// square root and a cosine.
+    Drawn(Vec<u32>),
     /// Sizes and their cumulative weights (binary search on a uniform draw).
     Table {
         /// Sizes, ascending.
@@ -275,30 +288,20 @@ pub enum SizeSampler {
 }
 
 impl SizeSampler {
-    /// The sampler of `spec`.
-    pub fn new(spec: &SizeSpec) -> Self {
+    /// The sampler of `spec`; continuous distributions are drawn in advance from `rng`.
+    pub fn new(spec: &SizeSpec, rng: &mut Rng) -> Self {
         match spec {
             SizeSpec::Fixed { bytes } => SizeSampler::Fixed(*bytes as usize),
             SizeSpec::Range { min, max } => SizeSampler::Range(*min, *max),
-            SizeSpec::Normal { mean, sd, min, max } => SizeSampler::Gauss {
-                log: false,
-                centre: *mean as f64,
-                scale: *sd as f64,
-                min: *min as f64,
-                max: *max as f64,
-            },
+            SizeSpec::Normal { mean, sd, min, max } => {
+                draw(false, *mean as f64, *sd as f64, *min, *max, rng)
+            }
             SizeSpec::LogNormal {
                 median,
                 sigma,
                 min,
                 max,
-            } => SizeSampler::Gauss {
-                log: true,
-                centre: *median as f64,
-                scale: *sigma,
-                min: *min as f64,
-                max: *max as f64,
-            },
+            } => draw(true, *median as f64, *sigma, *min, *max, rng),
             SizeSpec::Table { entries } => {
                 let mut total = 0;
                 SizeSampler::Table {
@@ -321,23 +324,7 @@ impl SizeSampler {
         match self {
             SizeSampler::Fixed(n) => *n,
             SizeSampler::Range(lo, hi) => rng.range(*lo, *hi) as usize,
-            SizeSampler::Gauss {
-                log,
-                centre,
-                scale,
-                min,
-                max,
-            } => {
-                // Box–Muller: one standard normal from two uniforms in (0, 1].
-                let (u1, u2) = (rng.next_f64_open0(), rng.next_f64_open0());
-                let z = (-2.0 * u1.ln()).sqrt() * (std::f64::consts::TAU * u2).cos();
-                let x = if *log {
-                    centre * (scale * z).exp()
-                } else {
-                    centre + scale * z
-                };
-                x.round().clamp(*min, *max) as usize
-            }
+            SizeSampler::Drawn(sizes) => sizes[(rng.next_u64() % DRAWN as u64) as usize] as usize,
             SizeSampler::Table { sizes, cumulative } => {
                 let total = *cumulative.last().unwrap_or(&1);
                 let r = rng.next_u64() % total;
@@ -352,8 +339,8 @@ mod tests {
     use super::*;
 
     fn draw(spec: &SizeSpec, n: usize) -> Vec<usize> {
-        let s = SizeSampler::new(spec);
         let mut rng = Rng::new(9);
+        let s = SizeSampler::new(spec, &mut rng);
         (0..n).map(|_| s.next(&mut rng)).collect()
     }
 
