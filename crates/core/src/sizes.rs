@@ -196,6 +196,15 @@ impl SizeSpec {
         Ok(SizeSpec::Table { entries })
     }
 
+    /// Raises the clamp floor of a normal or log-normal distribution to `floor` (the text
+    /// stamp's 58 bytes): their floor is msgbench's choice, not the user's. Fixed sizes, ranges
+    /// and tables are left as given (too small a one is the user's to fix).
+    pub fn raise_floor(&mut self, floor: u64) {
+        if let SizeSpec::Normal { min, max, .. } | SizeSpec::LogNormal { min, max, .. } = self {
+            *min = (*min).max(floor).min(*max);
+        }
+    }
+
     /// Checks every message can hold a stamp and the bounds are ordered and sane.
     pub fn validate(&self) -> Result<(), String> {
         if self.min() < STAMP_LEN as u64 {
@@ -358,8 +367,14 @@ mod tests {
         let within_sd = v.iter().filter(|&&x| x.abs_diff(1024) <= 100).count();
         assert!((66_000..70_500).contains(&within_sd), "{within_sd}"); // 68.3 %
         assert!(v.iter().all(|&x| (624..=1424).contains(&x)));
-        // A wide one is clamped at the stamp.
-        assert_eq!(SizeSpec::parse("normal:100,50").unwrap().min(), 40);
+        // A wide one is clamped at the stamp, the text stamp's when messages carry one.
+        let mut wide = SizeSpec::parse("normal:100,50").unwrap();
+        assert_eq!(wide.min(), 40);
+        wide.raise_floor(58);
+        assert_eq!((wide.min(), wide.max()), (58, 300));
+        let mut fixed = SizeSpec::Fixed { bytes: 40 };
+        fixed.raise_floor(58);
+        assert_eq!(fixed.min(), 40, "a size the user gave is theirs to fix");
     }
 
     #[test]

@@ -367,8 +367,8 @@ pub fn resolve(s: &Scenario, run_id: u32) -> Result<RunPlan, PlanError> {
     }
     let subscription = resolve_subscription(s, request_reply)?;
 
-    let size = resolve_size(s)?;
-    let payload = resolve_payload(s, &size)?;
+    let mut size = resolve_size(s)?;
+    let payload = resolve_payload(s, &mut size)?;
 
     let rate = resolve_rate(s)?;
 
@@ -786,7 +786,7 @@ fn resolve_client(s: &Scenario) -> Result<ClientPlan, PlanError> {
 
 /// The stamp's form and the template (read from `payload_file` when given), checked against
 /// the message size.
-fn resolve_payload(s: &Scenario, size: &SizeSpec) -> Result<PayloadPlan, PlanError> {
+fn resolve_payload(s: &Scenario, size: &mut SizeSpec) -> Result<PayloadPlan, PlanError> {
     let p = &s.producers;
     let template = match (&p.payload, &p.payload_file) {
         (Some(_), Some(_)) => {
@@ -826,6 +826,7 @@ fn resolve_payload(s: &Scenario, size: &SizeSpec) -> Result<PayloadPlan, PlanErr
         template,
         content,
     };
+    size.raise_floor(stamp.stamp_len() as u64);
     let setting = if plan.template.is_some() {
         "producers.payload"
     } else {
