@@ -651,6 +651,17 @@ bench_verdicts() {
   echo "  median: plain $a msgs/s, judged $b msgs/s, ratio $(python3 -c "print(f'{$b/$a:.3f}')") (target: 1 within noise)"
 }
 
+bench_sizes() {
+  echo "== size distributions cost a draw, not a computation: mem:// 5 s unlimited, a fixed 580 B against a uniform range and a log-normal of the same mean ($RUNS runs, interleaved)"
+  local size rate cpu
+  for _ in $(seq "$RUNS"); do
+    for size in 580 100..1060 lognormal:512,0.5; do
+      read -r rate cpu _ _ < <(measure mem://sizes --size "$size" --warmup 1s --duration 5s)
+      echo "  $size: $rate msgs/s, $cpu CPU-s per million"
+    done
+  done
+}
+
 # measure_sent ARGS... -> prints "sent_per_s cpu_s_per_million_sent" (producers only)
 measure_sent() {
   local out tm
@@ -1119,6 +1130,7 @@ case "${1:-all}" in
   ws) bench_ws ;;
   textstamp) bench_textstamp ;;
   verdicts) bench_verdicts ;;
+  sizes) bench_sizes ;;
   search) bench_search ;;
   redis) bench_redis ;;
   proxy) bench_proxy ;;
@@ -1133,6 +1145,6 @@ case "${1:-all}" in
   views) bench_views ;;
   merge) bench_merge ;;
   segments) bench_segments ;;
-  all) bench_mem; bench_nats; bench_jetstream; bench_memory; bench_mqtt; bench_demo; bench_storm; bench_conns; bench_amqp; bench_sink; bench_proxy; bench_textstamp; bench_verdicts; bench_search; bench_redis; bench_ws; bench_http; bench_zmq; bench_p2p; bench_kafka; bench_kafka_peers; bench_backlog; bench_ecp; bench_views; bench_merge; bench_segments ;;
-  *) echo "usage: $0 [mem|nats|jetstream|memory|mqtt|demo|storm|conns|nats-conns|amqp|sink|textstamp|verdicts|search|redis|ws|http|zmq|p2p|kafka|kafka-peers|backlog|memflat|ecp|views|merge|segments|all]" >&2; exit 2 ;;
+  all) bench_mem; bench_nats; bench_jetstream; bench_memory; bench_mqtt; bench_demo; bench_storm; bench_conns; bench_amqp; bench_sink; bench_proxy; bench_textstamp; bench_verdicts; bench_sizes; bench_search; bench_redis; bench_ws; bench_http; bench_zmq; bench_p2p; bench_kafka; bench_kafka_peers; bench_backlog; bench_ecp; bench_views; bench_merge; bench_segments ;;
+  *) echo "usage: $0 [mem|nats|jetstream|memory|mqtt|demo|storm|conns|nats-conns|amqp|sink|textstamp|verdicts|sizes|search|redis|ws|http|zmq|p2p|kafka|kafka-peers|backlog|memflat|ecp|views|merge|segments|all]" >&2; exit 2 ;;
 esac

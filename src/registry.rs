@@ -35,12 +35,9 @@ macro_rules! each_driver {
 /// `Vec` of every registered type's [`DriverInfo`], in list order.
 macro_rules! infos {
     ( ; $( $(#[$m:meta])* $ty:path ),* $(,)? ) => {{
-        #[allow(clippy::vec_init_then_push)] // pushes, because a #[cfg] can gate each
-        let all = {
-            let mut all: Vec<DriverInfo> = Vec::new();
-            $( $(#[$m])* all.push(<$ty as Registered>::INFO); )*
-            all
-        };
+        // Pushes, not vec![]: a #[cfg] can gate each.
+        let mut all: Vec<DriverInfo> = Vec::with_capacity(16);
+        $( $(#[$m])* all.push(<$ty as Registered>::INFO); )*
         all
     }};
 }
@@ -246,4 +243,34 @@ pub async fn relay(
         let _ = c.close().await;
         Ok(())
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// How many registered driver types take `$url`.
+    macro_rules! accepting {
+        ( $url:expr ; $( $(#[$m:meta])* $ty:path ),* $(,)? ) => {{
+            let url: &str = $url;
+            let mut n = 0;
+            $( $(#[$m])* if <$ty as Registered>::accepts(url) { n += 1; } )*
+            n
+        }};
+    }
+
+    /// Every scheme `msgbench drivers` lists is taken by exactly one driver type (AMQP 1.0's
+    /// two split it by `?bind=`), and a scheme no driver has by none.
+    #[test]
+    fn every_url_has_exactly_one_driver() {
+        for d in drivers() {
+            for s in d.schemes {
+                assert_eq!(each_driver!(accepting!(&format!("{s}://h:1"))), 1, "{s}");
+            }
+        }
+        assert_eq!(each_driver!(accepting!("amqp10://h:1?bind=consumer")), 1);
+        assert_eq!(each_driver!(accepting!("gopher://h:1")), 0);
+        let sections: Vec<&str> = sections().iter().map(|s| s.name).collect();
+        assert_eq!(sections, ["amqp", "amqp10", "http", "kafka"]);
+    }
 }

@@ -509,3 +509,57 @@ fn connection_workloads() {
         "{m}"
     );
 }
+
+/// `--source-addrs` reaches AMQP 1.0 consumers: spread over two loopback addresses they receive
+/// everything, and from an address this machine does not have they cannot connect at all
+/// (which they would, were the address ignored).
+#[test]
+fn consumers_connect_from_the_source_addresses() {
+    let d = TempDir::new("amqp10-source");
+    let s = scenario(&d, "a.toml", "");
+    let url = need!(ARTEMIS);
+    let r = run_json(
+        &d.0,
+        &run_args(
+            Some(&s),
+            &url,
+            &[
+                "-c",
+                "2",
+                "--queue-group",
+                "g",
+                "-n",
+                "2000",
+                "--topic",
+                "it10.source",
+                "--source-addrs",
+                "127.0.0.2-127.0.0.3",
+            ],
+        ),
+    );
+    let i = &r["integrity"];
+    assert_eq!((u(&i["delivered"]), u(&i["lost"])), (2000, 0), "{i}");
+    let o = msgbench(
+        &d.0,
+        &run_args(
+            Some(&s),
+            &url,
+            &[
+                "-n",
+                "10",
+                "--topic",
+                "it10.source",
+                "--source-addrs",
+                "192.0.2.1",
+                "--connect-timeout",
+                "2s",
+            ],
+        ),
+    );
+    assert!(
+        !o.status.success(),
+        "connected from 192.0.2.1?\n{}",
+        stdout(&o)
+    );
+    assert!(stderr(&o).contains("192.0.2.1"), "{}", stderr(&o));
+}

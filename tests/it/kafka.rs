@@ -402,3 +402,33 @@ fn connection_workloads_hold_and_storm() {
     );
     assert!(u(&m["counters"]["sent"]) > 10, "{m}");
 }
+
+/// librdkafka chooses its local address itself: `--source-addrs` is refused with a reason, not
+/// silently ignored.
+#[test]
+fn source_addresses_are_refused_with_a_reason() {
+    let url = need!(KAFKA);
+    let d = TempDir::new("kafka-source");
+    let o = msgbench(
+        &d.0,
+        &[
+            "run",
+            &url,
+            "-n",
+            "10",
+            "--warmup",
+            "0s",
+            "--no-output",
+            "--topic",
+            "it.kafka.source",
+            "--source-addrs",
+            "127.0.0.2",
+        ],
+    );
+    assert!(!o.status.success());
+    assert!(
+        stderr(&o).contains("librdkafka chooses its local address"),
+        "{}",
+        stderr(&o)
+    );
+}

@@ -289,8 +289,18 @@ pub async fn connect_with(
             // Let the kernel pick the port only at connect time, so one source address can
             // reach many destinations (IP_BIND_ADDRESS_NO_PORT).
             set_bind_no_port(&sock);
-            sock.bind(SocketAddr::new(src, 0))
-                .map_err(|e| NetError::from_io(&e))?;
+            sock.bind(SocketAddr::new(src, 0)).map_err(|e| {
+                if e.raw_os_error() == Some(libc::EADDRNOTAVAIL) {
+                    // Binding fails this way when the address is not this machine's (ports
+                    // run out only at connect time: see set_bind_no_port).
+                    NetError::new(
+                        ConnectFailure::Other,
+                        format!("cannot connect from {src}: not an address of this machine (--source-addrs)"),
+                    )
+                } else {
+                    NetError::from_io(&e)
+                }
+            })?;
         }
         let tcp = sock
             .connect(addr)

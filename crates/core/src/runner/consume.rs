@@ -47,14 +47,22 @@ pub(crate) struct ConsumerTask {
 struct Pace {
     work: ConsumerWork,
     rng: Rng,
-    /// The earliest time (monotonic ns) the rate cap lets the next delivery be taken.
+    /// When the work on the deliveries taken so far ends (monotonic ns).
+    busy_until: u64,
+    /// The earliest time the rate cap lets the next delivery be taken.
     next_ns: u64,
 }
 
+/// How far behind its schedule a slow consumer may fall and still catch up: the runtime's timer
+/// wakes up to a millisecond late, and without this credit every oversleep would be lost, so a
+/// consumer told to spend 2 ms per delivery would spend nearer 3.
+const PACE_CREDIT_NS: u64 = 2_000_000;
+
 impl Pace {
-    /// When the consumer may take its next delivery, having taken one at `now`: after working
-    /// on it, and no sooner than the rate allows (a consumer that fell behind its rate does not
-    /// catch up in a burst).
+    /// When the consumer may take its next delivery, having taken one at `now`: once the work
+    /// on it is done, and no sooner than the rate allows. Time overslept is made up by the
+    /// next deliveries (up to [`PACE_CREDIT_NS`]), so the consumer keeps its rate on average;
+    /// one that fell further behind does not catch up in a burst.
     fn after_delivery(&mut self, now: u64) -> u64 {
         let work = match self.work.processing {
             None => 0,
@@ -63,11 +71,12 @@ impl Pace {
                 (-(mean.as_nanos() as f64) * self.rng.next_f64_open0().ln()) as u64
             }
         };
-        let done = now + work;
+        let floor = now.saturating_sub(PACE_CREDIT_NS);
+        self.busy_until = self.busy_until.max(floor) + work;
         if let Some(rate) = self.work.rate {
-            self.next_ns = self.next_ns.max(now) + (1e9 / rate) as u64;
+            self.next_ns = self.next_ns.max(floor) + (1e9 / rate) as u64;
         }
-        done.max(self.next_ns)
+        self.busy_until.max(self.next_ns)
     }
 }
 
@@ -230,6 +239,7 @@ impl ConsumerTask {
         let mut pace = (!self.work.is_default()).then(|| Pace {
             work: self.work,
             rng: Rng::new(u64::from(self.id) ^ u64::from(self.run_id) << 32),
+            busy_until: 0,
             next_ns: 0,
         });
         if let Some(mut hold) = self.hold.clone() {
@@ -253,8 +263,9 @@ impl ConsumerTask {
                         self.on_delivery(&mut b, &d, c.lane());
                         if let Some(p) = &mut pace {
                             self.distinct.set(b.distinct);
-                            let until = p.after_delivery(now_ns());
-                            if self.work_until(until, &mut b, &mut stop).await {
+                            let now = now_ns();
+                            let until = p.after_delivery(now);
+                            if until > now && self.work_until(until, &mut b, &mut stop).await {
                                 break;
                             }
                             continue;
@@ -294,5 +305,62 @@ impl ConsumerTask {
             let k = a.ticker.recording();
             self.flush(a, k);
         });
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Duration;
+
+    fn pace(processing: Option<Processing>, rate: Option<f64>) -> Pace {
+        Pace {
+            work: ConsumerWork { processing, rate },
+            rng: Rng::new(1),
+            busy_until: 0,
+            next_ns: 0,
+        }
+    }
+
+    /// A consumer that oversleeps catches up: 1,000 deliveries at 2 ms each end 2 s after the
+    /// first however late each wake-up was (within the credit), and one that was idle long
+    /// starts afresh instead of rushing.
+    #[test]
+    fn oversleeping_is_made_up_and_long_gaps_are_not() {
+        let mut p = pace(Some(Processing::Fixed(Duration::from_millis(2))), None);
+        let t0 = 10_000_000_000u64;
+        let mut now = t0;
+        for _ in 0..1000 {
+            let until = p.after_delivery(now);
+            now = until.max(now) + 900_000; // every wake-up 0.9 ms late
+        }
+        let took = p.busy_until - t0;
+        // (Less the 2 ms credit the first delivery starts with.)
+        assert!((1_996_000_000..2_002_000_000).contains(&took), "{took}");
+        // An hour idle: at most the credit is made up (here the one delivery's 2 ms), then
+        // deliveries are spaced again, not rushed to make up the hour.
+        let later = now + 3_600_000_000_000;
+        assert_eq!(p.after_delivery(later), later);
+        assert_eq!(p.after_delivery(later), later + 2_000_000);
+    }
+
+    /// The rate cap spaces deliveries; exponential work averages its mean.
+    #[test]
+    fn rate_caps_and_exponential_means() {
+        let mut p = pace(None, Some(500.0));
+        let t0 = 1_000_000_000u64;
+        let a = p.after_delivery(t0);
+        let b = p.after_delivery(a);
+        assert_eq!(b - a, 2_000_000);
+        let mut e = pace(
+            Some(Processing::Exponential(Duration::from_millis(5))),
+            None,
+        );
+        let mut now = t0;
+        for _ in 0..20_000 {
+            now = e.after_delivery(now);
+        }
+        let mean_ms = (now - t0) as f64 / 20_000.0 / 1e6;
+        assert!((mean_ms - 5.0).abs() < 0.15, "{mean_ms}");
     }
 }

@@ -30,6 +30,8 @@ struct Sub {
     /// The link name of a shared subscription (a group on a `topic` address).
     link_name: Option<String>,
     meta: bool,
+    /// The local address to connect from (`--source-addrs`), for every reconnection too.
+    source: Option<std::net::IpAddr>,
 }
 
 impl Sub {
@@ -37,7 +39,7 @@ impl Sub {
         let d = &self.d;
         let mut conn = self
             .ep
-            .open(&d.container_id("sub", self.id), None, d.timeout)
+            .open(&d.container_id("sub", self.id), self.source, d.timeout)
             .await?;
         let link = tokio::time::timeout(
             d.timeout,
@@ -88,6 +90,7 @@ pub(crate) async fn start(
         capabilities,
         link_name,
         meta: spec.meta,
+        source: spec.source,
         ep,
         d,
     });

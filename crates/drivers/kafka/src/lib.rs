@@ -403,6 +403,9 @@ impl Driver for KafkaDriver {
                 "kafka:// consumers read from the run's target only".into(),
             ));
         }
+        if spec.source.is_some() {
+            return Err(no_source_addrs());
+        }
         self.provision(&spec.topic).await?;
         let group = match &spec.group {
             Some(g) => g.clone(),
@@ -421,8 +424,21 @@ impl Driver for KafkaDriver {
     }
 
     async fn session(&self, spec: &SessionSpec) -> Result<KafkaSession, DriverError> {
+        if spec.source.is_some() {
+            return Err(no_source_addrs());
+        }
         KafkaSession::start(self, spec).await
     }
+}
+
+/// librdkafka picks its connections' local address itself: `--source-addrs` is refused rather
+/// than silently ignored.
+#[cfg(feature = "client")]
+fn no_source_addrs() -> DriverError {
+    DriverError::Config(
+        "kafka:// cannot spread clients over --source-addrs: librdkafka chooses its local address itself"
+            .into(),
+    )
 }
 
 /// What `msgbench drivers` lists for Kafka, and its section: known to every build, so that a
