@@ -214,6 +214,14 @@ pub struct DriverEvent {
     pub detail: String,
 }
 
+/// A driver's options that do not resolve (read back from a plan: [`crate::scenario::DriverPlans`])
+/// are a configuration error.
+impl From<crate::scenario::PlanError> for DriverError {
+    fn from(e: crate::scenario::PlanError) -> Self {
+        DriverError::Config(e.to_string())
+    }
+}
+
 /// Kinds of [`DriverEvent`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum DriverEventKind {

@@ -57,11 +57,6 @@ pub trait Registered: Driver + Sized {
     fn build(url: &str, plan: &RunPlan, events: EventSink) -> Result<Self, DriverError>;
 }
 
-/// A plan error, as a driver's configuration error.
-pub fn config_error(e: crate::scenario::PlanError) -> DriverError {
-    DriverError::Config(e.to_string())
-}
-
 /// Command-line flags that several drivers read, defined once on `msgbench run` (clap refuses
 /// a flag defined twice) and handed to each driver's flags when they become its section.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]

@@ -936,7 +936,7 @@ impl RunPlan {
 
     /// The URL scheme (`nats`, `mem`...).
     pub fn scheme(&self) -> &str {
-        self.target.split("://").next().unwrap_or("")
+        crate::registration::scheme(&self.target)
     }
 
     /// Where consumers connect: `consume_from`, or else the target.

@@ -914,10 +914,7 @@ impl msgbench_core::registration::Registered for AmqpDriver {
         plan: &msgbench_core::scenario::RunPlan,
         events: EventSink,
     ) -> Result<Self, DriverError> {
-        let amqp = plan
-            .drivers
-            .get::<options::AmqpSection>()
-            .map_err(msgbench_core::registration::config_error)?;
+        let amqp = plan.drivers.get::<options::AmqpSection>()?;
         AmqpDriver::new(
             url,
             &amqp,

@@ -268,10 +268,7 @@ impl msgbench_core::registration::Registered for Amqp10Driver {
         plan: &msgbench_core::scenario::RunPlan,
         events: EventSink,
     ) -> Result<Self, DriverError> {
-        let amqp10 = plan
-            .drivers
-            .get::<options::Amqp10Section>()
-            .map_err(msgbench_core::registration::config_error)?;
+        let amqp10 = plan.drivers.get::<options::Amqp10Section>()?;
         Ok(
             Amqp10Driver::new(url, &amqp10, &plan.tls, events, plan.connect_timeout)?
                 .with_pipelined_handshake(plan.client.pipeline_handshake)

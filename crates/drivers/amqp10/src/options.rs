@@ -112,8 +112,7 @@ impl DriverSection for Amqp10Section {
 
     /// Consumers on one AMQP 1.0 queue compete ([`competing`]).
     fn refine(plan: &Amqp10Plan, run: &mut RunPlan) {
-        let consumers = run.consume_from.as_deref().unwrap_or(&run.target);
-        run.subscription = competing(run.subscription.clone(), consumers, plan);
+        run.subscription = competing(run.subscription.clone(), run.consumer_target(), plan);
     }
 }
 

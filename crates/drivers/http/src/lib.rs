@@ -540,10 +540,7 @@ impl msgbench_core::registration::Registered for HttpDriver {
         plan: &msgbench_core::scenario::RunPlan,
         events: EventSink,
     ) -> Result<Self, DriverError> {
-        let http = plan
-            .drivers
-            .get::<options::HttpSection>()
-            .map_err(msgbench_core::registration::config_error)?;
+        let http = plan.drivers.get::<options::HttpSection>()?;
         HttpDriver::new(
             url,
             HttpOptions {

@@ -468,10 +468,7 @@ impl msgbench_core::registration::Registered for KafkaDriver {
         plan: &msgbench_core::scenario::RunPlan,
         events: EventSink,
     ) -> Result<Self, DriverError> {
-        let kafka = plan
-            .drivers
-            .get::<options::KafkaSection>()
-            .map_err(msgbench_core::registration::config_error)?;
+        let kafka = plan.drivers.get::<options::KafkaSection>()?;
         Ok(KafkaDriver::new(
             url,
             &kafka,

@@ -402,10 +402,7 @@ impl msgbench_core::registration::Registered for P2pDriver {
         plan: &msgbench_core::scenario::RunPlan,
         events: EventSink,
     ) -> Result<Self, DriverError> {
-        let amqp10 = plan
-            .drivers
-            .get::<crate::options::Amqp10Section>()
-            .map_err(msgbench_core::registration::config_error)?;
+        let amqp10 = plan.drivers.get::<crate::options::Amqp10Section>()?;
         P2pDriver::new(url, &amqp10, events, plan.connect_timeout)
     }
 }
