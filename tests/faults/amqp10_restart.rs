@@ -14,6 +14,7 @@ use util::*;
 /// came) or refused: the loss is exact.
 #[test]
 fn artemis_restart_mid_run() {
+    let _turn = crate::turn("artemis");
     let url = need!(ARTEMIS);
     let d = TempDir::new("amqp10-restart");
     std::fs::write(d.path("s.toml"), "[amqp10]\ndurable = true\n").unwrap();

@@ -15,6 +15,7 @@ use util::*;
 /// shared connection reconnects once and its channels open again and redo their setup.
 #[test]
 fn broker_restart_mid_run() {
+    let _turn = crate::turn("rabbitmq");
     restart_mid_run(&[], 2);
     restart_mid_run(&["--channels", "2", "-p", "2", "-c", "2"], 2);
 }

@@ -148,6 +148,8 @@ struct Shared {
     addr: String,
     /// See [`Broker::proxy_route`].
     proxied: Option<(u16, String)>,
+    /// This test's turn with the broker (see [`crate::turn`]).
+    _turn: std::sync::MutexGuard<'static, ()>,
 }
 
 impl Shared {
@@ -160,6 +162,7 @@ impl Shared {
             name,
             addr,
             proxied: None,
+            _turn: crate::turn(name),
         }
     }
 
