@@ -13,6 +13,9 @@
 //!   failures by reason and say what limit to raise;
 //! - plain TCP connections held outside the descriptor table ([`ring`]), for connection counts
 //!   beyond the open-file limit;
+//! - one connection's socket, buffers and read and write pumps ([`Wire`]), which every own
+//!   client keeps its connection in (ZeroMQ's readiness-driven links and the HTTP/1.1
+//!   exchange, which parses in place in a fixed buffer, aside);
 //! - one reconnection pacing ([`Backoff`]) and one liveness watch ([`Liveness`]) for every
 //!   client that reconnects by itself.
 #![deny(missing_docs)]
@@ -502,6 +505,12 @@ impl Wire {
         self.stream.take().is_some()
     }
 
+    /// Takes the socket out, buffers untouched: for an upgrade in the middle of a handshake
+    /// (STARTTLS-style), after which the secured stream is [attached](Wire::attach) again.
+    pub fn take(&mut self) -> Option<Stream> {
+        self.stream.take()
+    }
+
     /// Whether a socket is attached.
     pub fn is_connected(&self) -> bool {
         self.stream.is_some()
@@ -570,25 +579,37 @@ impl Wire {
             {
                 return Poll::Ready(Err(e));
             }
-            let Some(s) = self.stream.as_mut() else {
-                return Poll::Ready(Err(io::ErrorKind::NotConnected.into()));
-            };
-            match s.poll_read_into(cx, &mut self.rbuf, self.chunk) {
-                Poll::Ready(Ok(0)) => return Poll::Ready(Err(io::ErrorKind::UnexpectedEof.into())),
-                Poll::Ready(Ok(_)) => {
-                    if let Some(l) = self.live.as_mut() {
-                        l.heard();
-                    }
-                }
+            match self.poll_fill(cx) {
+                Poll::Ready(Ok(())) => {}
                 Poll::Ready(Err(e)) => return Poll::Ready(Err(e)),
-                Poll::Pending => {
-                    if self.lean && self.rbuf.is_empty() && self.rbuf.capacity() != 0 {
-                        self.rbuf = BytesMut::new();
-                    }
-                    return match self.poll_live(cx) {
-                        Poll::Ready(e) => Poll::Ready(Err(e)),
-                        Poll::Pending => Poll::Pending,
-                    };
+                Poll::Pending => return Poll::Pending,
+            }
+        }
+    }
+
+    /// Reads what the socket has into the read buffer: `Ready(Ok)` once something was read,
+    /// `UnexpectedEof` when the peer closed, `Pending` (with the liveness watch armed) when
+    /// there is nothing yet. For protocols that parse the buffer themselves between reads.
+    pub fn poll_fill(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        let Some(s) = self.stream.as_mut() else {
+            return Poll::Ready(Err(io::ErrorKind::NotConnected.into()));
+        };
+        match s.poll_read_into(cx, &mut self.rbuf, self.chunk) {
+            Poll::Ready(Ok(0)) => Poll::Ready(Err(io::ErrorKind::UnexpectedEof.into())),
+            Poll::Ready(Ok(_)) => {
+                if let Some(l) = self.live.as_mut() {
+                    l.heard();
+                }
+                Poll::Ready(Ok(()))
+            }
+            Poll::Ready(Err(e)) => Poll::Ready(Err(e)),
+            Poll::Pending => {
+                if self.lean && self.rbuf.is_empty() && self.rbuf.capacity() != 0 {
+                    self.rbuf = BytesMut::new();
+                }
+                match self.poll_live(cx) {
+                    Poll::Ready(e) => Poll::Ready(Err(e)),
+                    Poll::Pending => Poll::Pending,
                 }
             }
         }

@@ -1,11 +1,11 @@
-//! One NATS connection: handshake, buffered writes, reads, keep-alive answers and reconnection.
-//! All state (read and write buffers, subscriptions) lives in the struct, so every async method
-//! here is cancel-safe: an interrupted call loses no bytes.
+//! One NATS connection: handshake, keep-alive answers, subscriptions replayed on reconnection.
+//! The socket, its buffers and the silent-server watch are msgbench-net's [`Wire`], shared with
+//! the other own clients. All state lives in the struct, so every async method here is
+//! cancel-safe: an interrupted call loses no bytes.
 
 use crate::proto::{self, Info, ServerOp};
-use bytes::BytesMut;
 use msgbench_core::driver::{ConnectFailure, DriverError, DriverEventKind, EventSink};
-use msgbench_net::{Check, Liveness, Stream};
+use msgbench_net::Wire;
 use std::future::poll_fn;
 use std::io;
 use std::net::IpAddr;
@@ -144,18 +144,13 @@ pub struct Conn {
     events: EventSink,
     timeout: Duration,
     route: Route,
-    chunk: usize,
-    stream: Option<Stream>,
-    /// Bytes read and not yet parsed.
-    pub rbuf: BytesMut,
-    /// Bytes to write.
-    pub wbuf: BytesMut,
+    /// The socket, its read and write buffers and the watch over a silent server
+    /// ([`Conn::watch`]). Operations are queued whole into `wire.wbuf`.
+    pub wire: Wire,
     subs: Vec<Sub>,
     /// From the server's INFO.
     pub info: Info,
-    /// Watch over a silent server ([`Conn::watch`]).
-    live: Option<Box<Liveness>>,
-    /// The handshake on `stream` completed. A handshake cancelled half-way (the caller's
+    /// The handshake on the wire's socket completed. A handshake cancelled half-way (the caller's
     /// `select!` moved on) leaves a socket that is not a connection: the next call redoes it.
     ready: bool,
 }
@@ -182,13 +177,9 @@ impl Conn {
             events,
             timeout,
             route,
-            chunk,
-            stream: None,
-            rbuf: BytesMut::with_capacity(chunk),
-            wbuf: BytesMut::with_capacity(chunk),
+            wire: Wire::new(chunk),
             subs: Vec::new(),
             info: Info::default(),
-            live: None,
             ready: false,
         };
         c.handshake().await.map_err(|e| c.connect_error(e))?;
@@ -223,19 +214,16 @@ impl Conn {
 
     async fn handshake(&mut self) -> io::Result<()> {
         self.ready = false;
-        self.stream = None;
+        self.wire.detach();
         let target = msgbench_net::Target::parse(self.addr(), 4222).map_err(io_err)?;
         // TCP_NODELAY is set by msgbench-net: Nagle plus delayed ACKs would add ~40 ms.
         let r = self.route;
         let connected =
             msgbench_net::connect_with(&target, r.source, None, self.timeout, r.fd_free).await;
-        // The classified failure travels inside the I/O error, for `connect_error`.
-        self.stream = Some(connected.map_err(io::Error::other)?);
-        if let Some(l) = self.live.as_mut() {
-            l.restart();
-        }
-        self.rbuf.clear();
-        let pending_writes = std::mem::take(&mut self.wbuf);
+        // The classified failure travels inside the I/O error, for `connect_error`. Writes
+        // buffered while disconnected are dropped by `attach`: they were never sent (integrity
+        // counts them as lost); replaying them could duplicate what did go out before the cut.
+        self.wire.attach(connected.map_err(io::Error::other)?);
         let limit = self.timeout;
         let fut = async {
             match self.read_raw().await? {
@@ -251,12 +239,9 @@ impl Conn {
                 self.info.tls_required || self.info.tls_available,
             ) {
                 (Some(tls), true) => {
-                    let plain = self
-                        .stream
-                        .take()
-                        .ok_or_else(|| io_err("connection lost"))?;
+                    let plain = self.wire.take().ok_or_else(|| io_err("connection lost"))?;
                     let secure = msgbench_net::upgrade_tls(plain, tls, &target.host, self.timeout);
-                    self.stream = Some(secure.await.map_err(io::Error::other)?);
+                    self.wire.attach(secure.await.map_err(io::Error::other)?);
                 }
                 (Some(_), false) => {
                     return Err(io_err(
@@ -270,14 +255,14 @@ impl Conn {
                 }
                 (None, _) => {}
             }
-            self.wbuf.extend_from_slice(b"CONNECT ");
-            self.wbuf
-                .extend_from_slice(self.ep.connect_json(&self.name).as_bytes());
-            self.wbuf.extend_from_slice(b"\r\n");
-            for s in self.subs.clone() {
-                proto::put_sub(&mut self.wbuf, &s.subject, s.queue.as_deref(), s.sid);
+            let w = &mut self.wire.wbuf;
+            w.extend_from_slice(b"CONNECT ");
+            w.extend_from_slice(self.ep.connect_json(&self.name).as_bytes());
+            w.extend_from_slice(b"\r\n");
+            for s in &self.subs {
+                proto::put_sub(w, &s.subject, s.queue.as_deref(), s.sid);
             }
-            self.wbuf.extend_from_slice(b"PING\r\n");
+            w.extend_from_slice(b"PING\r\n");
             self.flush().await?;
             loop {
                 match self.read_raw().await? {
@@ -288,7 +273,7 @@ impl Conn {
                             format!("server refused the connection: {e}"),
                         ));
                     }
-                    ServerOp::Ping => self.wbuf.extend_from_slice(b"PONG\r\n"),
+                    ServerOp::Ping => self.wire.wbuf.extend_from_slice(b"PONG\r\n"),
                     _ => {}
                 }
             }
@@ -303,12 +288,9 @@ impl Conn {
         if r.is_err() {
             // A socket whose handshake failed or timed out (a server that accepted and then
             // said nothing) is not a connection: later sends must reconnect, not write to it.
-            self.stream = None;
+            self.wire.detach();
         }
         self.ready = r.is_ok();
-        // Writes buffered while disconnected are dropped: they were never sent (integrity counts
-        // them as lost); replaying them could duplicate what did go out before the cut.
-        drop(pending_writes);
         r
     }
 
@@ -317,31 +299,7 @@ impl Conn {
     /// call it, so that a blackholed route or a frozen server is noticed and left; held
     /// sessions do not (the server's own PINGs keep them honest).
     pub fn watch(&mut self, every: Duration) {
-        let mut l = Liveness::new(every, b"PING\r\n");
-        l.restart();
-        self.live = Some(Box::new(l));
-    }
-
-    /// Where I/O would block: queues a PING, or fails once the server was silent too long.
-    fn poll_live(&mut self, cx: &mut Context<'_>) -> Poll<io::Error> {
-        let Some(l) = self.live.as_mut() else {
-            return Poll::Pending;
-        };
-        loop {
-            match l.poll(cx) {
-                Poll::Pending => return Poll::Pending,
-                Poll::Ready(Check::Dead) => return Poll::Ready(l.dead_error()),
-                // Operations are queued whole, so the buffer's end is an operation boundary.
-                Poll::Ready(Check::Probe) => {
-                    self.wbuf.extend_from_slice(l.probe());
-                    if let Some(s) = self.stream.as_mut()
-                        && let Poll::Ready(Err(e)) = s.poll_write_all(cx, &mut self.wbuf)
-                    {
-                        return Poll::Ready(e);
-                    }
-                }
-            }
-        }
+        self.wire.watch(every, b"PING\r\n");
     }
 
     /// Registers a subscription (also replayed after reconnects) and queues the `SUB`.
@@ -352,30 +310,21 @@ impl Conn {
             subject: subject.to_string(),
             queue: queue.map(str::to_string),
         });
-        proto::put_sub(&mut self.wbuf, subject, queue, sid);
+        proto::put_sub(&mut self.wire.wbuf, subject, queue, sid);
         sid
     }
 
     /// Whether the connection is up.
     pub fn is_connected(&self) -> bool {
-        self.ready && self.stream.is_some()
+        self.ready && self.wire.is_connected()
     }
 
     /// Writes what the socket takes now; `Ready(Ok)` once everything is written.
     fn poll_flush(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        if self.wbuf.is_empty() {
+        if self.wire.wbuf.is_empty() {
             return Poll::Ready(Ok(()));
         }
-        let r = match self.stream.as_mut() {
-            None => return Poll::Ready(Err(io::ErrorKind::NotConnected.into())),
-            Some(s) => s.poll_write_all(cx, &mut self.wbuf),
-        };
-        if r.is_pending()
-            && let Poll::Ready(e) = self.poll_live(cx)
-        {
-            return Poll::Ready(Err(e));
-        }
-        r
+        self.wire.poll_flush(cx)
     }
 
     /// Writes everything buffered. Cancel-safe.
@@ -395,7 +344,7 @@ impl Conn {
     fn filter(&mut self, op: ServerOp) -> Option<ServerOp> {
         match op {
             ServerOp::Ping => {
-                self.wbuf.extend_from_slice(b"PONG\r\n");
+                self.wire.wbuf.extend_from_slice(b"PONG\r\n");
                 None
             }
             ServerOp::Pong | ServerOp::Ok | ServerOp::Info(_) => None,
@@ -417,57 +366,31 @@ impl Conn {
 
     async fn read_raw(&mut self) -> io::Result<ServerOp> {
         loop {
-            if let Some(op) = proto::parse(&mut self.rbuf).map_err(|e| io_err(e.0))? {
+            if let Some(op) = proto::parse(&mut self.wire.rbuf).map_err(|e| io_err(e.0))? {
                 return Ok(op);
             }
-            self.fill().await?;
+            poll_fn(|cx| self.wire.poll_fill(cx)).await?;
         }
-    }
-
-    /// Reads what is available into the read buffer; `Ready(Ok)` once something was read.
-    fn poll_fill(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        let Some(s) = self.stream.as_mut() else {
-            return Poll::Ready(Err(io::ErrorKind::NotConnected.into()));
-        };
-        match s.poll_read_into(cx, &mut self.rbuf, self.chunk) {
-            Poll::Ready(Ok(0)) => Poll::Ready(Err(io::ErrorKind::UnexpectedEof.into())),
-            Poll::Ready(Ok(_)) => {
-                if let Some(l) = self.live.as_mut() {
-                    l.heard();
-                }
-                Poll::Ready(Ok(()))
-            }
-            Poll::Ready(Err(e)) => Poll::Ready(Err(e)),
-            Poll::Pending => match self.poll_live(cx) {
-                Poll::Ready(e) => Poll::Ready(Err(e)),
-                Poll::Pending => Poll::Pending,
-            },
-        }
-    }
-
-    /// Reads more bytes into the read buffer. Cancel-safe.
-    async fn fill(&mut self) -> io::Result<()> {
-        poll_fn(|cx| self.poll_fill(cx)).await
     }
 
     /// The next message, answering PINGs and flushing queued writes while it waits. Cancel-safe.
     pub async fn next_msg(&mut self) -> io::Result<ServerOp> {
         loop {
-            if let Some(op) = proto::parse(&mut self.rbuf).map_err(|e| io_err(e.0))? {
+            if let Some(op) = proto::parse(&mut self.wire.rbuf).map_err(|e| io_err(e.0))? {
                 if let Some(op) = self.filter(op) {
                     return Ok(op);
                 }
                 continue;
             }
             self.flush().await?;
-            self.fill().await?;
+            poll_fn(|cx| self.wire.poll_fill(cx)).await?;
         }
     }
 
     /// Polls for the next message without blocking the caller's task (producer side).
     pub fn poll_msg(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<ServerOp>> {
         loop {
-            match proto::parse(&mut self.rbuf) {
+            match proto::parse(&mut self.wire.rbuf) {
                 Err(e) => return Poll::Ready(Err(io_err(e.0))),
                 Ok(Some(op)) => {
                     if let Some(op) = self.filter(op) {
@@ -480,7 +403,7 @@ impl Conn {
             if let Err(e) = self.try_flush() {
                 return Poll::Ready(Err(e));
             }
-            match self.poll_fill(cx) {
+            match self.wire.poll_fill(cx) {
                 Poll::Ready(Ok(())) => {}
                 Poll::Ready(Err(e)) => return Poll::Ready(Err(e)),
                 Poll::Pending => return Poll::Pending,
@@ -490,7 +413,7 @@ impl Conn {
 
     /// Marks the connection lost (once) and reports it.
     pub fn lost(&mut self, why: &io::Error) {
-        if self.stream.take().is_some() {
+        if self.wire.detach() {
             self.events.connection_lost(&self.name, why);
         }
     }
@@ -517,7 +440,7 @@ impl Conn {
 
     /// Closes the socket (no protocol goodbye exists in NATS).
     pub fn close(&mut self) {
-        self.stream = None;
+        self.wire.detach();
     }
 
     /// Reconnects, retrying with backoff (50 ms doubling to 2 s) until it works (the caller

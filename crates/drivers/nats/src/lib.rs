@@ -174,7 +174,7 @@ impl Driver for NatsDriver {
         conn.subscribe(&spec.topic, spec.group.as_deref());
         // PING/PONG after SUB: when the PONG arrives the server has the subscription, so no
         // message sent after this returns can be missed.
-        conn.wbuf.extend_from_slice(b"PING\r\n");
+        conn.wire.wbuf.extend_from_slice(b"PING\r\n");
         wait_pong(&mut conn)
             .await
             .map_err(|e| DriverError::Subscribe(e.to_string()))?;
@@ -214,7 +214,7 @@ pub struct NatsSession {
 
 impl Session for NatsSession {
     async fn publish(&mut self, payload: &[u8]) -> Result<(), DriverError> {
-        proto::put_pub(&mut self.conn.wbuf, &self.subject, None, payload);
+        proto::put_pub(&mut self.conn.wire.wbuf, &self.subject, None, payload);
         self.conn
             .flush()
             .await
@@ -255,7 +255,7 @@ async fn wait_pong(conn: &mut Conn) -> std::io::Result<()> {
                 )));
             }
             ServerOp::Ping => {
-                conn.wbuf.extend_from_slice(b"PONG\r\n");
+                conn.wire.wbuf.extend_from_slice(b"PONG\r\n");
                 conn.flush().await?;
             }
             _ => {}
@@ -323,12 +323,12 @@ impl Producer for NatsProducer {
         }
         let reply = self.inbox.as_ref().map(|p| (p.as_ref(), msg.token));
         proto::put_pub(
-            &mut self.conn.wbuf,
+            &mut self.conn.wire.wbuf,
             &self.subjects[msg.stream as usize],
             reply,
             msg.payload,
         );
-        if self.conn.wbuf.len() >= WRITE_BATCH {
+        if self.conn.wire.wbuf.len() >= WRITE_BATCH {
             self.write_out().await?;
             self.service_reads();
         }
@@ -340,7 +340,7 @@ impl Producer for NatsProducer {
     /// PINGs unanswered (it drops such a client as stale after a few minutes) and its own
     /// keep-alive watch unpolled (a blackholed route went unnoticed).
     async fn idle(&mut self) -> Result<(), DriverError> {
-        if self.conn.is_connected() && !self.conn.wbuf.is_empty() {
+        if self.conn.is_connected() && !self.conn.wire.wbuf.is_empty() {
             self.write_out().await?;
         }
         let now = msgbench_core::clock::now_ns();
@@ -412,7 +412,7 @@ impl Consumer for NatsConsumer {
                         && let Some(r) = reply
                     {
                         // Queued now, written before the next read blocks.
-                        proto::put_pub(&mut self.conn.wbuf, &r, None, b"");
+                        proto::put_pub(&mut self.conn.wire.wbuf, &r, None, b"");
                     }
                     return Ok(Some(Delivery {
                         payload,

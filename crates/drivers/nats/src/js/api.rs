@@ -100,7 +100,7 @@ impl ApiInbox {
         let subject = format!("$JS.API.{what}");
         let payload = body.to_string();
         let op = || what.split('.').take(2).collect::<Vec<_>>().join(".");
-        write_request(&mut conn.wbuf, &subject, &reply, payload.as_bytes());
+        write_request(&mut conn.wire.wbuf, &subject, &reply, payload.as_bytes());
         let io = |e: std::io::Error| JsError::Io {
             op: op(),
             reason: e.to_string(),

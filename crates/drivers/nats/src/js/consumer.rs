@@ -21,6 +21,7 @@ use bytes::Bytes;
 use msgbench_core::driver::{Consumer, Delivery, DriverError, DriverEventKind, EventSink};
 use std::collections::VecDeque;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 use tokio::time::Instant;
 
@@ -46,6 +47,8 @@ pub struct JsConsumer {
     pub(super) stash: VecDeque<ServerOp>,
     /// The stream and consumer must be set up (again) before reading.
     pub(super) needs_setup: bool,
+    /// Shared by the driver's consumers: the redelivery wait is told once per run.
+    pub(super) told_redelivery_wait: Arc<AtomicBool>,
 }
 
 /// The delivery count in a `$JS.ACK` subject: `$JS.ACK.<stream>.<consumer>.<delivered>...`
@@ -84,7 +87,7 @@ impl JsConsumer {
         let batch = self.opts.batch as u64;
         if self.requested <= batch / 2 {
             write_request(
-                &mut self.conn.wbuf,
+                &mut self.conn.wire.wbuf,
                 &self.next_subject,
                 &self.pull_inbox,
                 &self.pull_body,
@@ -101,7 +104,7 @@ impl JsConsumer {
             && r.starts_with(b"$JS.ACK.")
         {
             // An empty message to the ack subject is `+ACK`.
-            proto::put_pub(&mut self.conn.wbuf, r, None, b"");
+            proto::put_pub(&mut self.conn.wire.wbuf, r, None, b"");
             redelivered = delivered_count(r).is_some_and(|n| n > 1);
         }
         self.requested = self.requested.saturating_sub(1);
@@ -128,7 +131,7 @@ impl JsConsumer {
                     .map(|r| &r[..])
                     .or_else(|| proto::header(headers, b"Nats-Consumer-Stalled"));
                 if let Some(to) = to {
-                    proto::put_pub(&mut self.conn.wbuf, to, None, b"");
+                    proto::put_pub(&mut self.conn.wire.wbuf, to, None, b"");
                 }
             }
             408 => {
@@ -196,6 +199,25 @@ impl JsConsumer {
     }
 }
 
+impl JsConsumer {
+    /// Says once per run that what the server sent down a lost connection is redelivered only
+    /// after `ack_wait`: a drain shorter than that counts those messages lost, not late.
+    fn tell_redelivery_wait(&self) {
+        if self.told_redelivery_wait.swap(true, Ordering::Relaxed) {
+            return;
+        }
+        self.events.emit(
+            DriverEventKind::Warning,
+            format!(
+                "{}: messages the server sent before the connection was lost come back after \
+                 ack_wait ({:?}); a --drain shorter than that counts them lost \
+                 (set ?ack_wait= lower to see them redelivered)",
+                self.name, self.opts.ack_wait
+            ),
+        );
+    }
+}
+
 /// Whether `needle` occurs in `hay`.
 fn contains(hay: &[u8], needle: &[u8]) -> bool {
     hay.windows(needle.len()).any(|w| w == needle)
@@ -208,6 +230,7 @@ impl Consumer for JsConsumer {
                 self.conn.reconnect().await;
                 self.requested = 0;
                 self.needs_setup = true;
+                self.tell_redelivery_wait();
             }
             if self.needs_setup {
                 match self.setup().await {
@@ -264,7 +287,7 @@ impl Consumer for JsConsumer {
                     "$JS.API.CONSUMER.DELETE.{}.{}",
                     self.def.stream, self.def.name
                 );
-                proto::put_pub(&mut self.conn.wbuf, subject.as_bytes(), None, b"");
+                proto::put_pub(&mut self.conn.wire.wbuf, subject.as_bytes(), None, b"");
             }
             let _ = self.conn.flush().await;
             self.conn.close();

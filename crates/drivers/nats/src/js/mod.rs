@@ -41,12 +41,15 @@ use options::{JsOptions, Mode, stream_for_topic};
 use producer::JsProducer;
 use std::collections::VecDeque;
 use std::sync::Arc;
+use std::sync::atomic::AtomicBool;
 use std::time::Duration;
 
 /// The JetStream driver: the core NATS driver's connections, JetStream's semantics.
 pub struct JetStreamDriver {
     core: NatsDriver,
     opts: Arc<JsOptions>,
+    /// Whether a consumer has said when deliveries lost with a connection come back.
+    told_redelivery_wait: Arc<AtomicBool>,
 }
 
 impl JetStreamDriver {
@@ -61,6 +64,7 @@ impl JetStreamDriver {
         Ok(JetStreamDriver {
             core: NatsDriver::new(url, tls, events, connect_timeout)?,
             opts,
+            told_redelivery_wait: Arc::default(),
         })
     }
 
@@ -217,6 +221,7 @@ impl Driver for JetStreamDriver {
             pull_deadline: tokio::time::Instant::now(),
             stash: VecDeque::new(),
             needs_setup: false,
+            told_redelivery_wait: self.told_redelivery_wait.clone(),
         };
         // The consumer exists when this returns: messages published from now on reach it.
         c.setup().await?;

@@ -143,13 +143,13 @@ impl Producer for JsProducer {
             )));
         }
         proto::put_pub(
-            &mut self.conn.wbuf,
+            &mut self.conn.wire.wbuf,
             &self.subjects[msg.stream as usize],
             Some((&self.inbox, msg.token)),
             msg.payload,
         );
         self.last_token = Some(msg.token);
-        if self.conn.wbuf.len() >= WRITE_BATCH {
+        if self.conn.wire.wbuf.len() >= WRITE_BATCH {
             self.write_out().await?;
             self.service_reads();
         }
@@ -157,7 +157,7 @@ impl Producer for JsProducer {
     }
 
     async fn idle(&mut self) -> Result<(), DriverError> {
-        if self.conn.is_connected() && !self.conn.wbuf.is_empty() {
+        if self.conn.is_connected() && !self.conn.wire.wbuf.is_empty() {
             self.write_out().await?;
         }
         Ok(())
