@@ -90,6 +90,10 @@
 #                               temporary directory): msgs/s and CPU-s per million messages of
 #                               msgbench (/usr/bin/time) and of nats-server (/proc/PID/stat before
 #                               and after) in the same run (target: msgbench <= 0.5x the server)
+#   scripts/bench.sh sizes      size distributions on mem://: fixed, uniform and log-normal of one mean
+#   scripts/bench.sh reconnect  a reconnect storm: RECONNECT_CONNS (default 5,000) connections held on
+#                               Mosquitto, all dropped at t = 5 s and reconnecting at once: time until
+#                               all were back, reconnect latency from the drop, failures
 #
 # RUNS (default 5) sets the repetitions. The NATS benchmark starts nats-server via
 # scripts/brokers.sh; if the Go `nats` CLI is on PATH (or in ~/.cache/gobin), `nats bench`
@@ -651,6 +655,27 @@ bench_verdicts() {
   echo "  median: plain $a msgs/s, judged $b msgs/s, ratio $(python3 -c "print(f'{$b/$a:.3f}')") (target: 1 within noise)"
 }
 
+bench_reconnect() {
+  scripts/brokers.sh up mosquitto >/dev/null
+  eval "$(scripts/brokers.sh env)"
+  local n=${RECONNECT_CONNS:-5000}
+  echo "== reconnect storm: $n connections held on Mosquitto (2,000/s), all dropped at t = 5 s and reconnecting at once ($RUNS runs)"
+  for _ in $(seq "$RUNS"); do
+    local out
+    out=$(mktemp)
+    "$B" run "$MSGBENCH_IT_MQTT_URL" --connections "$n" --connect-rate 2000 --hold 8s --reconnect-at 5s \
+      --publish-interval 1s --no-output --quiet --format json >"$out"
+    python3 - "$out" <<'PY'
+import json, sys
+r = json.load(open(sys.argv[1]))["connections"]["reconnect"]
+l = r["latency"]
+settled = "not settled" if r["settled_s"] is None else f'all settled in {r["settled_s"]:.3f} s'
+print(f'  {r["dropped"]} dropped, {r["back"]} back, {r["failed"]} failed, {settled}; reconnect latency p50 {l["p50"]/1e6:.1f} ms, p99 {l["p99"]/1e6:.1f} ms, max {l["max"]/1e6:.1f} ms')
+PY
+    rm -f "$out"
+  done
+}
+
 bench_sizes() {
   echo "== size distributions cost a draw, not a computation: mem:// 5 s unlimited, a fixed 580 B against a uniform range and a log-normal of the same mean ($RUNS runs, interleaved)"
   local size rate cpu
@@ -1131,6 +1156,7 @@ case "${1:-all}" in
   textstamp) bench_textstamp ;;
   verdicts) bench_verdicts ;;
   sizes) bench_sizes ;;
+  reconnect) bench_reconnect ;;
   search) bench_search ;;
   redis) bench_redis ;;
   proxy) bench_proxy ;;
@@ -1145,6 +1171,6 @@ case "${1:-all}" in
   views) bench_views ;;
   merge) bench_merge ;;
   segments) bench_segments ;;
-  all) bench_mem; bench_nats; bench_jetstream; bench_memory; bench_mqtt; bench_demo; bench_storm; bench_conns; bench_amqp; bench_sink; bench_proxy; bench_textstamp; bench_verdicts; bench_sizes; bench_search; bench_redis; bench_ws; bench_http; bench_zmq; bench_p2p; bench_kafka; bench_kafka_peers; bench_backlog; bench_ecp; bench_views; bench_merge; bench_segments ;;
-  *) echo "usage: $0 [mem|nats|jetstream|memory|mqtt|demo|storm|conns|nats-conns|amqp|sink|textstamp|verdicts|sizes|search|redis|ws|http|zmq|p2p|kafka|kafka-peers|backlog|memflat|ecp|views|merge|segments|all]" >&2; exit 2 ;;
+  all) bench_mem; bench_nats; bench_jetstream; bench_memory; bench_mqtt; bench_demo; bench_storm; bench_conns; bench_amqp; bench_sink; bench_proxy; bench_textstamp; bench_verdicts; bench_sizes; bench_reconnect; bench_search; bench_redis; bench_ws; bench_http; bench_zmq; bench_p2p; bench_kafka; bench_kafka_peers; bench_backlog; bench_ecp; bench_views; bench_merge; bench_segments ;;
+  *) echo "usage: $0 [mem|nats|jetstream|memory|mqtt|demo|storm|conns|nats-conns|amqp|sink|textstamp|verdicts|sizes|reconnect|search|redis|ws|http|zmq|p2p|kafka|kafka-peers|backlog|memflat|ecp|views|merge|segments|all]" >&2; exit 2 ;;
 esac

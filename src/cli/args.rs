@@ -723,6 +723,11 @@ pub struct RunArgs {
     /// Hold: every connection publishes once per this interval.
     #[arg(long, help_heading = "Connection workloads")]
     pub publish_interval: Option<String>,
+    /// Hold: a reconnect storm this long after the start (every held connection dropped and
+    /// opened again at once, as devices after an outage); reconnect latency and failures are
+    /// reported.
+    #[arg(long, value_name = "DURATION", help_heading = "Connection workloads")]
+    pub reconnect_at: Option<String>,
     /// Local addresses to spread connections over: 127.0.0.1-127.0.0.50 or a list (each gives
     /// ~28,000 ports per destination). Without --connections or --storm: the consumers'.
     #[arg(long, help_heading = "Connection workloads")]

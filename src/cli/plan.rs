@@ -281,6 +281,7 @@ fn flags_to_scenario(a: &RunArgs) -> Result<Scenario> {
     s.connections.concurrency = a.concurrency;
     s.connections.messages = a.messages_per_connection;
     s.connections.publish_interval = a.publish_interval.clone();
+    s.connections.reconnect_at = a.reconnect_at.clone();
     s.connections.source_addrs = a.source_addrs.clone();
     let common = CommonFlags {
         persistent: a.persistent,

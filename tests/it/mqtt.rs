@@ -350,6 +350,59 @@ fn hold_connections() {
     }
 }
 
+/// A reconnect storm: every held connection dropped at once and opened again, against
+/// Mosquitto and nats-server; each one is accounted back (or failed) with its latency from the
+/// drop, and the report says so.
+#[test]
+fn reconnect_storm() {
+    let d = TempDir::new("mqtt-reconnect");
+    for url in [need!(MQTT), need!(NATS)] {
+        let r = run_json(
+            &d.0,
+            &[
+                "run",
+                &url,
+                "--connections",
+                "300",
+                "--hold",
+                "3s",
+                "--reconnect-at",
+                "1s",
+                "--publish-interval",
+                "500ms",
+                "-o",
+                "storm.jsonl",
+            ],
+        );
+        assert_valid_and_pure(&d.0, "storm.jsonl", &r);
+        let c = &r["connections"];
+        let rc = &c["reconnect"];
+        assert_eq!(u(&rc["dropped"]), 300, "{url}: {c}");
+        assert_eq!(u(&rc["back"]) + u(&rc["failed"]), 300, "{url}: {rc}");
+        assert_eq!(u(&rc["failed"]), 0, "{url}: {rc}");
+        assert_eq!(u(&rc["latency"]["count"]), 300, "{url}: {rc}");
+        assert!(u(&rc["latency"]["p50"]) > 0, "{url}: {rc}");
+        assert!(rc["settled_s"].as_f64().is_some(), "{url}: {rc}");
+        assert!(rc["at_s"].as_f64().unwrap() >= 1.0, "{url}: {rc}");
+        // Everyone reconnected was held to the end and closed then.
+        let closes: u64 = r["phases"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|p| p["counters"]["closes"].as_u64().unwrap_or(0))
+            .sum();
+        assert_eq!(closes, 300, "{url}");
+        let text = stdout(&msgbench(&d.0, &["report", "storm.jsonl"]));
+        assert!(text.contains("300 dropped at"), "{text}");
+        assert!(text.contains("reconnect latency p50"), "{text}");
+    }
+    // Only held connections can be dropped.
+    let out = msgbench(&d.0, &["run", "mem://x", "--storm", "--reconnect-at", "1s"]);
+    let err = stderr(&out);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(err.contains("reconnect_at") && err.contains("hold mode"), "{err}");
+}
+
 /// Storm mode against every kind of server: connections/s and handshake latency.
 #[test]
 fn connect_storm() {

@@ -83,6 +83,29 @@ pub struct ConnectionSummary {
     /// flight took descriptors).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub fd_free: bool,
+    /// The reconnect storm, if the plan asked for one (`[connections] reconnect_at`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reconnect: Option<ReconnectSummary>,
+}
+
+/// A reconnect storm: every held connection dropped at one instant and opened again at once,
+/// as devices do when their network comes back after an outage.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ReconnectSummary {
+    /// When the connections were dropped, seconds since the start of the run.
+    pub at_s: f64,
+    /// Connections held at that instant, each dropped and opened again.
+    pub dropped: u64,
+    /// Of those, how many were open again.
+    pub back: u64,
+    /// Of those, how many failed to open again (and stayed closed).
+    pub failed: u64,
+    /// Seconds from the drop until the last one was back or had failed (`None`: the run
+    /// ended first).
+    pub settled_s: Option<f64>,
+    /// Each reconnection's latency, from the drop to the new connection ready, nanoseconds.
+    pub latency: crate::LatencySummary,
 }
 
 impl IntervalStats {

@@ -37,7 +37,9 @@ pub mod summary;
 pub mod tcp;
 pub mod tick;
 
-pub use aggregate::{Aggregator, ConnectionSummary, Gauges, IntervalStats, PhaseTotals};
+pub use aggregate::{
+    Aggregator, ConnectionSummary, Gauges, IntervalStats, PhaseTotals, ReconnectSummary,
+};
 pub use backlog::BacklogSummary;
 pub use counters::{ConnectFailure, ConnectFailures, Counters, ErrorKind};
 pub use group_seen::{GroupSeen, GroupView};

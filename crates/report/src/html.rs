@@ -446,6 +446,17 @@ fn connections_block(s: &mut String, r: &RunReport, cs: &msgbench_metrics::Conne
             cs.rss_baseline_bytes as f64 / 1048576.0,
             cs.rss_peak_bytes as f64 / 1048576.0
         );
+        if let Some(rc) = &cs.reconnect {
+            let settled = rc.settled_s.map_or_else(
+                || "not all settled by the end".into(),
+                |t| format!("all back or failed in {t:.3}s"),
+            );
+            let _ = writeln!(
+                s,
+                "<tr><th>reconnect storm</th><td>{} dropped at {:.1}s: {} back, {} failed, {}</td></tr>",
+                rc.dropped, rc.at_s, rc.back, rc.failed, settled
+            );
+        }
     }
     let _ = writeln!(
         s,
@@ -453,7 +464,10 @@ fn connections_block(s: &mut String, r: &RunReport, cs: &msgbench_metrics::Conne
         cs.fd_limit,
         crate::text::beyond_fd_limit(cs)
     );
-    latency_table(s, &[("connect", &connect)]);
+    match &cs.reconnect {
+        Some(rc) => latency_table(s, &[("connect", &connect), ("reconnect", &rc.latency)]),
+        None => latency_table(s, &[("connect", &connect)]),
+    }
 }
 
 fn summary(s: &mut String, r: &RunReport) {

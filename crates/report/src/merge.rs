@@ -19,7 +19,7 @@
 use crate::ReportError;
 use crate::records::{Begin, ClockInfo, End, EventRecord, Host, Record, SegmentInfo};
 use msgbench_metrics::aggregate::Integrity;
-use msgbench_metrics::{IntervalStats, Phase, PhaseTotals};
+use msgbench_metrics::{IntervalStats, LatencySummary, Phase, PhaseTotals};
 use serde::Deserialize;
 use std::collections::BTreeMap;
 use std::io::{BufRead, Write};
@@ -663,6 +663,10 @@ fn merged_end(readers: &[Reader], mut warnings: Vec<String>) -> End {
             a.rss_peak_bytes += b.rss_peak_bytes;
             a.fd_limit = a.fd_limit.min(b.fd_limit);
             a.fd_free |= b.fd_free;
+            a.reconnect = match (a.reconnect.take(), b.reconnect) {
+                (Some(x), Some(y)) => Some(merge_reconnects(x, y)),
+                (x, y) => x.or(y),
+            };
             a
         })
         .map(|mut a| {
@@ -724,3 +728,42 @@ pub fn clock_warnings(
     }
     out
 }
+
+/// Two segments' reconnect storms as one: counts added, the earliest drop, the latest
+/// settling. Percentiles cannot be merged from summaries: each is the larger of the two (an
+/// upper bound of the merged one), the mean weighted by count.
+fn merge_reconnects(
+    a: msgbench_metrics::ReconnectSummary,
+    b: msgbench_metrics::ReconnectSummary,
+) -> msgbench_metrics::ReconnectSummary {
+    let (x, y) = (a.latency, b.latency);
+    let count = x.count + y.count;
+    let latency = LatencySummary {
+        count,
+        min: match (x.count, y.count) {
+            (0, _) => y.min,
+            (_, 0) => x.min,
+            _ => x.min.min(y.min),
+        },
+        mean: if count == 0 {
+            0.0
+        } else {
+            (x.mean * x.count as f64 + y.mean * y.count as f64) / count as f64
+        },
+        p50: x.p50.max(y.p50),
+        p90: x.p90.max(y.p90),
+        p99: x.p99.max(y.p99),
+        p999: x.p999.max(y.p999),
+        p9999: x.p9999.max(y.p9999),
+        max: x.max.max(y.max),
+    };
+    msgbench_metrics::ReconnectSummary {
+        at_s: a.at_s.min(b.at_s),
+        dropped: a.dropped + b.dropped,
+        back: a.back + b.back,
+        failed: a.failed + b.failed,
+        settled_s: a.settled_s.zip(b.settled_s).map(|(p, q)| p.max(q)),
+        latency,
+    }
+}
+

@@ -398,6 +398,26 @@ fn connections_block(
             cs.rss_baseline_bytes as f64 / 1048576.0,
             cs.rss_peak_bytes as f64 / 1048576.0
         )?;
+        if let Some(rc) = &cs.reconnect {
+            let settled = rc
+                .settled_s
+                .map_or_else(|| "not all settled by the end".into(), |s| format!("all back or failed in {s:.3}s"));
+            writeln!(
+                out,
+                "  reconnect {:>10} dropped at {:.1}s: {} back, {} failed, {}",
+                rc.dropped, rc.at_s, rc.back, rc.failed, settled
+            )?;
+            if rc.latency.count > 0 {
+                let ms = |ns: u64| ns as f64 / 1e6;
+                writeln!(
+                    out,
+                    "            reconnect latency p50 {:.2} ms  p99 {:.2} ms  max {:.2} ms",
+                    ms(rc.latency.p50),
+                    ms(rc.latency.p99),
+                    ms(rc.latency.max)
+                )?;
+            }
+        }
     } else {
         writeln!(out, "  closed    {:>10}", all.closes)?;
     }

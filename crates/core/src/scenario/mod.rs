@@ -244,6 +244,9 @@ pub struct ConnectionsSection {
     pub publish_interval: Option<String>,
     /// Local addresses to spread connections over: `"127.0.0.1-127.0.0.50"` or a list.
     pub source_addrs: Option<String>,
+    /// Hold mode: a reconnect storm at this time from the start of the measure phase (every
+    /// held connection dropped and opened again at once).
+    pub reconnect_at: Option<String>,
 }
 
 /// `[topics]`
@@ -613,6 +616,7 @@ fn overlay_settings(
         messages: conn_messages,
         publish_interval,
         source_addrs,
+        reconnect_at,
     } = connections;
     pick(&mut base.output.tick, tick);
     pick(&mut base.output.late_threshold, late_threshold);
@@ -641,6 +645,7 @@ fn overlay_settings(
     pick(&mut base.connections.messages, conn_messages);
     pick(&mut base.connections.publish_interval, publish_interval);
     pick(&mut base.connections.source_addrs, source_addrs);
+    pick(&mut base.connections.reconnect_at, reconnect_at);
 }
 
 /// `top` replaces `base` when it is set.

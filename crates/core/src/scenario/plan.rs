@@ -134,6 +134,14 @@ pub struct ConnectionPlan {
     pub publish_interval: Option<Duration>,
     /// Local addresses connections are spread over (round robin); empty = system choice.
     pub source_addrs: Vec<std::net::IpAddr>,
+    /// Hold: when (from the start of the measure phase) every held connection is dropped and
+    /// opened again at once, a reconnect storm.
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        with = "crate::units::serde_opt_duration"
+    )]
+    pub reconnect_at: Option<Duration>,
 }
 
 /// How a message run's consumers connect (`[connections] rate` and `source_addrs` without a
@@ -897,6 +905,16 @@ fn resolve_connections(s: &Scenario) -> Result<(Option<ConnectionPlan>, ClientRa
             Some(d)
         }
     };
+    let reconnect_at = match &c.reconnect_at {
+        None => None,
+        Some(_) if mode != ConnectionMode::Hold => {
+            return Err(err(
+                "connections.reconnect_at",
+                "a reconnect storm drops held connections: it needs hold mode (--connections N)",
+            ));
+        }
+        Some(v) => Some(parse_duration(v).map_err(|m| err("connections.reconnect_at", m))?),
+    };
     Ok((
         Some(ConnectionPlan {
             mode,
@@ -907,6 +925,7 @@ fn resolve_connections(s: &Scenario) -> Result<(Option<ConnectionPlan>, ClientRa
             messages: c.messages.unwrap_or(0),
             publish_interval,
             source_addrs,
+            reconnect_at,
         }),
         ClientRamp::default(),
     ))

@@ -4,8 +4,8 @@
 //!    checked (and the soft limit raised, or io_uring tables chosen past the hard one), the
 //!    start barrier set.
 //! 2. [`ConnectionRun::drive`]: each turn launches the attempts the rate and the concurrency
-//!    allow, moves the phases on (the ramp's end, the hold's or the storm's end, the closing
-//!    drain), and waits for attempts' answers, driver events, the next due instant or an
+//!    allow, moves the phases on (the ramp's end, the reconnect storm, the hold's or the
+//!    storm's end, the closing drain), and waits for attempts' answers, driver events, the next due instant or an
 //!    interrupt; every tick emits an interval with the held count and the process's memory.
 //! 3. [`ConnectionRun::finish`]: the last interval, the summary (connections/s, memory per
 //!    held connection, failures by cause) and the outcome.
@@ -13,8 +13,9 @@
 //! It owns the only recorder: attempts answer over a channel, held connections through
 //! [`Levels`]' atomics, so nothing per connection is shared or locked.
 
+use super::reconnect::ReconnectStorm;
 use super::{
-    Attempt, HoldTask, Levels, attempt, flush_tick, hard_fd_limit, preflight_fds, preflight_ports,
+    Attempt, HoldTask, Levels, flush_tick, hard_fd_limit, hold, preflight_fds, preflight_ports,
     rss_bytes, storm_cycle,
 };
 use crate::clock::{now_ns, to_instant, unix_ms};
@@ -59,6 +60,10 @@ pub(super) struct ConnectionRun<'p, D: Driver> {
     attempts: mpsc::UnboundedReceiver<Attempt>,
     /// Tells held connections to close.
     close: watch::Sender<bool>,
+    /// The reconnect storm the plan asks for.
+    reconnect: Option<ReconnectStorm>,
+    /// Its settling was told.
+    reconnect_told: bool,
     payload: Arc<[u8]>,
     topic: String,
     phase: Phase,
@@ -135,6 +140,7 @@ impl<'p, D: Driver> ConnectionRun<'p, D> {
             (None, Measure::Messages(n)) => plan.segment.map_or(n, |s| s.share(n)),
             (None, _) => u64::MAX,
         };
+        let reconnect_at = cp.reconnect_at;
         Ok(ConnectionRun {
             driver,
             plan,
@@ -155,6 +161,8 @@ impl<'p, D: Driver> ConnectionRun<'p, D> {
             attempts_tx,
             attempts,
             close: watch::channel(false).0,
+            reconnect: reconnect_at.map(ReconnectStorm::new),
+            reconnect_told: false,
             payload: vec![0x6d; plan.size.max() as usize].into(),
             topic: plan.topics[0].clone(),
             phase: Phase::Measure,
@@ -266,16 +274,16 @@ impl<'p, D: Driver> ConnectionRun<'p, D> {
             let task = HoldTask {
                 levels: self.levels.clone(),
                 close: self.close.subscribe(),
+                storm: match &self.reconnect {
+                    Some(r) => r.tx.subscribe(),
+                    None => watch::channel(None).1,
+                },
                 payload: self.payload.clone(),
                 messages: self.cp.messages,
                 publish_interval: self.cp.publish_interval,
                 id: (self.id_of)(k),
             };
-            tokio::spawn(async move {
-                if let Some(s) = attempt(&*d, &spec, timeout, &tx).await {
-                    task.run(s).await;
-                }
-            });
+            tokio::spawn(hold(d, spec, timeout, tx, task));
         } else {
             let (payload, messages, levels) =
                 (self.payload.clone(), self.cp.messages, self.levels.clone());
@@ -313,6 +321,7 @@ impl<'p, D: Driver> ConnectionRun<'p, D> {
             ));
             self.hold_end = Some(now + self.cp.hold.as_nanos() as u64);
         }
+        self.reconnect_step(now, observer);
         let over = if self.hold_mode {
             self.hold_end.is_some_and(|e| now >= e) || self.interrupted
         } else {
@@ -322,6 +331,27 @@ impl<'p, D: Driver> ConnectionRun<'p, D> {
         };
         if over {
             self.begin_drain(now, observer);
+        }
+    }
+
+    /// Fires the reconnect storm when it is due (after the ramp, so that every connection is
+    /// held or failed), and tells once everyone is back.
+    fn reconnect_step(&mut self, now: u64, observer: &mut dyn Observer) {
+        let ramp_over = self.ramp_end.is_some();
+        let Some(r) = self.reconnect.as_mut() else {
+            return;
+        };
+        if r.due(self.t0, now, ramp_over) && !self.interrupted {
+            let held = self.levels.held.load(Relaxed);
+            r.fire(now, held);
+            let what = format!("reconnect storm: dropping all {held} held connections at once");
+            observer.event(&run_event(self.t0, EventKind::Warning, what, now));
+        }
+        if !self.reconnect_told
+            && let Some(note) = r.settled_note(self.t0)
+        {
+            self.reconnect_told = true;
+            observer.event(&run_event(self.t0, EventKind::Connected, note, now_ns()));
         }
     }
 
@@ -409,8 +439,13 @@ impl<'p, D: Driver> ConnectionRun<'p, D> {
                 u64::MAX
             };
         let draining = self.drain_deadline.map_or(u64::MAX, |_| now + 5_000_000);
+        let storm = match &self.reconnect {
+            Some(r) if self.ramp_end.is_some() => r.next_look(self.t0),
+            _ => u64::MAX,
+        };
         self.next_tick
             .min(next_attempt)
+            .min(storm)
             .min(self.hold_end.unwrap_or(u64::MAX))
             .min(self.measure_end.unwrap_or(u64::MAX))
             .min(draining)
@@ -422,21 +457,46 @@ impl<'p, D: Driver> ConnectionRun<'p, D> {
     fn answers(&mut self, first: Attempt, observer: &mut dyn Observer) {
         let mut a = Some(first);
         while let Some(x) = a.take().or_else(|| self.attempts.try_recv().ok()) {
-            self.answered += 1;
             match x {
                 Attempt::Opened { latency_ns } => {
+                    self.answered += 1;
                     self.opened += 1;
                     self.rec.record_connect(latency_ns);
                 }
                 Attempt::Failed { cause, detail } => {
+                    self.answered += 1;
                     self.rec.record_connect_failure(cause);
-                    if self.failures_reported < FAILURES_REPORTED {
-                        self.failures_reported += 1;
-                        let what = format!("connection failed ({}): {detail}", cause.name());
-                        observer.event(&run_event(self.t0, EventKind::Error, what, now_ns()));
+                    self.report_failure(cause, &detail, "connection failed", observer);
+                }
+                // Reconnections are not attempts of the ramp (`answered` counts those).
+                Attempt::Reopened { latency_ns } => {
+                    if let Some(r) = self.reconnect.as_mut() {
+                        r.answer(Some(latency_ns));
                     }
                 }
+                Attempt::ReopenFailed { cause, detail } => {
+                    self.rec.record_connect_failure(cause);
+                    if let Some(r) = self.reconnect.as_mut() {
+                        r.answer(None);
+                    }
+                    self.report_failure(cause, &detail, "reconnection failed", observer);
+                }
             }
+        }
+    }
+
+    /// Reports one of the first few failures (the rest are only counted).
+    fn report_failure(
+        &mut self,
+        cause: ConnectFailure,
+        detail: &str,
+        what: &str,
+        observer: &mut dyn Observer,
+    ) {
+        if self.failures_reported < FAILURES_REPORTED {
+            self.failures_reported += 1;
+            let what = format!("{what} ({}): {detail}", cause.name());
+            observer.event(&run_event(self.t0, EventKind::Error, what, now_ns()));
         }
     }
 
@@ -511,11 +571,27 @@ impl<'p, D: Driver> ConnectionRun<'p, D> {
             },
             fd_limit: self.fd_limit,
             fd_free: self.fd_free,
+            reconnect: self.reconnect.as_ref().and_then(|r| r.summary(self.t0)),
         }
     }
 
     /// Failed attempts by cause, and held connections the other side dropped.
     fn warn_of_failures(&mut self) {
+        if let Some(r) = &self.reconnect {
+            if r.summary(self.t0).is_none() {
+                self.warnings.push(format!(
+                    "the reconnect storm due at {:?} never came: the hold ended first (hold \
+                     longer, or storm earlier)",
+                    r.at
+                ));
+            } else if !r.is_settled() {
+                self.warnings.push(
+                    "the reconnect storm had not settled when the run ended: some connections \
+                     were neither back nor failed"
+                        .into(),
+                );
+            }
+        }
         let all = self.agg.all_counters();
         if all.connect_failures.total() > 0 {
             let by: Vec<String> = ConnectFailure::ALL

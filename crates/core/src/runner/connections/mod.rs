@@ -13,12 +13,14 @@
 //! report drops, closes and publishes through atomics the coordinator samples every tick.
 //!
 //! Timeline: measure = ramp + hold (hold) or the storm; drain = closing (hold) or waiting for
-//! the cycles in progress (storm).
+//! the cycles in progress (storm). A hold may have a reconnect storm (`reconnect`): every held
+//! connection dropped at once and opened again.
 //!
 //! This file: the connections' own tasks (an attempt, a held connection, a storm cycle) and
 //! the limits checked before a run; `coordinator`: the run itself.
 
 mod coordinator;
+mod reconnect;
 
 use super::{Observer, RunError, RunOutcome};
 use crate::clock::{now_ns, to_instant};
@@ -48,6 +50,15 @@ enum Attempt {
         latency_ns: u64,
     },
     Failed {
+        cause: ConnectFailure,
+        detail: String,
+    },
+    /// A connection dropped by the reconnect storm is open again, `latency_ns` after the drop.
+    Reopened {
+        latency_ns: u64,
+    },
+    /// A connection dropped by the reconnect storm did not open again.
+    ReopenFailed {
         cause: ConnectFailure,
         detail: String,
     },
@@ -192,41 +203,63 @@ fn flush_tick(
     }
 }
 
-/// Opens one session and reports the answer; returns the session if it opened.
+/// Opens one session and reports the answer; returns the session if it opened. `dropped_at`:
+/// a reopening after the reconnect storm that dropped it at that instant (the latency counts
+/// from the drop).
 async fn attempt<D: Driver>(
     d: &D,
     spec: &SessionSpec,
     timeout: Duration,
     tx: &mpsc::UnboundedSender<Attempt>,
+    dropped_at: Option<u64>,
 ) -> Option<D::Session> {
-    let start = now_ns();
+    let start = dropped_at.unwrap_or_else(now_ns);
     let r = tokio::time::timeout(timeout, d.session(spec)).await;
-    let latency_ns = now_ns() - start;
-    let (answer, session) = match r {
-        Ok(Ok(s)) => (Attempt::Opened { latency_ns }, Some(s)),
-        Ok(Err(e)) => (
-            Attempt::Failed {
-                cause: e.connect_failure(),
-                detail: e.to_string(),
-            },
-            None,
-        ),
+    let latency_ns = now_ns().saturating_sub(start);
+    let (cause, detail) = match r {
+        Ok(Ok(s)) => {
+            let _ = tx.send(match dropped_at {
+                None => Attempt::Opened { latency_ns },
+                Some(_) => Attempt::Reopened { latency_ns },
+            });
+            return Some(s);
+        }
+        Ok(Err(e)) => (e.connect_failure(), e.to_string()),
         Err(_) => (
-            Attempt::Failed {
-                cause: ConnectFailure::Timeout,
-                detail: format!("no connection within {timeout:?}"),
-            },
-            None,
+            ConnectFailure::Timeout,
+            format!("no connection within {timeout:?}"),
         ),
     };
-    let _ = tx.send(answer);
-    session
+    let _ = tx.send(match dropped_at {
+        None => Attempt::Failed { cause, detail },
+        Some(_) => Attempt::ReopenFailed { cause, detail },
+    });
+    None
 }
 
-/// One held connection: counted as held until the close signal or a drop.
+/// Opens a connection and holds it, opening it again after the reconnect storm.
+async fn hold<D: Driver>(
+    d: Arc<D>,
+    spec: SessionSpec,
+    timeout: Duration,
+    tx: mpsc::UnboundedSender<Attempt>,
+    mut task: HoldTask,
+) {
+    let mut dropped_at = None;
+    while let Some(s) = attempt(&*d, &spec, timeout, &tx, dropped_at).await {
+        match task.run(s).await {
+            Some(at) => dropped_at = Some(at),
+            None => return,
+        }
+    }
+}
+
+/// One held connection: counted as held until the close signal, a drop or the reconnect storm.
 struct HoldTask {
     levels: Arc<Levels>,
     close: watch::Receiver<bool>,
+    /// The reconnect storm's drop instant, once it fired.
+    storm: watch::Receiver<Option<u64>>,
     payload: Arc<[u8]>,
     messages: u32,
     publish_interval: Option<Duration>,
@@ -234,7 +267,9 @@ struct HoldTask {
 }
 
 impl HoldTask {
-    async fn run<S: Session>(mut self, mut s: S) {
+    /// Holds `s` until the close signal or a drop (`None`), or until the reconnect storm drops
+    /// it (the instant of the drop: the caller opens it again).
+    async fn run<S: Session>(&mut self, mut s: S) -> Option<u64> {
         let l = &self.levels;
         l.held.fetch_add(1, Relaxed);
         for _ in 0..self.messages {
@@ -255,9 +290,18 @@ impl HoldTask {
                     let _ = e;
                     l.held.fetch_sub(1, Relaxed);
                     l.dropped.fetch_add(1, Relaxed);
-                    return;
+                    return None;
                 }
                 _ = self.close.changed() => break,
+                Ok(()) = self.storm.changed() => {
+                    // An outage: no goodbye, the session is just gone.
+                    let at = *self.storm.borrow_and_update();
+                    if let Some(at) = at {
+                        drop(s);
+                        l.held.fetch_sub(1, Relaxed);
+                        return Some(at);
+                    }
+                }
                 _ = sleep_opt(next) => {
                     self.publish(&mut s).await;
                     next = next.zip(self.publish_interval).map(|(n, iv)| n + iv);
@@ -267,6 +311,7 @@ impl HoldTask {
         let _ = s.close().await;
         l.held.fetch_sub(1, Relaxed);
         l.closed.fetch_add(1, Relaxed);
+        None
     }
 
     async fn publish<S: Session>(&self, s: &mut S) {
