@@ -526,6 +526,10 @@ pub struct RunArgs {
     /// Topic name or pattern; `{i}` becomes the topic index.
     #[arg(long)]
     pub topic: Option<String>,
+    /// How producers spread over the topics: uniform (default), zipf:S (topic i weighs
+    /// 1/(i+1)^S), hot:10%:90% (the first 10% of the topics get 90% of the producers).
+    #[arg(long, value_name = "SHAPE")]
+    pub topic_popularity: Option<String>,
     /// Consumers of a topic compete (queue group) instead of each receiving everything.
     #[arg(long, num_args = 0..=1, default_missing_value = "msgbench", value_name = "GROUP")]
     pub queue_group: Option<String>,

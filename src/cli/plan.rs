@@ -170,6 +170,7 @@ fn flags_to_scenario(a: &RunArgs) -> Result<Scenario> {
     }
     s.topics.count = a.topics;
     s.topics.pattern = a.topic.clone();
+    s.topics.popularity = a.topic_popularity.clone();
     if !a.verdict.threshold.is_empty() {
         s.thresholds = Some(msgbench_core::scenario::ThresholdsSection(
             a.verdict.threshold.clone(),

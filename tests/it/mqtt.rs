@@ -400,7 +400,10 @@ fn reconnect_storm() {
     let out = msgbench(&d.0, &["run", "mem://x", "--storm", "--reconnect-at", "1s"]);
     let err = stderr(&out);
     assert_eq!(out.status.code(), Some(2), "{err}");
-    assert!(err.contains("reconnect_at") && err.contains("hold mode"), "{err}");
+    assert!(
+        err.contains("reconnect_at") && err.contains("hold mode"),
+        "{err}"
+    );
 }
 
 /// Storm mode against every kind of server: connections/s and handshake latency.

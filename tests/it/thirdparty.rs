@@ -919,3 +919,100 @@ fn https_with_curl() {
         );
     }
 }
+
+/// Topic popularity places the producers: with Zipf(1) over 4 topics, 100 producers split
+/// 48/24/16/12, which a paho-mqtt subscriber on Mosquitto sees as each topic's share of the
+/// messages; msgbench's own consumers still account for every message.
+#[test]
+fn topic_popularity_as_a_third_party_subscriber_sees_it() {
+    let url = need!(MQTT);
+    let Some(py) = peer_python("paho.mqtt.client", "python3-paho-mqtt") else {
+        return;
+    };
+    let d = TempDir::new("popularity");
+    let addr = url.trim_start_matches("mqtt://").to_string();
+    let (host, port) = addr.rsplit_once(':').unwrap();
+    let root = format!("pop/{}", std::process::id());
+    let script = r#"
+import json, sys, time
+import paho.mqtt.client as mqtt
+host, port, root, total = sys.argv[1], int(sys.argv[2]), sys.argv[3], int(sys.argv[4])
+counts = {}
+def on_message(c, u, m):
+    counts[m.topic] = counts.get(m.topic, 0) + 1
+def on_connect(c, u, f, rc):
+    c.subscribe(root + "/#", qos=1)
+c = mqtt.Client()
+c.on_message = on_message
+c.on_connect = on_connect
+c.connect(host, port)
+c.loop_start()
+time.sleep(1)
+print("ready", flush=True)
+end = time.time() + 60
+while sum(counts.values()) < total and time.time() < end:
+    time.sleep(0.05)
+time.sleep(0.5)
+c.loop_stop()
+print(json.dumps(counts), flush=True)
+"#;
+    let mut sub = Command::new(&py)
+        .args(["-c", script, host, port, &root, "4000"])
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut out = std::io::BufReader::new(sub.stdout.take().unwrap());
+    let mut line = String::new();
+    use std::io::BufRead;
+    out.read_line(&mut line).unwrap();
+    assert_eq!(line.trim(), "ready");
+    let pattern = format!("{root}/{{i}}");
+    let r = run_json(
+        &d.0,
+        &[
+            "run",
+            &url,
+            "--topics",
+            "4",
+            "--topic",
+            &pattern,
+            "--producers",
+            "25",
+            "--topic-popularity",
+            "zipf:1",
+            "--qos",
+            "1",
+            "--messages",
+            "4000",
+            "--rate",
+            "2000",
+            "--warmup",
+            "0s",
+            "-o",
+            "pop.jsonl",
+        ],
+    );
+    line.clear();
+    out.read_line(&mut line).unwrap();
+    let _ = sub.wait();
+    let counts: Value = serde_json::from_str(line.trim()).unwrap();
+    let got: Vec<u64> = (0..4)
+        .map(|i| counts[format!("{root}/{i}")].as_u64().unwrap_or(0))
+        .collect();
+    // 40 messages per producer; 48, 24, 16 and 12 producers.
+    assert_eq!(got, [1920, 960, 640, 480], "{counts}");
+    // The results file says how the producers were placed.
+    let file = std::fs::read_to_string(d.0.join("pop.jsonl")).unwrap();
+    let begin: Value = serde_json::from_str(file.lines().next().unwrap()).unwrap();
+    let pop = &begin["plan"]["topic_popularity"];
+    assert_eq!(
+        (&pop["kind"], &pop["s"]),
+        (&json!("zipf"), &json!(1.0)),
+        "{pop}"
+    );
+    let i = &r["integrity"];
+    assert_eq!(u(&i["expected"]), 4000, "{i}");
+    assert_eq!(u(&i["delivered"]), 4000, "{i}");
+    assert_eq!(u(&i["lost"]), 0, "{i}");
+    assert_valid_and_pure(&d.0, "pop.jsonl", &r);
+}

@@ -26,6 +26,7 @@ pub mod driver;
 pub mod meta;
 pub mod pacer;
 pub mod payload;
+pub mod popularity;
 pub mod presets;
 pub mod redact;
 pub mod registration;

@@ -766,4 +766,3 @@ fn merge_reconnects(
         latency,
     }
 }
-

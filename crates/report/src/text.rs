@@ -399,9 +399,10 @@ fn connections_block(
             cs.rss_peak_bytes as f64 / 1048576.0
         )?;
         if let Some(rc) = &cs.reconnect {
-            let settled = rc
-                .settled_s
-                .map_or_else(|| "not all settled by the end".into(), |s| format!("all back or failed in {s:.3}s"));
+            let settled = rc.settled_s.map_or_else(
+                || "not all settled by the end".into(),
+                |s| format!("all back or failed in {s:.3}s"),
+            );
             writeln!(
                 out,
                 "  reconnect {:>10} dropped at {:.1}s: {} back, {} failed, {}",

@@ -299,7 +299,8 @@ async fn connect_listeners<D: Driver>(
     ))
 }
 
-/// Connects the producers: `producers_per_topic` on each topic.
+/// Connects the producers: `producers_per_topic` on each topic, or as many as the topic's
+/// popularity gives it.
 async fn connect_producers<D: Driver>(
     driver: &Arc<D>,
     plan: &RunPlan,
@@ -310,10 +311,12 @@ async fn connect_producers<D: Driver>(
     let ids = own_ids(plan.producers(), |g| {
         segment.is_none_or(|s| s.owns_producer(g))
     });
+    let placement = plan.producer_placement();
     let specs = plan
         .topics
         .iter()
-        .flat_map(|t| std::iter::repeat_n(t, plan.producers_per_topic as usize))
+        .zip(&placement)
+        .flat_map(|(t, &n)| std::iter::repeat_n(t, n as usize))
         .enumerate()
         .filter(|(g, _)| segment.is_none_or(|s| s.owns_producer(*g as u64)))
         .map(|(id, topic)| ProducerSpec {
@@ -588,7 +591,8 @@ fn receivers_of(
         return receivers;
     }
     let all: u64 = connected_per_topic.iter().sum();
-    let mine = connected_per_topic[producer as usize / plan.producers_per_topic.max(1) as usize];
+    let topic = crate::popularity::Popularity::topic_of(&plan.producer_placement(), producer);
+    let mine = connected_per_topic[topic];
     match (&plan.subscription, plan.subscribe.is_some()) {
         (SubscriptionMode::Fanout, true) => all,
         (SubscriptionMode::Fanout, false) => mine,

@@ -257,6 +257,9 @@ pub struct TopicsSection {
     pub count: Option<u32>,
     /// Topic name; `{i}` is replaced by the topic index (needed when `count > 1`).
     pub pattern: Option<String>,
+    /// How producers spread over the topics: `uniform`, `zipf:S`, `hot:T%:P%`
+    /// ([`crate::popularity`]).
+    pub popularity: Option<String>,
 }
 
 /// `rate = 50000` or `rate = { shape = "poisson", rate = 50000 }`.
@@ -476,7 +479,12 @@ impl Scenario {
             name,
             tags,
             target,
-            topics: TopicsSection { count, pattern },
+            topics:
+                TopicsSection {
+                    count,
+                    pattern,
+                    popularity,
+                },
             producers:
                 ProducersSection {
                     per_topic: p_per_topic,
@@ -534,6 +542,7 @@ impl Scenario {
         pick(&mut self.target, target);
         pick(&mut self.topics.count, count);
         pick(&mut self.topics.pattern, pattern);
+        pick(&mut self.topics.popularity, popularity);
         pick(&mut self.producers.per_topic, p_per_topic);
         pick(&mut self.producers.rate, rate);
         pick(&mut self.producers.size, size);

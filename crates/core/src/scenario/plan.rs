@@ -186,8 +186,11 @@ pub struct RunPlan {
     pub run_id: u32,
     /// Topic names.
     pub topics: Vec<String>,
-    /// Producers per topic.
+    /// Producers per topic (on average: see `topic_popularity`).
     pub producers_per_topic: u32,
+    /// How the producers (`producers_per_topic` × topics) spread over the topics.
+    #[serde(default, skip_serializing_if = "is_uniform")]
+    pub topic_popularity: crate::popularity::Popularity,
     /// Consumers per topic.
     pub consumers_per_topic: u32,
     /// Fan-out or queue group.
@@ -357,6 +360,12 @@ pub const DEFAULT_TARGET: &str = "mem://";
 pub fn resolve(s: &Scenario, run_id: u32) -> Result<RunPlan, PlanError> {
     let (target, consume_from) = resolve_targets(s)?;
     let topics = resolve_topics(s)?;
+    let topic_popularity = match &s.topics.popularity {
+        None => crate::popularity::Popularity::Uniform,
+        Some(v) => {
+            crate::popularity::Popularity::parse(v).map_err(|m| err("topics.popularity", m))?
+        }
+    };
 
     let producers_per_topic = s.producers.per_topic.unwrap_or(1);
     if producers_per_topic == 0 {
@@ -445,6 +454,7 @@ pub fn resolve(s: &Scenario, run_id: u32) -> Result<RunPlan, PlanError> {
         run_id,
         topics,
         producers_per_topic,
+        topic_popularity,
         consumers_per_topic,
         subscription,
         request_reply,
@@ -931,10 +941,22 @@ fn resolve_connections(s: &Scenario) -> Result<(Option<ConnectionPlan>, ClientRa
     ))
 }
 
+/// Serde: a uniform popularity (the default) is left out of the results file.
+fn is_uniform(p: &crate::popularity::Popularity) -> bool {
+    *p == crate::popularity::Popularity::Uniform
+}
+
 impl RunPlan {
     /// Total producers.
     pub fn producers(&self) -> u32 {
         self.producers_per_topic * self.topics.len() as u32
+    }
+
+    /// How many producers each topic has (by `topic_popularity`); producers are numbered topic
+    /// by topic.
+    pub fn producer_placement(&self) -> Vec<u32> {
+        self.topic_popularity
+            .place(self.producers(), self.topics.len())
     }
 
     /// Total consumers.

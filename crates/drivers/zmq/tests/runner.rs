@@ -71,6 +71,7 @@ fn scenario(url: &str, s: &Setup) -> Scenario {
         topics: TopicsSection {
             count: Some(s.topics),
             pattern: Some(s.topic_pattern.to_string()),
+            ..Default::default()
         },
         producers: ProducersSection {
             per_topic: Some(s.producers),

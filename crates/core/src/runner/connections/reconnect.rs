@@ -146,7 +146,11 @@ mod tests {
         assert_eq!(r.latency.count, 2);
         assert!(r.latency.max >= 4_000_000 && r.latency.min <= 2_000_000);
         assert!((r.at_s - 3.0).abs() < 1e-9);
-        assert!(s.settled_note(0).unwrap().contains("2 of 3 connections back"));
+        assert!(
+            s.settled_note(0)
+                .unwrap()
+                .contains("2 of 3 connections back")
+        );
     }
 
     #[test]
