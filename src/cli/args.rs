@@ -715,6 +715,14 @@ pub struct RunArgs {
     /// measuring once all have (a failed one is retried with backoff once others connected).
     #[arg(long, help_heading = "Connection workloads")]
     pub connect_rate: Option<String>,
+    /// How attempts are spread at --connect-rate: constant (evenly, the default) or poisson
+    /// (exponential gaps, as independent devices switch on).
+    #[arg(
+        long,
+        value_name = "constant|poisson",
+        help_heading = "Connection workloads"
+    )]
+    pub connect_arrival: Option<String>,
     /// How long to hold the connections once open (default 10s).
     #[arg(long, help_heading = "Connection workloads")]
     pub hold: Option<String>,

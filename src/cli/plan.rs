@@ -8,7 +8,7 @@ use msgbench_core::registration::CommonFlags;
 use msgbench_core::scenario::plan::Pacing;
 use msgbench_core::scenario::segment::{INDEX_ENV, Split};
 use msgbench_core::scenario::{
-    ConnectionMode, ConsumerMode, RateSpec, RunPlan, Scenario, Segment, parse_start_at,
+    Arrival, ConnectionMode, ConsumerMode, RateSpec, RunPlan, Scenario, Segment, parse_start_at,
     segment_run_id,
 };
 use msgbench_core::units::{parse_count, parse_duration};
@@ -283,6 +283,12 @@ fn flags_to_scenario(a: &RunArgs) -> Result<Scenario> {
     s.connections.messages = a.messages_per_connection;
     s.connections.publish_interval = a.publish_interval.clone();
     s.connections.reconnect_at = a.reconnect_at.clone();
+    s.connections.arrival = match a.connect_arrival.as_deref() {
+        None => None,
+        Some("constant") => Some(Arrival::Constant),
+        Some("poisson") => Some(Arrival::Poisson),
+        Some(other) => bail!("--connect-arrival: `{other}` is neither constant nor poisson"),
+    };
     s.connections.source_addrs = a.source_addrs.clone();
     let common = CommonFlags {
         persistent: a.persistent,

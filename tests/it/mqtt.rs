@@ -350,6 +350,48 @@ fn hold_connections() {
     }
 }
 
+/// Poisson arrivals: connections start at the connect rate on average, with exponential gaps,
+/// against Mosquitto; the results file records the arrival process.
+#[test]
+fn poisson_connection_arrivals() {
+    let url = need!(MQTT);
+    let d = TempDir::new("mqtt-poisson");
+    let r = run_json(
+        &d.0,
+        &[
+            "run",
+            &url,
+            "--connections",
+            "500",
+            "--connect-rate",
+            "1000",
+            "--connect-arrival",
+            "poisson",
+            "--hold",
+            "1s",
+            "-o",
+            "p.jsonl",
+        ],
+    );
+    assert_valid_and_pure(&d.0, "p.jsonl", &r);
+    let c = &r["connections"];
+    assert_eq!(u(&c["peak_held"]), 500, "{c}");
+    // 500 exponential gaps of 1 ms on average: about 0.5 s (standard deviation 22 ms).
+    let ramp = c["ramp_s"].as_f64().unwrap();
+    assert!(ramp > 0.3 && ramp < 5.0, "{c}");
+    let file = std::fs::read_to_string(d.0.join("p.jsonl")).unwrap();
+    let begin: serde_json::Value = serde_json::from_str(file.lines().next().unwrap()).unwrap();
+    assert_eq!(begin["plan"]["connections"]["arrival"], "poisson", "{}", begin["plan"]);
+    // Poisson arrivals need a rate to be a process of.
+    let out = msgbench(
+        &d.0,
+        &["run", &url, "--connections", "5", "--connect-arrival", "poisson"],
+    );
+    let err = stderr(&out);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(err.contains("--connect-rate"), "{err}");
+}
+
 /// A reconnect storm: every held connection dropped at once and opened again, against
 /// Mosquitto and nats-server; each one is accounted back (or failed) with its latency from the
 /// drop, and the report says so.

@@ -224,6 +224,17 @@ pub enum ConnectionMode {
     Storm,
 }
 
+/// How connection attempts are spread at the connect rate.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Arrival {
+    /// Evenly: one every 1/rate.
+    #[default]
+    Constant,
+    /// A Poisson process of that rate (exponential gaps), as independent devices switch on.
+    Poisson,
+}
+
 /// `[connections]`
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -247,6 +258,8 @@ pub struct ConnectionsSection {
     /// Hold mode: a reconnect storm at this time from the start of the measure phase (every
     /// held connection dropped and opened again at once).
     pub reconnect_at: Option<String>,
+    /// How attempts are spread at `rate`: `constant` (default) or `poisson`.
+    pub arrival: Option<Arrival>,
 }
 
 /// `[topics]`
@@ -626,6 +639,7 @@ fn overlay_settings(
         publish_interval,
         source_addrs,
         reconnect_at,
+        arrival,
     } = connections;
     pick(&mut base.output.tick, tick);
     pick(&mut base.output.late_threshold, late_threshold);
@@ -655,6 +669,7 @@ fn overlay_settings(
     pick(&mut base.connections.publish_interval, publish_interval);
     pick(&mut base.connections.source_addrs, source_addrs);
     pick(&mut base.connections.reconnect_at, reconnect_at);
+    pick(&mut base.connections.arrival, arrival);
 }
 
 /// `top` replaces `base` when it is set.

@@ -142,6 +142,14 @@ pub struct ConnectionPlan {
         with = "crate::units::serde_opt_duration"
     )]
     pub reconnect_at: Option<Duration>,
+    /// How attempts are spread at `rate`.
+    #[serde(default, skip_serializing_if = "is_constant")]
+    pub arrival: super::Arrival,
+}
+
+/// Serde: constant arrivals (the default) are left out of the results file.
+fn is_constant(a: &super::Arrival) -> bool {
+    *a == super::Arrival::Constant
 }
 
 /// How a message run's consumers connect (`[connections] rate` and `source_addrs` without a
@@ -925,6 +933,13 @@ fn resolve_connections(s: &Scenario) -> Result<(Option<ConnectionPlan>, ClientRa
         }
         Some(v) => Some(parse_duration(v).map_err(|m| err("connections.reconnect_at", m))?),
     };
+    let arrival = c.arrival.unwrap_or_default();
+    if arrival == super::Arrival::Poisson && rate.is_none() {
+        return Err(err(
+            "connections.arrival",
+            "Poisson arrivals need a rate of starts (--connect-rate N)",
+        ));
+    }
     Ok((
         Some(ConnectionPlan {
             mode,
@@ -936,6 +951,7 @@ fn resolve_connections(s: &Scenario) -> Result<(Option<ConnectionPlan>, ClientRa
             publish_interval,
             source_addrs,
             reconnect_at,
+            arrival,
         }),
         ClientRamp::default(),
     ))

@@ -13,6 +13,7 @@
 //! It owns the only recorder: attempts answer over a channel, held connections through
 //! [`Levels`]' atomics, so nothing per connection is shared or locked.
 
+use super::arrival::ArrivalSchedule;
 use super::reconnect::ReconnectStorm;
 use super::{
     Attempt, HoldTask, Levels, flush_tick, hard_fd_limit, hold, preflight_fds, preflight_ports,
@@ -67,8 +68,8 @@ pub(super) struct ConnectionRun<'p, D: Driver> {
     payload: Arc<[u8]>,
     topic: String,
     phase: Phase,
-    /// Nanoseconds between attempts (`None`: as fast as the concurrency allows).
-    gap_ns: Option<f64>,
+    /// When attempts start (`--connect-rate`, `--connect-arrival`).
+    arrivals: ArrivalSchedule,
     /// A timed storm's end.
     measure_end: Option<u64>,
     /// Attempts (hold) or cycles (storm) to make; `u64::MAX`: until the time is up.
@@ -144,7 +145,7 @@ impl<'p, D: Driver> ConnectionRun<'p, D> {
         Ok(ConnectionRun {
             driver,
             plan,
-            gap_ns: cp.rate.map(|r| 1e9 / r),
+            arrivals: ArrivalSchedule::new(cp.rate, cp.arrival, u64::from(plan.run_id)),
             cp,
             id_of,
             hold_mode,
@@ -235,10 +236,10 @@ impl<'p, D: Driver> ConnectionRun<'p, D> {
         }
     }
 
-    /// When attempt `n` is due: `t0 + n / rate` (counted from the start, so a slow attempt
-    /// does not push the schedule back), or at once without a rate.
+    /// When attempt `n` is due (counted from the start, so a slow attempt does not push the
+    /// schedule back), or at once without a rate.
     fn due(&self, n: u64) -> u64 {
-        self.gap_ns.map_or(0, |g| self.t0 + (n as f64 * g) as u64)
+        self.t0 + self.arrivals.due(n)
     }
 
     /// Launches what the rate and the concurrency allow (at most 1,024 per turn, so answers are
@@ -252,6 +253,7 @@ impl<'p, D: Driver> ConnectionRun<'p, D> {
             && self.due(self.launched) <= now
         {
             self.spawn_attempt();
+            self.arrivals.started();
             self.launched += 1;
             n += 1;
         }

@@ -19,6 +19,7 @@
 //! This file: the connections' own tasks (an attempt, a held connection, a storm cycle) and
 //! the limits checked before a run; `coordinator`: the run itself.
 
+mod arrival;
 mod coordinator;
 mod reconnect;
 
