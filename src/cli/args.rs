@@ -559,6 +559,10 @@ pub struct RunArgs {
     /// '{"id":"{{stamp}}","price":1.5,"seq":{{seq}},"x":"{{pad}}"}'
     #[arg(long, value_name = "TEMPLATE|@FILE")]
     pub payload: Option<String>,
+    /// Messages are real documents: each is its stamp followed by one file of DIR, the files
+    /// taken in turn (sizes are the files' own; excludes --size, --content and --payload).
+    #[arg(long, value_name = "DIR")]
+    pub payload_files: Option<String>,
     /// What fills each message after the stamp: random (incompressible, the default), zeros
     /// (best case for compression) or text (English-like words, implies --stamp text): to
     /// measure a system's compression.

@@ -214,6 +214,7 @@ fn flags_to_scenario(a: &RunArgs) -> Result<Scenario> {
         Some(inline) => s.producers.payload = Some(inline.into()),
         None => {}
     }
+    s.producers.payload_files = a.payload_files.clone();
     s.producers.max_in_flight = a.max_in_flight;
     s.producers.pacing = a.pacing.map(|p| match p {
         PacingArg::Efficient => Pacing::Efficient,

@@ -381,11 +381,22 @@ fn poisson_connection_arrivals() {
     assert!(ramp > 0.3 && ramp < 5.0, "{c}");
     let file = std::fs::read_to_string(d.0.join("p.jsonl")).unwrap();
     let begin: serde_json::Value = serde_json::from_str(file.lines().next().unwrap()).unwrap();
-    assert_eq!(begin["plan"]["connections"]["arrival"], "poisson", "{}", begin["plan"]);
+    assert_eq!(
+        begin["plan"]["connections"]["arrival"], "poisson",
+        "{}",
+        begin["plan"]
+    );
     // Poisson arrivals need a rate to be a process of.
     let out = msgbench(
         &d.0,
-        &["run", &url, "--connections", "5", "--connect-arrival", "poisson"],
+        &[
+            "run",
+            &url,
+            "--connections",
+            "5",
+            "--connect-arrival",
+            "poisson",
+        ],
     );
     let err = stderr(&out);
     assert_eq!(out.status.code(), Some(2), "{err}");

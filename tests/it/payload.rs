@@ -303,3 +303,56 @@ fn slow_consumers_take_their_time_and_lose_nothing() {
         );
     }
 }
+
+/// Payload files: each message is its stamp and one file, in turn, through nats-server; every
+/// message arrives and the bytes sent are exactly the files' (plus stamps).
+#[test]
+fn payload_files_are_sent_in_turn() {
+    let url = need!(NATS);
+    let d = TempDir::new("payload-files");
+    let docs = d.path("docs");
+    std::fs::create_dir_all(&docs).unwrap();
+    let bodies = [
+        r#"{"order":1,"side":"buy","qty":10}"#.repeat(3),
+        r#"{"order":2,"side":"sell"}"#.to_string(),
+        "x".repeat(900),
+    ];
+    for (i, b) in bodies.iter().enumerate() {
+        std::fs::write(docs.join(format!("{i}.json")), b).unwrap();
+    }
+    let dir = docs.to_string_lossy().into_owned();
+    let r = run_json(
+        &d.0,
+        &[
+            "run",
+            &url,
+            "--payload-files",
+            &dir,
+            "--messages",
+            "3000",
+            "--warmup",
+            "0s",
+            "-o",
+            "files.jsonl",
+        ],
+    );
+    assert_valid_and_pure(&d.0, "files.jsonl", &r);
+    let i = &r["integrity"];
+    assert_eq!((u(&i["delivered"]), u(&i["lost"])), (3000, 0), "{i}");
+    // One producer, so the files take turns exactly: 1,000 messages of each, behind a 40-byte
+    // binary stamp.
+    let per_round: u64 = bodies.iter().map(|b| b.len() as u64 + 40).sum();
+    assert_eq!(phase_sum(&r, "sent_bytes"), 1000 * per_round, "{}", r["phases"]);
+    // The files set the sizes: --size beside them is refused.
+    let out = msgbench(
+        &d.0,
+        &["run", "mem://x", "--payload-files", &dir, "--size", "100"],
+    );
+    let err = stderr(&out);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(err.contains("payload_files"), "{err}");
+    let out = msgbench(&d.0, &["run", "mem://x", "--payload-files", "/nonexistent/docs"]);
+    let err = stderr(&out);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(err.contains("cannot read the folder"), "{err}");
+}

@@ -75,6 +75,80 @@ pub struct PayloadPlan {
     /// What fills the message after the stamp.
     #[serde(default, skip_serializing_if = "Content::is_random")]
     pub content: Content,
+    /// Messages are these files' contents after the stamp, one file per message, round robin.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub files: Option<PayloadFiles>,
+}
+
+/// A folder of message bodies (`--payload-files DIR`): real documents, so that what a system
+/// does with content (compression, parsing, routing by content) sees production data. Each
+/// message is the stamp followed by one file, the files taken in turn (by name), so sizes are
+/// the files' own.
+///
+/// The results file records the folder and the count; the bodies are read once, at planning,
+/// and shared by the producers.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PayloadFiles {
+    /// The folder, as given.
+    pub dir: String,
+    /// How many files it held.
+    pub count: usize,
+    /// The files' contents, in name order (not in results files).
+    #[serde(skip)]
+    pub bodies: Bodies,
+}
+
+/// Payload files' contents, shared by the producers.
+pub type Bodies = std::sync::Arc<Vec<Box<[u8]>>>;
+
+impl PartialEq for PayloadFiles {
+    /// The same folder and count: the contents are not compared (a results file has none).
+    fn eq(&self, other: &Self) -> bool {
+        (&self.dir, self.count) == (&other.dir, other.count)
+    }
+}
+
+impl Eq for PayloadFiles {}
+
+impl PayloadFiles {
+    /// Reads every regular file of `dir` (not its sub-folders), in name order.
+    pub fn read(dir: &str) -> Result<PayloadFiles, String> {
+        let entries =
+            std::fs::read_dir(dir).map_err(|e| format!("cannot read the folder `{dir}`: {e}"))?;
+        let mut paths = Vec::new();
+        for e in entries {
+            let e = e.map_err(|e| format!("cannot read the folder `{dir}`: {e}"))?;
+            if e.file_type().is_ok_and(|t| t.is_file()) {
+                paths.push(e.path());
+            }
+        }
+        paths.sort();
+        if paths.is_empty() {
+            return Err(format!("the folder `{dir}` holds no files"));
+        }
+        let mut bodies = Vec::with_capacity(paths.len());
+        for p in &paths {
+            let b = std::fs::read(p).map_err(|e| format!("cannot read `{}`: {e}", p.display()))?;
+            bodies.push(b.into_boxed_slice());
+        }
+        Ok(PayloadFiles {
+            dir: dir.to_string(),
+            count: bodies.len(),
+            bodies: std::sync::Arc::new(bodies),
+        })
+    }
+
+    /// The sizes of the messages built from these files under a stamp of `stamp_len` bytes.
+    pub fn sizes(&self, stamp_len: usize) -> SizeSpec {
+        let lens = self.bodies.iter().map(|b| (b.len() + stamp_len) as u64);
+        let (min, max) = lens.fold((u64::MAX, 0), |(lo, hi), n| (lo.min(n), hi.max(n)));
+        if min == max {
+            SizeSpec::Fixed { bytes: min }
+        } else {
+            SizeSpec::Range { min, max }
+        }
+    }
 }
 
 impl PayloadPlan {
@@ -86,6 +160,15 @@ impl PayloadPlan {
     /// Checks the template parses and fits `size`, and that every message can hold the stamp.
     /// Returns the parsed template.
     pub fn validate(&self, size: &SizeSpec) -> Result<Option<Template>, String> {
+        if let Some(f) = &self.files {
+            if self.template.is_some() {
+                return Err("payload files and a payload template exclude each other".into());
+            }
+            if f.bodies.len() != f.count {
+                return Err(format!("the payload files of `{}` were not read", f.dir));
+            }
+            return Ok(None);
+        }
         let Some(src) = &self.template else {
             if self.stamp == StampFormat::Text && size.min() < TEXT_STAMP_LEN as u64 {
                 return Err(format!(
@@ -167,6 +250,8 @@ pub struct PayloadBuilder {
     buf: Vec<u8>,
     rng: Rng,
     cursor: usize,
+    /// Payload files: the bodies, and the next one's index.
+    files: Option<(Bodies, usize)>,
 }
 
 impl PayloadBuilder {
@@ -186,7 +271,10 @@ impl PayloadBuilder {
             plan.stamp
         };
         let mut rng = Rng::new(seed);
-        let max = size.max() as usize;
+        let longest_file = plan.files.as_ref().map_or(0, |f| {
+            f.bodies.iter().map(|b| b.len()).max().unwrap_or(0) + format.stamp_len()
+        });
+        let max = (size.max() as usize).max(longest_file);
         let mut pool = vec![0u8; POOL + max];
         fill_pool(&mut pool, plan.content, format, &mut rng);
         let unix_offset_ns = crate::clock::realtime_ns().wrapping_sub(crate::clock::now_ns());
@@ -202,6 +290,10 @@ impl PayloadBuilder {
             unix_offset_ns,
             pool,
             buf: vec![0u8; max.max(format.stamp_len())],
+            files: plan.files.as_ref().map(|f| {
+                let first = (seed % f.count.max(1) as u64) as usize;
+                (f.bodies.clone(), first)
+            }),
             rng,
             cursor: 0,
         })
@@ -211,6 +303,9 @@ impl PayloadBuilder {
     /// then random bytes; the text stamp then printable bytes; or the template rendered.
     #[inline]
     pub fn build(&mut self, stamp: &Stamp) -> &[u8] {
+        if self.files.is_some() {
+            return self.build_from_file(stamp);
+        }
         let len = match self.fixed_len {
             0 => self.sizes.next(&mut self.rng),
             n => n,
@@ -227,6 +322,23 @@ impl PayloadBuilder {
         if tail > 0 {
             self.buf[head..len].copy_from_slice(&self.pool[self.cursor..self.cursor + tail]);
         }
+        match self.format {
+            StampFormat::Binary => stamp.write(&mut self.buf),
+            StampFormat::Text => stamp.write_text(&mut self.buf),
+        }
+        &self.buf[..len]
+    }
+
+    /// The stamp, then the next payload file.
+    fn build_from_file(&mut self, stamp: &Stamp) -> &[u8] {
+        let Some((bodies, next)) = self.files.as_mut() else {
+            unreachable!("called with payload files only")
+        };
+        let body = &bodies[*next];
+        *next = (*next + 1) % bodies.len();
+        let head = self.format.stamp_len();
+        let len = head + body.len();
+        self.buf[head..len].copy_from_slice(body);
         match self.format {
             StampFormat::Binary => stamp.write(&mut self.buf),
             StampFormat::Text => stamp.write_text(&mut self.buf),
@@ -258,6 +370,46 @@ mod tests {
         assert_eq!(first.len(), 1024);
         assert_eq!(Stamp::read(&second).unwrap().seq, 1);
         assert_ne!(first[STAMP_LEN..], second[STAMP_LEN..]);
+    }
+
+    #[test]
+    fn payload_files_follow_the_stamp_in_turn() {
+        let dir = std::env::temp_dir().join(format!("msgbench-pf-{}", std::process::id()));
+        std::fs::create_dir_all(dir.join("sub")).unwrap();
+        for (name, body) in [("b.json", &b"{\"b\":2}"[..]), ("a.json", b"{\"a\":1,\"x\":[]}")] {
+            std::fs::write(dir.join(name), body).unwrap();
+        }
+        let f = PayloadFiles::read(dir.to_str().unwrap()).unwrap();
+        assert_eq!(f.count, 2, "sub-folders are not files");
+        assert_eq!(
+            f.sizes(STAMP_LEN),
+            SizeSpec::Range {
+                min: STAMP_LEN as u64 + 7,
+                max: STAMP_LEN as u64 + 14
+            }
+        );
+        let sizes = f.sizes(STAMP_LEN);
+        let plan = PayloadPlan {
+            files: Some(f),
+            ..PayloadPlan::default()
+        };
+        // Seed 0 starts at the first file by name; then they take turns.
+        let mut b = PayloadBuilder::with_plan(&sizes, &plan, 0).unwrap();
+        let bodies: Vec<Vec<u8>> = (0..3)
+            .map(|i| {
+                let m = b.build(&stamp(i)).to_vec();
+                assert_eq!(Stamp::read(&m).unwrap().seq, i);
+                m[STAMP_LEN..].to_vec()
+            })
+            .collect();
+        assert_eq!(bodies[0], b"{\"a\":1,\"x\":[]}");
+        assert_eq!(bodies[1], b"{\"b\":2}");
+        assert_eq!(bodies[2], bodies[0]);
+        let empty = dir.join("sub");
+        let e = PayloadFiles::read(empty.to_str().unwrap()).unwrap_err();
+        assert!(e.contains("holds no files"), "{e}");
+        assert!(PayloadFiles::read("/nonexistent/x").unwrap_err().contains("cannot read"));
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 
     #[test]

@@ -315,6 +315,9 @@ pub struct ProducersSection {
     /// What fills each message after its stamp: `"random"` (default, incompressible),
     /// `"zeros"` or `"text"` (English-like words; implies a text stamp).
     pub content: Option<crate::payload::Content>,
+    /// Every message is its stamp followed by one file of this folder, in turn (sizes are the
+    /// files').
+    pub payload_files: Option<String>,
 }
 
 /// How consumers of one topic share it.
@@ -511,6 +514,7 @@ impl Scenario {
                     payload,
                     payload_file,
                     content,
+                    payload_files,
                 },
             consumers:
                 ConsumersSection {
@@ -565,6 +569,7 @@ impl Scenario {
         pick(&mut self.producers.pacing, pacing);
         pick(&mut self.producers.stamp, stamp);
         pick(&mut self.producers.content, content);
+        pick(&mut self.producers.payload_files, payload_files);
         // A template given one way replaces one given the other way.
         if payload.is_some() || payload_file.is_some() {
             self.producers.payload = payload;

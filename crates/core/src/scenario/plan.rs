@@ -847,10 +847,27 @@ fn resolve_payload(s: &Scenario, size: &mut SizeSpec) -> Result<PayloadPlan, Pla
         (_, Some(_), _) | (_, None, Content::Text) => StampFormat::Text,
         (f, None, _) => f.unwrap_or_default(),
     };
+    let files = match &p.payload_files {
+        None => None,
+        Some(_) if template.is_some() || p.content.is_some() || p.size.is_some() => {
+            return Err(err(
+                "producers.payload_files",
+                "payload files are the messages' content and set their sizes: drop payload, \
+                 content and size (--payload, --content, --size)",
+            ));
+        }
+        Some(dir) => {
+            let f = crate::payload::PayloadFiles::read(dir)
+                .map_err(|m| err("producers.payload_files", m))?;
+            *size = f.sizes(stamp.stamp_len());
+            Some(f)
+        }
+    };
     let plan = PayloadPlan {
         stamp,
         template,
         content,
+        files,
     };
     size.raise_floor(stamp.stamp_len() as u64);
     let setting = if plan.template.is_some() {
