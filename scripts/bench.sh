@@ -91,6 +91,9 @@
 #                               msgbench (/usr/bin/time) and of nats-server (/proc/PID/stat before
 #                               and after) in the same run (target: msgbench <= 0.5x the server)
 #   scripts/bench.sh sizes      size distributions on mem://: fixed, uniform and log-normal of one mean
+#   scripts/bench.sh vus        CONNS (default 100,000) MQTT virtual users held on Mosquitto, arriving
+#                               by Poisson at 5,000/s, each publishing every 10 s: RSS per user
+#                               (target <= 10 KiB) (not part of `all`: `conns` is its constant twin)
 #   scripts/bench.sh reconnect  a reconnect storm: RECONNECT_CONNS (default 5,000) connections held on
 #                               Mosquitto, all dropped at t = 5 s and reconnecting at once: time until
 #                               all were back, reconnect latency from the drop, failures
@@ -336,8 +339,9 @@ bench_conns() {
   done
   echo "== hold $n MQTT connections to $k mosquitto process(es) (open-file limit $mlim each; msgbench's hard limit $hard), 5,000/s ramp, held 20 s, keep-alive 60 s, 4 source addresses"
   local out; out=$(mktemp)
+  # shellcheck disable=SC2086 # CONNS_EXTRA is a list of flags
   "$B" run "$url" --connections "$n" --connect-rate 5000 --hold 20s \
-    --source-addrs 127.0.0.1-127.0.0.4 --keep-alive 60s --no-output --quiet --format json >"$out" || true
+    --source-addrs 127.0.0.1-127.0.0.4 --keep-alive 60s ${CONNS_EXTRA:-} --no-output --quiet --format json >"$out" || true
   [ "${#pids[@]}" -gt 0 ] && kill "${pids[@]}" 2>/dev/null; wait "${pids[@]}" 2>/dev/null || true
   rm -rf "$dir"
   conns_summary "$out"
@@ -653,6 +657,12 @@ bench_verdicts() {
   local a b
   a=$(printf '%s\n' "${plain[@]}" | median); b=$(printf '%s\n' "${judged[@]}" | median)
   echo "  median: plain $a msgs/s, judged $b msgs/s, ratio $(python3 -c "print(f'{$b/$a:.3f}')") (target: 1 within noise)"
+}
+
+# Issue 24's virtual users: the connection hold with Poisson arrivals and every device
+# publishing once per 10 s.
+bench_vus() {
+  CONNS_EXTRA="--connect-arrival poisson --publish-interval 10s" bench_conns
 }
 
 bench_reconnect() {
@@ -1157,6 +1167,7 @@ case "${1:-all}" in
   verdicts) bench_verdicts ;;
   sizes) bench_sizes ;;
   reconnect) bench_reconnect ;;
+  vus) bench_vus ;;
   search) bench_search ;;
   redis) bench_redis ;;
   proxy) bench_proxy ;;
@@ -1172,5 +1183,5 @@ case "${1:-all}" in
   merge) bench_merge ;;
   segments) bench_segments ;;
   all) bench_mem; bench_nats; bench_jetstream; bench_memory; bench_mqtt; bench_demo; bench_storm; bench_conns; bench_amqp; bench_sink; bench_proxy; bench_textstamp; bench_verdicts; bench_sizes; bench_reconnect; bench_search; bench_redis; bench_ws; bench_http; bench_zmq; bench_p2p; bench_kafka; bench_kafka_peers; bench_backlog; bench_ecp; bench_views; bench_merge; bench_segments ;;
-  *) echo "usage: $0 [mem|nats|jetstream|memory|mqtt|demo|storm|conns|nats-conns|amqp|sink|textstamp|verdicts|sizes|reconnect|search|redis|ws|http|zmq|p2p|kafka|kafka-peers|backlog|memflat|ecp|views|merge|segments|all]" >&2; exit 2 ;;
+  *) echo "usage: $0 [mem|nats|jetstream|memory|mqtt|demo|storm|conns|nats-conns|amqp|sink|textstamp|verdicts|sizes|reconnect|vus|search|redis|ws|http|zmq|p2p|kafka|kafka-peers|backlog|memflat|ecp|views|merge|segments|all]" >&2; exit 2 ;;
 esac

@@ -342,7 +342,12 @@ fn payload_files_are_sent_in_turn() {
     // One producer, so the files take turns exactly: 1,000 messages of each, behind a 40-byte
     // binary stamp.
     let per_round: u64 = bodies.iter().map(|b| b.len() as u64 + 40).sum();
-    assert_eq!(phase_sum(&r, "sent_bytes"), 1000 * per_round, "{}", r["phases"]);
+    assert_eq!(
+        phase_sum(&r, "sent_bytes"),
+        1000 * per_round,
+        "{}",
+        r["phases"]
+    );
     // The files set the sizes: --size beside them is refused.
     let out = msgbench(
         &d.0,
@@ -351,7 +356,10 @@ fn payload_files_are_sent_in_turn() {
     let err = stderr(&out);
     assert_eq!(out.status.code(), Some(2), "{err}");
     assert!(err.contains("payload_files"), "{err}");
-    let out = msgbench(&d.0, &["run", "mem://x", "--payload-files", "/nonexistent/docs"]);
+    let out = msgbench(
+        &d.0,
+        &["run", "mem://x", "--payload-files", "/nonexistent/docs"],
+    );
     let err = stderr(&out);
     assert_eq!(out.status.code(), Some(2), "{err}");
     assert!(err.contains("cannot read the folder"), "{err}");

@@ -376,7 +376,10 @@ mod tests {
     fn payload_files_follow_the_stamp_in_turn() {
         let dir = std::env::temp_dir().join(format!("msgbench-pf-{}", std::process::id()));
         std::fs::create_dir_all(dir.join("sub")).unwrap();
-        for (name, body) in [("b.json", &b"{\"b\":2}"[..]), ("a.json", b"{\"a\":1,\"x\":[]}")] {
+        for (name, body) in [
+            ("b.json", &b"{\"b\":2}"[..]),
+            ("a.json", b"{\"a\":1,\"x\":[]}"),
+        ] {
             std::fs::write(dir.join(name), body).unwrap();
         }
         let f = PayloadFiles::read(dir.to_str().unwrap()).unwrap();
@@ -408,7 +411,11 @@ mod tests {
         let empty = dir.join("sub");
         let e = PayloadFiles::read(empty.to_str().unwrap()).unwrap_err();
         assert!(e.contains("holds no files"), "{e}");
-        assert!(PayloadFiles::read("/nonexistent/x").unwrap_err().contains("cannot read"));
+        assert!(
+            PayloadFiles::read("/nonexistent/x")
+                .unwrap_err()
+                .contains("cannot read")
+        );
         std::fs::remove_dir_all(&dir).unwrap();
     }
 
