@@ -334,12 +334,7 @@ fn hold_connections() {
             u(&m["counters"]["sent"]) >= 400,
             "{url}: held connections published"
         );
-        let closes: u64 = r["phases"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .map(|p| p["counters"]["closes"].as_u64().unwrap_or(0))
-            .sum();
+        let closes = phase_sum(&r, "closes");
         assert_eq!(closes, 400, "{url}");
         // Every held connection added its kernel counters as it closed: at least the
         // handshake's segments and the CONNECT each way.
@@ -387,7 +382,7 @@ fn poisson_connection_arrivals() {
         begin["plan"]
     );
     // Poisson arrivals need a rate to be a process of.
-    let out = msgbench(
+    refused(
         &d.0,
         &[
             "run",
@@ -397,10 +392,8 @@ fn poisson_connection_arrivals() {
             "--connect-arrival",
             "poisson",
         ],
+        "--connect-rate",
     );
-    let err = stderr(&out);
-    assert_eq!(out.status.code(), Some(2), "{err}");
-    assert!(err.contains("--connect-rate"), "{err}");
 }
 
 /// A reconnect storm: every held connection dropped at once and opened again, against
@@ -438,25 +431,19 @@ fn reconnect_storm() {
         assert!(rc["settled_s"].as_f64().is_some(), "{url}: {rc}");
         assert!(rc["at_s"].as_f64().unwrap() >= 1.0, "{url}: {rc}");
         // Everyone reconnected was held to the end and closed then.
-        let closes: u64 = r["phases"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .map(|p| p["counters"]["closes"].as_u64().unwrap_or(0))
-            .sum();
+        let closes = phase_sum(&r, "closes");
         assert_eq!(closes, 300, "{url}");
         let text = stdout(&msgbench(&d.0, &["report", "storm.jsonl"]));
         assert!(text.contains("300 dropped at"), "{text}");
         assert!(text.contains("reconnect latency p50"), "{text}");
     }
     // Only held connections can be dropped.
-    let out = msgbench(&d.0, &["run", "mem://x", "--storm", "--reconnect-at", "1s"]);
-    let err = stderr(&out);
-    assert_eq!(out.status.code(), Some(2), "{err}");
-    assert!(
-        err.contains("reconnect_at") && err.contains("hold mode"),
-        "{err}"
+    let err = refused(
+        &d.0,
+        &["run", "mem://x", "--storm", "--reconnect-at", "1s"],
+        "reconnect_at",
     );
+    assert!(err.contains("hold mode"), "{err}");
 }
 
 /// Storm mode against every kind of server: connections/s and handshake latency.

@@ -59,6 +59,16 @@ pub fn stderr(o: &Output) -> String {
     String::from_utf8_lossy(&o.stderr).into_owned()
 }
 
+/// Runs msgbench with `args`, expecting a usage error (exit 2) whose message contains `needle`;
+/// returns the message.
+pub fn refused(dir: &Path, args: &[&str], needle: &str) -> String {
+    let o = msgbench(dir, args);
+    let err = stderr(&o);
+    assert_eq!(o.status.code(), Some(2), "{args:?}: {err}");
+    assert!(err.contains(needle), "{args:?}: {err}");
+    err
+}
+
 /// Runs msgbench, requires success, and returns the JSON report it printed.
 pub fn run_json(dir: &Path, args: &[&str]) -> serde_json::Value {
     let mut all: Vec<&str> = args.to_vec();
