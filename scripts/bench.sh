@@ -91,6 +91,8 @@
 #                               msgbench (/usr/bin/time) and of nats-server (/proc/PID/stat before
 #                               and after) in the same run (target: msgbench <= 0.5x the server)
 #   scripts/bench.sh sizes      size distributions on mem://: fixed, uniform and log-normal of one mean
+#   scripts/bench.sh groups     mem:// 4 -> 4 at 400,000 msgs/s as one group and as four groups
+#                               ([[groups]]): the per-message cost of groups (GROUPS_RATE)
 #   scripts/bench.sh vus        CONNS (default 100,000) MQTT virtual users held on Mosquitto, arriving
 #                               by Poisson at 5,000/s, each publishing every 10 s: RSS per user
 #                               (target <= 10 KiB) (not part of `all`: `conns` is its constant twin)
@@ -697,6 +699,26 @@ bench_sizes() {
   done
 }
 
+bench_groups() {
+  local rate=${GROUPS_RATE:-400000} dir one four k
+  echo "== groups cost nothing per message: mem://, 4 producers -> 4 consumers at $rate msgs/s in total, as one group and as four groups of one each ($RUNS runs, interleaved; received msgs/s and CPU-s per million received)"
+  dir=$(mktemp -d)
+  one="$dir/one.toml"; four="$dir/four.toml"
+  printf '[phases]\nwarmup = "1s"\nduration = "5s"\n[[groups]]\nname = "all"\ntarget = "mem://groups"\ntopics = { count = 4, pattern = "g.{i}" }\nproducers = { rate = %s }\n' "$rate" >"$one"
+  printf '[phases]\nwarmup = "1s"\nduration = "5s"\n' >"$four"
+  for k in 0 1 2 3; do
+    printf '[[groups]]\nname = "g%s"\ntarget = "mem://groups"\ntopics = { count = 1, pattern = "g.%s" }\nproducers = { rate = %s }\n' "$k" "$k" "$((rate / 4))" >>"$four"
+  done
+  local r c _
+  for _ in $(seq "$RUNS"); do
+    read -r r c _ _ < <(measure "$one")
+    echo "  1 group:  $r msgs/s, $c CPU-s per million"
+    read -r r c _ _ < <(measure "$four")
+    echo "  4 groups: $r msgs/s, $c CPU-s per million"
+  done
+  rm -rf "$dir"
+}
+
 # measure_sent ARGS... -> prints "sent_per_s cpu_s_per_million_sent" (producers only)
 measure_sent() {
   local out tm
@@ -1168,6 +1190,7 @@ case "${1:-all}" in
   sizes) bench_sizes ;;
   reconnect) bench_reconnect ;;
   vus) bench_vus ;;
+  groups) bench_groups ;;
   search) bench_search ;;
   redis) bench_redis ;;
   proxy) bench_proxy ;;
@@ -1182,6 +1205,6 @@ case "${1:-all}" in
   views) bench_views ;;
   merge) bench_merge ;;
   segments) bench_segments ;;
-  all) bench_mem; bench_nats; bench_jetstream; bench_memory; bench_mqtt; bench_demo; bench_storm; bench_conns; bench_amqp; bench_sink; bench_proxy; bench_textstamp; bench_verdicts; bench_sizes; bench_reconnect; bench_search; bench_redis; bench_ws; bench_http; bench_zmq; bench_p2p; bench_kafka; bench_kafka_peers; bench_backlog; bench_ecp; bench_views; bench_merge; bench_segments ;;
+  all) bench_mem; bench_nats; bench_jetstream; bench_memory; bench_mqtt; bench_demo; bench_storm; bench_conns; bench_amqp; bench_sink; bench_proxy; bench_textstamp; bench_verdicts; bench_sizes; bench_reconnect; bench_groups; bench_search; bench_redis; bench_ws; bench_http; bench_zmq; bench_p2p; bench_kafka; bench_kafka_peers; bench_backlog; bench_ecp; bench_views; bench_merge; bench_segments ;;
   *) echo "usage: $0 [mem|nats|jetstream|memory|mqtt|demo|storm|conns|nats-conns|amqp|sink|textstamp|verdicts|sizes|reconnect|vus|search|redis|ws|http|zmq|p2p|kafka|kafka-peers|backlog|memflat|ecp|views|merge|segments|all]" >&2; exit 2 ;;
 esac

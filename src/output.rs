@@ -350,6 +350,7 @@ mod tests {
             tcp: None,
             backlog: None,
             thresholds: Vec::new(),
+            groups: Vec::new(),
         };
         out.push(Record::End(end));
         out.flush();

@@ -6,6 +6,7 @@
 use anyhow::{Result, bail};
 use msgbench_core::driver::{Driver, EventSink, Pipeline};
 use msgbench_core::registration::{DriverInfo, Registered};
+use msgbench_core::runner::together::Member;
 use msgbench_core::runner::{self, Observer, RunOutcome};
 use msgbench_core::scenario::{PlanError, RunPlan, Scenario, SectionSpec};
 use msgbench_core::shutdown::Shutdown;
@@ -170,25 +171,36 @@ async fn go<D: Driver>(
     events: tokio::sync::mpsc::UnboundedReceiver<msgbench_core::driver::DriverEvent>,
     observer: &mut dyn Observer,
     shutdown: Shutdown,
+    member: Option<Member>,
 ) -> Result<RunOutcome> {
-    Ok(runner::run(Arc::new(d), plan, events, observer, shutdown).await?)
+    Ok(runner::run_member(Arc::new(d), plan, events, observer, shutdown, member).await?)
 }
 
-/// Runs `plan` with the driver its URL names (two drivers for a pipeline).
+/// Runs `plan` with the driver its URL names (two drivers for a pipeline); `member`: its
+/// group's handle in a run with groups.
 pub async fn run_plan(
     plan: &RunPlan,
     observer: &mut dyn Observer,
     shutdown: Shutdown,
+    member: Option<Member>,
 ) -> Result<RunOutcome> {
     check_scheme(plan)?;
     let (sink, events) = EventSink::channel();
     match plan.consume_from.as_deref() {
         None => with_driver!(&plan.target, plan, sink, |d| {
-            go(d, plan, events, observer, shutdown).await
+            go(d, plan, events, observer, shutdown, member).await
         }),
         Some(to) => with_driver!(&plan.target, plan, sink, |p| {
             with_driver!(to, plan, sink, |c| {
-                go(Pipeline::new(p, c), plan, events, observer, shutdown).await
+                go(
+                    Pipeline::new(p, c),
+                    plan,
+                    events,
+                    observer,
+                    shutdown,
+                    member,
+                )
+                .await
             })
         }),
     }

@@ -5,6 +5,7 @@ use anyhow::{Context, Result, anyhow, bail};
 use msgbench_core::pacer::{RateShape, Step};
 use msgbench_core::payload::{Content, StampFormat};
 use msgbench_core::registration::CommonFlags;
+use msgbench_core::scenario::groups;
 use msgbench_core::scenario::plan::Pacing;
 use msgbench_core::scenario::segment::{INDEX_ENV, Split};
 use msgbench_core::scenario::{
@@ -26,9 +27,20 @@ pub fn is_scenario_path(input: &str) -> bool {
     !input.contains("://") && (input.ends_with(".toml") || Path::new(input).is_file())
 }
 
-/// Builds the plan for `msgbench run`. Returns it with a flag saying whether this is the demo
-/// (no target anywhere).
+/// Builds the plan for a command that runs one plan (`msgbench search`): a scenario with groups
+/// is refused. Returns it with a flag saying whether this is the demo (no target anywhere).
 pub fn build(args: &RunArgs, run_id: u32) -> Result<(RunPlan, bool)> {
+    let (plan, groups, demo) = build_run(args, run_id)?;
+    if !groups.is_empty() {
+        bail!("a scenario with [[groups]] runs with `msgbench run` only");
+    }
+    Ok((plan, demo))
+}
+
+/// Builds the plan for `msgbench run`: the run's plan, each group's plan when the scenario has
+/// `[[groups]]` (the run's plan is then the first group's, named after the run), and whether
+/// this is the demo (no target anywhere).
+pub fn build_run(args: &RunArgs, run_id: u32) -> Result<(RunPlan, Vec<RunPlan>, bool)> {
     let mut file = Scenario::default();
     let mut target = args.target.clone();
     if let Some(input) = &args.input {
@@ -54,7 +66,8 @@ pub fn build(args: &RunArgs, run_id: u32) -> Result<(RunPlan, bool)> {
         }
         None => {}
     }
-    let demo = target.is_none() && file.target.is_none();
+    let demo =
+        target.is_none() && file.target.is_none() && file.groups.iter().all(|g| g.target.is_none());
     let mut over = flags_to_scenario(args)?;
     over.target = target;
     if demo {
@@ -69,12 +82,59 @@ pub fn build(args: &RunArgs, run_id: u32) -> Result<(RunPlan, bool)> {
         file = base.overlay(file);
     }
     let mut scenario = file.overlay(over);
+    if !scenario.groups.is_empty() {
+        let (plan, groups) = build_groups(&scenario, args, run_id)?;
+        return Ok((plan, groups, demo));
+    }
     http_defaults(&mut scenario);
     let mut plan =
         crate::registry::resolve(&scenario, run_id).map_err(|e| anyhow!("invalid run: {e}"))?;
     apply_segment(&mut plan, &args.segment)?;
     msgbench_report::verdict::parse_all(&plan.thresholds).map_err(|e| anyhow!("{e}"))?;
-    Ok((plan, demo))
+    Ok((plan, Vec::new(), demo))
+}
+
+/// The plans of a scenario with groups: each group's (the top level, flags included, under the
+/// group's own keys), linked into one run; and the run's plan (the first group's, named after
+/// the run; the thresholds are the top level's, every group's alike).
+fn build_groups(
+    scenario: &Scenario,
+    args: &RunArgs,
+    run_id: u32,
+) -> Result<(RunPlan, Vec<RunPlan>)> {
+    if args.segment != SegmentArgs::default() {
+        bail!("a run with groups cannot be segmented (--segment, --start-at, --run-id)");
+    }
+    let mut plans = Vec::new();
+    for mut g in groups::expand(scenario).map_err(|e| anyhow!("invalid run: {e}"))? {
+        let name = g.name.clone().unwrap_or_default();
+        http_defaults(&mut g);
+        plans.push(
+            crate::registry::resolve(&g, run_id)
+                .map_err(|e| anyhow!("invalid run: group `{name}`: {e}"))?,
+        );
+    }
+    groups::link(&mut plans).map_err(|e| anyhow!("invalid run: {e}"))?;
+    // The run's plan is the first message group's (the live table shows messages), or the
+    // first group's when all hold connections.
+    let first = plans
+        .iter()
+        .position(|p| p.connections.is_none())
+        .unwrap_or(0);
+    let mut plan = plans[first].clone();
+    plan.group = None;
+    plan.name = scenario.name.clone().unwrap_or_else(|| {
+        let names: Vec<&str> = plans.iter().map(|p| p.name.as_str()).collect();
+        format!("groups {}", names.join(" + "))
+    });
+    // The run's threads are every group's (a group with none of its own uses the shared pool).
+    plan.workers = if plans.iter().all(|p| p.workers > 0) {
+        plans.iter().map(|p| p.workers).sum()
+    } else {
+        0
+    };
+    msgbench_report::verdict::parse_all(&plan.thresholds).map_err(|e| anyhow!("{e}"))?;
+    Ok((plan, plans))
 }
 
 /// `--segment`, `--start-at`, `--run-id`: which slice of the run this process runs, when the

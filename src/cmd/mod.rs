@@ -3,6 +3,7 @@
 pub mod compare;
 pub mod dashboard;
 pub mod drivers;
+pub mod groups;
 pub mod merge;
 pub mod report;
 pub mod run;

@@ -228,6 +228,7 @@ pub(crate) fn end_record(
         tcp: outcome.tcp,
         backlog: outcome.backlog,
         thresholds: Vec::new(),
+        groups: Vec::new(),
     }
 }
 
@@ -237,8 +238,16 @@ pub fn run(args: RunArgs) -> Result<ExitCode> {
     if let Some(addr) = &args.dashboard.dashboard {
         check_dashboard_addr(addr).map_err(usage)?;
     }
-    let (mut plan, demo) = crate::cli::plan::build(&args, new_run_id()).map_err(usage)?;
-    registry::check_scheme(&plan).map_err(usage)?;
+    let (mut plan, mut groups, demo) =
+        crate::cli::plan::build_run(&args, new_run_id()).map_err(usage)?;
+    if groups.is_empty() {
+        registry::check_scheme(&plan).map_err(usage)?;
+    }
+    for g in &groups {
+        registry::check_scheme(g)
+            .map_err(|e| e.context(format!("group `{}`", g.name)))
+            .map_err(usage)?;
+    }
     let thresholds =
         msgbench_report::verdict::parse_all(&plan.thresholds).map_err(anyhow::Error::msg)?;
     let clock = setup_clock(&plan, args.segment.time_reference.as_deref(), args.quiet)?;
@@ -253,6 +262,19 @@ pub fn run(args: RunArgs) -> Result<ExitCode> {
             .block_on(Broker::bind("127.0.0.1:0", BrokerConfig::default()))
             .context("starting the embedded MQTT broker")?;
         plan.target = format!("mqtt://{}", broker.local_addr());
+        for g in &mut groups {
+            g.target = plan.target.clone();
+        }
+        // The broker's end of every connection counts against this process's open files.
+        let clients = |p: &RunPlan| {
+            p.connections.as_ref().and_then(|c| c.count).unwrap_or(0)
+                + u64::from(p.producers() + p.consumers())
+        };
+        msgbench_core::runner::connections::reserve_fds(if groups.is_empty() {
+            clients(&plan)
+        } else {
+            groups.iter().map(clients).sum()
+        });
         eprintln!(
             "msgbench: no target given: started an embedded MQTT broker on {} for a short demo; \
              pass a URL such as mqtt://host:1883 or nats://host:4222 to measure a real system",
@@ -318,7 +340,10 @@ pub fn run(args: RunArgs) -> Result<ExitCode> {
         None
     };
     let quiet = args.quiet || tui.is_some();
-    let secrets = plan.secrets();
+    let mut secrets = plan.secrets();
+    for g in &groups {
+        secrets.extend(&g.secrets());
+    }
     let mut out = RunOutput::new(writer, quiet, fanout, secrets.clone());
     if plan.threshold_abort {
         out.watch_thresholds(&thresholds, shutdown.clone());
@@ -353,18 +378,39 @@ pub fn run(args: RunArgs) -> Result<ExitCode> {
             os: std::env::consts::OS.to_string(),
         },
         clock,
-        plan: serde_json::to_value(&redacted)?,
+        plan: {
+            let mut v = serde_json::to_value(&redacted)?;
+            if !groups.is_empty() {
+                let all: Vec<RunPlan> = groups.iter().map(RunPlan::redacted).collect();
+                let mut targets: Vec<String> = all.iter().map(|g| g.target.clone()).collect();
+                targets.dedup();
+                v["target"] = targets.join(" + ").into();
+                v["groups"] = serde_json::to_value(&all)?;
+            }
+            v
+        },
         segments: Vec::new(),
     }));
     if !quiet {
-        eprintln!("msgbench: {}", describe(&plan));
+        if groups.is_empty() {
+            eprintln!("msgbench: {}", describe(&plan));
+        }
+        for g in &groups {
+            eprintln!("msgbench: group {}: {}", g.name, describe(g));
+        }
     }
 
     let outcome = rt.block_on(async {
         shutdown.listen_for_signals();
-        registry::run_plan(&plan, &mut out, shutdown).await
+        if groups.is_empty() {
+            registry::run_plan(&plan, &mut out, shutdown, None)
+                .await
+                .map(|o| (o, Vec::new()))
+        } else {
+            super::groups::run(&groups, &mut out, shutdown).await
+        }
     });
-    let outcome = match outcome {
+    let (outcome, group_ends) = match outcome {
         Ok(o) => o,
         Err(e) => {
             // Errors may quote what failed, credentials included: scrubbed for the file (by
@@ -382,6 +428,7 @@ pub fn run(args: RunArgs) -> Result<ExitCode> {
     // A stop the thresholds asked for is a verdict, not an interruption.
     let tripped = out.tripped().map(str::to_string);
     let mut end = end_record(&outcome, &plan, outcome.interrupted && tripped.is_none());
+    end.groups = group_ends;
     if !thresholds.is_empty() {
         // Judged on the report the file will give, `end` included (its delivery account).
         let mut probe = out.report.clone();
@@ -422,9 +469,13 @@ pub fn run(args: RunArgs) -> Result<ExitCode> {
     {
         super::dashboard::record_run(args.dashboard.results_db.as_deref(), &report, p);
     }
-    let local_producers = plan.segment.map_or(plan.producers(), |s| {
-        s.producer_share(plan.producers() as u64) as u32
-    });
+    let local_producers = if groups.is_empty() {
+        plan.segment.map_or(plan.producers(), |s| {
+            s.producer_share(plan.producers() as u64) as u32
+        })
+    } else {
+        groups.iter().map(RunPlan::producers).sum()
+    };
     if local_producers > 0 && outcome.producers_failed >= local_producers {
         eprintln!(
             "error: every producer stopped on an error that retrying cannot fix (see the warnings above)"

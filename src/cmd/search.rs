@@ -387,7 +387,7 @@ pub fn run(args: SearchArgs) -> Result<ExitCode> {
         };
         obs.step.add(&Record::Begin(begin.clone()));
         let outcome = rt
-            .block_on(registry::run_plan(&plan, &mut obs, shutdown.clone()))
+            .block_on(registry::run_plan(&plan, &mut obs, shutdown.clone(), None))
             .map_err(|e| anyhow!("{}", secrets.scrub(&format!("{e:#}"))))
             .with_context(|| format!("search step {index} at {} msgs/s", fmt_rate(probe.rate)))?;
         let end = super::run::end_record(&outcome, &plan, outcome.interrupted);

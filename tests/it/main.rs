@@ -18,6 +18,7 @@ mod cli;
 mod conformance;
 mod dashboard;
 mod ecp;
+mod groups;
 mod http;
 mod jetstream;
 mod kafka;

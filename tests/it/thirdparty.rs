@@ -44,7 +44,7 @@ fn imports(python: &str, module: &str) -> bool {
 /// The Python that imports `module` (from Debian package `package`): `MSGBENCH_IT_PEER_PYTHON`
 /// when set (then it must import it), else the system Python if it does; `None` (the test is
 /// skipped, and says so) when neither.
-fn peer_python(module: &str, package: &str) -> Option<String> {
+pub(crate) fn peer_python(module: &str, package: &str) -> Option<String> {
     if let Ok(py) = std::env::var("MSGBENCH_IT_PEER_PYTHON") {
         assert!(
             imports(&py, module),

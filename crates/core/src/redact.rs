@@ -327,6 +327,13 @@ impl Secrets {
         self.literals.is_empty()
     }
 
+    /// Adds every secret of `other` (the groups of a run each have theirs).
+    pub fn extend(&mut self, other: &Secrets) {
+        for v in &other.literals {
+            self.add(v);
+        }
+    }
+
     /// Adds one secret value, and its percent-decoded form when that differs.
     pub fn add(&mut self, value: &str) {
         let decoded = percent_decode(value);

@@ -482,6 +482,12 @@ fn readers_first(paths: &[PathBuf]) -> String {
 }
 
 fn merge_interval(into: &mut Option<IntervalStats>, iv: IntervalStats) {
+    merge_intervals(into, iv, false)
+}
+
+/// Adds `iv` to `into` (the same tick of another part of the run). Parts of one process
+/// (`one_process`) each measured the process's CPU and memory: taken once, not summed.
+pub fn merge_intervals(into: &mut Option<IntervalStats>, iv: IntervalStats, one_process: bool) {
     let Some(m) = into else {
         *into = Some(iv);
         return;
@@ -490,11 +496,19 @@ fn merge_interval(into: &mut Option<IntervalStats>, iv: IntervalStats) {
     m.end_s = m.end_s.max(iv.end_s);
     m.counters.merge(&iv.counters);
     m.histograms.merge(&iv.histograms);
-    m.cpu_s += iv.cpu_s;
+    m.cpu_s = if one_process {
+        m.cpu_s.max(iv.cpu_s)
+    } else {
+        m.cpu_s + iv.cpu_s
+    };
     m.gauges = match (m.gauges, iv.gauges) {
         (Some(a), Some(b)) => Some(msgbench_metrics::Gauges {
             held: a.held + b.held,
-            rss_bytes: a.rss_bytes + b.rss_bytes,
+            rss_bytes: if one_process {
+                a.rss_bytes.max(b.rss_bytes)
+            } else {
+                a.rss_bytes + b.rss_bytes
+            },
         }),
         (a, b) => a.or(b),
     };
@@ -589,14 +603,23 @@ fn merged_begin(readers: &[Reader]) -> Begin {
     }
 }
 
-fn merged_end(readers: &[Reader], mut warnings: Vec<String>) -> End {
-    let ends: Vec<(u32, &End)> = readers
+fn merged_end(readers: &[Reader], warnings: Vec<String>) -> End {
+    let ends: Vec<(String, &End)> = readers
         .iter()
-        .filter_map(|r| r.end.as_ref().map(|e| (r.index, e)))
+        .filter_map(|r| r.end.as_ref().map(|e| (format!("segment {}", r.index), e)))
         .collect();
+    merge_ends(&ends, warnings, false)
+}
+
+/// The `end` of a run made of parts, from each part's `end` (`(label, end)`; the label prefixes
+/// the part's warnings): counts and histograms summed, the delivery account joined. Parts of
+/// one process (`one_process`: the groups of a run) each measured the whole process's CPU,
+/// memory and TCP counters, so those are taken once (the largest) instead of summed.
+pub fn merge_ends(ends: &[(String, &End)], mut warnings: Vec<String>, one_process: bool) -> End {
+    let add = |a: f64, b: f64| if one_process { a.max(b) } else { a + b };
     let mut phases: Vec<PhaseTotals> = Vec::new();
     let mut integrity = Integrity::default();
-    for (idx, e) in &ends {
+    for (idx, e) in ends {
         for p in &e.phases {
             match phases.iter_mut().find(|q| q.phase == p.phase) {
                 Some(q) => {
@@ -604,7 +627,7 @@ fn merged_end(readers: &[Reader], mut warnings: Vec<String>) -> End {
                     q.end_s = q.end_s.max(p.end_s);
                     q.counters.merge(&p.counters);
                     q.histograms.merge(&p.histograms);
-                    q.cpu_s += p.cpu_s;
+                    q.cpu_s = add(q.cpu_s, p.cpu_s);
                     for (i, s) in p.stages.iter().enumerate() {
                         match q.stages.get_mut(i) {
                             Some(t) => t.merge(s),
@@ -623,7 +646,7 @@ fn merged_end(readers: &[Reader], mut warnings: Vec<String>) -> End {
         integrity.foreign += i.foreign;
         for w in &e.warnings {
             if w != PARTIAL_INTEGRITY_WARNING {
-                warnings.push(format!("segment {idx}: {w}"));
+                warnings.push(format!("{idx}: {w}"));
             }
         }
     }
@@ -659,8 +682,13 @@ fn merged_end(readers: &[Reader], mut warnings: Vec<String>) -> End {
             a.peak_held += b.peak_held;
             a.ramp_s = a.ramp_s.max(b.ramp_s);
             a.connections_per_s += b.connections_per_s;
-            a.rss_baseline_bytes += b.rss_baseline_bytes;
-            a.rss_peak_bytes += b.rss_peak_bytes;
+            if one_process {
+                a.rss_baseline_bytes = a.rss_baseline_bytes.max(b.rss_baseline_bytes);
+                a.rss_peak_bytes = a.rss_peak_bytes.max(b.rss_peak_bytes);
+            } else {
+                a.rss_baseline_bytes += b.rss_baseline_bytes;
+                a.rss_peak_bytes += b.rss_peak_bytes;
+            }
             a.fd_limit = a.fd_limit.min(b.fd_limit);
             a.fd_free |= b.fd_free;
             a.reconnect = match (a.reconnect.take(), b.reconnect) {
@@ -687,6 +715,10 @@ fn merged_end(readers: &[Reader], mut warnings: Vec<String>) -> End {
         connections,
         stages: Vec::new(),
         tcp: ends.iter().filter_map(|(_, e)| e.tcp).reduce(|mut a, b| {
+            if one_process {
+                // Each part counted every connection of the process.
+                return if b.segs_out > a.segs_out { b } else { a };
+            }
             a.add(&b);
             a
         }),
@@ -695,6 +727,7 @@ fn merged_end(readers: &[Reader], mut warnings: Vec<String>) -> End {
         // Judged again on the merged figures (see `RunReport`): a segment's verdict is not
         // the run's.
         thresholds: Vec::new(),
+        groups: Vec::new(),
     }
 }
 

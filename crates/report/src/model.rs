@@ -101,6 +101,59 @@ pub struct RunReport {
     /// A capacity search's steps and answer (files written by `msgbench search`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub search: Option<crate::search::SearchReport>,
+    /// A run with groups: each group's result (the fields above are the run's).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub groups: Vec<GroupReport>,
+}
+
+/// One group of a run with groups, from its `end` figures.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct GroupReport {
+    /// The group's name.
+    pub name: String,
+    /// Its target (credentials removed).
+    pub target: String,
+    /// Its producers (connections, for a connection workload).
+    pub producers: u32,
+    /// Its consumers.
+    pub consumers: u32,
+    /// Deliveries cross between it and other groups (its `lost` is then the run's to judge).
+    pub crosses: bool,
+    /// What it sent in the measure phase and everything its clients recorded of those
+    /// messages (drain included), as the run's `result`. CPU is the process's.
+    pub result: Option<PhaseReport>,
+    /// Its delivery account.
+    pub integrity: Integrity,
+    /// Connection workloads: peak, rate, reconnections.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub connections: Option<ConnectionSummary>,
+}
+
+impl GroupReport {
+    fn of(g: &crate::records::GroupEnd) -> Self {
+        let find = |ph: Phase| g.phases.iter().find(|p| p.phase == ph);
+        let result = find(Phase::Measure).map(|m| {
+            let (mut c, mut h, mut cpu, mut rd) =
+                (m.counters, m.histograms.clone(), m.cpu_s, m.duration_s());
+            if let Some(d) = find(Phase::Drain) {
+                c.merge(&d.counters);
+                h.merge(&d.histograms);
+                cpu += d.cpu_s;
+                rd += d.duration_s();
+            }
+            PhaseReport::build(Phase::Measure, m.duration_s(), rd, c, &h, cpu)
+        });
+        GroupReport {
+            name: g.name.clone(),
+            target: g.target.clone(),
+            producers: g.producers,
+            consumers: g.consumers,
+            crosses: g.crosses,
+            result,
+            integrity: g.integrity,
+            connections: g.connections.clone(),
+        }
+    }
 }
 
 fn no_values(l: &LatencySummary) -> bool {
@@ -468,6 +521,9 @@ impl ReportBuilder {
             distributions,
             begin,
             search: self.search,
+            groups: end
+                .map(|e| e.groups.iter().map(GroupReport::of).collect())
+                .unwrap_or_default(),
         };
         if report.thresholds.is_empty() {
             let planned = report.planned_thresholds();

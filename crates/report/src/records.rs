@@ -160,6 +160,35 @@ pub struct End {
     /// The verdict of each threshold of the plan, in order (none without thresholds).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub thresholds: Vec<crate::verdict::Verdict>,
+    /// A run with groups (`[[groups]]`): each group's own figures; the fields above are the
+    /// run's totals.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub groups: Vec<GroupEnd>,
+}
+
+/// One group's figures in a run with groups.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct GroupEnd {
+    /// The group's name.
+    pub name: String,
+    /// Its target (credentials removed).
+    pub target: String,
+    /// Its producers and consumers (connections, for a connection workload).
+    pub producers: u32,
+    /// Its consumers.
+    pub consumers: u32,
+    /// Whether deliveries cross between this group and others: its `expected` then counts its
+    /// messages' receivers in every group and its `delivered` what its consumers had from any
+    /// group, so only the run's `lost` is a loss.
+    pub crosses: bool,
+    /// Totals of every phase (CPU is the process's: shared by the groups).
+    pub phases: Vec<PhaseTotals>,
+    /// Its delivery account (see `crosses`).
+    pub integrity: Integrity,
+    /// Connection workloads: peak, rate, reconnections.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub connections: Option<msgbench_metrics::ConnectionSummary>,
 }
 
 /// One line of the results file.

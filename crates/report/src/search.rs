@@ -212,6 +212,7 @@ pub fn combined_end(ends: &[(End, bool)], interrupted: bool) -> End {
         tcp: None,
         backlog: None,
         thresholds: Vec::new(),
+        groups: Vec::new(),
     }
 }
 

@@ -163,6 +163,7 @@ pub fn write(r: &RunReport, out: &mut dyn Write) -> std::io::Result<()> {
         crate::search::write_text(s, out)?;
     }
     writeln!(out)?;
+    groups_block(out, r)?;
     if let Some(cs) = &r.connections {
         connections_block(out, r, cs)?;
         tcp_block(out, r)?;
@@ -221,6 +222,63 @@ pub fn write(r: &RunReport, out: &mut dyn Write) -> std::io::Result<()> {
     }
     tcp_block(out, r)?;
     warnings(out, r)
+}
+
+/// A run with groups: one line per group (what it sent and received, its end-to-end latency,
+/// its loss), before the run's totals.
+fn groups_block(out: &mut dyn Write, r: &RunReport) -> std::io::Result<()> {
+    if r.groups.is_empty() {
+        return Ok(());
+    }
+    writeln!(
+        out,
+        "groups ({}; the result below is the run's total)",
+        r.groups.len()
+    )?;
+    writeln!(
+        out,
+        "  {:<14} {:>6} {:>6} {:>12} {:>12} {:>12} {:>9} {:>9} {:>10}  target",
+        "group", "prod", "cons", "sent", "sent/s", "received", "e2e p50", "e2e p99", "lost"
+    )?;
+    for g in &r.groups {
+        let (sent, rate, received, e2e) = g
+            .result
+            .as_ref()
+            .map_or((0, 0.0, 0, LatencySummary::default()), |p| {
+                (p.counters.sent, p.sent_per_s, p.counters.received, p.e2e)
+            });
+        let lost = if g.crosses {
+            "(run's)".to_string()
+        } else {
+            g.integrity.lost.to_string()
+        };
+        let conns = g
+            .connections
+            .as_ref()
+            .map(|c| format!(" ({} connections held at peak)", c.peak_held))
+            .unwrap_or_default();
+        writeln!(
+            out,
+            "  {:<14} {:>6} {:>6} {:>12} {:>12.1} {:>12} {:>9} {:>9} {:>10}  {}{conns}",
+            g.name,
+            g.producers,
+            g.consumers,
+            sent,
+            rate,
+            received,
+            fmt_ns(e2e.p50, e2e.count),
+            fmt_ns(e2e.p99, e2e.count),
+            lost,
+            g.target
+        )?;
+    }
+    if r.groups.iter().any(|g| g.crosses) {
+        writeln!(
+            out,
+            "  (run's): deliveries cross between groups (a subscriber of one group receives another's messages), so loss is counted for the run as a whole"
+        )?;
+    }
+    writeln!(out)
 }
 
 /// A backlog run's account in one line: its size, the build, the drain and its rate.

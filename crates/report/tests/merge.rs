@@ -88,6 +88,7 @@ fn end(sent: u64, expected: u64, delivered: u64, hist_us: u64) -> End {
         tcp: None,
         backlog: None,
         thresholds: Vec::new(),
+        groups: Vec::new(),
     }
 }
 
@@ -140,6 +141,7 @@ fn merges_counts_histograms_and_integrity_across_segments() {
                 tcp: Some(tcp(2, 100)),
                 backlog: None,
                 thresholds: Vec::new(),
+                groups: Vec::new(),
                 ..end(100, 200, 100, 10)
             }),
         ],
@@ -156,6 +158,7 @@ fn merges_counts_histograms_and_integrity_across_segments() {
                 tcp: Some(tcp(1, 98)),
                 backlog: None,
                 thresholds: Vec::new(),
+                groups: Vec::new(),
                 ..end(0, 0, 98, 1000)
             }),
         ],

@@ -79,6 +79,10 @@ impl MessageRun<'_> {
         if self.local_producers {
             return self.producers_done;
         }
+        if let Some(m) = &self.member {
+            // A group without producers: the other groups say when sending is over.
+            return self.phases.measure_end().is_none() && m.producers_done();
+        }
         if self.phases.measure_end().is_some() {
             return false;
         }
@@ -151,7 +155,8 @@ impl MessageRun<'_> {
     }
 
     /// Whether the drain is over: producers finished and every expected delivery arrived (a
-    /// segment: deliveries stopped for a while), its deadline passed, or a second interrupt.
+    /// segment: deliveries stopped for a while; a group: the run's), its deadline passed, or
+    /// a second interrupt.
     /// Over short, it says why in a warning.
     fn drain_over(&mut self, now: u64, shutdown: &Shutdown) -> bool {
         let Some(deadline) = self.phases.drain_deadline() else {
@@ -167,7 +172,11 @@ impl MessageRun<'_> {
         if got != self.last_got.0 || self.last_got.1 == 0 {
             self.last_got = (got, now);
         }
-        let complete = if self.plan.segment.is_some() {
+        let complete = if let Some(m) = &self.member {
+            // The run's account, not this group's: others may receive what it sends.
+            m.post(expected, got, self.producers_done);
+            m.complete()
+        } else if self.plan.segment.is_some() {
             self.producers_done && now.saturating_sub(self.last_got.1) >= SEGMENT_QUIET_NS
         } else {
             self.producers_done

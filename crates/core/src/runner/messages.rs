@@ -21,6 +21,7 @@ use super::phases::Phases;
 use super::produce::ProducerTask;
 use super::stages::{StageListener, Unmatched};
 use super::state::{OwnedCounter, RunState};
+use super::together::Member;
 use super::tracker::Tracker;
 use super::workers::Workers;
 use super::{MANY_CONSUMERS, Observer, RunError, RunEvent, RunOutcome, secs};
@@ -37,6 +38,10 @@ use tokio::runtime::Handle;
 use tokio::sync::{mpsc, watch};
 use tokio::task::JoinSet;
 
+/// Time between the start barrier being set and the load's release, for every task to be
+/// spawned and waiting.
+const LEAD_NS: u64 = 20_000_000;
+
 /// Runs a message workload: [`check_plan`], [`connect`], release, drive, finish.
 pub(super) async fn run_messages<D: Driver>(
     driver: Arc<D>,
@@ -44,11 +49,22 @@ pub(super) async fn run_messages<D: Driver>(
     mut events: mpsc::UnboundedReceiver<DriverEvent>,
     observer: &mut dyn Observer,
     shutdown: Shutdown,
+    member: Option<Member>,
 ) -> Result<RunOutcome, RunError> {
     let caps = driver.capabilities();
     check_plan(plan, &caps)?;
     let clients = connect(&driver, plan, observer, &shutdown).await?;
-    let mut run = MessageRun::release(plan, &caps, clients, observer)?;
+    let start = match &member {
+        Some(m) => Some(m.start_instant(LEAD_NS).await),
+        None => None,
+    };
+    let mut run = MessageRun::release(plan, &caps, clients, observer, start)?;
+    if let Some(m) = &member {
+        // A group without producers is done sending from the start: say so before the others
+        // wait on it.
+        m.post(0, 0, run.producers_done);
+    }
+    run.member = member;
     tokio::time::sleep_until(to_instant(run.t0)).await;
     run.begin(observer);
     run.drive(&mut events, observer, &shutdown).await;
@@ -388,6 +404,8 @@ pub(super) struct MessageRun<'p> {
     pub warnings: Vec<String>,
     /// The drain ended before every expected delivery arrived.
     pub drain_short: bool,
+    /// A run with groups: this group's handle on the run's start and delivery account.
+    pub member: Option<Member>,
     /// Deliveries last seen and when they last changed (a segment's drain ends on quiet).
     pub last_got: (u64, u64),
     pub producers_failed: u32,
@@ -398,16 +416,20 @@ pub(super) struct MessageRun<'p> {
 }
 
 impl<'p> MessageRun<'p> {
-    /// Sets the start barrier and spawns every task to wait for it: consumers, stage listeners,
-    /// then producers, each on its client's worker.
+    /// Sets the start barrier (at `start` when the run's groups chose it) and spawns every task
+    /// to wait for it: consumers, stage listeners, then producers, each on its client's worker.
     pub fn release<D: Driver>(
         plan: &'p RunPlan,
         caps: &Capabilities,
         c: Clients<D>,
         observer: &mut dyn Observer,
+        start: Option<u64>,
     ) -> Result<MessageRun<'p>, RunError> {
         let tick_ns = plan.tick.as_nanos() as u64;
-        let (t0, late) = super::release::release_instant(plan, 20_000_000);
+        let (t0, late) = match start {
+            Some(t0) => (t0, None),
+            None => super::release::release_instant(plan, LEAD_NS),
+        };
         let started_unix_ms = unix_ms() + (t0.saturating_sub(now_ns())) / 1_000_000;
         observer.event(&RunEvent {
             at_s: secs(t0, now_ns()),
@@ -519,6 +541,7 @@ impl<'p> MessageRun<'p> {
             extra: Counters::default(),
             warnings,
             drain_short: false,
+            member: None,
             last_got: (0, 0),
             producers_failed: 0,
             expired_places: 0,
@@ -579,7 +602,8 @@ pub(super) fn no_task_snapshot(
 }
 
 /// How many deliveries each message of `producer` is expected to make: its topic's consumers
-/// that connected (all of them on a `--subscribe` pattern; one in a queue group).
+/// that connected (all of them on a `--subscribe` pattern; one in a queue group), and in a run
+/// with groups, the other groups' receivers of its topic.
 fn receivers_of(
     plan: &RunPlan,
     receivers: u64,
@@ -587,18 +611,20 @@ fn receivers_of(
     connected_per_topic: &[u64],
     producer: u32,
 ) -> u64 {
+    let topic = crate::popularity::Popularity::topic_of(&plan.producer_placement(), producer);
+    let elsewhere = plan.group.as_ref().map_or(0, |g| g.elsewhere(topic));
     if never_connected == 0 {
-        return receivers;
+        return receivers + elsewhere;
     }
     let all: u64 = connected_per_topic.iter().sum();
-    let topic = crate::popularity::Popularity::topic_of(&plan.producer_placement(), producer);
     let mine = connected_per_topic[topic];
-    match (&plan.subscription, plan.subscribe.is_some()) {
-        (SubscriptionMode::Fanout, true) => all,
-        (SubscriptionMode::Fanout, false) => mine,
-        (SubscriptionMode::Queue { .. }, true) => u64::from(all > 0),
-        (SubscriptionMode::Queue { .. }, false) => u64::from(mine > 0),
-    }
+    elsewhere
+        + match (&plan.subscription, plan.subscribe.is_some()) {
+            (SubscriptionMode::Fanout, true) => all,
+            (SubscriptionMode::Fanout, false) => mine,
+            (SubscriptionMode::Queue { .. }, true) => u64::from(all > 0),
+            (SubscriptionMode::Queue { .. }, false) => u64::from(mine > 0),
+        }
 }
 
 /// What every task of a run is given.
@@ -732,9 +758,11 @@ impl Shared<'_> {
                 }
                 Measure::Duration(_) => None,
             };
-            let seed = ((plan.run_id as u64) << 32) | i as u64;
+            let stamp_id = i + plan.group.as_ref().map_or(0, |g| g.stamp_base);
+            let seed = ((plan.run_id as u64) << 32) | stamp_id as u64;
             let task = ProducerTask {
                 id: i,
+                stamp_id,
                 run_id: plan.run_id,
                 streams: 1,
                 pacer: Pacer::new(plan.rate.clone(), nprod, i, seed),

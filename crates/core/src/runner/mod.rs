@@ -15,6 +15,7 @@
 //! - `stall`: producers the system under test holds back; tasks that will not end.
 //! - `connect`: connecting the clients; interval arithmetic. `outcome`: the public results.
 //! - `backlog`: backlog runs (consumers held back until a backlog is built, then released).
+//! - [`together`]: the groups of one run (`[[groups]]`): one start, one drain.
 //!
 //! A segmented run (`plan.segment`) starts only the tasks whose global index is its own; they
 //! keep their global ids, and rates and quotas stay split over the whole run's producers.
@@ -42,6 +43,7 @@ mod stall;
 pub mod state;
 mod tagging;
 mod timer;
+pub mod together;
 mod tracker;
 pub mod workers;
 
@@ -69,13 +71,30 @@ pub async fn run<D: Driver>(
     observer: &mut dyn Observer,
     shutdown: Shutdown,
 ) -> Result<RunOutcome, RunError> {
+    run_member(driver, plan, events, observer, shutdown, None).await
+}
+
+/// [`run`] for one group of a run with groups (`member`: its handle on the run it shares;
+/// `None` for a run of its own).
+///
+/// # Errors
+/// As [`run`].
+pub async fn run_member<D: Driver>(
+    driver: Arc<D>,
+    plan: &RunPlan,
+    events: mpsc::UnboundedReceiver<DriverEvent>,
+    observer: &mut dyn Observer,
+    shutdown: Shutdown,
+    member: Option<together::Member>,
+) -> Result<RunOutcome, RunError> {
     // Every client has closed when either returns, so the TCP tally is complete.
     let tcp0 = crate::tcp_tally::totals();
     let mut outcome = match &plan.connections {
         Some(cp) => {
-            connections::run_connections(driver, plan, cp, events, observer, shutdown).await?
+            connections::run_connections(driver, plan, cp, events, observer, shutdown, member)
+                .await?
         }
-        None => messages::run_messages(driver, plan, events, observer, shutdown).await?,
+        None => messages::run_messages(driver, plan, events, observer, shutdown, member).await?,
     };
     outcome.tcp = crate::tcp_tally::since(&tcp0);
     Ok(outcome)

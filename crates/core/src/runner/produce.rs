@@ -18,6 +18,8 @@ use tokio::sync::mpsc::UnboundedSender;
 /// Everything a producer task needs besides its driver handle.
 pub(crate) struct ProducerTask {
     pub id: u32,
+    /// The id its stamps carry: `id` plus its group's base (unique across a run's groups).
+    pub stamp_id: u32,
     pub run_id: u32,
     pub streams: u32,
     pub pacer: Pacer,
@@ -301,7 +303,7 @@ impl<P: Producer> Sending<P> {
             let (stream, token) = (self.stream, self.token);
             let stamp = Stamp {
                 run_id: self.task.run_id,
-                producer: self.task.id,
+                producer: self.task.stamp_id,
                 stream,
                 seq: self.seqs[stream as usize],
                 intended_ns,

@@ -46,9 +46,11 @@
 //! # Layout
 //! - this module: the file model ([`Scenario`]) and parsing with positions.
 //! - [`plan`]: the resolved [`RunPlan`] and the rules that produce it.
+//! - [`groups`]: `[[groups]]`, several kinds of clients in one run.
 
 pub mod colocated;
 pub mod driver_options;
+pub mod groups;
 pub mod plan;
 mod redaction;
 pub mod segment;
@@ -121,6 +123,14 @@ pub struct Scenario {
     /// Pass/fail conditions on the result: `[thresholds]` with `"e2e.p99" = "< 10ms"`,
     /// `lost = "== 0"`, or a list of conditions per metric.
     pub thresholds: Option<ThresholdsSection>,
+    /// `[[groups]]`: kinds of clients that run at once, each a scenario of its own laid over
+    /// this one (see [`groups`]).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub groups: Vec<Scenario>,
+    /// Set by [`groups::expand`]: this is one group of a run, which may have no producers (a
+    /// dashboard that only subscribes) since other groups send.
+    #[serde(skip)]
+    pub member: bool,
 }
 
 /// `[thresholds]`: each key a metric, each value a condition (`"< 10ms"`) or a list of them;
@@ -447,37 +457,17 @@ impl Scenario {
             }
         };
         let mut scenario = toml::from_str::<Scenario>(text).map_err(at)?;
-        let top =
-            toml::from_str::<std::collections::BTreeMap<toml::Spanned<String>, toml::Value>>(text)
-                .map_err(at)?;
-        let engine = driver_options::engine_keys();
-        for (key, value) in top {
-            if engine.contains(&key.get_ref().as_str()) {
-                continue;
-            }
-            let Some(spec) = sections.iter().find(|s| s.name == key.get_ref()) else {
-                let (line, column) = line_col(text, key.span().start);
-                let expected: Vec<String> = engine
-                    .iter()
-                    .copied()
-                    .chain(sections.iter().map(|s| s.name))
-                    .map(|k| format!("`{k}`"))
-                    .collect();
-                return Err(ScenarioError::Parse {
-                    file: name.to_string(),
-                    line,
-                    column,
-                    message: format!(
-                        "unknown field `{}`, expected one of {}",
-                        key.get_ref(),
-                        expected.join(", ")
-                    ),
-                });
-            };
-            (spec.check)(text).map_err(at)?;
-            if let toml::Value::Table(t) = value {
-                scenario.drivers.insert(key.into_inner(), t);
-            }
+        let top = toml::from_str::<Keys>(text).map_err(at)?;
+        sort_keys(text, name, sections, top, &mut scenario, true)?;
+        /// The keys of each `[[groups]]` table, with their positions.
+        #[derive(Deserialize)]
+        struct GroupKeys {
+            #[serde(default)]
+            groups: Vec<Keys>,
+        }
+        let groups = toml::from_str::<GroupKeys>(text).map_err(at)?.groups;
+        for (keys, group) in groups.into_iter().zip(&mut scenario.groups) {
+            sort_keys(text, name, sections, keys, group, false)?;
         }
         Ok(scenario)
     }
@@ -543,7 +533,13 @@ impl Scenario {
             tracking,
             stages,
             thresholds,
+            groups,
+            member,
         } = over;
+        self.member |= member;
+        if !groups.is_empty() {
+            self.groups = groups;
+        }
         if message != MessageSection::default() {
             self.message = message;
         }
@@ -682,6 +678,82 @@ fn pick<T>(base: &mut Option<T>, top: Option<T>) {
     if top.is_some() {
         *base = top;
     }
+}
+
+/// A table's keys with their positions.
+type Keys = std::collections::BTreeMap<toml::Spanned<String>, toml::Value>;
+
+/// Checks the keys of a scenario table (the file's top level, or one `[[groups]]` entry): each
+/// is the engine's or a driver's section, which its driver checks and `scenario` keeps.
+fn sort_keys(
+    text: &str,
+    name: &str,
+    sections: &[SectionSpec],
+    keys: Keys,
+    scenario: &mut Scenario,
+    top: bool,
+) -> Result<(), ScenarioError> {
+    let engine = driver_options::engine_keys();
+    for (key, value) in keys {
+        let (line, column) = line_col(text, key.span().start);
+        let here = |message: String| ScenarioError::Parse {
+            file: name.to_string(),
+            line,
+            column,
+            message,
+        };
+        if engine.contains(&key.get_ref().as_str()) {
+            if !top && key.get_ref() == "groups" {
+                return Err(here(
+                    "groups do not nest: `groups` belongs at the top level".into(),
+                ));
+            }
+            continue;
+        }
+        let Some(spec) = sections.iter().find(|s| s.name == key.get_ref()) else {
+            let expected: Vec<String> = engine
+                .iter()
+                .copied()
+                .chain(sections.iter().map(|s| s.name))
+                .map(|k| format!("`{k}`"))
+                .collect();
+            return Err(here(format!(
+                "unknown field `{}`, expected one of {}",
+                key.get_ref(),
+                expected.join(", ")
+            )));
+        };
+        if top {
+            (spec.check)(text).map_err(|e| {
+                let (line, column) = match e.span() {
+                    Some(span) => line_col(text, span.start),
+                    None => (line, column),
+                };
+                ScenarioError::Parse {
+                    file: name.to_string(),
+                    line,
+                    column,
+                    message: e.message().trim().to_string(),
+                }
+            })?;
+        } else {
+            // A group's section is checked on its own: its errors point at the section.
+            let mut alone = toml::Table::new();
+            alone.insert(key.get_ref().clone(), value.clone());
+            let own = toml::to_string(&alone).unwrap_or_default();
+            (spec.check)(&own).map_err(|e| {
+                here(format!(
+                    "[groups.{}]: {}",
+                    key.get_ref(),
+                    e.message().trim()
+                ))
+            })?;
+        }
+        if let toml::Value::Table(t) = value {
+            scenario.drivers.insert(key.into_inner(), t);
+        }
+    }
+    Ok(())
 }
 
 /// 1-based line and column of byte offset `at` in `text`.

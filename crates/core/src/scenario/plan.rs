@@ -277,6 +277,9 @@ pub struct RunPlan {
     /// so the segments of a run start together.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub start_at_unix_ms: Option<u64>,
+    /// A run with groups: this plan's group and its place among them.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub group: Option<super::groups::GroupPlace>,
     /// Pass/fail conditions on the result (`e2e.p99 < 10ms`), judged at the end into the
     /// `end` record's verdicts; parsed and checked by `msgbench_report::verdict`.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
@@ -376,10 +379,10 @@ pub fn resolve(s: &Scenario, run_id: u32) -> Result<RunPlan, PlanError> {
     };
 
     let producers_per_topic = s.producers.per_topic.unwrap_or(1);
-    if producers_per_topic == 0 {
+    if producers_per_topic == 0 && !s.member {
         return Err(err(
             "producers.per_topic",
-            "need at least one producer (--producers)",
+            "need at least one producer (--producers; only a group of several may have none)",
         ));
     }
     let consumers_per_topic = s.consumers.per_topic.unwrap_or(1);
@@ -491,6 +494,7 @@ pub fn resolve(s: &Scenario, run_id: u32) -> Result<RunPlan, PlanError> {
         tracking,
         segment: None,
         start_at_unix_ms: None,
+        group: None,
         thresholds: s.thresholds.clone().map(|t| t.0).unwrap_or_default(),
         threshold_abort: s.output.threshold_abort.unwrap_or(false),
         redact_headers,

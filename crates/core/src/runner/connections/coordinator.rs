@@ -33,6 +33,8 @@ use std::sync::atomic::Ordering::Relaxed;
 use std::time::Duration;
 use tokio::sync::{mpsc, watch};
 
+/// Time between the start barrier being set and the load's release.
+pub(super) const LEAD_NS: u64 = 10_000_000;
 /// Connection failures reported one by one before they are only counted.
 const FAILURES_REPORTED: u32 = 10;
 
@@ -100,6 +102,7 @@ impl<'p, D: Driver> ConnectionRun<'p, D> {
         plan: &'p RunPlan,
         cp: &ConnectionPlan,
         observer: &mut dyn Observer,
+        start: Option<u64>,
     ) -> Result<Self, RunError> {
         let (cp, id_of): (ConnectionPlan, Box<dyn Fn(u64) -> u64 + Send>) = match plan.segment {
             // A segment opens its share of the connections at its share of the rate.
@@ -118,7 +121,10 @@ impl<'p, D: Driver> ConnectionRun<'p, D> {
         let hold_mode = cp.mode == ConnectionMode::Hold;
         let (fd_limit, fd_free, notes) = descriptors(&*driver, &cp, hold_mode)?;
         let tick_ns = plan.tick.as_nanos() as u64;
-        let (t0, late) = crate::runner::release::release_instant(plan, 10_000_000);
+        let (t0, late) = match start {
+            Some(t0) => (t0, None),
+            None => crate::runner::release::release_instant(plan, LEAD_NS),
+        };
         let mut warnings = Vec::new();
         if let Some(w) = late {
             observer.event(&run_event(t0, EventKind::Warning, w.clone(), t0));
@@ -625,10 +631,13 @@ fn descriptors<D: Driver>(
     cp: &ConnectionPlan,
     hold_mode: bool,
 ) -> Result<(u64, bool, Vec<String>), RunError> {
+    // Descriptors this process's own servers hold (the embedded broker's side of each
+    // connection) come out of the same limit.
+    let reserved = super::reserved_fds();
     let needed = if hold_mode {
-        cp.count.unwrap_or(0) + 256
+        cp.count.unwrap_or(0) + 256 + reserved
     } else {
-        cp.concurrency as u64 + 256
+        cp.concurrency as u64 + 256 + reserved
     };
     let hard = hard_fd_limit();
     let fd_free = hold_mode && needed > hard && driver.fd_free_sessions();

@@ -82,6 +82,20 @@ pub fn rss_bytes() -> u64 {
         .map_or(0, |pages| pages * page)
 }
 
+static RESERVED_FDS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
+/// Tells connection workloads that a server in this process (the embedded broker of a run
+/// without a target) will hold `n` descriptors of the process's open-file limit: one for each
+/// connection it accepts. Workloads that would not fit beside them hold their connections in
+/// io_uring tables, as they do past the limit.
+pub fn reserve_fds(n: u64) {
+    RESERVED_FDS.fetch_add(n, std::sync::atomic::Ordering::Relaxed);
+}
+
+fn reserved_fds() -> u64 {
+    RESERVED_FDS.load(std::sync::atomic::Ordering::Relaxed)
+}
+
 /// The open-file limit, raised to what `needed` asks for when the hard limit allows.
 /// Errors say exactly what to raise.
 pub fn preflight_fds(needed: u64) -> Result<(u64, Option<String>), String> {
@@ -163,8 +177,18 @@ pub async fn run_connections<D: Driver>(
     mut events: mpsc::UnboundedReceiver<DriverEvent>,
     observer: &mut dyn Observer,
     shutdown: Shutdown,
+    member: Option<crate::runner::together::Member>,
 ) -> Result<RunOutcome, RunError> {
-    let mut run = coordinator::ConnectionRun::prepare(driver, plan, cp, observer)?;
+    // In a run with groups, connections start with the others; their messages carry no stamps,
+    // so they add nothing to the run's delivery account.
+    let start = match &member {
+        Some(m) => {
+            m.post(0, 0, true);
+            Some(m.start_instant(coordinator::LEAD_NS).await)
+        }
+        None => None,
+    };
+    let mut run = coordinator::ConnectionRun::prepare(driver, plan, cp, observer, start)?;
     tokio::time::sleep_until(to_instant(run.t0)).await;
     run.begin(observer);
     run.drive(&mut events, observer, &shutdown).await;
