@@ -1,10 +1,9 @@
 //! `[[groups]]`: several kinds of clients in one run, against real brokers, with a third-party
 //! subscriber counting what one group published.
 
-use crate::thirdparty::peer_python;
+use crate::thirdparty::{peer_python, ready_peer};
 use crate::util::*;
 use std::io::BufRead;
-use std::process::{Command, Stdio};
 
 /// Three groups in one run: MQTT devices on Mosquitto (publish only), an MQTT dashboard on a
 /// wildcard (subscribe only), and a NATS backend of its own. The dashboard receives every
@@ -42,15 +41,7 @@ time.sleep(0.5)
 c.loop_stop()
 print(n[0], flush=True)
 "#;
-    let mut sub = Command::new(&py)
-        .args(["-c", script, host, port, &root, "1600"])
-        .stdout(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut out = std::io::BufReader::new(sub.stdout.take().unwrap());
-    let mut line = String::new();
-    out.read_line(&mut line).unwrap();
-    assert_eq!(line.trim(), "ready");
+    let (mut sub, mut out) = ready_peer(&py, script, &[host, port, &root, "1600"]);
     let scenario = d.path("mix.toml");
     std::fs::write(
         &scenario,

@@ -63,6 +63,31 @@ pub(crate) fn peer_python(module: &str, package: &str) -> Option<String> {
     None
 }
 
+/// Starts a Python peer running `script` with `args` and waits for its first line, `ready`
+/// (it has subscribed); returns it with its stdout for the lines that follow.
+pub(crate) fn ready_peer(
+    py: &str,
+    script: &str,
+    args: &[&str],
+) -> (
+    std::process::Child,
+    std::io::BufReader<std::process::ChildStdout>,
+) {
+    use std::io::BufRead;
+    let mut sub = Command::new(py)
+        .arg("-c")
+        .arg(script)
+        .args(args)
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut out = std::io::BufReader::new(sub.stdout.take().unwrap());
+    let mut line = String::new();
+    out.read_line(&mut line).unwrap();
+    assert_eq!(line.trim(), "ready", "the peer did not get ready");
+    (sub, out)
+}
+
 /// Whether program `bin` (from Debian package `package`) runs; says the test is skipped if not.
 fn have_tool(bin: &str, package: &str) -> bool {
     let ok = Command::new(bin)
@@ -956,16 +981,7 @@ time.sleep(0.5)
 c.loop_stop()
 print(json.dumps(counts), flush=True)
 "#;
-    let mut sub = Command::new(&py)
-        .args(["-c", script, host, port, &root, "4000"])
-        .stdout(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut out = std::io::BufReader::new(sub.stdout.take().unwrap());
-    let mut line = String::new();
-    use std::io::BufRead;
-    out.read_line(&mut line).unwrap();
-    assert_eq!(line.trim(), "ready");
+    let (mut sub, mut out) = ready_peer(&py, script, &[host, port, &root, "4000"]);
     let pattern = format!("{root}/{{i}}");
     let r = run_json(
         &d.0,
@@ -992,8 +1008,8 @@ print(json.dumps(counts), flush=True)
             "pop.jsonl",
         ],
     );
-    line.clear();
-    out.read_line(&mut line).unwrap();
+    let mut line = String::new();
+    std::io::BufRead::read_line(&mut out, &mut line).unwrap();
     let _ = sub.wait();
     let counts: Value = serde_json::from_str(line.trim()).unwrap();
     let got: Vec<u64> = (0..4)
