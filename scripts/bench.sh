@@ -93,6 +93,12 @@
 #   scripts/bench.sh sizes      size distributions on mem://: fixed, uniform and log-normal of one mean
 #   scripts/bench.sh groups     mem:// 4 -> 4 at 400,000 msgs/s as one group and as four groups
 #                               ([[groups]]): the per-message cost of groups (GROUPS_RATE)
+#   scripts/bench.sh churn      CHURN_CONNS (default 5,000) connections held on Mosquitto, CHURN_RATE
+#                               (default 500) a second dropped and reopened at once: drops, back,
+#                               failed, reconnect latency, publishes missed, generator CPU
+#   scripts/bench.sh journeys   JOURNEY_USERS (default 2,000) MQTT virtual users on a journey
+#                               (connect, publish 10 at 20/s, disconnect, think, again) for 10 s:
+#                               connections/s, messages, connect latency, CPU per pass
 #   scripts/bench.sh vus        CONNS (default 100,000) MQTT virtual users held on Mosquitto, arriving
 #                               by Poisson at 5,000/s, each publishing every 10 s: RSS per user
 #                               (target <= 10 KiB) (not part of `all`: `conns` is its constant twin)
@@ -688,6 +694,53 @@ PY
   done
 }
 
+bench_churn() {
+  scripts/brokers.sh up mosquitto >/dev/null
+  eval "$(scripts/brokers.sh env)"
+  local n=${CHURN_CONNS:-5000} rate=${CHURN_RATE:-500}
+  echo "== churn: $n connections held on Mosquitto (2,000/s), $rate a second dropped and reopened at once for a 10 s hold, each publishing every 1 s ($RUNS runs)"
+  for _ in $(seq "$RUNS"); do
+    local out
+    out=$(mktemp)
+    "$B" run "$MSGBENCH_IT_MQTT_URL" --connections "$n" --connect-rate 2000 --hold 10s --churn "$rate" \
+      --publish-interval 1s --no-output --quiet --format json >"$out"
+    python3 - "$out" <<'PY'
+import json, sys
+r = json.load(open(sys.argv[1]))
+c = r["connections"]; ch = c["churn"]; l = ch["latency"]
+cpu = sum(p["cpu_s"] for p in r["phases"])
+print(f'  {ch["dropped"]} dropped at {ch["rate"]:.0f}/s, {ch["back"]} back, {ch["failed"]} failed, {ch["skipped"]} skipped; reconnect latency p50 {l["p50"]/1e6:.2f} ms, p99 {l["p99"]/1e6:.2f} ms; {c.get("publishes_missed", 0)} publishes missed; peak held {c["peak_held"]}; generator {cpu:.2f} CPU-s')
+PY
+    rm -f "$out"
+  done
+}
+
+bench_journeys() {
+  scripts/brokers.sh up mosquitto >/dev/null
+  eval "$(scripts/brokers.sh env)"
+  local n=${JOURNEY_USERS:-2000}
+  echo "== journeys: $n MQTT virtual users on Mosquitto, Poisson arrivals at 1,000/s, each for 10 s: connect, publish 10 at 20/s, disconnect, think exp:200ms, again ($RUNS runs)"
+  for _ in $(seq "$RUNS"); do
+    local out
+    out=$(mktemp)
+    "$B" run "$MSGBENCH_IT_MQTT_URL" --connections "$n" --connect-rate 1000 --connect-arrival poisson \
+      --journey "connect; publish 10 at 20/s; disconnect; sleep exp:200ms" --repeat 0 --duration 10s \
+      --no-output --quiet --format json >"$out"
+    python3 - "$out" <<'PY'
+import json, sys
+r = json.load(open(sys.argv[1]))
+c = r["connections"]
+tot = lambda k: sum(p["counters"].get(k, 0) for p in r["phases"])
+cpu = sum(p["cpu_s"] for p in r["phases"])
+m = next(p for p in r["phases"] if p["phase"] == "measure")
+l = m["connect"]
+conns, sent = tot("connects"), tot("sent")
+print(f'  {conns} connections ({conns / 10:.0f}/s), {tot("closes")} closed, {sent} messages ({sent / 10:.0f}/s), {tot("dropped")} dropped; connect p50 {l["p50"]/1e6:.2f} ms, p99 {l["p99"]/1e6:.2f} ms; generator {cpu:.2f} CPU-s = {cpu / max(conns, 1) * 1e3:.2f} CPU-ms per journey pass; peak held {c["peak_held"]}')
+PY
+    rm -f "$out"
+  done
+}
+
 bench_sizes() {
   echo "== size distributions cost a draw, not a computation: mem:// 5 s unlimited, a fixed 580 B against a uniform range and a log-normal of the same mean ($RUNS runs, interleaved)"
   local size rate cpu
@@ -1191,6 +1244,8 @@ case "${1:-all}" in
   reconnect) bench_reconnect ;;
   vus) bench_vus ;;
   groups) bench_groups ;;
+  churn) bench_churn ;;
+  journeys) bench_journeys ;;
   search) bench_search ;;
   redis) bench_redis ;;
   proxy) bench_proxy ;;
@@ -1205,6 +1260,6 @@ case "${1:-all}" in
   views) bench_views ;;
   merge) bench_merge ;;
   segments) bench_segments ;;
-  all) bench_mem; bench_nats; bench_jetstream; bench_memory; bench_mqtt; bench_demo; bench_storm; bench_conns; bench_amqp; bench_sink; bench_proxy; bench_textstamp; bench_verdicts; bench_sizes; bench_reconnect; bench_groups; bench_search; bench_redis; bench_ws; bench_http; bench_zmq; bench_p2p; bench_kafka; bench_kafka_peers; bench_backlog; bench_ecp; bench_views; bench_merge; bench_segments ;;
-  *) echo "usage: $0 [mem|nats|jetstream|memory|mqtt|demo|storm|conns|nats-conns|amqp|sink|textstamp|verdicts|sizes|reconnect|vus|search|redis|ws|http|zmq|p2p|kafka|kafka-peers|backlog|memflat|ecp|views|merge|segments|all]" >&2; exit 2 ;;
+  all) bench_mem; bench_nats; bench_jetstream; bench_memory; bench_mqtt; bench_demo; bench_storm; bench_conns; bench_amqp; bench_sink; bench_proxy; bench_textstamp; bench_verdicts; bench_sizes; bench_reconnect; bench_churn; bench_groups; bench_journeys; bench_search; bench_redis; bench_ws; bench_http; bench_zmq; bench_p2p; bench_kafka; bench_kafka_peers; bench_backlog; bench_ecp; bench_views; bench_merge; bench_segments ;;
+  *) echo "usage: $0 [mem|nats|jetstream|memory|mqtt|demo|storm|conns|nats-conns|amqp|sink|textstamp|verdicts|sizes|reconnect|churn|groups|journeys|vus|search|redis|ws|http|zmq|p2p|kafka|kafka-peers|backlog|memflat|ecp|views|merge|segments|all]" >&2; exit 2 ;;
 esac

@@ -257,6 +257,9 @@ impl Observer for RunOutput {
             } else {
                 self.say(&live::line(iv, lost));
             }
+            for g in &iv.groups {
+                self.say(&live::group_line(g, iv.duration_s()));
+            }
             self.lines += 1;
         }
         let mut record = iv.clone();

@@ -744,6 +744,18 @@ pub struct RunArgs {
     /// reported.
     #[arg(long, value_name = "DURATION", help_heading = "Connection workloads")]
     pub reconnect_at: Option<String>,
+    /// Hold: drop this many held connections per second, one at a time, each opened again at
+    /// once (churn, as devices on flaky networks); reconnect latency, failures and missed
+    /// publishes are reported.
+    #[arg(long, value_name = "PER_SECOND", help_heading = "Connection workloads")]
+    pub churn: Option<String>,
+    /// A journey each of --connections N virtual users runs: steps separated by `;` (connect;
+    /// publish N [at R/s]; publish for D at R/s; sleep D; sleep exp:D; disconnect).
+    #[arg(long, value_name = "STEPS", help_heading = "Connection workloads")]
+    pub journey: Option<String>,
+    /// Journey: passes per virtual user (default 1; 0 = until the end of --duration).
+    #[arg(long, value_name = "K", help_heading = "Connection workloads")]
+    pub repeat: Option<u32>,
     /// Local addresses to spread connections over: 127.0.0.1-127.0.0.50 or a list (each gives
     /// ~28,000 ports per destination). Without --connections or --storm: the consumers'.
     #[arg(long, help_heading = "Connection workloads")]

@@ -333,6 +333,17 @@ fn flags_to_scenario(a: &RunArgs) -> Result<Scenario> {
     if a.storm {
         s.connections.mode = Some(ConnectionMode::Storm);
     }
+    if let Some(j) = &a.journey {
+        s.connections.mode = Some(ConnectionMode::Journey);
+        s.connections.journey = Some(
+            j.split(';')
+                .map(str::trim)
+                .filter(|t| !t.is_empty())
+                .map(|t| t.parse().map_err(|e: String| anyhow!("--journey: {e}")))
+                .collect::<Result<_>>()?,
+        );
+    }
+    s.connections.repeat = a.repeat;
     s.connections.rate = a
         .connect_rate
         .as_deref()
@@ -344,6 +355,12 @@ fn flags_to_scenario(a: &RunArgs) -> Result<Scenario> {
     s.connections.messages = a.messages_per_connection;
     s.connections.publish_interval = a.publish_interval.clone();
     s.connections.reconnect_at = a.reconnect_at.clone();
+    s.connections.churn = a
+        .churn
+        .as_deref()
+        .map(parse_count)
+        .transpose()
+        .map_err(|e| anyhow!("--churn: {e}"))?;
     s.connections.arrival = match a.connect_arrival.as_deref() {
         None => None,
         Some("constant") => Some(Arrival::Constant),

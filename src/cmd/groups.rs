@@ -14,7 +14,7 @@ use msgbench_core::runner::together::Together;
 use msgbench_core::runner::{EventKind, Observer, RunEvent, RunOutcome};
 use msgbench_core::scenario::RunPlan;
 use msgbench_core::shutdown::Shutdown;
-use msgbench_metrics::IntervalStats;
+use msgbench_metrics::{GroupTick, IntervalStats};
 use msgbench_report::merge::{merge_ends, merge_intervals};
 use msgbench_report::records::{End, GroupEnd};
 use std::collections::BTreeMap;
@@ -24,8 +24,9 @@ use std::sync::{Arc, Mutex};
 struct Fold<'o> {
     out: &'o mut dyn Observer,
     names: Vec<String>,
-    /// Intervals waiting for the other groups, by tick.
-    pending: BTreeMap<u64, Option<IntervalStats>>,
+    /// Intervals waiting for the other groups, by tick: the run's sum, and each group's own
+    /// (for [`IntervalStats::groups`]).
+    pending: BTreeMap<u64, (Option<IntervalStats>, Vec<Option<IntervalStats>>)>,
     /// Each group's last tick handed in, and whether it still runs.
     last: Vec<Option<u64>>,
     running: Vec<bool>,
@@ -36,7 +37,13 @@ struct Fold<'o> {
 impl Fold<'_> {
     fn interval(&mut self, g: usize, iv: &IntervalStats) {
         self.last[g] = Some(self.last[g].map_or(iv.index, |l| l.max(iv.index)));
-        merge_intervals(self.pending.entry(iv.index).or_default(), iv.clone(), true);
+        let n = self.names.len();
+        let (total, own) = self
+            .pending
+            .entry(iv.index)
+            .or_insert_with(|| (None, vec![None; n]));
+        merge_intervals(total, iv.clone(), true);
+        merge_intervals(&mut own[g], iv.clone(), true);
         self.emit();
     }
 
@@ -55,7 +62,13 @@ impl Fold<'_> {
             if *e.key() > upto {
                 break;
             }
-            if let Some(iv) = e.remove() {
+            let (total, own) = e.remove();
+            if let Some(mut iv) = total {
+                iv.groups = own
+                    .iter()
+                    .zip(&self.names)
+                    .filter_map(|(x, name)| x.as_ref().map(|x| GroupTick::of(name, x)))
+                    .collect();
                 self.out.interval(&iv);
             }
         }

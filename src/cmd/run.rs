@@ -45,6 +45,20 @@ fn describe(plan: &RunPlan) -> String {
                 c.concurrency,
                 format_duration(c.hold)
             ),
+            ConnectionMode::Journey => format!(
+                "{} | journey of {} virtual users (started {rate}{sources}), {} time(s) each: {}",
+                plan.redacted().target,
+                c.count.unwrap_or(0),
+                match c.repeat {
+                    0 => "until the end".to_string(),
+                    n => n.to_string(),
+                },
+                c.journey
+                    .iter()
+                    .map(|s| s.to_string())
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ),
             ConnectionMode::Storm => format!(
                 "{} | connect storm: connect, handshake, {} message(s), close; {} at a time, attempts {rate}{sources}, {}",
                 plan.redacted().target,

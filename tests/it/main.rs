@@ -21,6 +21,7 @@ mod ecp;
 mod groups;
 mod http;
 mod jetstream;
+mod journeys;
 mod kafka;
 mod libzmq;
 mod mqtt;

@@ -868,3 +868,65 @@ fn clients_fail_over_to_the_next_broker() {
 fn consumers_ramp_from_source_addresses_and_retry_refused_connections() {
     util::ramp::consumers_ramp_through_a_refusing_proxy(&need!(MQTT), "it.ramp.mqtt", &[]);
 }
+
+/// Churn: held connections dropped one at a time at a rate and opened again at once, against
+/// Mosquitto and nats-server. Every drop is answered (back or failed) with its latency from the
+/// drop, the drops follow the rate over the hold, and the report says so.
+#[test]
+fn churn_drops_and_reopens_at_a_rate() {
+    let d = TempDir::new("mqtt-churn");
+    for url in [need!(MQTT), need!(NATS)] {
+        let r = run_json(
+            &d.0,
+            &[
+                "run",
+                &url,
+                "--connections",
+                "200",
+                "--hold",
+                "3s",
+                "--churn",
+                "100",
+                "--publish-interval",
+                "200ms",
+                "-o",
+                "churn.jsonl",
+            ],
+        );
+        assert_valid_and_pure(&d.0, "churn.jsonl", &r);
+        let c = &r["connections"];
+        let ch = &c["churn"];
+        // 100/s over a 3 s hold: one drop every 10 ms from the ramp's end to the hold's.
+        let dropped = u(&ch["dropped"]);
+        assert!((270..=301).contains(&dropped), "{url}: {ch}");
+        assert_eq!(u(&ch["skipped"]), 0, "{url}: {ch}");
+        assert_eq!(u(&ch["failed"]), 0, "{url}: {ch}");
+        assert_eq!(u(&ch["back"]), dropped, "{url}: {ch}");
+        assert_eq!(u(&ch["latency"]["count"]), dropped, "{url}: {ch}");
+        assert!(u(&ch["latency"]["p50"]) > 0, "{url}: {ch}");
+        // Round the fleet: more drops than connections, yet all 200 held to the end.
+        assert_eq!(phase_sum(&r, "closes"), 200, "{url}");
+        assert_eq!(u(&c["peak_held"]), 200, "{url}: {c}");
+        // Each connection published on its schedule, less what fell into its downtime.
+        let missed = c["publishes_missed"].as_u64().unwrap_or(0);
+        assert!(missed <= dropped, "{url}: {c}");
+        let sent = phase_sum(&r, "sent");
+        assert!(sent >= 200 * 14, "{url}: {sent} publishes");
+        let text = stdout(&msgbench(&d.0, &["report", "churn.jsonl"]));
+        assert!(
+            text.contains(&format!("{dropped} dropped at 100/s")),
+            "{text}"
+        );
+    }
+    let err = refused(
+        &d.0,
+        &["run", "mem://x", "--storm", "--churn", "10"],
+        "connections.churn",
+    );
+    assert!(err.contains("hold mode"), "{err}");
+    refused(
+        &d.0,
+        &["run", "mem://x", "--connections", "5", "--churn", "0"],
+        "positive number of drops",
+    );
+}

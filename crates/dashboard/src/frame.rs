@@ -362,6 +362,7 @@ mod tests {
             stages: Vec::new(),
             host: None,
             loop_lag_ns: 0,
+            groups: Vec::new(),
         }
     }
 

@@ -40,10 +40,74 @@ pub struct IntervalStats {
     /// (`msgbench_core`'s lag probe): a loop blocked or starved of CPU delays every task on it.
     #[serde(default, skip_serializing_if = "is_zero")]
     pub loop_lag_ns: u64,
+    /// Runs with `[[groups]]`: each group's share of this interval (the figures above are
+    /// their sum), so live views can show groups side by side.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub groups: Vec<GroupTick>,
 }
 
 fn is_zero(v: &u64) -> bool {
     *v == 0
+}
+
+/// One group's share of an interval, in brief: what the live table, the TUI and the dashboard
+/// show per group (the run's full figures stay in the interval itself).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct GroupTick {
+    /// The group's name.
+    pub name: String,
+    /// Messages sent.
+    pub sent: u64,
+    /// Messages received.
+    pub received: u64,
+    /// Errors of any kind.
+    pub errors: u64,
+    /// Connections opened (connection workloads).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub connects: u64,
+    /// Connections open at the end of the window (connection workloads).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub held: Option<u64>,
+    /// End-to-end latency p50 and p99 of the window, ns (absent without deliveries).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub e2e_p50_ns: Option<u64>,
+    /// See `e2e_p50_ns`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub e2e_p99_ns: Option<u64>,
+}
+
+impl GroupTick {
+    /// Group `name`'s share, from its own interval.
+    pub fn of(name: &str, iv: &IntervalStats) -> GroupTick {
+        let e2e = &iv.histograms.e2e;
+        let q = |p: f64| (!e2e.is_empty()).then(|| e2e.value_at_quantile(p));
+        GroupTick {
+            name: name.to_string(),
+            sent: iv.counters.sent,
+            received: iv.counters.received,
+            errors: iv.counters.errors.total(),
+            connects: iv.counters.connects,
+            held: iv.gauges.map(|g| g.held),
+            e2e_p50_ns: q(0.5),
+            e2e_p99_ns: q(0.99),
+        }
+    }
+
+    /// Adds another share of the same group (counts summed, percentiles the larger: an upper
+    /// bound, as summaries cannot be merged exactly).
+    pub fn merge(&mut self, o: &GroupTick) {
+        self.sent += o.sent;
+        self.received += o.received;
+        self.errors += o.errors;
+        self.connects += o.connects;
+        self.held = match (self.held, o.held) {
+            (Some(a), Some(b)) => Some(a + b),
+            (a, b) => a.or(b),
+        };
+        self.e2e_p50_ns = self.e2e_p50_ns.max(o.e2e_p50_ns);
+        self.e2e_p99_ns = self.e2e_p99_ns.max(o.e2e_p99_ns);
+    }
 }
 
 /// Levels (not sums) sampled once per interval.
@@ -86,6 +150,35 @@ pub struct ConnectionSummary {
     /// The reconnect storm, if the plan asked for one (`[connections] reconnect_at`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reconnect: Option<ReconnectSummary>,
+    /// Churn, if the plan asked for it (`[connections] churn`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub churn: Option<ChurnSummary>,
+    /// Periodic publishes (`publish_interval`) whose time came while their connection was
+    /// down after a storm's or churn's drop: the messages an outage cost. They are not made
+    /// up later.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub publishes_missed: u64,
+}
+
+/// Churn: held connections dropped one at a time at a steady rate and opened again at once,
+/// as a fleet of devices on flaky networks does all day.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ChurnSummary {
+    /// Drops asked for per second.
+    pub rate: f64,
+    /// When the first drop was made, seconds since the start of the run (the ramp's end).
+    pub from_s: f64,
+    /// Connections dropped (each then opened again).
+    pub dropped: u64,
+    /// Of those, how many were open again.
+    pub back: u64,
+    /// Of those, how many failed to open again (and stayed closed).
+    pub failed: u64,
+    /// Drops that were due when no connection was held to take them.
+    pub skipped: u64,
+    /// Each reconnection's latency, from the drop to the new connection ready, nanoseconds.
+    pub latency: crate::LatencySummary,
 }
 
 /// A reconnect storm: every held connection dropped at one instant and opened again at once,
@@ -324,6 +417,7 @@ impl Aggregator {
             stages: p.stages,
             host: None,
             loop_lag_ns: p.loop_lag_ns,
+            groups: Vec::new(),
         }
     }
 

@@ -38,7 +38,8 @@ pub mod tcp;
 pub mod tick;
 
 pub use aggregate::{
-    Aggregator, ConnectionSummary, Gauges, IntervalStats, PhaseTotals, ReconnectSummary,
+    Aggregator, ChurnSummary, ConnectionSummary, Gauges, GroupTick, IntervalStats, PhaseTotals,
+    ReconnectSummary,
 };
 pub use backlog::BacklogSummary;
 pub use counters::{ConnectFailure, ConnectFailures, Counters, ErrorKind};

@@ -457,6 +457,20 @@ fn connections_block(s: &mut String, r: &RunReport, cs: &msgbench_metrics::Conne
                 rc.dropped, rc.at_s, rc.back, rc.failed, settled
             );
         }
+        if let Some(c) = &cs.churn {
+            let _ = writeln!(
+                s,
+                "<tr><th>churn</th><td>{} dropped at {}/s from {:.1}s: {} back, {} failed, {} skipped (none held)</td></tr>",
+                c.dropped, c.rate, c.from_s, c.back, c.failed, c.skipped
+            );
+        }
+        if cs.publishes_missed > 0 {
+            let _ = writeln!(
+                s,
+                "<tr><th>missed publishes</th><td>{} (due while their connection was down after a drop)</td></tr>",
+                cs.publishes_missed
+            );
+        }
     }
     let _ = writeln!(
         s,
@@ -464,10 +478,14 @@ fn connections_block(s: &mut String, r: &RunReport, cs: &msgbench_metrics::Conne
         cs.fd_limit,
         crate::text::beyond_fd_limit(cs)
     );
-    match &cs.reconnect {
-        Some(rc) => latency_table(s, &[("connect", &connect), ("reconnect", &rc.latency)]),
-        None => latency_table(s, &[("connect", &connect)]),
+    let mut rows = vec![("connect", &connect)];
+    if let Some(rc) = &cs.reconnect {
+        rows.push(("reconnect", &rc.latency));
     }
+    if let Some(c) = &cs.churn {
+        rows.push(("churn reconnect", &c.latency));
+    }
+    latency_table(s, &rows);
 }
 
 fn summary(s: &mut String, r: &RunReport) {

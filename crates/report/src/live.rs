@@ -1,7 +1,7 @@
 //! The live per-second table msgbench prints on stderr while it runs (one line per interval,
 //! like OpenMAMA's consumer, with exact percentiles and integrity counts).
 
-use msgbench_metrics::{IntervalStats, LatencySummary};
+use msgbench_metrics::{GroupTick, IntervalStats, LatencySummary};
 
 /// The column header, printed once.
 pub fn header() -> String {
@@ -127,4 +127,61 @@ pub fn conn_line(iv: &IntervalStats) -> String {
         g.rss_bytes as f64 / 1048576.0,
         iv.cpu_s / d * 100.0,
     )
+}
+
+/// Runs with groups: one row per group under the run's line, with what that group did in the
+/// window (`d` seconds long): messages, end-to-end latency, connections, errors.
+pub fn group_line(g: &GroupTick, d: f64) -> String {
+    let d = d.max(1e-9);
+    let mut out = format!(
+        "{:>7} {:<14} sent/s {:>9.0}  recv/s {:>9.0}",
+        "",
+        format!("[{}]", g.name),
+        g.sent as f64 / d,
+        g.received as f64 / d
+    );
+    if let (Some(p50), Some(p99)) = (g.e2e_p50_ns, g.e2e_p99_ns) {
+        out.push_str(&format!("  e2e p50 {} p99 {}", latency(p50), latency(p99)));
+    }
+    if let Some(held) = g.held {
+        out.push_str(&format!(
+            "  held {held}  conn/s {:.0}",
+            g.connects as f64 / d
+        ));
+    }
+    if g.errors > 0 {
+        out.push_str(&format!("  errors {}", g.errors));
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_group_row_shows_what_the_group_has() {
+        let msgs = GroupTick {
+            name: "gateways".into(),
+            sent: 2000,
+            received: 1000,
+            e2e_p50_ns: Some(1_500_000),
+            e2e_p99_ns: Some(3_000_000),
+            ..GroupTick::default()
+        };
+        let row = group_line(&msgs, 1.0);
+        assert!(row.contains("[gateways]"), "{row}");
+        assert!(row.contains("sent/s      2000  recv/s      1000"), "{row}");
+        assert!(row.contains("e2e p50 1.50ms p99 3.00ms"), "{row}");
+        assert!(!row.contains("held") && !row.contains("errors"), "{row}");
+        let conns = GroupTick {
+            name: "devices".into(),
+            connects: 500,
+            held: Some(10_000),
+            errors: 3,
+            ..GroupTick::default()
+        };
+        let row = group_line(&conns, 0.5);
+        assert!(row.contains("held 10000  conn/s 1000  errors 3"), "{row}");
+    }
 }

@@ -518,6 +518,12 @@ pub fn merge_intervals(into: &mut Option<IntervalStats>, iv: IntervalStats, one_
             None => m.stages.push(s.clone()),
         }
     }
+    for g in iv.groups {
+        match m.groups.iter_mut().find(|x| x.name == g.name) {
+            Some(x) => x.merge(&g),
+            None => m.groups.push(g),
+        }
+    }
 }
 
 fn merged_begin(readers: &[Reader]) -> Begin {
@@ -695,6 +701,19 @@ pub fn merge_ends(ends: &[(String, &End)], mut warnings: Vec<String>, one_proces
                 (Some(x), Some(y)) => Some(merge_reconnects(x, y)),
                 (x, y) => x.or(y),
             };
+            a.churn = match (a.churn.take(), b.churn) {
+                (Some(x), Some(y)) => Some(msgbench_metrics::ChurnSummary {
+                    rate: x.rate + y.rate,
+                    from_s: x.from_s.min(y.from_s),
+                    dropped: x.dropped + y.dropped,
+                    back: x.back + y.back,
+                    failed: x.failed + y.failed,
+                    skipped: x.skipped + y.skipped,
+                    latency: merge_latency_summaries(&x.latency, &y.latency),
+                }),
+                (x, y) => x.or(y),
+            };
+            a.publishes_missed += b.publishes_missed;
             a
         })
         .map(|mut a| {
@@ -763,15 +782,26 @@ pub fn clock_warnings(
 }
 
 /// Two segments' reconnect storms as one: counts added, the earliest drop, the latest
-/// settling. Percentiles cannot be merged from summaries: each is the larger of the two (an
-/// upper bound of the merged one), the mean weighted by count.
+/// settling, the latencies as [`merge_latency_summaries`] does.
 fn merge_reconnects(
     a: msgbench_metrics::ReconnectSummary,
     b: msgbench_metrics::ReconnectSummary,
 ) -> msgbench_metrics::ReconnectSummary {
-    let (x, y) = (a.latency, b.latency);
+    msgbench_metrics::ReconnectSummary {
+        at_s: a.at_s.min(b.at_s),
+        dropped: a.dropped + b.dropped,
+        back: a.back + b.back,
+        failed: a.failed + b.failed,
+        settled_s: a.settled_s.zip(b.settled_s).map(|(p, q)| p.max(q)),
+        latency: merge_latency_summaries(&a.latency, &b.latency),
+    }
+}
+
+/// Two latency summaries as one. Percentiles cannot be merged from summaries: each is the
+/// larger of the two (an upper bound of the merged one), the mean weighted by count.
+fn merge_latency_summaries(x: &LatencySummary, y: &LatencySummary) -> LatencySummary {
     let count = x.count + y.count;
-    let latency = LatencySummary {
+    LatencySummary {
         count,
         min: match (x.count, y.count) {
             (0, _) => y.min,
@@ -789,13 +819,5 @@ fn merge_reconnects(
         p999: x.p999.max(y.p999),
         p9999: x.p9999.max(y.p9999),
         max: x.max.max(y.max),
-    };
-    msgbench_metrics::ReconnectSummary {
-        at_s: a.at_s.min(b.at_s),
-        dropped: a.dropped + b.dropped,
-        back: a.back + b.back,
-        failed: a.failed + b.failed,
-        settled_s: a.settled_s.zip(b.settled_s).map(|(p, q)| p.max(q)),
-        latency,
     }
 }

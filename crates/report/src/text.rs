@@ -425,7 +425,11 @@ fn connections_block(
         out,
         "  opened    {:>10}{}   {:.1} connections/s over {:.2}s",
         all.connects,
-        cs.requested.map(|n| format!(" of {n}")).unwrap_or_default(),
+        match (cs.mode.as_str(), cs.requested) {
+            ("journey", Some(n)) => format!(" by {n} virtual users"),
+            (_, Some(n)) => format!(" of {n}"),
+            (_, None) => String::new(),
+        },
         cs.connections_per_s,
         cs.ramp_s
     )?;
@@ -476,6 +480,30 @@ fn connections_block(
                     ms(rc.latency.max)
                 )?;
             }
+        }
+        if let Some(c) = &cs.churn {
+            writeln!(
+                out,
+                "  churn     {:>10} dropped at {}/s from {:.1}s: {} back, {} failed, {} skipped (none held)",
+                c.dropped, c.rate, c.from_s, c.back, c.failed, c.skipped
+            )?;
+            if c.latency.count > 0 {
+                let ms = |ns: u64| ns as f64 / 1e6;
+                writeln!(
+                    out,
+                    "            reconnect latency p50 {:.2} ms  p99 {:.2} ms  max {:.2} ms",
+                    ms(c.latency.p50),
+                    ms(c.latency.p99),
+                    ms(c.latency.max)
+                )?;
+            }
+        }
+        if cs.publishes_missed > 0 {
+            writeln!(
+                out,
+                "  missed    {:>10} periodic publishes due while their connection was down",
+                cs.publishes_missed
+            )?;
         }
     } else {
         writeln!(out, "  closed    {:>10}", all.closes)?;

@@ -52,6 +52,7 @@ fn interval(index: u64, sent: u64, received: u64, e2e_us: u64) -> IntervalStats 
         stages: Vec::new(),
         host: None,
         loop_lag_ns: 0,
+        groups: Vec::new(),
     }
 }
 

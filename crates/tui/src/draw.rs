@@ -48,10 +48,16 @@ pub fn draw(frame: &mut Frame, live: &LiveState, ui: &UiState) {
     }
     let st = ui.shown(live);
     let events_h = (st.events.len() as u16).clamp(1, 6) + 2;
-    let [header, charts, panels, events, help] = Layout::vertical([
+    // Runs with groups: a row per group (at most 8 shown), under the panels.
+    let groups_h = match st.groups.len() {
+        0 => 0,
+        n => n.min(8) as u16 + 3,
+    };
+    let [header, charts, panels, groups, events, help] = Layout::vertical([
         Constraint::Length(4),
         Constraint::Min(8),
         Constraint::Length(8),
+        Constraint::Length(groups_h),
         Constraint::Length(events_h),
         Constraint::Length(1),
     ])
@@ -66,6 +72,9 @@ pub fn draw(frame: &mut Frame, live: &LiveState, ui: &UiState) {
     draw_errors(frame, b, st);
     draw_generator(frame, c, st);
     draw_connections(frame, d, st);
+    if groups_h > 0 {
+        draw_groups(frame, groups, st);
+    }
     draw_events(frame, events, st);
     draw_help(frame, help, ui);
 }
@@ -645,6 +654,39 @@ fn draw_connections(frame: &mut Frame, area: Rect, st: &LiveState) {
         ));
     }
     frame.render_widget(Paragraph::new(lines).block(block(title)), area);
+}
+
+/// One row per group: its last window's rates and latency, its connections, its totals.
+fn draw_groups(frame: &mut Frame, area: Rect, st: &LiveState) {
+    let w = area.width.saturating_sub(2) as usize;
+    let head = format!(
+        "{:<16} {:>10} {:>10} {:>9} {:>9} {:>8} {:>12} {:>12} {:>7}",
+        "group", "sent/s", "recv/s", "e2e p50", "e2e p99", "held", "sent", "received", "errors"
+    );
+    let mut lines = vec![Line::styled(format::fit(&head, w), BOLD)];
+    for r in st.groups.iter().take(8) {
+        let g = &r.last;
+        let d = r.dur_s.max(1e-9);
+        let lat = |v: Option<u64>| v.map_or("-".to_string(), format::latency);
+        let text = format!(
+            "{:<16} {:>10.0} {:>10.0} {:>9} {:>9} {:>8} {:>12} {:>12} {:>7}",
+            format::fit(&g.name, 16),
+            g.sent as f64 / d,
+            g.received as f64 / d,
+            lat(g.e2e_p50_ns),
+            lat(g.e2e_p99_ns),
+            g.held.map_or("-".to_string(), |h| h.to_string()),
+            r.sent,
+            r.received,
+            r.errors
+        );
+        lines.push(Line::styled(format::fit(&text, w), alarm(r.errors)));
+    }
+    let title = format!(" Groups ({}) ", st.groups.len());
+    frame.render_widget(
+        Paragraph::new(lines).block(block(Line::styled(title, BOLD))),
+        area,
+    );
 }
 
 fn draw_events(frame: &mut Frame, area: Rect, st: &LiveState) {

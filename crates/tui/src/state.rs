@@ -5,7 +5,7 @@
 use crate::plan::{PlanInfo, RunProgress};
 use msgbench_metrics::EventKind;
 use msgbench_metrics::aggregate::Integrity;
-use msgbench_metrics::{Counters, Histogram, IntervalStats, Phase, StageCounts};
+use msgbench_metrics::{Counters, GroupTick, Histogram, IntervalStats, Phase, StageCounts};
 use msgbench_report::{EventRecord, Record};
 use std::collections::VecDeque;
 
@@ -173,6 +173,44 @@ pub struct LiveState {
     pub end: Option<EndInfo>,
     /// Records the view could not take in time (its queue was full); shown, never hidden.
     pub skipped_records: u64,
+    /// Runs with groups: each group's last window and its totals, in the run's order.
+    pub groups: Vec<GroupRow>,
+}
+
+/// One group of a run with `[[groups]]`, as its panel row shows it.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct GroupRow {
+    /// The group's last window.
+    pub last: GroupTick,
+    /// That window's length, s.
+    pub dur_s: f64,
+    /// Messages sent, received and errors over every window seen.
+    pub sent: u64,
+    /// See `sent`.
+    pub received: u64,
+    /// See `sent`.
+    pub errors: u64,
+}
+
+impl LiveState {
+    /// Folds an interval's per-group shares into the group rows.
+    fn apply_groups(&mut self, iv: &IntervalStats) {
+        for g in &iv.groups {
+            let at = match self.groups.iter().position(|r| r.last.name == g.name) {
+                Some(i) => i,
+                None => {
+                    self.groups.push(GroupRow::default());
+                    self.groups.len() - 1
+                }
+            };
+            let row = &mut self.groups[at];
+            row.sent += g.sent;
+            row.received += g.received;
+            row.errors += g.errors;
+            row.last = g.clone();
+            row.dur_s = iv.duration_s();
+        }
+    }
 }
 
 impl LiveState {
@@ -192,6 +230,7 @@ impl LiveState {
                 }
                 self.ticks.push_back(Tick::of(iv));
                 self.totals.merge(&iv.counters);
+                self.apply_groups(iv);
                 for (i, s) in iv.stages.iter().enumerate() {
                     if self.stage_totals.len() <= i {
                         self.stage_totals.resize(i + 1, StageCounts::default());

@@ -117,6 +117,7 @@ fn interval(t: Tick, tweak: impl FnOnce(&mut IntervalStats)) -> Record {
         stages: Vec::new(),
         host: None,
         loop_lag_ns: 0,
+        groups: Vec::new(),
     };
     tweak(&mut iv);
     Record::Interval(iv)
@@ -467,5 +468,70 @@ fn memory_stays_bounded_on_long_runs() {
     assert!(
         text.contains("1524s"),
         "the chart shows the latest ticks: {text}"
+    );
+}
+
+/// A run with groups: the groups panel has a row per group with its last window's rates and
+/// latency, its held connections and its totals (a snapshot, and the figures that matter).
+#[test]
+fn groups_run_shows_a_row_per_group() {
+    use msgbench_metrics::GroupTick;
+    let mut r = vec![begin(pubsub_plan(json!({"duration": "30s"})))];
+    for i in 0..3u64 {
+        r.push(interval(
+            Tick {
+                index: i,
+                phase: Phase::Measure,
+                start_s: i as f64,
+                end_s: i as f64 + 1.0,
+                sent: 2_100,
+                received: 2_000,
+                e2e_ns: 400_000,
+            },
+            |iv| {
+                iv.groups = vec![
+                    GroupTick {
+                        name: "gateways".into(),
+                        sent: 2_000,
+                        received: 2_000,
+                        e2e_p50_ns: Some(400_000),
+                        e2e_p99_ns: Some(1_200_000),
+                        ..GroupTick::default()
+                    },
+                    GroupTick {
+                        name: "devices".into(),
+                        sent: 100,
+                        connects: 50,
+                        held: Some(1_000 + 50 * i),
+                        errors: u64::from(i == 2),
+                        ..GroupTick::default()
+                    },
+                ];
+            },
+        ));
+    }
+    let live = state_of(&r);
+    let text = render_text(&live, &UiState::new(), W, 44);
+    snapshot("groups.txt", &text);
+    assert!(text.contains(" Groups (2) "), "{text}");
+    let row = |name: &str| {
+        text.lines()
+            .find(|l| l.contains(name) && l.contains('│'))
+            .unwrap_or_else(|| panic!("no row for {name}:\n{text}"))
+            .to_string()
+    };
+    let gw = row("gateways");
+    assert!(
+        gw.contains("2000") && gw.contains("1.20ms") && gw.contains("6000"),
+        "{gw}"
+    );
+    let dev = row("devices");
+    assert!(
+        dev.contains(" 1100 ") && dev.contains(" 300 "),
+        "held 1100, 300 sent: {dev}"
+    );
+    assert!(
+        dev.trim_end_matches('│').trim_end().ends_with('1'),
+        "1 error: {dev}"
     );
 }

@@ -36,10 +36,11 @@
 //! ca_file = "ca.pem"        # verification is on unless insecure = true
 //!
 //! [connections]             # connection-scale workloads instead of pub/sub
-//! mode = "hold"             # or "storm"
+//! mode = "hold"             # or "storm", or "journey" (see [`journey`])
 //! count = 100000
 //! rate = 5000               # connects per second
 //! hold = "60s"
+//! churn = 50                # drops per second, each reopened at once (or reconnect_at = "30s")
 //! source_addrs = "127.0.0.1-127.0.0.8"
 //! ```
 //!
@@ -51,6 +52,7 @@
 pub mod colocated;
 pub mod driver_options;
 pub mod groups;
+pub mod journey;
 pub mod plan;
 mod redaction;
 pub mod segment;
@@ -232,6 +234,8 @@ pub enum ConnectionMode {
     Hold,
     /// Connect, handshake, optionally send, close, repeat, `concurrency` at a time.
     Storm,
+    /// `count` virtual users started at `rate`, each running the `journey`'s steps.
+    Journey,
 }
 
 /// How connection attempts are spread at the connect rate.
@@ -249,7 +253,7 @@ pub enum Arrival {
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct ConnectionsSection {
-    /// Hold or storm.
+    /// Hold, storm or journey.
     pub mode: Option<ConnectionMode>,
     /// Connections to open (hold) or connect cycles to run (storm; else `phases.duration`).
     pub count: Option<u64>,
@@ -268,6 +272,13 @@ pub struct ConnectionsSection {
     /// Hold mode: a reconnect storm at this time from the start of the measure phase (every
     /// held connection dropped and opened again at once).
     pub reconnect_at: Option<String>,
+    /// Hold mode: held connections dropped per second, one at a time, each opened again at
+    /// once (churn: devices on flaky networks).
+    pub churn: Option<f64>,
+    /// Journey mode: the steps each virtual user runs ([`journey`]).
+    pub journey: Option<Vec<journey::Step>>,
+    /// Journey mode: passes through the journey per user (default 1; 0 = until the end).
+    pub repeat: Option<u32>,
     /// How attempts are spread at `rate`: `constant` (default) or `poisson`.
     pub arrival: Option<Arrival>,
 }
@@ -640,6 +651,9 @@ fn overlay_settings(
         publish_interval,
         source_addrs,
         reconnect_at,
+        churn,
+        journey,
+        repeat,
         arrival,
     } = connections;
     pick(&mut base.output.tick, tick);
@@ -670,6 +684,9 @@ fn overlay_settings(
     pick(&mut base.connections.publish_interval, publish_interval);
     pick(&mut base.connections.source_addrs, source_addrs);
     pick(&mut base.connections.reconnect_at, reconnect_at);
+    pick(&mut base.connections.churn, churn);
+    pick(&mut base.connections.journey, journey);
+    pick(&mut base.connections.repeat, repeat);
     pick(&mut base.connections.arrival, arrival);
 }
 

@@ -142,6 +142,16 @@ pub struct ConnectionPlan {
         with = "crate::units::serde_opt_duration"
     )]
     pub reconnect_at: Option<Duration>,
+    /// Hold: held connections dropped per second from the ramp's end, one at a time (the next
+    /// held one round the fleet), each opened again at once.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub churn: Option<f64>,
+    /// Journey: the steps each virtual user runs.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub journey: Vec<super::journey::Step>,
+    /// Journey: passes per user (0: until the measure phase ends).
+    #[serde(default = "one", skip_serializing_if = "is_one")]
+    pub repeat: u32,
     /// How attempts are spread at `rate`.
     #[serde(default, skip_serializing_if = "is_constant")]
     pub arrival: super::Arrival,
@@ -928,6 +938,38 @@ fn resolve_connections(s: &Scenario) -> Result<(Option<ConnectionPlan>, ClientRa
             "hold mode needs the number of connections (--connections N)",
         ));
     }
+    let repeat = c.repeat.unwrap_or(1);
+    let journey = match (&c.journey, mode) {
+        (Some(steps), ConnectionMode::Journey) => {
+            if count.is_none() {
+                return Err(err(
+                    "connections.count",
+                    "journey mode needs the number of virtual users (count = N)",
+                ));
+            }
+            super::journey::check(steps, repeat).map_err(|m| err("connections.journey", m))?;
+            steps.clone()
+        }
+        (None, ConnectionMode::Journey) => {
+            return Err(err(
+                "connections.journey",
+                "journey mode needs the steps (journey = [\"connect\", \"publish 10\", \"disconnect\"])",
+            ));
+        }
+        (Some(_), _) => {
+            return Err(err(
+                "connections.journey",
+                "steps are for journey mode (mode = \"journey\")",
+            ));
+        }
+        (None, _) => Vec::new(),
+    };
+    if c.repeat.is_some() && mode != ConnectionMode::Journey {
+        return Err(err(
+            "connections.repeat",
+            "repeat is for journey mode (mode = \"journey\")",
+        ));
+    }
     // More attempts at once than a server's listen backlog (often ~100) only measures SYN
     // retransmission (1 s): 64 keeps the default honest; raise it to test exactly that.
     let concurrency = c.concurrency.unwrap_or(64);
@@ -954,6 +996,22 @@ fn resolve_connections(s: &Scenario) -> Result<(Option<ConnectionPlan>, ClientRa
         }
         Some(v) => Some(parse_duration(v).map_err(|m| err("connections.reconnect_at", m))?),
     };
+    let churn = match c.churn {
+        None => None,
+        Some(_) if mode != ConnectionMode::Hold => {
+            return Err(err(
+                "connections.churn",
+                "churn drops held connections: it needs hold mode (--connections N)",
+            ));
+        }
+        Some(r) if !(r.is_finite() && r > 0.0) => {
+            return Err(err(
+                "connections.churn",
+                "must be a positive number of drops per second",
+            ));
+        }
+        Some(r) => Some(r),
+    };
     let arrival = c.arrival.unwrap_or_default();
     if arrival == super::Arrival::Poisson && rate.is_none() {
         return Err(err(
@@ -972,6 +1030,9 @@ fn resolve_connections(s: &Scenario) -> Result<(Option<ConnectionPlan>, ClientRa
             publish_interval,
             source_addrs,
             reconnect_at,
+            churn,
+            journey,
+            repeat,
             arrival,
         }),
         ClientRamp::default(),

@@ -48,6 +48,7 @@ pub fn interval(i: u64, sent: u64, latency_us: u64) -> Record {
         stages: Vec::new(),
         host: None,
         loop_lag_ns: 0,
+        groups: Vec::new(),
     })
 }
 

@@ -14,7 +14,8 @@
 //! [`Levels`]' atomics, so nothing per connection is shared or locked.
 
 use super::arrival::ArrivalSchedule;
-use super::reconnect::ReconnectStorm;
+use super::journey::{JourneyTask, run_journey};
+use super::reconnect::{Churn, DropCause, ReconnectStorm};
 use super::{
     Attempt, HoldTask, Levels, flush_tick, hard_fd_limit, hold, preflight_fds, preflight_ports,
     rss_bytes, storm_cycle,
@@ -48,6 +49,10 @@ pub(super) struct ConnectionRun<'p, D: Driver> {
     /// client ids never collide.
     id_of: Box<dyn Fn(u64) -> u64 + Send>,
     hold_mode: bool,
+    /// Journey mode: attempts are virtual users, answered when their journey is done.
+    journey_mode: bool,
+    /// The journey's steps, shared by every user.
+    steps: Arc<[crate::scenario::journey::Step]>,
     /// Connections held in io_uring tables, past the open-file limit.
     fd_free: bool,
     fd_limit: u64,
@@ -67,6 +72,8 @@ pub(super) struct ConnectionRun<'p, D: Driver> {
     reconnect: Option<ReconnectStorm>,
     /// Its settling was told.
     reconnect_told: bool,
+    /// Churn the plan asks for.
+    churn: Option<Churn>,
     payload: Arc<[u8]>,
     topic: String,
     phase: Phase,
@@ -119,7 +126,16 @@ impl<'p, D: Driver> ConnectionRun<'p, D> {
             None => (cp.clone(), Box::new(|k| k)),
         };
         let hold_mode = cp.mode == ConnectionMode::Hold;
-        let (fd_limit, fd_free, notes) = descriptors(&*driver, &cp, hold_mode)?;
+        let journey_mode = cp.mode == ConnectionMode::Journey;
+        if journey_mode && cp.repeat == 0 && !matches!(plan.measure, Measure::Duration(_)) {
+            return Err(RunError::Unsupported(
+                "journeys repeated until the end need a measure duration (--duration), not a \
+                 message count"
+                    .into(),
+            ));
+        }
+        // Journeys hold sessions as a hold does: every user may be connected at once.
+        let (fd_limit, fd_free, notes) = descriptors(&*driver, &cp, hold_mode || journey_mode)?;
         let tick_ns = plan.tick.as_nanos() as u64;
         let (t0, late) = match start {
             Some(t0) => (t0, None),
@@ -139,6 +155,8 @@ impl<'p, D: Driver> ConnectionRun<'p, D> {
             (ConnectionMode::Storm, Measure::Duration(d)) if cp.count.is_none() => {
                 Some(t0 + d.as_nanos() as u64)
             }
+            // Journeys end when every user is done, at the latest when the time is up.
+            (ConnectionMode::Journey, Measure::Duration(d)) => Some(t0 + d.as_nanos() as u64),
             _ => None,
         };
         // Storm: `count` cycles, or `--messages N` cycles, or the measure duration.
@@ -148,6 +166,11 @@ impl<'p, D: Driver> ConnectionRun<'p, D> {
             (None, _) => u64::MAX,
         };
         let reconnect_at = cp.reconnect_at;
+        let steps = cp.journey.clone().into();
+        let churn = cp
+            .churn
+            .filter(|_| hold_mode)
+            .map(|r| Churn::new(r, cp.arrival, cp.count.unwrap_or(0), u64::from(plan.run_id)));
         Ok(ConnectionRun {
             driver,
             plan,
@@ -155,6 +178,8 @@ impl<'p, D: Driver> ConnectionRun<'p, D> {
             cp,
             id_of,
             hold_mode,
+            journey_mode,
+            steps,
             fd_free,
             fd_limit,
             t0,
@@ -170,6 +195,7 @@ impl<'p, D: Driver> ConnectionRun<'p, D> {
             close: watch::channel(false).0,
             reconnect: reconnect_at.map(ReconnectStorm::new),
             reconnect_told: false,
+            churn,
             payload: vec![0x6d; plan.size.max() as usize].into(),
             topic: plan.topics[0].clone(),
             phase: Phase::Measure,
@@ -253,7 +279,7 @@ impl<'p, D: Driver> ConnectionRun<'p, D> {
     fn launch(&mut self, now: u64) {
         let mut n = 0;
         while self.launched < self.limit
-            && self.launched - self.answered < self.cp.concurrency as u64
+            && self.launched - self.answered < self.in_flight_cap()
             && self.measure_end.is_none_or(|e| now < e)
             && n < 1024
             && self.due(self.launched) <= now
@@ -265,7 +291,17 @@ impl<'p, D: Driver> ConnectionRun<'p, D> {
         }
     }
 
-    /// Spawns the next attempt: a connection to hold, or one storm cycle.
+    /// Attempts in flight at once: `concurrency`; journeys' users are not attempts in flight
+    /// (they live for the run), only their rate paces them.
+    fn in_flight_cap(&self) -> u64 {
+        if self.journey_mode {
+            u64::MAX
+        } else {
+            self.cp.concurrency as u64
+        }
+    }
+
+    /// Spawns the next attempt: a connection to hold, one storm cycle or a virtual user.
     fn spawn_attempt(&self) {
         let k = self.launched;
         let spec = SessionSpec {
@@ -278,7 +314,19 @@ impl<'p, D: Driver> ConnectionRun<'p, D> {
         let d = self.driver.clone();
         let tx = self.attempts_tx.clone();
         let timeout = self.plan.connect_timeout;
-        if self.hold_mode {
+        if self.journey_mode {
+            let task = JourneyTask {
+                levels: self.levels.clone(),
+                close: self.close.subscribe(),
+                steps: self.steps.clone(),
+                repeat: self.cp.repeat,
+                payload: self.payload.clone(),
+                rng: crate::rng::Rng::new(
+                    (self.id_of)(k) ^ (u64::from(self.plan.run_id) << 32) ^ 0x5EED,
+                ),
+            };
+            tokio::spawn(run_journey(d, spec, timeout, tx, task));
+        } else if self.hold_mode {
             let task = HoldTask {
                 levels: self.levels.clone(),
                 close: self.close.subscribe(),
@@ -286,9 +334,11 @@ impl<'p, D: Driver> ConnectionRun<'p, D> {
                     Some(r) => r.tx.subscribe(),
                     None => watch::channel(None).1,
                 },
+                churn: self.churn.as_ref().map(|c| (c.slots.clone(), k as usize)),
                 payload: self.payload.clone(),
                 messages: self.cp.messages,
                 publish_interval: self.cp.publish_interval,
+                next: None,
                 id: (self.id_of)(k),
             };
             tokio::spawn(hold(d, spec, timeout, tx, task));
@@ -330,6 +380,21 @@ impl<'p, D: Driver> ConnectionRun<'p, D> {
             self.hold_end = Some(now + self.cp.hold.as_nanos() as u64);
         }
         self.reconnect_step(now, observer);
+        if self.ramp_end.is_some()
+            && !self.interrupted
+            && let Some(c) = self.churn.as_mut()
+        {
+            let first = c.next_due() == u64::MAX;
+            c.step(now);
+            if first {
+                let what = format!(
+                    "churn: dropping {} held connections per second, one at a time, each \
+                     reopened at once",
+                    self.cp.churn.unwrap_or(0.0)
+                );
+                observer.event(&run_event(self.t0, EventKind::Warning, what, now));
+            }
+        }
         let over = if self.hold_mode {
             self.hold_end.is_some_and(|e| now >= e) || self.interrupted
         } else {
@@ -386,6 +451,9 @@ impl<'p, D: Driver> ConnectionRun<'p, D> {
             self.ramp_end = Some(now);
         }
         self.close.send_replace(true);
+        if let Some(c) = &self.churn {
+            observer.event(&run_event(self.t0, EventKind::Connected, c.note(), now));
+        }
         let held = self.levels.held.load(Relaxed);
         let closing = Duration::from_secs_f64(held as f64 / 10_000.0);
         let grace = if self.interrupted {
@@ -424,7 +492,9 @@ impl<'p, D: Driver> ConnectionRun<'p, D> {
             return false;
         };
         let open = self.levels.held.load(Relaxed);
-        let unanswered = self.launched - self.answered;
+        // Reopenings after a churn drop are answered too, so churn's account is whole.
+        let unanswered =
+            self.launched - self.answered + self.churn.as_ref().map_or(0, |c| c.pending());
         if (open == 0 && unanswered == 0) || now >= deadline || shutdown.requests() >= 2 {
             if open > 0 || unanswered > 0 {
                 self.drain_short = true;
@@ -440,20 +510,24 @@ impl<'p, D: Driver> ConnectionRun<'p, D> {
     /// The next instant to look again without being woken: a tick, the next attempt due, the
     /// hold's or the storm's end, the drain's next look.
     fn next_wake(&self, now: u64, launching: bool) -> u64 {
-        let next_attempt =
-            if launching && self.launched - self.answered < self.cp.concurrency as u64 {
-                self.due(self.launched)
-            } else {
-                u64::MAX
-            };
+        let next_attempt = if launching && self.launched - self.answered < self.in_flight_cap() {
+            self.due(self.launched)
+        } else {
+            u64::MAX
+        };
         let draining = self.drain_deadline.map_or(u64::MAX, |_| now + 5_000_000);
         let storm = match &self.reconnect {
             Some(r) if self.ramp_end.is_some() => r.next_look(self.t0),
             _ => u64::MAX,
         };
+        let churn = match &self.churn {
+            Some(c) if self.phase == Phase::Measure => c.next_due(),
+            _ => u64::MAX,
+        };
         self.next_tick
             .min(next_attempt)
             .min(storm)
+            .min(churn)
             .min(self.hold_end.unwrap_or(u64::MAX))
             .min(self.measure_end.unwrap_or(u64::MAX))
             .min(draining)
@@ -466,28 +540,40 @@ impl<'p, D: Driver> ConnectionRun<'p, D> {
         let mut a = Some(first);
         while let Some(x) = a.take().or_else(|| self.attempts.try_recv().ok()) {
             match x {
+                // A journey's users connect many times: they are answered once, when done.
                 Attempt::Opened { latency_ns } => {
-                    self.answered += 1;
+                    self.answered += u64::from(!self.journey_mode);
                     self.opened += 1;
                     self.rec.record_connect(latency_ns);
                 }
+                Attempt::JourneyDone => self.answered += 1,
                 Attempt::Failed { cause, detail } => {
-                    self.answered += 1;
+                    self.answered += u64::from(!self.journey_mode);
                     self.rec.record_connect_failure(cause);
                     self.report_failure(cause, &detail, "connection failed", observer);
                 }
                 // Reconnections are not attempts of the ramp (`answered` counts those).
-                Attempt::Reopened { latency_ns } => {
-                    if let Some(r) = self.reconnect.as_mut() {
-                        r.answer(Some(latency_ns));
-                    }
-                }
-                Attempt::ReopenFailed { cause, detail } => {
+                Attempt::Reopened { latency_ns, by } => self.reopened(by, Some(latency_ns)),
+                Attempt::ReopenFailed { cause, detail, by } => {
                     self.rec.record_connect_failure(cause);
-                    if let Some(r) = self.reconnect.as_mut() {
-                        r.answer(None);
-                    }
+                    self.reopened(by, None);
                     self.report_failure(cause, &detail, "reconnection failed", observer);
+                }
+            }
+        }
+    }
+
+    /// A connection the storm or churn dropped answered: back after `latency_ns`, or failed.
+    fn reopened(&mut self, by: DropCause, latency_ns: Option<u64>) {
+        match by {
+            DropCause::Storm => {
+                if let Some(r) = self.reconnect.as_mut() {
+                    r.answer(latency_ns);
+                }
+            }
+            DropCause::Churn => {
+                if let Some(c) = self.churn.as_mut() {
+                    c.answer(latency_ns);
                 }
             }
         }
@@ -565,7 +651,12 @@ impl<'p, D: Driver> ConnectionRun<'p, D> {
         let all = self.agg.all_counters();
         let ramp_s = secs(self.t0, self.ramp_end.unwrap_or(end)).max(1e-9);
         ConnectionSummary {
-            mode: if self.hold_mode { "hold" } else { "storm" }.into(),
+            mode: match self.cp.mode {
+                ConnectionMode::Hold => "hold",
+                ConnectionMode::Storm => "storm",
+                ConnectionMode::Journey => "journey",
+            }
+            .into(),
             requested: (self.limit != u64::MAX).then_some(self.limit),
             peak_held: self.peak_held,
             ramp_s,
@@ -580,6 +671,8 @@ impl<'p, D: Driver> ConnectionRun<'p, D> {
             fd_limit: self.fd_limit,
             fd_free: self.fd_free,
             reconnect: self.reconnect.as_ref().and_then(|r| r.summary(self.t0)),
+            churn: self.churn.as_ref().and_then(|c| c.summary(self.t0)),
+            publishes_missed: self.levels.missed.load(Relaxed),
         }
     }
 
@@ -598,6 +691,18 @@ impl<'p, D: Driver> ConnectionRun<'p, D> {
                      were neither back nor failed"
                         .into(),
                 );
+            }
+        }
+        if let Some(c) = &self.churn {
+            if c.summary(self.t0).is_none() {
+                self.warnings
+                    .push("churn never started: the ramp did not end before the run did".into());
+            } else if c.pending() > 0 {
+                self.warnings.push(format!(
+                    "churn: {} dropped connections were neither back nor failed when the run \
+                     ended",
+                    c.pending()
+                ));
             }
         }
         let all = self.agg.all_counters();

@@ -7,6 +7,9 @@
 //! - **storm**: connect, handshake, send `messages`, close, repeat, `concurrency` cycles at a
 //!   time (as amqpprox's tester does), for the measure duration or `count` cycles. Reports
 //!   cycles/s and handshake latency.
+//! - **journey**: `count` virtual users started at `rate`, each running the plan's steps
+//!   (connect, publish, sleep, disconnect) `repeat` times (`journey`), for at most the measure
+//!   duration. Reports connects, connect latency, messages and sessions lost.
 //!
 //! Each connection attempt is its own task; the coordinator owns the only recorder and gets one
 //! small message per attempt, so nothing per connection is shared or locked. Held connections
@@ -17,11 +20,14 @@
 //! connection dropped at once and opened again.
 //!
 //! This file: the connections' own tasks (an attempt, a held connection, a storm cycle) and
-//! the limits checked before a run; `coordinator`: the run itself.
+//! the limits checked before a run; `journey`: a virtual user; `coordinator`: the run itself.
 
 mod arrival;
 mod coordinator;
+mod journey;
 mod reconnect;
+
+use reconnect::{ChurnSlots, DropCause};
 
 use super::{Observer, RunError, RunOutcome};
 use crate::clock::{now_ns, to_instant};
@@ -43,6 +49,8 @@ struct Levels {
     published: AtomicU64,
     published_bytes: AtomicU64,
     publish_errors: AtomicU64,
+    /// Periodic publishes whose time came while the connection was down after a drop.
+    missed: AtomicU64,
 }
 
 /// One attempt's answer.
@@ -54,15 +62,19 @@ enum Attempt {
         cause: ConnectFailure,
         detail: String,
     },
-    /// A connection dropped by the reconnect storm is open again, `latency_ns` after the drop.
+    /// A connection the storm or churn dropped is open again, `latency_ns` after the drop.
     Reopened {
         latency_ns: u64,
+        by: DropCause,
     },
-    /// A connection dropped by the reconnect storm did not open again.
+    /// A connection the storm or churn dropped did not open again.
     ReopenFailed {
         cause: ConnectFailure,
         detail: String,
+        by: DropCause,
     },
+    /// A virtual user finished its journey (journey mode).
+    JourneyDone,
 }
 
 /// Resident memory of this process, bytes.
@@ -228,24 +240,27 @@ fn flush_tick(
     }
 }
 
-/// Opens one session and reports the answer; returns the session if it opened. `dropped_at`:
-/// a reopening after the reconnect storm that dropped it at that instant (the latency counts
-/// from the drop).
+/// Opens one session and reports the answer; returns the session if it opened. `dropped`:
+/// a reopening after the storm or churn dropped it at that instant (the latency counts from
+/// the drop). `held`: the count a session that opened joins before the answer goes out, so
+/// the coordinator never sees an answered attempt that is neither held nor failed.
 async fn attempt<D: Driver>(
     d: &D,
     spec: &SessionSpec,
     timeout: Duration,
     tx: &mpsc::UnboundedSender<Attempt>,
-    dropped_at: Option<u64>,
+    dropped: Option<(u64, DropCause)>,
+    held: &AtomicU64,
 ) -> Option<D::Session> {
-    let start = dropped_at.unwrap_or_else(now_ns);
+    let start = dropped.map_or_else(now_ns, |(at, _)| at);
     let r = tokio::time::timeout(timeout, d.session(spec)).await;
     let latency_ns = now_ns().saturating_sub(start);
     let (cause, detail) = match r {
         Ok(Ok(s)) => {
-            let _ = tx.send(match dropped_at {
+            held.fetch_add(1, Relaxed);
+            let _ = tx.send(match dropped {
                 None => Attempt::Opened { latency_ns },
-                Some(_) => Attempt::Reopened { latency_ns },
+                Some((_, by)) => Attempt::Reopened { latency_ns, by },
             });
             return Some(s);
         }
@@ -255,14 +270,14 @@ async fn attempt<D: Driver>(
             format!("no connection within {timeout:?}"),
         ),
     };
-    let _ = tx.send(match dropped_at {
+    let _ = tx.send(match dropped {
         None => Attempt::Failed { cause, detail },
-        Some(_) => Attempt::ReopenFailed { cause, detail },
+        Some((_, by)) => Attempt::ReopenFailed { cause, detail, by },
     });
     None
 }
 
-/// Opens a connection and holds it, opening it again after the reconnect storm.
+/// Opens a connection and holds it, opening it again after each drop by the storm or churn.
 async fn hold<D: Driver>(
     d: Arc<D>,
     spec: SessionSpec,
@@ -270,73 +285,115 @@ async fn hold<D: Driver>(
     tx: mpsc::UnboundedSender<Attempt>,
     mut task: HoldTask,
 ) {
-    let mut dropped_at = None;
-    while let Some(s) = attempt(&*d, &spec, timeout, &tx, dropped_at).await {
+    let mut dropped = None;
+    let levels = task.levels.clone();
+    while let Some(s) = attempt(&*d, &spec, timeout, &tx, dropped, &levels.held).await {
         match task.run(s).await {
-            Some(at) => dropped_at = Some(at),
+            Some(drop) => dropped = Some(drop),
             None => return,
         }
     }
 }
 
-/// One held connection: counted as held until the close signal, a drop or the reconnect storm.
+/// One held connection: counted as held until the close signal, a drop, the reconnect storm
+/// or churn.
 struct HoldTask {
     levels: Arc<Levels>,
     close: watch::Receiver<bool>,
     /// The reconnect storm's drop instant, once it fired.
     storm: watch::Receiver<Option<u64>>,
+    /// This connection's churn slot (with churn).
+    churn: Option<(Arc<ChurnSlots>, usize)>,
     payload: Arc<[u8]>,
     messages: u32,
     publish_interval: Option<Duration>,
+    /// The next periodic publish; it keeps its schedule across reopenings, so the ones due
+    /// while the connection was down are counted as missed.
+    next: Option<tokio::time::Instant>,
     id: u64,
 }
 
 impl HoldTask {
-    /// Holds `s` until the close signal or a drop (`None`), or until the reconnect storm drops
-    /// it (the instant of the drop: the caller opens it again).
-    async fn run<S: Session>(&mut self, mut s: S) -> Option<u64> {
-        let l = &self.levels;
-        l.held.fetch_add(1, Relaxed);
+    /// Holds `s` (already counted as held) until the close signal or a drop (`None`), or until
+    /// the reconnect storm or churn drops it (the instant and the cause of the drop: the
+    /// caller opens it again).
+    async fn run<S: Session>(&mut self, mut s: S) -> Option<(u64, DropCause)> {
+        let l = self.levels.clone();
+        let churn = self.churn.clone();
+        let slot = churn.as_ref().map(|(slots, i)| (&**slots, *i));
+        if let Some((slots, i)) = slot {
+            slots.held(i);
+        }
         for _ in 0..self.messages {
             self.publish(&mut s).await;
         }
-        // Spread the periodic publishes of many connections over the interval.
-        let mut next = self.publish_interval.map(|iv| {
-            let offset =
-                (self.id.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 11) as f64 / (1u64 << 53) as f64;
-            tokio::time::Instant::now() + iv.mul_f64(offset)
-        });
-        loop {
+        self.schedule_publishes();
+        let left = loop {
             if *self.close.borrow() {
-                break;
+                break None;
             }
             tokio::select! {
                 e = s.keep_alive() => {
                     let _ = e;
-                    l.held.fetch_sub(1, Relaxed);
                     l.dropped.fetch_add(1, Relaxed);
+                    if let Some((slots, i)) = slot {
+                        slots.released(i);
+                    }
+                    l.held.fetch_sub(1, Relaxed);
                     return None;
                 }
-                _ = self.close.changed() => break,
+                _ = self.close.changed() => break None,
                 Ok(()) = self.storm.changed() => {
-                    // An outage: no goodbye, the session is just gone.
-                    let at = *self.storm.borrow_and_update();
-                    if let Some(at) = at {
-                        drop(s);
-                        l.held.fetch_sub(1, Relaxed);
-                        return Some(at);
+                    if let Some(at) = *self.storm.borrow_and_update() {
+                        break Some((at, DropCause::Storm));
                     }
                 }
-                _ = sleep_opt(next) => {
+                at = churned(slot) => break Some((at, DropCause::Churn)),
+                _ = sleep_opt(self.next) => {
                     self.publish(&mut s).await;
-                    next = next.zip(self.publish_interval).map(|(n, iv)| n + iv);
+                    self.next = self.next.zip(self.publish_interval).map(|(n, iv)| n + iv);
                 }
             }
+        };
+        // Churn's own drop leaves the slot released already.
+        if let Some((slots, i)) = slot
+            && !matches!(left, Some((_, DropCause::Churn)))
+        {
+            slots.released(i);
+        }
+        if left.is_some() {
+            // An outage: no goodbye, the session is just gone.
+            drop(s);
+            l.held.fetch_sub(1, Relaxed);
+            return left;
         }
         let _ = s.close().await;
         l.held.fetch_sub(1, Relaxed);
         l.closed.fetch_add(1, Relaxed);
         None
+    }
+
+    /// The periodic publishes' next time: spread over the interval by the connection's id on
+    /// the first opening; after a reopening, the same schedule, the times that passed counted
+    /// as missed.
+    fn schedule_publishes(&mut self) {
+        let Some(iv) = self.publish_interval else {
+            return;
+        };
+        let now = tokio::time::Instant::now();
+        match self.next {
+            None => {
+                let offset = (self.id.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 11) as f64
+                    / (1u64 << 53) as f64;
+                self.next = Some(now + iv.mul_f64(offset));
+            }
+            Some(n) if n <= now => {
+                let behind = (now - n).as_nanos() / iv.as_nanos().max(1) + 1;
+                self.levels.missed.fetch_add(behind as u64, Relaxed);
+                self.next = Some(n + iv * behind as u32);
+            }
+            Some(_) => {}
+        }
     }
 
     async fn publish<S: Session>(&self, s: &mut S) {
@@ -351,6 +408,14 @@ impl HoldTask {
                 self.levels.publish_errors.fetch_add(1, Relaxed);
             }
         }
+    }
+}
+
+/// The instant churn dropped this connection (never, without churn).
+async fn churned(slot: Option<(&ChurnSlots, usize)>) -> u64 {
+    match slot {
+        Some((slots, i)) => slots.dropped(i).await,
+        None => std::future::pending().await,
     }
 }
 

@@ -1,0 +1,188 @@
+//! A virtual user of a journey workload (`[connections] mode = "journey"`): its own task, running
+//! the plan's steps ([`crate::scenario::journey`]) `repeat` times, then saying it is done.
+//!
+//! It reports the way held connections do: each `connect` through [`attempt`] (the connect
+//! latency, or the failure by cause), the rest through [`Levels`]' atomics (held, closed,
+//! dropped, published). A failed `connect` abandons the pass and waits a second before the
+//! next (a refused server would otherwise be hammered in a loop); a session that fails while
+//! publishing or waiting is counted as dropped and the pass is abandoned likewise. The close
+//! signal (the run's drain) ends the journey where it is, closing an open session politely.
+
+use super::{Attempt, Levels, attempt};
+use crate::driver::{Driver, Session, SessionSpec};
+use crate::rng::Rng;
+use crate::scenario::journey::{Publish, Step};
+use std::sync::Arc;
+use std::sync::atomic::Ordering::Relaxed;
+use std::time::Duration;
+use tokio::sync::{mpsc, watch};
+use tokio::time::Instant;
+
+/// What a virtual user needs besides its driver.
+pub(super) struct JourneyTask {
+    pub levels: Arc<Levels>,
+    pub close: watch::Receiver<bool>,
+    pub steps: Arc<[Step]>,
+    /// Passes to run (0: until the close signal).
+    pub repeat: u32,
+    pub payload: Arc<[u8]>,
+    /// Draws exponential think times; seeded by the user's id.
+    pub rng: Rng,
+}
+
+/// How a wait or a step ended.
+enum Flow {
+    /// On to the next step.
+    Go,
+    /// The session failed (counted as dropped): the pass is abandoned.
+    Lost,
+    /// The close signal: the journey ends.
+    Closed,
+}
+
+/// Runs one virtual user's journey to its end (or the close signal), then answers
+/// [`Attempt::JourneyDone`].
+pub(super) async fn run_journey<D: Driver>(
+    d: Arc<D>,
+    spec: SessionSpec,
+    timeout: Duration,
+    tx: mpsc::UnboundedSender<Attempt>,
+    mut t: JourneyTask,
+) {
+    let mut session: Option<D::Session> = None;
+    let mut pass = 0u32;
+    'passes: while t.repeat == 0 || pass < t.repeat {
+        pass += 1;
+        for step in t.steps.clone().iter() {
+            if *t.close.borrow() {
+                break 'passes;
+            }
+            let flow = match step {
+                Step::Connect => {
+                    session = attempt(&*d, &spec, timeout, &tx, None, &t.levels.held).await;
+                    if session.is_none() {
+                        // Refused: wait before the next pass rather than hammer the server.
+                        match t.wait(&mut session, Instant::now() + RETRY).await {
+                            Flow::Closed => break 'passes,
+                            _ => continue 'passes,
+                        }
+                    }
+                    Flow::Go
+                }
+                Step::Disconnect => {
+                    if let Some(s) = session.take() {
+                        let _ = s.close().await;
+                        t.levels.held.fetch_sub(1, Relaxed);
+                        t.levels.closed.fetch_add(1, Relaxed);
+                    }
+                    Flow::Go
+                }
+                Step::Publish(p) => t.publish(&mut session, p).await,
+                Step::Sleep { mean, exponential } => {
+                    let d = if *exponential {
+                        mean.mul_f64(-t.rng.next_f64_open0().ln())
+                    } else {
+                        *mean
+                    };
+                    t.wait(&mut session, Instant::now() + d).await
+                }
+            };
+            match flow {
+                Flow::Go => {}
+                Flow::Lost => continue 'passes,
+                Flow::Closed => break 'passes,
+            }
+        }
+    }
+    // A journey that ends connected holds its session until the close signal.
+    if session.is_some() && !*t.close.borrow() {
+        let _ = t
+            .wait(
+                &mut session,
+                Instant::now() + Duration::from_secs(365 * 86_400),
+            )
+            .await;
+    }
+    if let Some(s) = session.take() {
+        let _ = s.close().await;
+        t.levels.held.fetch_sub(1, Relaxed);
+        t.levels.closed.fetch_add(1, Relaxed);
+    }
+    let _ = tx.send(Attempt::JourneyDone);
+}
+
+/// The wait after a failed connect.
+const RETRY: Duration = Duration::from_secs(1);
+
+impl JourneyTask {
+    /// Waits until `until`, keeping an open session alive (heartbeats, the server's pings);
+    /// ends early at the close signal or when the session fails (then dropped and counted).
+    async fn wait<S: Session>(&mut self, session: &mut Option<S>, until: Instant) -> Flow {
+        if *self.close.borrow() {
+            return Flow::Closed;
+        }
+        let sleep = tokio::time::sleep_until(until);
+        match session.as_mut() {
+            Some(s) => tokio::select! {
+                _ = sleep => Flow::Go,
+                _ = self.close.changed() => Flow::Closed,
+                _ = s.keep_alive() => {
+                    *session = None;
+                    self.levels.held.fetch_sub(1, Relaxed);
+                    self.levels.dropped.fetch_add(1, Relaxed);
+                    Flow::Lost
+                }
+            },
+            None => tokio::select! {
+                _ = sleep => Flow::Go,
+                _ = self.close.changed() => Flow::Closed,
+            },
+        }
+    }
+
+    /// A publish step: its messages, paced from the step's start when it has a rate.
+    async fn publish<S: Session>(&mut self, session: &mut Option<S>, p: &Publish) -> Flow {
+        let (count, gap) = match *p {
+            Publish::Count { count, rate } => (count, rate.map(|r| 1.0 / r)),
+            Publish::For { duration, rate } => (
+                (duration.as_secs_f64() * rate).ceil() as u64,
+                Some(1.0 / rate),
+            ),
+        };
+        let start = Instant::now();
+        for i in 0..count {
+            if let Some(g) = gap
+                && i > 0
+            {
+                match self
+                    .wait(session, start + Duration::from_secs_f64(i as f64 * g))
+                    .await
+                {
+                    Flow::Go => {}
+                    other => return other,
+                }
+            } else if *self.close.borrow() {
+                return Flow::Closed;
+            }
+            let Some(s) = session.as_mut() else {
+                return Flow::Lost;
+            };
+            let l = &self.levels;
+            match s.publish(&self.payload).await {
+                Ok(()) => {
+                    l.published.fetch_add(1, Relaxed);
+                    l.published_bytes
+                        .fetch_add(self.payload.len() as u64, Relaxed);
+                }
+                Err(_) => {
+                    l.publish_errors.fetch_add(1, Relaxed);
+                    *session = None;
+                    l.held.fetch_sub(1, Relaxed);
+                    l.dropped.fetch_add(1, Relaxed);
+                    return Flow::Lost;
+                }
+            }
+        }
+        Flow::Go
+    }
+}

@@ -1,0 +1,173 @@
+//! Journeys (`[connections] mode = "journey"`): virtual users running steps, against real
+//! brokers, with a third-party subscriber counting what they published.
+
+use crate::thirdparty::{peer_python, ready_peer};
+use crate::util::*;
+use std::io::BufRead;
+
+/// 40 virtual users, each three times: connect, publish 5 at 50/s, an exponential think time,
+/// disconnect. Against Mosquitto a paho-mqtt subscriber counts every message (600); against
+/// nats-server the same journey from flags. Every pass connects once and closes once.
+#[test]
+fn journeys_run_their_steps_against_real_brokers() {
+    let mqtt = need!(MQTT);
+    let nats = need!(NATS);
+    let Some(py) = peer_python("paho.mqtt.client", "python3-paho-mqtt") else {
+        return;
+    };
+    let d = TempDir::new("journeys");
+    let root = format!("journeys{}", std::process::id());
+    let addr = mqtt.trim_start_matches("mqtt://").to_string();
+    let (host, port) = addr.rsplit_once(':').unwrap();
+    let script = r#"
+import sys, time
+import paho.mqtt.client as mqtt
+host, port, topic, total = sys.argv[1], int(sys.argv[2]), sys.argv[3], int(sys.argv[4])
+n = [0]
+def on_message(c, u, m):
+    n[0] += 1
+c = mqtt.Client()
+c.on_message = on_message
+c.on_connect = lambda c, u, f, rc: c.subscribe(topic, qos=1)
+c.connect(host, port)
+c.loop_start()
+time.sleep(1)
+print("ready", flush=True)
+end = time.time() + 60
+while n[0] < total and time.time() < end:
+    time.sleep(0.05)
+time.sleep(0.5)
+c.loop_stop()
+print(n[0], flush=True)
+"#;
+    let topic = format!("{root}/j");
+    let (mut sub, mut out) = ready_peer(&py, script, &[host, port, &topic, "600"]);
+    let scenario = d.path("journey.toml");
+    std::fs::write(
+        &scenario,
+        format!(
+            r#"name = "journeys it"
+target = "{mqtt}"
+topics = {{ count = 1, pattern = "{topic}" }}
+[phases]
+duration = "30s"
+warmup = "0s"
+
+[connections]
+mode = "journey"
+count = 40
+rate = 200
+arrival = "poisson"
+repeat = 3
+journey = [
+  "connect",
+  "publish 5 at 50/s",
+  "sleep exp:50ms",
+  "disconnect",
+]
+"#
+        ),
+    )
+    .unwrap();
+    let r = run_json(&d.0, &["run", scenario.to_str().unwrap(), "-o", "j.jsonl"]);
+    let mut line = String::new();
+    out.read_line(&mut line).unwrap();
+    let _ = sub.wait();
+    assert_eq!(
+        line.trim(),
+        "600",
+        "paho-mqtt counted the journeys' messages"
+    );
+    let check = |r: &serde_json::Value, what: &str| {
+        let c = &r["connections"];
+        assert_eq!(c["mode"], "journey", "{what}: {c}");
+        assert_eq!(phase_sum(r, "connects"), 120, "{what}");
+        assert_eq!(phase_sum(r, "closes"), 120, "{what}");
+        assert_eq!(phase_sum(r, "sent"), 600, "{what}");
+        assert_eq!(phase_sum(r, "dropped"), 0, "{what}");
+        assert_eq!(u(&measure(r)["connect"]["count"]), 120, "{what}");
+        // The run ended when the journeys did, well before its 30 s.
+        assert!(r["duration_s"].as_f64().unwrap() < 20.0, "{what}");
+    };
+    check(&r, "mqtt");
+    assert_valid_and_pure(&d.0, "j.jsonl", &r);
+    let text = stdout(&msgbench(&d.0, &["report", "j.jsonl"]));
+    assert!(text.contains("120 by 40 virtual users"), "{text}");
+    let r = run_json(
+        &d.0,
+        &[
+            "run",
+            &nats,
+            "--topic",
+            &format!("{root}.j"),
+            "--connections",
+            "40",
+            "--connect-rate",
+            "200",
+            "--journey",
+            "connect; publish 5 at 50/s; sleep exp:50ms; disconnect",
+            "--repeat",
+            "3",
+            "--duration",
+            "30s",
+            "-o",
+            "n.jsonl",
+        ],
+    );
+    check(&r, "nats");
+    assert_valid_and_pure(&d.0, "n.jsonl", &r);
+}
+
+/// A journey's mistakes: a bad step at its file, line and column; a bad order named by step;
+/// the flag's own errors.
+#[test]
+fn journey_errors_are_clear() {
+    let d = TempDir::new("journey-errors");
+    let f = d.path("bad.toml");
+    std::fs::write(
+        &f,
+        "target = \"mem://\"\n[connections]\nmode = \"journey\"\ncount = 2\njourney = [\n  \"connect\",\n  \"publish lots\",\n]\n",
+    )
+    .unwrap();
+    let e = refused(&d.0, &["run", f.to_str().unwrap()], "bad.toml:7:3:");
+    assert!(e.contains("`lots` is not a whole number"), "{e}");
+    std::fs::write(
+        &f,
+        "target = \"mem://\"\n[connections]\nmode = \"journey\"\ncount = 2\nrepeat = 0\njourney = [\"connect\", \"publish 1\"]\n",
+    )
+    .unwrap();
+    refused(
+        &d.0,
+        &["run", f.to_str().unwrap()],
+        "must end with `disconnect`",
+    );
+    refused(
+        &d.0,
+        &[
+            "run",
+            "mem://",
+            "--connections",
+            "2",
+            "--journey",
+            "publish 1; connect",
+        ],
+        "step 1 (`publish 1`): not connected",
+    );
+    refused(
+        &d.0,
+        &[
+            "run",
+            "mem://",
+            "--connections",
+            "2",
+            "--journey",
+            "subscribe a",
+        ],
+        "do not subscribe",
+    );
+    refused(
+        &d.0,
+        &["run", "mem://", "--connections", "2", "--repeat", "2"],
+        "repeat is for journey mode",
+    );
+}
