@@ -1,7 +1,7 @@
 //! `[[groups]]`: several kinds of clients in one run, against real brokers, with a third-party
 //! subscriber counting what one group published.
 
-use crate::thirdparty::{peer_python, ready_peer};
+use crate::thirdparty::{paho_counter, peer_python};
 use crate::util::*;
 use std::io::BufRead;
 
@@ -18,30 +18,7 @@ fn groups_mix_protocols_and_cross_between_groups() {
     };
     let d = TempDir::new("groups");
     let root = format!("groups{}", std::process::id());
-    let addr = mqtt.trim_start_matches("mqtt://").to_string();
-    let (host, port) = addr.rsplit_once(':').unwrap();
-    let script = r#"
-import sys, time
-import paho.mqtt.client as mqtt
-host, port, root, total = sys.argv[1], int(sys.argv[2]), sys.argv[3], int(sys.argv[4])
-n = [0]
-def on_message(c, u, m):
-    n[0] += 1
-c = mqtt.Client()
-c.on_message = on_message
-c.on_connect = lambda c, u, f, rc: c.subscribe(root + "/#", qos=1)
-c.connect(host, port)
-c.loop_start()
-time.sleep(1)
-print("ready", flush=True)
-end = time.time() + 60
-while n[0] < total and time.time() < end:
-    time.sleep(0.05)
-time.sleep(0.5)
-c.loop_stop()
-print(n[0], flush=True)
-"#;
-    let (mut sub, mut out) = ready_peer(&py, script, &[host, port, &root, "1600"]);
+    let (mut sub, mut out) = paho_counter(&py, &mqtt, &format!("{root}/#"), 1600);
     let scenario = d.path("mix.toml");
     std::fs::write(
         &scenario,

@@ -1,7 +1,7 @@
 //! Journeys (`[connections] mode = "journey"`): virtual users running steps, against real
 //! brokers, with a third-party subscriber counting what they published.
 
-use crate::thirdparty::{peer_python, ready_peer};
+use crate::thirdparty::{paho_counter, peer_python};
 use crate::util::*;
 use std::io::BufRead;
 
@@ -17,31 +17,8 @@ fn journeys_run_their_steps_against_real_brokers() {
     };
     let d = TempDir::new("journeys");
     let root = format!("journeys{}", std::process::id());
-    let addr = mqtt.trim_start_matches("mqtt://").to_string();
-    let (host, port) = addr.rsplit_once(':').unwrap();
-    let script = r#"
-import sys, time
-import paho.mqtt.client as mqtt
-host, port, topic, total = sys.argv[1], int(sys.argv[2]), sys.argv[3], int(sys.argv[4])
-n = [0]
-def on_message(c, u, m):
-    n[0] += 1
-c = mqtt.Client()
-c.on_message = on_message
-c.on_connect = lambda c, u, f, rc: c.subscribe(topic, qos=1)
-c.connect(host, port)
-c.loop_start()
-time.sleep(1)
-print("ready", flush=True)
-end = time.time() + 60
-while n[0] < total and time.time() < end:
-    time.sleep(0.05)
-time.sleep(0.5)
-c.loop_stop()
-print(n[0], flush=True)
-"#;
     let topic = format!("{root}/j");
-    let (mut sub, mut out) = ready_peer(&py, script, &[host, port, &topic, "600"]);
+    let (mut sub, mut out) = paho_counter(&py, &mqtt, &topic, 600);
     let scenario = d.path("journey.toml");
     std::fs::write(
         &scenario,

@@ -88,6 +88,44 @@ pub(crate) fn ready_peer(
     (sub, out)
 }
 
+/// A paho-mqtt subscriber on `filter` at `mqtt_url` that says `ready` once subscribed, then
+/// counts messages until `total` came (or 60 s passed) and prints the count: the third-party
+/// witness of what msgbench published.
+pub(crate) fn paho_counter(
+    py: &str,
+    mqtt_url: &str,
+    filter: &str,
+    total: u64,
+) -> (
+    std::process::Child,
+    std::io::BufReader<std::process::ChildStdout>,
+) {
+    let script = r#"
+import sys, time
+import paho.mqtt.client as mqtt
+host, port, topic, total = sys.argv[1], int(sys.argv[2]), sys.argv[3], int(sys.argv[4])
+n = [0]
+def on_message(c, u, m):
+    n[0] += 1
+c = mqtt.Client()
+c.on_message = on_message
+c.on_connect = lambda c, u, f, rc: c.subscribe(topic, qos=1)
+c.connect(host, port)
+c.loop_start()
+time.sleep(1)
+print("ready", flush=True)
+end = time.time() + 60
+while n[0] < total and time.time() < end:
+    time.sleep(0.05)
+time.sleep(0.5)
+c.loop_stop()
+print(n[0], flush=True)
+"#;
+    let addr = mqtt_url.trim_start_matches("mqtt://");
+    let (host, port) = addr.rsplit_once(':').unwrap();
+    ready_peer(py, script, &[host, port, filter, &total.to_string()])
+}
+
 /// Whether program `bin` (from Debian package `package`) runs; says the test is skipped if not.
 fn have_tool(bin: &str, package: &str) -> bool {
     let ok = Command::new(bin)

@@ -405,6 +405,21 @@ pub(crate) fn beyond_fd_limit(cs: &msgbench_metrics::ConnectionSummary) -> &'sta
 }
 
 /// A connection workload: opened, failed by cause, rate, held, memory, connect latency.
+/// The reconnections' latency line of a storm or churn (nothing when none came back).
+fn reconnect_latency(out: &mut dyn Write, l: &LatencySummary) -> std::io::Result<()> {
+    if l.count == 0 {
+        return Ok(());
+    }
+    let ms = |ns: u64| ns as f64 / 1e6;
+    writeln!(
+        out,
+        "            reconnect latency p50 {:.2} ms  p99 {:.2} ms  max {:.2} ms",
+        ms(l.p50),
+        ms(l.p99),
+        ms(l.max)
+    )
+}
+
 fn connections_block(
     out: &mut dyn Write,
     r: &RunReport,
@@ -470,16 +485,7 @@ fn connections_block(
                 "  reconnect {:>10} dropped at {:.1}s: {} back, {} failed, {}",
                 rc.dropped, rc.at_s, rc.back, rc.failed, settled
             )?;
-            if rc.latency.count > 0 {
-                let ms = |ns: u64| ns as f64 / 1e6;
-                writeln!(
-                    out,
-                    "            reconnect latency p50 {:.2} ms  p99 {:.2} ms  max {:.2} ms",
-                    ms(rc.latency.p50),
-                    ms(rc.latency.p99),
-                    ms(rc.latency.max)
-                )?;
-            }
+            reconnect_latency(out, &rc.latency)?;
         }
         if let Some(c) = &cs.churn {
             writeln!(
@@ -487,16 +493,7 @@ fn connections_block(
                 "  churn     {:>10} dropped at {}/s from {:.1}s: {} back, {} failed, {} skipped (none held)",
                 c.dropped, c.rate, c.from_s, c.back, c.failed, c.skipped
             )?;
-            if c.latency.count > 0 {
-                let ms = |ns: u64| ns as f64 / 1e6;
-                writeln!(
-                    out,
-                    "            reconnect latency p50 {:.2} ms  p99 {:.2} ms  max {:.2} ms",
-                    ms(c.latency.p50),
-                    ms(c.latency.p99),
-                    ms(c.latency.max)
-                )?;
-            }
+            reconnect_latency(out, &c.latency)?;
         }
         if cs.publishes_missed > 0 {
             writeln!(
