@@ -724,7 +724,7 @@ bench_journeys() {
     local out
     out=$(mktemp)
     "$B" run "$MSGBENCH_IT_MQTT_URL" --connections "$n" --connect-rate 1000 --connect-arrival poisson \
-      --journey "connect; publish 10 at 20/s; disconnect; sleep exp:200ms" --repeat 0 --duration 10s \
+      --journey "connect; publish 10 at 20/s; disconnect; sleep exp:200ms" --journey-repeat 0 --duration 10s \
       --no-output --quiet --format json >"$out"
     python3 - "$out" <<'PY'
 import json, sys

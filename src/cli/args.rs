@@ -755,7 +755,7 @@ pub struct RunArgs {
     pub journey: Option<String>,
     /// Journey: passes per virtual user (default 1; 0 = until the end of --duration).
     #[arg(long, value_name = "K", help_heading = "Connection workloads")]
-    pub repeat: Option<u32>,
+    pub journey_repeat: Option<u32>,
     /// Local addresses to spread connections over: 127.0.0.1-127.0.0.50 or a list (each gives
     /// ~28,000 ports per destination). Without --connections or --storm: the consumers'.
     #[arg(long, help_heading = "Connection workloads")]
@@ -1000,4 +1000,15 @@ pub enum PacingArg {
     Efficient,
     /// Timer, then spin the last 300 µs.
     Precise,
+}
+
+#[cfg(test)]
+mod tests {
+    /// clap's own consistency checks over every subcommand (unique argument names among
+    /// them): a clash would otherwise panic only when that subcommand runs.
+    #[test]
+    fn the_command_line_is_consistent() {
+        use clap::CommandFactory;
+        super::Cli::command().debug_assert();
+    }
 }

@@ -343,7 +343,7 @@ fn flags_to_scenario(a: &RunArgs) -> Result<Scenario> {
                 .collect::<Result<_>>()?,
         );
     }
-    s.connections.repeat = a.repeat;
+    s.connections.repeat = a.journey_repeat;
     s.connections.rate = a
         .connect_rate
         .as_deref()

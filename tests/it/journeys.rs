@@ -83,7 +83,7 @@ journey = [
             "200",
             "--journey",
             "connect; publish 5 at 50/s; sleep exp:50ms; disconnect",
-            "--repeat",
+            "--journey-repeat",
             "3",
             "--duration",
             "30s",
@@ -144,7 +144,14 @@ fn journey_errors_are_clear() {
     );
     refused(
         &d.0,
-        &["run", "mem://", "--connections", "2", "--repeat", "2"],
+        &[
+            "run",
+            "mem://",
+            "--connections",
+            "2",
+            "--journey-repeat",
+            "2",
+        ],
         "repeat is for journey mode",
     );
 }

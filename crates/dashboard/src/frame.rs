@@ -34,6 +34,8 @@ pub struct RunShape {
     pub connections: bool,
     /// Names of the stages of a multi-stage run, in plan order.
     pub stages: Vec<String>,
+    /// Names of the groups of a run with `[[groups]]`, in plan order.
+    pub groups: Vec<String>,
 }
 
 impl RunShape {
@@ -54,6 +56,16 @@ impl RunShape {
                                 .and_then(|n| n.as_str())
                                 .map_or_else(|| format!("stage {}", i + 1), str::to_string)
                         })
+                        .collect()
+                })
+                .unwrap_or_default(),
+            groups: plan
+                .get("groups")
+                .and_then(|v| v.as_array())
+                .map(|a| {
+                    a.iter()
+                        .filter_map(|g| g.get("name").and_then(|n| n.as_str()))
+                        .map(str::to_string)
                         .collect()
                 })
                 .unwrap_or_default(),
@@ -160,6 +172,25 @@ impl FrameBuilder {
                 Merge::Max,
             ));
         }
+        // Runs with groups: each group's rates and end-to-end p99 (from `IntervalStats::groups`).
+        for (i, name) in shape.groups.iter().enumerate() {
+            for (key, what) in [("sent_per_s", "sent"), ("received_per_s", "received")] {
+                cols.push(Column::new(
+                    &format!("g{}.{key}", i + 1),
+                    &format!("{name} {what}"),
+                    "groups",
+                    "msgs/s",
+                    Merge::Mean,
+                ));
+            }
+            cols.push(Column::new(
+                &format!("g{}.e2e.p99", i + 1),
+                &format!("{name} p99"),
+                "groups_e2e",
+                "ms",
+                Merge::Max,
+            ));
+        }
         let mut lat_charts = Vec::new();
         if shape.connections {
             latency_columns(&mut cols, &mut lat_charts, "connect", "Connect");
@@ -202,6 +233,10 @@ impl FrameBuilder {
         }
         let mut schema = Schema::new(cols);
         schema.chart("throughput", "Throughput", "msgs/s");
+        if !shape.groups.is_empty() {
+            schema.chart("groups", "Throughput by group", "msgs/s");
+            schema.chart("groups_e2e", "End-to-end p99 by group", "ms");
+        }
         for (id, title) in &lat_charts {
             schema.chart(id, title, "ms");
         }
@@ -315,6 +350,16 @@ impl FrameBuilder {
         for (i, st) in iv.stages.iter().enumerate() {
             lat(&format!("s{}", i + 1), LatencySummary::of(&st.latency));
         }
+        for g in &iv.groups {
+            let Some(i) = self.shape.groups.iter().position(|n| *n == g.name) else {
+                continue;
+            };
+            set(&format!("g{}.sent_per_s", i + 1), per_s(g.sent));
+            set(&format!("g{}.received_per_s", i + 1), per_s(g.received));
+            if let Some(p99) = g.e2e_p99_ns {
+                set(&format!("g{}.e2e.p99", i + 1), p99 as f64 / 1e6);
+            }
+        }
         set("gen_cpu", if dt > 0.0 { iv.cpu_s / dt } else { f64::NAN });
         if let Some(s) = sample {
             if let Some(rss) = s.self_rss {
@@ -423,6 +468,39 @@ mod tests {
         assert_eq!(last[0], 2.2);
         assert!((last[sent] - 50.0).abs() < 1e-9);
         assert!(f.flush().is_none());
+    }
+
+    #[test]
+    fn groups_get_a_column_each() {
+        let plan = serde_json::json!({"groups": [{"name": "devices"}, {"name": "dashboard"}]});
+        let mut f = FrameBuilder::new(&begin(plan), false);
+        assert_eq!(f.shape().groups, ["devices", "dashboard"]);
+        assert!(
+            f.schema()
+                .charts
+                .iter()
+                .any(|c| c.title == "Throughput by group")
+        );
+        let mut x = iv(0.0, 2.0, 300, Phase::Measure);
+        x.groups = vec![
+            msgbench_metrics::GroupTick {
+                name: "dashboard".into(),
+                received: 100,
+                e2e_p99_ns: Some(2_500_000),
+                ..Default::default()
+            },
+            msgbench_metrics::GroupTick {
+                name: "devices".into(),
+                sent: 300,
+                ..Default::default()
+            },
+        ];
+        let row = f.row(&x, None).unwrap();
+        let at = |k: &str| row[f.schema().index(k).unwrap()];
+        assert_eq!(at("g1.sent_per_s"), 150.0);
+        assert_eq!(at("g2.received_per_s"), 50.0);
+        assert_eq!(at("g2.e2e.p99"), 2.5);
+        assert!(at("g1.e2e.p99").is_nan(), "no deliveries, no latency");
     }
 
     #[test]
