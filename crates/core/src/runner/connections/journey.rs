@@ -70,11 +70,7 @@ pub(super) async fn run_journey<D: Driver>(
                     Flow::Go
                 }
                 Step::Disconnect => {
-                    if let Some(s) = session.take() {
-                        let _ = s.close().await;
-                        t.levels.held.fetch_sub(1, Relaxed);
-                        t.levels.closed.fetch_add(1, Relaxed);
-                    }
+                    t.close_session(&mut session).await;
                     Flow::Go
                 }
                 Step::Publish(p) => t.publish(&mut session, p).await,
@@ -103,11 +99,7 @@ pub(super) async fn run_journey<D: Driver>(
             )
             .await;
     }
-    if let Some(s) = session.take() {
-        let _ = s.close().await;
-        t.levels.held.fetch_sub(1, Relaxed);
-        t.levels.closed.fetch_add(1, Relaxed);
-    }
+    t.close_session(&mut session).await;
     let _ = tx.send(Attempt::JourneyDone);
 }
 
@@ -115,6 +107,23 @@ pub(super) async fn run_journey<D: Driver>(
 const RETRY: Duration = Duration::from_secs(1);
 
 impl JourneyTask {
+    /// Closes the open session, if any, the polite way (counted as closed).
+    async fn close_session<S: Session>(&self, session: &mut Option<S>) {
+        if let Some(s) = session.take() {
+            let _ = s.close().await;
+            self.levels.held.fetch_sub(1, Relaxed);
+            self.levels.closed.fetch_add(1, Relaxed);
+        }
+    }
+
+    /// The open session failed: gone, counted as dropped; the pass is abandoned.
+    fn lose_session<S: Session>(&self, session: &mut Option<S>) -> Flow {
+        *session = None;
+        self.levels.held.fetch_sub(1, Relaxed);
+        self.levels.dropped.fetch_add(1, Relaxed);
+        Flow::Lost
+    }
+
     /// Waits until `until`, keeping an open session alive (heartbeats, the server's pings);
     /// ends early at the close signal or when the session fails (then dropped and counted).
     async fn wait<S: Session>(&mut self, session: &mut Option<S>, until: Instant) -> Flow {
@@ -126,12 +135,7 @@ impl JourneyTask {
             Some(s) => tokio::select! {
                 _ = sleep => Flow::Go,
                 _ = self.close.changed() => Flow::Closed,
-                _ = s.keep_alive() => {
-                    *session = None;
-                    self.levels.held.fetch_sub(1, Relaxed);
-                    self.levels.dropped.fetch_add(1, Relaxed);
-                    Flow::Lost
-                }
+                _ = s.keep_alive() => self.lose_session(session),
             },
             None => tokio::select! {
                 _ = sleep => Flow::Go,
@@ -176,10 +180,7 @@ impl JourneyTask {
                 }
                 Err(_) => {
                     l.publish_errors.fetch_add(1, Relaxed);
-                    *session = None;
-                    l.held.fetch_sub(1, Relaxed);
-                    l.dropped.fetch_add(1, Relaxed);
-                    return Flow::Lost;
+                    return self.lose_session(session);
                 }
             }
         }

@@ -41,14 +41,50 @@ pub(super) struct ReconnectStorm {
     fired: Option<Fired>,
 }
 
+/// The answers of connections a storm or churn dropped: how many came back (with each one's
+/// latency from its drop) and how many failed to.
+struct Reopenings {
+    back: u64,
+    failed: u64,
+    latency: msgbench_metrics::Histogram,
+}
+
+impl Reopenings {
+    fn new() -> Reopenings {
+        Reopenings {
+            back: 0,
+            failed: 0,
+            latency: msgbench_metrics::new_histogram(),
+        }
+    }
+
+    /// Back after `latency_ns`, or failed (`None`).
+    fn answer(&mut self, latency_ns: Option<u64>) {
+        match latency_ns {
+            Some(ns) => {
+                self.back += 1;
+                let _ = self.latency.record(ns.max(1));
+            }
+            None => self.failed += 1,
+        }
+    }
+
+    fn answered(&self) -> u64 {
+        self.back + self.failed
+    }
+
+    /// The latency at quantile `q`, ms.
+    fn ms(&self, q: f64) -> f64 {
+        self.latency.value_at_quantile(q) as f64 / 1e6
+    }
+}
+
 /// A storm that happened.
 struct Fired {
     at_ns: u64,
     dropped: u64,
-    back: u64,
-    failed: u64,
     settled_ns: Option<u64>,
-    latency: msgbench_metrics::Histogram,
+    reopened: Reopenings,
 }
 
 impl ReconnectStorm {
@@ -79,10 +115,8 @@ impl ReconnectStorm {
         self.fired = Some(Fired {
             at_ns: now,
             dropped: held,
-            back: 0,
-            failed: 0,
             settled_ns: (held == 0).then_some(now),
-            latency: msgbench_metrics::new_histogram(),
+            reopened: Reopenings::new(),
         });
         self.tx.send_replace(Some(now));
     }
@@ -92,14 +126,8 @@ impl ReconnectStorm {
         let Some(f) = self.fired.as_mut() else {
             return;
         };
-        match latency_ns {
-            Some(ns) => {
-                f.back += 1;
-                let _ = f.latency.record(ns.max(1));
-            }
-            None => f.failed += 1,
-        }
-        if f.settled_ns.is_none() && f.back + f.failed >= f.dropped {
+        f.reopened.answer(latency_ns);
+        if f.settled_ns.is_none() && f.reopened.answered() >= f.dropped {
             f.settled_ns = Some(now_ns());
         }
     }
@@ -108,17 +136,17 @@ impl ReconnectStorm {
     pub fn settled_note(&self, t0: u64) -> Option<String> {
         let f = self.fired.as_ref()?;
         let s = f.settled_ns?;
-        let p = |q: f64| f.latency.value_at_quantile(q) as f64 / 1e6;
+        let r = &f.reopened;
         Some(format!(
             "reconnect storm at {:.1}s: {} of {} connections back in {:.3}s ({} failed); \
              reconnect latency p50 {:.1} ms, p99 {:.1} ms",
             (f.at_ns.saturating_sub(t0)) as f64 / 1e9,
-            f.back,
+            r.back,
             f.dropped,
             (s - f.at_ns) as f64 / 1e9,
-            f.failed,
-            p(0.5),
-            p(0.99)
+            r.failed,
+            r.ms(0.5),
+            r.ms(0.99)
         ))
     }
 
@@ -133,10 +161,10 @@ impl ReconnectStorm {
         Some(ReconnectSummary {
             at_s: f.at_ns.saturating_sub(t0) as f64 / 1e9,
             dropped: f.dropped,
-            back: f.back,
-            failed: f.failed,
+            back: f.reopened.back,
+            failed: f.reopened.failed,
             settled_s: f.settled_ns.map(|s| (s - f.at_ns) as f64 / 1e9),
-            latency: LatencySummary::of(&f.latency),
+            latency: LatencySummary::of(&f.reopened.latency),
         })
     }
 }
@@ -222,10 +250,8 @@ pub(super) struct Churn {
     due_so_far: u64,
     from_ns: Option<u64>,
     dropped: u64,
-    back: u64,
-    failed: u64,
     skipped: u64,
-    latency: msgbench_metrics::Histogram,
+    reopened: Reopenings,
 }
 
 /// Slots looked at for a held connection per drop before the drop is skipped: a bound on one
@@ -246,10 +272,8 @@ impl Churn {
             due_so_far: 0,
             from_ns: None,
             dropped: 0,
-            back: 0,
-            failed: 0,
             skipped: 0,
-            latency: msgbench_metrics::new_histogram(),
+            reopened: Reopenings::new(),
         }
     }
 
@@ -296,13 +320,7 @@ impl Churn {
 
     /// A dropped connection is open again after `latency_ns` (`None`: it failed to reopen).
     pub fn answer(&mut self, latency_ns: Option<u64>) {
-        match latency_ns {
-            Some(ns) => {
-                self.back += 1;
-                let _ = self.latency.record(ns.max(1));
-            }
-            None => self.failed += 1,
-        }
+        self.reopened.answer(latency_ns);
     }
 
     /// Drops made: claims less those withdrawn.
@@ -313,23 +331,23 @@ impl Churn {
 
     /// Drops not yet answered (their connections still reopening).
     pub fn pending(&self) -> u64 {
-        self.dropped().saturating_sub(self.back + self.failed)
+        self.dropped().saturating_sub(self.reopened.answered())
     }
 
     /// The run's events' line about churn so far.
     pub fn note(&self) -> String {
-        let p = |q: f64| self.latency.value_at_quantile(q) as f64 / 1e6;
+        let r = &self.reopened;
         format!(
             "churn: {} connections dropped at {}/s, {} back, {} failed, {} reopening, {} drops \
              skipped (none held); reconnect latency p50 {:.1} ms, p99 {:.1} ms",
             self.dropped(),
             self.rate,
-            self.back,
-            self.failed,
+            r.back,
+            r.failed,
             self.pending(),
             self.skipped,
-            p(0.5),
-            p(0.99)
+            r.ms(0.5),
+            r.ms(0.99)
         )
     }
 
@@ -339,10 +357,10 @@ impl Churn {
             rate: self.rate,
             from_s: self.from_ns?.saturating_sub(t0) as f64 / 1e9,
             dropped: self.dropped(),
-            back: self.back,
-            failed: self.failed,
+            back: self.reopened.back,
+            failed: self.reopened.failed,
             skipped: self.skipped,
-            latency: LatencySummary::of(&self.latency),
+            latency: LatencySummary::of(&self.reopened.latency),
         })
     }
 }
