@@ -39,6 +39,8 @@ pub struct KafkaSection {
     /// Offset commits: `auto` (periodic, librdkafka), `async` or `sync` (after every message),
     /// `none`.
     pub commit: Option<String>,
+    /// Bytes a consumer prefetches ahead of what it read (`"256MiB"`).
+    pub fetch_buffer: Option<String>,
 }
 
 /// Broker acknowledgements a producer waits for.
@@ -118,6 +120,10 @@ pub struct KafkaPlan {
     pub start: KafkaStart,
     /// Commit mode.
     pub commit: KafkaCommit,
+    /// `queued.max.messages.kbytes`, in bytes: how far a consumer fetches ahead. Before
+    /// librdkafka 2.2 a consumer whose queue is full stops fetching for a whole second, so
+    /// reading a backlog is capped near this many bytes per second per consumer.
+    pub fetch_buffer: u64,
 }
 
 impl Default for KafkaPlan {
@@ -135,6 +141,7 @@ impl Default for KafkaPlan {
             create_topics: true,
             start: KafkaStart::Latest,
             commit: KafkaCommit::Auto,
+            fetch_buffer: 256 << 20,
         }
     }
 }
@@ -222,6 +229,14 @@ pub fn resolve_kafka(k: &KafkaSection) -> Result<KafkaPlan, PlanError> {
             ));
         }
     };
+    let fetch_buffer = match &k.fetch_buffer {
+        None => d.fetch_buffer,
+        Some(s) => msgbench_core::units::parse_size(s).map_err(|e| bad("kafka.fetch_buffer", e))?,
+    };
+    // librdkafka's range: 1 KiB to 2097151 KiB.
+    if !(1024..=2_097_151 << 10).contains(&fetch_buffer) {
+        return Err(bad("kafka.fetch_buffer", "between 1KiB and 2047MiB".into()));
+    }
     Ok(KafkaPlan {
         acks,
         idempotence,
@@ -235,6 +250,7 @@ pub fn resolve_kafka(k: &KafkaSection) -> Result<KafkaPlan, PlanError> {
         create_topics: k.create_topics.unwrap_or(d.create_topics),
         start,
         commit,
+        fetch_buffer,
     })
 }
 
@@ -287,6 +303,11 @@ pub struct KafkaArgs {
     /// Offset commits: auto (default, periodic), async or sync (after every message), none.
     #[arg(long, value_name = "MODE")]
     pub commit: Option<String>,
+    /// How far each consumer fetches ahead of what it read (default 256MiB). librdkafka
+    /// before 2.2 pauses a consumer's fetching for a second whenever this fills, so reading a
+    /// backlog runs at most about this many bytes per second per consumer.
+    #[arg(long, value_name = "SIZE")]
+    pub fetch_buffer: Option<String>,
 }
 
 impl KafkaArgs {
@@ -305,6 +326,7 @@ impl KafkaArgs {
             create_topics: self.no_create_topics.then_some(false),
             start: self.offset.clone(),
             commit: self.commit.clone(),
+            fetch_buffer: self.fetch_buffer.clone(),
         }
     }
 }
@@ -326,9 +348,11 @@ mod tests {
             start: Some("earliest".into()),
             commit: Some("sync".into()),
             linger: Some("20ms".into()),
+            fetch_buffer: Some("64MiB".into()),
             ..Default::default()
         })
         .unwrap();
+        assert_eq!(p.fetch_buffer, 64 << 20);
         assert_eq!(p.acks, KafkaAcks::One);
         assert_eq!(p.partitioner, KafkaPartitioner::Keyed);
         assert_eq!(p.start, KafkaStart::Earliest);
@@ -367,6 +391,13 @@ mod tests {
                     ..Default::default()
                 },
                 "kafka.partitions",
+            ),
+            (
+                KafkaSection {
+                    fetch_buffer: Some("4GiB".into()),
+                    ..Default::default()
+                },
+                "kafka.fetch_buffer",
             ),
         ] {
             assert_eq!(resolve_kafka(&s).unwrap_err().setting, setting);
