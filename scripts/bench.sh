@@ -869,31 +869,31 @@ bench_ws() {
   scripts/brokers.sh up >/dev/null
   eval "$(scripts/brokers.sh env)"
   ulimit -n "$(ulimit -Hn)"
+  # The relay and what the clients subscribe to: the broadcast server fed from NATS, or with
+  # WS_GATEWAY rango's gateway fed from RabbitMQ (streams named by URL).
+  local serve=(--from "$MSGBENCH_IT_NATS_URL" --topic bench.rango) stream="public.{i}"
+  local scenario=(scenarios/rango-fanout.toml --target "$MSGBENCH_IT_NATS_URL" --topic bench.rango)
+  local what="NATS publisher at ${WS_RATE:-100} msgs/s -> $servers ws-broadcast"
+  if [ -n "${WS_GATEWAY:-}" ]; then
+    serve=(--gateway rango --from "$MSGBENCH_IT_AMQP_URL") stream="btcusd.trades"
+    scenario=(scenarios/rango-gateway.toml --target "$MSGBENCH_IT_AMQP_URL")
+    what="AMQP publisher of JSON events at ${WS_RATE:-100} msgs/s -> $servers ws-broadcast --gateway rango"
+  fi
   for _ in $(seq "$servers"); do
     local port
     port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
-    if [ -n "${WS_GATEWAY:-}" ]; then
-      "$B" serve ws-broadcast --quiet --listen "127.0.0.1:$port" --gateway rango --from "$MSGBENCH_IT_AMQP_URL" &
-    else
-      "$B" serve ws-broadcast --quiet --listen "127.0.0.1:$port" --from "$MSGBENCH_IT_NATS_URL" --topic bench.rango &
-    fi
+    "$B" serve ws-broadcast --quiet --listen "127.0.0.1:$port" "${serve[@]}" &
     pids+=("$!"); ports+=("$port")
   done
   hosts=$(printf '127.0.0.1:%s,' "${ports[@]}"); hosts=${hosts%,}
-  sleep 0.5
+  sleep 2 # each server connects to its broker (a gateway declares and binds its queue)
   local ramp=${WS_CONNECT_RATE:-5000} src=${WS_SOURCE_ADDRS:-127.0.0.1-127.0.0.4} rate=${WS_RATE:-100}
-  local what="NATS publisher at $rate msgs/s -> $servers ws-broadcast" run=(scenarios/rango-fanout.toml --target "$MSGBENCH_IT_NATS_URL" --topic bench.rango --consume-from "ws://$hosts/?stream=public.{i}")
-  if [ -n "${WS_GATEWAY:-}" ]; then
-    what="AMQP publisher of JSON events at $rate msgs/s -> $servers ws-broadcast --gateway rango"
-    run=(scenarios/rango-gateway.toml --target "$MSGBENCH_IT_AMQP_URL" --consume-from "ws://$hosts/?stream=btcusd.trades")
-    sleep 2 # each gateway declares and binds its queue
-  fi
   echo "== rango: $what -> $n WebSocket clients joining at $ramp/s from $src, 10 s ($RUNS runs)"
   local comp=() per=()
   for _ in $(seq "$RUNS"); do
     local out tm
     out=$(mktemp); tm=$(mktemp)
-    /usr/bin/time -f "%U %S %M" -o "$tm" "$B" run "${run[@]}" -c "$n" \
+    /usr/bin/time -f "%U %S %M" -o "$tm" "$B" run "${scenario[@]}" --consume-from "ws://$hosts/?stream=$stream" -c "$n" \
       --connect-rate "$ramp" --source-addrs "$src" --rate "$rate" --no-output --quiet --format json >"$out"
     read -r c p line < <(python3 - "$out" "$tm" "$n" <<'PY'
 import json, sys
