@@ -46,10 +46,14 @@
 #   scripts/bench.sh zmq        ZeroMQ PUSH/PULL, 64 B, both ends in one msgbench process over
 #                               loopback TCP (aim >= 1M msgs/s); PUB/SUB to 2 subscribers; PUSH/PULL
 #                               between two msgbench processes
-#   scripts/bench.sh http       nginx, 50 connections, closed loop 10 s, against wrk (Debian
-#                               package) in the same session: requests/s and CPU-s per million
-#                               (target: >= wrk's rate at <= 1.2x its CPU); then a fixed rate of
-#                               half msgbench's maximum: latency p50/p99
+#   scripts/bench.sh http       nginx, 50 connections, closed loop 10 s: msgbench with --io readiness
+#                               and --io batched against wrk (Debian package), interleaved:
+#                               requests/s and CPU-s per million (issue 25's target: >= 1.3x wrk's
+#                               rate at <= 0.6x its CPU); then a fixed rate of half msgbench's
+#                               maximum: latency p50/p99
+#   scripts/bench.sh window     small windows: MQTT QoS 1 via Mosquitto and NATS request/reply,
+#                               10 clients with one message in flight each, --io readiness against
+#                               --io batched (targets: MQTT <= 6 CPU-s/M; NATS half today's CPU)
 #   scripts/bench.sh ecp        AMQP 1.0 and the ecp preset: (1) plain loop-back (`--ecp-mode amqp`,
 #                               3,000-byte durable messages, 2 senders, in-flight 1,000) on
 #                               RabbitMQ's AMQP 1.0 plugin and on Artemis: msgs/s and CPU-s per
@@ -920,22 +924,24 @@ bench_http() {
   scripts/brokers.sh up >/dev/null
   eval "$(scripts/brokers.sh env)"
   command -v wrk >/dev/null || { echo "wrk is missing: apt-get install wrk" >&2; return 1; }
-  echo "== HTTP/1.1 GET against nginx, 50 connections, closed loop, 10 s; msgbench and wrk interleaved ($RUNS runs each)"
-  local ours=() oc=() theirs=() tc=()
+  echo "== HTTP/1.1 GET against nginx, 50 connections, closed loop, 10 s; msgbench (--io readiness and --io batched) and wrk interleaved ($RUNS runs each)"
+  local ours=() oc=() bat=() bc=() theirs=() tc=()
   for _ in $(seq "$RUNS"); do
-    local out tm
+    local out tm io
     out=$(mktemp); tm=$(mktemp)
-    /usr/bin/time -f "%U %S" -o "$tm" "$B" run "$MSGBENCH_IT_HTTP_URL" --method GET -p 50 --workers 2 \
-      --warmup 1s --duration 10s --no-output --quiet --format json >"$out"
-    read -r rate cpu < <(python3 - "$out" "$tm" <<'PY'
+    for io in readiness batched; do
+      /usr/bin/time -f "%U %S" -o "$tm" "$B" run "$MSGBENCH_IT_HTTP_URL" --method GET -p 50 --workers 2 --io "$io" \
+        --warmup 1s --duration 10s --no-output --quiet --format json >"$out"
+      read -r rate cpu < <(python3 - "$out" "$tm" <<'PY'
 import json, sys
 r = json.load(open(sys.argv[1])); u, s = open(sys.argv[2]).read().split()[-2:]
 n = sum(p["counters"]["acked"] for p in r["phases"])
 print(f'{r["result"]["sent_per_s"]:.0f} {(float(u)+float(s))/max(n,1)*1e6:.2f}')
 PY
 )
-    echo "  msgbench: $rate req/s, $cpu CPU-s per million"
-    ours+=("$rate"); oc+=("$cpu")
+      printf '  msgbench %-9s %s req/s, %s CPU-s per million\n' "$io:" "$rate" "$cpu"
+      if [ "$io" = readiness ]; then ours+=("$rate"); oc+=("$cpu"); else bat+=("$rate"); bc+=("$cpu"); fi
+    done
     /usr/bin/time -f "%U %S" -o "$tm" wrk -c50 -t2 -d10s "$MSGBENCH_IT_HTTP_URL" >"$out"
     read -r rate cpu < <(python3 - "$out" "$tm" <<'PY'
 import re, sys
@@ -944,18 +950,49 @@ total = int(re.search(r"(\d+) requests in", t).group(1)); rate = float(re.search
 print(f'{rate:.0f} {(float(u)+float(s))/max(total,1)*1e6:.2f}')
 PY
 )
-    echo "  wrk:      $rate req/s, $cpu CPU-s per million"
+    echo "  wrk:               $rate req/s, $cpu CPU-s per million"
     theirs+=("$rate"); tc+=("$cpu")
     rm -f "$out" "$tm"
   done
-  local r a b
-  r=$(printf '%s\n' "${ours[@]}" | median); a=$(printf '%s\n' "${oc[@]}" | median); b=$(printf '%s\n' "${tc[@]}" | median)
-  echo "  median: msgbench $r req/s at $a CPU-s/M; wrk $(printf '%s\n' "${theirs[@]}" | median) req/s at $b CPU-s/M; CPU ratio $(python3 -c "print(f'{$a/$b:.2f}')") (target <= 1.2)"
+  local r a rb ab w b
+  r=$(printf '%s\n' "${ours[@]}" | median); a=$(printf '%s\n' "${oc[@]}" | median)
+  rb=$(printf '%s\n' "${bat[@]}" | median); ab=$(printf '%s\n' "${bc[@]}" | median)
+  w=$(printf '%s\n' "${theirs[@]}" | median); b=$(printf '%s\n' "${tc[@]}" | median)
+  echo "  median: msgbench readiness $r req/s at $a CPU-s/M; batched $rb req/s at $ab CPU-s/M; wrk $w req/s at $b CPU-s/M"
+  echo "  against wrk: readiness rate $(python3 -c "print(f'{$r/$w:.2f}')")x, CPU $(python3 -c "print(f'{$a/$b:.2f}')")x; batched rate $(python3 -c "print(f'{$rb/$w:.2f}')")x, CPU $(python3 -c "print(f'{$ab/$b:.2f}')")x (issue 25's target: >= 1.3x the rate at <= 0.6x the CPU)"
   local half; half=$(python3 -c "print(int($r/2))")
   "$B" run "$MSGBENCH_IT_HTTP_URL" --method GET -p 50 --workers 2 --rate "$half" --warmup 1s --duration 10s \
     --no-output --quiet --format json | python3 -c "
 import json, sys; r = json.load(sys.stdin); m = r['result']
 print(f'  fixed rate $half req/s: sent {m[\"sent_per_s\"]:.0f}/s, response p50 {m[\"publish\"][\"p50\"]/1e3:.0f} us, p99 {m[\"publish\"][\"p99\"]/1e3:.0f} us; from the intended send time (CO-corrected) p50 {m[\"e2e\"][\"p50\"]/1e3:.0f} us, p99 {m[\"e2e\"][\"p99\"]/1e3:.0f} us')"
+}
+
+# Small windows on acknowledged protocols (issue 25): MQTT QoS 1 through Mosquitto, 10
+# publishers with one message in flight each, and NATS request/reply through nats-server,
+# 10 requesters with one request in flight each; --io readiness and --io batched interleaved.
+bench_window() {
+  scripts/brokers.sh up >/dev/null
+  eval "$(scripts/brokers.sh env)"
+  local kind io
+  for kind in mqtt-qos1 nats-rr; do
+    local args
+    if [ "$kind" = mqtt-qos1 ]; then
+      echo "== MQTT QoS 1 via Mosquitto: 10 publishers on 10 topics, one message in flight each, 100 B, no subscribers, 5 s ($RUNS runs per mode)"
+      args=("$MSGBENCH_IT_MQTT_URL" --qos 1 --topics 10 --topic 'bench/win/{i}' -p 10 -c 0 --max-in-flight 1)
+    else
+      echo "== NATS request/reply via nats-server: 10 requesters with one request in flight each, 10 responders (msgbench's consumers), 100 B, 5 s ($RUNS runs per mode; CPU-s per million round trips)"
+      args=("$MSGBENCH_IT_NATS_URL" --request-reply --topics 10 --topic 'bench.rr.{i}' -p 10 -c 1 --max-in-flight 1)
+    fi
+    local rd=() rc=() bd=() bcp=()
+    for _ in $(seq "$RUNS"); do
+      for io in readiness batched; do
+        read -r rate cpu < <(measure_sent "${args[@]}" --size 100 --workers 2 --io "$io" --warmup 1s --duration 5s)
+        printf '  %-9s %s msgs/s, %s CPU-s per million\n' "$io:" "$rate" "$cpu"
+        if [ "$io" = readiness ]; then rd+=("$rate"); rc+=("$cpu"); else bd+=("$rate"); bcp+=("$cpu"); fi
+      done
+    done
+    echo "  median: readiness $(printf '%s\n' "${rd[@]}" | median) msgs/s at $(printf '%s\n' "${rc[@]}" | median) CPU-s/M; batched $(printf '%s\n' "${bd[@]}" | median) msgs/s at $(printf '%s\n' "${bcp[@]}" | median) CPU-s/M"
+  done
 }
 
 # zmq_in_one_process UNIT AIM ARGS...: RUNS runs of `measure ARGS...`, each line and the median
@@ -1263,6 +1300,7 @@ case "${1:-all}" in
   redis) bench_redis ;;
   proxy) bench_proxy ;;
   http) bench_http ;;
+  window) bench_window ;;
   zmq) bench_zmq ;;
   p2p) bench_p2p ;;
   ecp) bench_ecp ;;
@@ -1273,6 +1311,6 @@ case "${1:-all}" in
   views) bench_views ;;
   merge) bench_merge ;;
   segments) bench_segments ;;
-  all) bench_mem; bench_nats; bench_jetstream; bench_memory; bench_mqtt; bench_demo; bench_storm; bench_conns; bench_amqp; bench_sink; bench_proxy; bench_textstamp; bench_verdicts; bench_sizes; bench_reconnect; bench_churn; bench_groups; bench_journeys; bench_search; bench_redis; bench_ws; bench_http; bench_zmq; bench_p2p; bench_kafka; bench_kafka_peers; bench_backlog; bench_ecp; bench_views; bench_merge; bench_segments ;;
-  *) echo "usage: $0 [mem|nats|jetstream|memory|mqtt|demo|storm|conns|nats-conns|amqp|sink|textstamp|verdicts|sizes|reconnect|churn|groups|journeys|vus|search|redis|ws|http|zmq|p2p|kafka|kafka-peers|backlog|memflat|ecp|views|merge|segments|all]" >&2; exit 2 ;;
+  all) bench_mem; bench_nats; bench_jetstream; bench_memory; bench_mqtt; bench_demo; bench_storm; bench_conns; bench_amqp; bench_sink; bench_proxy; bench_textstamp; bench_verdicts; bench_sizes; bench_reconnect; bench_churn; bench_groups; bench_journeys; bench_search; bench_redis; bench_ws; bench_http; bench_window; bench_zmq; bench_p2p; bench_kafka; bench_kafka_peers; bench_backlog; bench_ecp; bench_views; bench_merge; bench_segments ;;
+  *) echo "usage: $0 [mem|nats|jetstream|memory|mqtt|demo|storm|conns|nats-conns|amqp|sink|textstamp|verdicts|sizes|reconnect|churn|groups|journeys|vus|search|redis|ws|http|window|zmq|p2p|kafka|kafka-peers|backlog|memflat|ecp|views|merge|segments|all]" >&2; exit 2 ;;
 esac

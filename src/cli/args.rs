@@ -606,6 +606,11 @@ pub struct RunArgs {
     /// machine, leaving the rest to it; otherwise 0).
     #[arg(long)]
     pub workers: Option<usize>,
+    /// Socket I/O: readiness (epoll; one system call per send and per receive) or batched
+    /// (each worker thread's plain TCP connections share one io_uring and submit together;
+    /// needs --workers 1 or more).
+    #[arg(long, value_enum, value_name = "MODE")]
+    pub io: Option<IoArg>,
     /// Run name shown in reports.
     #[arg(long)]
     pub name: Option<String>,
@@ -991,6 +996,15 @@ pub enum ContentArg {
     Zeros,
     /// English-like words.
     Text,
+}
+
+/// `--io` values.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum IoArg {
+    /// epoll: a system call per send and per receive.
+    Readiness,
+    /// io_uring: each worker's sends and receives submitted together.
+    Batched,
 }
 
 /// `--pacing` values.

@@ -1,12 +1,12 @@
 //! The one place where command-line flags and a scenario file become a validated `RunPlan`.
 
-use super::args::{ContentArg, EcpArgs, PacingArg, RunArgs, SegmentArgs, StampArg};
+use super::args::{ContentArg, EcpArgs, IoArg, PacingArg, RunArgs, SegmentArgs, StampArg};
 use anyhow::{Context, Result, anyhow, bail};
 use msgbench_core::pacer::{RateShape, Step};
 use msgbench_core::payload::{Content, StampFormat};
 use msgbench_core::registration::CommonFlags;
 use msgbench_core::scenario::groups;
-use msgbench_core::scenario::plan::Pacing;
+use msgbench_core::scenario::plan::{IoMode, Pacing};
 use msgbench_core::scenario::segment::{INDEX_ENV, Split};
 use msgbench_core::scenario::{
     Arrival, ConnectionMode, ConsumerMode, RateSpec, RunPlan, Scenario, Segment, parse_start_at,
@@ -296,6 +296,10 @@ fn flags_to_scenario(a: &RunArgs) -> Result<Scenario> {
     s.phases.backlog = a.backlog.clone();
     s.output.tick = a.tick.clone();
     s.output.workers = a.workers;
+    s.output.io = a.io.map(|m| match m {
+        IoArg::Readiness => IoMode::Readiness,
+        IoArg::Batched => IoMode::Batched,
+    });
     s.output.late_threshold = a.late_threshold.clone();
     s.output.connect_timeout = a.connect_timeout.clone();
     s.consumers.subscribe = a.subscribe.clone();

@@ -265,6 +265,7 @@ pub fn run(args: RunArgs) -> Result<ExitCode> {
     let thresholds =
         msgbench_report::verdict::parse_all(&plan.thresholds).map_err(anyhow::Error::msg)?;
     let clock = setup_clock(&plan, args.segment.time_reference.as_deref(), args.quiet)?;
+    msgbench_net::batch::set_enabled(plan.io == msgbench_core::scenario::plan::IoMode::Batched);
     let rt = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()

@@ -504,8 +504,20 @@ fn jetstream() {
 
 #[test]
 fn mqtt() {
+    mqtt_matrix("faults-mqtt", "mqtt", &[]);
+}
+
+/// The same faults with `--io batched`: a connection whose I/O is queued on a worker's
+/// io_uring loses, reconnects and accounts exactly as a polled one does.
+#[test]
+fn mqtt_batched_io() {
+    mqtt_matrix("faults-mqtt-batched", "mqtt-batched", &["--io", "batched"]);
+}
+
+/// The MQTT row against a mosquitto of this test's own, with `extra` arguments.
+fn mqtt_matrix(tag: &str, driver: &'static str, extra: &[&str]) {
     let _ = need!(MQTT);
-    let d = TempDir::new("faults-mqtt");
+    let d = TempDir::new(tag);
     let conf = d.path("m.conf");
     let mut b = Own::new(move |port| {
         std::fs::write(
@@ -525,16 +537,18 @@ fn mqtt() {
     });
     // QoS 1 and a persistent session: the broker keeps what a subscriber has not acknowledged
     // while it reconnects, but only in memory (a killed mosquitto forgets it).
+    let mut args = strings(&[
+        "--qos",
+        "1",
+        "--persistent-session",
+        "--client-id",
+        "faults-{role}-{i}",
+    ]);
+    args.extend(strings(extra));
     let r = Row {
-        driver: "mqtt",
+        driver,
         url: |a| format!("mqtt://{a}"),
-        args: strings(&[
-            "--qos",
-            "1",
-            "--persistent-session",
-            "--client-id",
-            "faults-{role}-{i}",
-        ]),
+        args,
         scenario: None,
         confirms: true,
         keeps_confirmed: |f| f != Fault::Kill,

@@ -14,6 +14,7 @@ mod amqp10;
 mod amqp10_p2p;
 mod amqp_proxy;
 mod backlog;
+mod batched_io;
 mod cli;
 mod conformance;
 mod dashboard;

@@ -16,6 +16,7 @@ static SEGS_IN: AtomicU64 = AtomicU64::new(0);
 static DATA_SEGS_OUT: AtomicU64 = AtomicU64::new(0);
 static DATA_SEGS_IN: AtomicU64 = AtomicU64::new(0);
 static RETRANSMITTED: AtomicU64 = AtomicU64::new(0);
+static BATCHED: AtomicU64 = AtomicU64::new(0);
 
 /// Adds one closed connection's counters.
 pub fn add(c: &TcpSummary) {
@@ -25,6 +26,7 @@ pub fn add(c: &TcpSummary) {
     DATA_SEGS_OUT.fetch_add(c.data_segs_out, Relaxed);
     DATA_SEGS_IN.fetch_add(c.data_segs_in, Relaxed);
     RETRANSMITTED.fetch_add(c.retransmitted, Relaxed);
+    BATCHED.fetch_add(c.batched, Relaxed);
 }
 
 /// Everything added so far in this process.
@@ -36,6 +38,7 @@ pub fn totals() -> TcpSummary {
         data_segs_out: DATA_SEGS_OUT.load(Relaxed),
         data_segs_in: DATA_SEGS_IN.load(Relaxed),
         retransmitted: RETRANSMITTED.load(Relaxed),
+        batched: BATCHED.load(Relaxed),
     }
 }
 

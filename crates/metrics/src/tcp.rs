@@ -29,6 +29,14 @@ pub struct TcpSummary {
     /// probes and timeouts when an acknowledgement was merely late (on loopback, a descheduled
     /// receiver).
     pub retransmitted: u64,
+    /// Of [`connections`](Self::connections), those whose I/O went through a worker's
+    /// io_uring (`--io batched`).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub batched: u64,
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
 }
 
 impl TcpSummary {
@@ -40,6 +48,7 @@ impl TcpSummary {
         self.data_segs_out += o.data_segs_out;
         self.data_segs_in += o.data_segs_in;
         self.retransmitted += o.retransmitted;
+        self.batched += o.batched;
     }
 
     /// What was added since `earlier` (process-wide totals taken before and after a run).
@@ -51,6 +60,7 @@ impl TcpSummary {
             data_segs_out: self.data_segs_out.saturating_sub(earlier.data_segs_out),
             data_segs_in: self.data_segs_in.saturating_sub(earlier.data_segs_in),
             retransmitted: self.retransmitted.saturating_sub(earlier.retransmitted),
+            batched: self.batched.saturating_sub(earlier.batched),
         }
     }
 
@@ -74,6 +84,7 @@ mod tests {
             data_segs_out: 4,
             data_segs_in: 19,
             retransmitted: 1,
+            batched: 1,
         };
         let mut b = a;
         b.add(&a);

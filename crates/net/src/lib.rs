@@ -21,6 +21,8 @@
 #![deny(missing_docs)]
 
 mod backoff;
+#[cfg(target_os = "linux")]
+pub mod batch;
 mod liveness;
 #[cfg(target_os = "linux")]
 pub mod ring;
@@ -315,6 +317,12 @@ pub async fn connect_with(
             None if fd_free => ring::RingStream::adopt(tcp)
                 .map(|r| Stream::client(Io::Ring(r)))
                 .map_err(|e| NetError::new(ConnectFailure::NoFds, e.to_string())),
+            #[cfg(target_os = "linux")]
+            None if batch::enabled() => match batch::BatchStream::adopt(tcp) {
+                Ok(Ok(b)) => Ok(Stream::client(Io::Batch(b))),
+                Ok(Err(tcp)) => Ok(Stream::client(Io::Tcp(tcp))),
+                Err(e) => Err(NetError::from_io(&e)),
+            },
             None => Ok(Stream::client(Io::Tcp(tcp))),
             Some(t) => tls_handshake(t, &target.host, tcp).await,
         }
@@ -396,7 +404,7 @@ async fn resolve(target: &Target) -> Result<SocketAddr, NetError> {
 /// ([`msgbench_core::tcp_tally`]), for a driver that took the socket out of its [`Stream`]
 /// ([`Stream::into_tcp`]): call it once, just before the socket closes.
 pub fn tally_tcp(sock: &impl std::os::fd::AsRawFd) {
-    tcp_info::tally(sock.as_raw_fd());
+    tcp_info::tally(sock.as_raw_fd(), false);
 }
 
 fn set_bind_no_port(sock: &TcpSocket) {

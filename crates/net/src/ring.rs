@@ -52,13 +52,13 @@ const MAX_RINGS: usize = 256;
 
 /// A heap buffer the kernel may write into: a raw allocation, so that no Rust reference to its
 /// bytes exists while an operation is pending.
-struct Buf {
-    ptr: *mut u8,
-    cap: usize,
+pub(crate) struct Buf {
+    pub(crate) ptr: *mut u8,
+    pub(crate) cap: usize,
 }
 
 impl Buf {
-    fn new(cap: usize) -> Buf {
+    pub(crate) fn new(cap: usize) -> Buf {
         let b: Box<[u8]> = vec![0u8; cap].into_boxed_slice();
         Buf {
             ptr: Box::into_raw(b).cast::<u8>(),

@@ -1,9 +1,9 @@
 //! [`Stream`]: one connection type for every driver, plain TCP, TLS or held in an io_uring
 //! table, with poll-style I/O into the drivers' own buffers.
 
-#[cfg(target_os = "linux")]
-use crate::ring;
 use crate::tcp_info;
+#[cfg(target_os = "linux")]
+use crate::{batch, ring};
 use bytes::BytesMut;
 use std::io;
 use std::mem::MaybeUninit;
@@ -35,6 +35,9 @@ pub(crate) enum Io {
     /// Plain TCP held in an io_uring table instead of a descriptor ([`ring`]).
     #[cfg(target_os = "linux")]
     Ring(ring::RingStream),
+    /// Plain TCP whose I/O is batched on its worker thread's io_uring ([`batch`]).
+    #[cfg(target_os = "linux")]
+    Batch(batch::BatchStream),
 }
 
 impl Drop for Stream {
@@ -42,7 +45,11 @@ impl Drop for Stream {
         if self.tallied
             && let Some(fd) = self.raw_fd()
         {
-            tcp_info::tally(fd);
+            #[cfg(target_os = "linux")]
+            let batched = matches!(self.io, Io::Batch(_));
+            #[cfg(not(target_os = "linux"))]
+            let batched = false;
+            tcp_info::tally(fd, batched);
         }
     }
 }
@@ -86,6 +93,11 @@ impl Stream {
         let io = unsafe { std::ptr::read(&this.io) };
         match io {
             Io::Tcp(t) => Ok(t),
+            #[cfg(target_os = "linux")]
+            Io::Batch(b) => b.into_tcp().map_err(|b| Stream {
+                io: Io::Batch(b),
+                tallied,
+            }),
             io => Err(Stream { io, tallied }),
         }
     }
@@ -105,6 +117,8 @@ impl Stream {
             Io::Tls(s) => Some(s.get_ref().0.as_raw_fd()),
             #[cfg(target_os = "linux")]
             Io::Ring(_) => None,
+            #[cfg(target_os = "linux")]
+            Io::Batch(s) => Some(s.raw_fd()),
         }
     }
 
@@ -138,6 +152,8 @@ impl Stream {
             Io::Tls(s) => Pin::new(s.as_mut()).poll_read(cx, &mut rb),
             #[cfg(target_os = "linux")]
             Io::Ring(s) => Pin::new(s).poll_read(cx, &mut rb),
+            #[cfg(target_os = "linux")]
+            Io::Batch(s) => Pin::new(s).poll_read(cx, &mut rb),
         };
         match r {
             Poll::Ready(Ok(())) => {
@@ -157,6 +173,8 @@ impl Stream {
             Io::Tls(s) => Pin::new(s.as_mut()).poll_write(cx, data),
             #[cfg(target_os = "linux")]
             Io::Ring(s) => Pin::new(s).poll_write(cx, data),
+            #[cfg(target_os = "linux")]
+            Io::Batch(s) => Pin::new(s).poll_write(cx, data),
         }
     }
 
@@ -167,6 +185,8 @@ impl Stream {
             Io::Tls(s) => Pin::new(s.as_mut()).poll_flush(cx),
             #[cfg(target_os = "linux")]
             Io::Ring(s) => Pin::new(s).poll_flush(cx),
+            #[cfg(target_os = "linux")]
+            Io::Batch(s) => Pin::new(s).poll_flush(cx),
         }
     }
 
@@ -196,6 +216,8 @@ impl Stream {
             Io::Tls(s) => s.get_ref().0.local_addr(),
             #[cfg(target_os = "linux")]
             Io::Ring(s) => Ok(s.local_addr()),
+            #[cfg(target_os = "linux")]
+            Io::Batch(s) => Ok(s.local_addr()),
         }
     }
 }
@@ -212,6 +234,8 @@ impl AsyncRead for Stream {
             Io::Tls(s) => Pin::new(s.as_mut()).poll_read(cx, buf),
             #[cfg(target_os = "linux")]
             Io::Ring(s) => Pin::new(s).poll_read(cx, buf),
+            #[cfg(target_os = "linux")]
+            Io::Batch(s) => Pin::new(s).poll_read(cx, buf),
         }
     }
 }
@@ -235,6 +259,8 @@ impl AsyncWrite for Stream {
             Io::Tls(s) => Pin::new(s.as_mut()).poll_write_vectored(cx, bufs),
             #[cfg(target_os = "linux")]
             Io::Ring(s) => Pin::new(s).poll_write_vectored(cx, bufs),
+            #[cfg(target_os = "linux")]
+            Io::Batch(s) => Pin::new(s).poll_write_vectored(cx, bufs),
         }
     }
 
@@ -244,6 +270,8 @@ impl AsyncWrite for Stream {
             Io::Tls(s) => s.is_write_vectored(),
             #[cfg(target_os = "linux")]
             Io::Ring(_) => false,
+            #[cfg(target_os = "linux")]
+            Io::Batch(_) => false,
         }
     }
 
@@ -257,6 +285,8 @@ impl AsyncWrite for Stream {
             Io::Tls(s) => Pin::new(s.as_mut()).poll_shutdown(cx),
             #[cfg(target_os = "linux")]
             Io::Ring(s) => Pin::new(s).poll_shutdown(cx),
+            #[cfg(target_os = "linux")]
+            Io::Batch(s) => Pin::new(s).poll_shutdown(cx),
         }
     }
 }

@@ -48,6 +48,7 @@ pub(crate) fn read(fd: RawFd) -> Option<TcpSummary> {
         data_segs_out: u32_at(offset::DATA_SEGS_OUT),
         data_segs_in: u32_at(offset::DATA_SEGS_IN),
         retransmitted: u32_at(offset::TOTAL_RETRANS),
+        batched: 0,
     })
 }
 
@@ -56,9 +57,11 @@ pub(crate) fn read(_fd: RawFd) -> Option<TcpSummary> {
     None
 }
 
-/// Adds a closing socket's counters to the run's tally ([`msgbench_core::tcp_tally`]).
-pub(crate) fn tally(fd: RawFd) {
-    if let Some(c) = read(fd) {
+/// Adds a closing socket's counters to the run's tally ([`msgbench_core::tcp_tally`]), and
+/// whether its I/O was batched on a ring.
+pub(crate) fn tally(fd: RawFd, batched: bool) {
+    if let Some(mut c) = read(fd) {
+        c.batched = u64::from(batched);
         msgbench_core::tcp_tally::add(&c);
     }
 }

@@ -302,9 +302,14 @@ pub(crate) fn backlog_line(r: &RunReport) -> Option<String> {
 pub(crate) fn tcp_lines(r: &RunReport) -> Option<(String, Vec<String>)> {
     let t = r.tcp.as_ref()?;
     let heading = format!(
-        "tcp ({} connection{}, as the kernel counted them)",
+        "tcp ({} connection{}{}, as the kernel counted them)",
         t.connections,
-        if t.connections == 1 { "" } else { "s" }
+        if t.connections == 1 { "" } else { "s" },
+        match t.batched {
+            0 => String::new(),
+            n if n == t.connections => ", I/O batched on io_uring".to_string(),
+            n => format!(", {n} with I/O batched on io_uring"),
+        }
     );
     let mut lines = vec![format!(
         "segments in {}  out {} ({} of them without data: ACKs, SYN, FIN)  retransmitted {}",

@@ -262,6 +262,7 @@ fn tcp_segments_per_message() {
         data_segs_in: segs_in / 2,
         data_segs_out: segs_out / 2,
         retransmitted,
+        batched: 0,
     };
     a.tcp = Some(tcp(90_000, 67_500, 0));
     let mut b = a.clone();

@@ -102,6 +102,7 @@ fn tcp(connections: u64, segments: u64) -> msgbench_metrics::TcpSummary {
         data_segs_out: segments,
         data_segs_in: segments,
         retransmitted: 0,
+        batched: 0,
     }
 }
 

@@ -101,6 +101,7 @@ fn tcp_counters_are_reported_per_message() {
         data_segs_out: 21_000,
         data_segs_in: 44_990,
         retransmitted: 2,
+        batched: 0,
     });
     let mut out = Vec::new();
     render(&r, Format::Text, &mut out).unwrap();

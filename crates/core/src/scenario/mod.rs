@@ -404,6 +404,9 @@ pub struct OutputSection {
     /// Worker threads for producers and consumers (default: see
     /// [`colocated::default_workers`]).
     pub workers: Option<usize>,
+    /// Socket I/O: `readiness` (epoll, the default) or `batched` (io_uring, one system call
+    /// per pass of each worker thread).
+    pub io: Option<plan::IoMode>,
     /// Judge the thresholds every interval of the measure phase too, and stop the run at the
     /// first that fails (those on the delivery account are judged at the end only).
     pub threshold_abort: Option<bool>,
@@ -621,6 +624,7 @@ fn overlay_settings(
         late_threshold,
         connect_timeout,
         workers,
+        io,
         threshold_abort,
         redact_headers,
     } = output;
@@ -660,6 +664,7 @@ fn overlay_settings(
     pick(&mut base.output.late_threshold, late_threshold);
     pick(&mut base.output.connect_timeout, connect_timeout);
     pick(&mut base.output.workers, workers);
+    pick(&mut base.output.io, io);
     pick(&mut base.output.threshold_abort, threshold_abort);
     pick(&mut base.output.redact_headers, redact_headers);
     pick(&mut base.client.client_id, client_id);

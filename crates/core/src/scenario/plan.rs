@@ -34,6 +34,27 @@ pub enum Pacing {
     Precise,
 }
 
+/// How connections do their socket I/O.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum IoMode {
+    /// Readiness polling (epoll): each send and each receive is a system call of its own.
+    #[default]
+    Readiness,
+    /// Plain TCP connections of each worker thread share one io_uring, and their sends and
+    /// receives go to the kernel together, one system call per pass of the worker
+    /// (msgbench-net's `batch`). Needs worker threads; where io_uring cannot be set up the run
+    /// says so once and falls back to readiness polling.
+    Batched,
+}
+
+impl IoMode {
+    /// The default (left out of the results file).
+    pub fn is_default(&self) -> bool {
+        *self == IoMode::Readiness
+    }
+}
+
 /// How the consumers of one topic share it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "mode", rename_all = "snake_case")]
@@ -253,6 +274,9 @@ pub struct RunPlan {
     /// them on the shared work-stealing runtime (one thread per CPU). Left out, it follows
     /// [`super::colocated::default_workers`].
     pub workers: usize,
+    /// How connections do their socket I/O (process-wide: the first plan's).
+    #[serde(default, skip_serializing_if = "IoMode::is_default")]
+    pub io: IoMode,
     /// Consumers subscribe to this filter instead of their topic (wildcards).
     pub subscribe: Option<String>,
     /// Protocol client settings.
@@ -461,11 +485,23 @@ pub fn resolve(s: &Scenario, run_id: u32) -> Result<RunPlan, PlanError> {
     crate::redact::HeaderRule::new(&redact_headers)
         .map_err(|e| err("output.redact_headers", e.to_string()))?;
 
+    let io = s.output.io.unwrap_or_default();
     let workers = s.output.workers.unwrap_or_else(|| {
         let mut targets = vec![target.as_str()];
         targets.extend(consume_from.as_deref());
-        super::colocated::default_workers(&targets, crate::available_cpus())
+        match super::colocated::default_workers(&targets, crate::available_cpus()) {
+            // Batched I/O needs workers of its own: one per CPU.
+            0 if io == IoMode::Batched => crate::available_cpus().max(1),
+            n => n,
+        }
     });
+    if io == IoMode::Batched && workers == 0 {
+        return Err(err(
+            "output.io",
+            "batched I/O runs on worker threads: with `io = \"batched\"` (--io batched) give \
+             --workers 1 or more",
+        ));
+    }
 
     Ok(RunPlan {
         name: s.name.clone().unwrap_or_else(|| "msgbench".to_string()),
@@ -493,6 +529,7 @@ pub fn resolve(s: &Scenario, run_id: u32) -> Result<RunPlan, PlanError> {
         late_threshold,
         connect_timeout,
         workers,
+        io,
         subscribe,
         client,
         tls,
