@@ -142,6 +142,55 @@ fn refused_commands_are_counted_as_refused_messages() {
     assert!(events.contains("WRONGTYPE"), "{events}");
 }
 
+/// Accepted and refused commands interleaved in one pipeline (two streams, one of them a key
+/// holding a string): every reply is matched to its own message, so exactly the messages to
+/// the string key are refused, however the replies are grouped into acks.
+#[test]
+fn interleaved_refusals_are_matched_to_their_messages() {
+    let url = need!(REDIS);
+    let port = url.rsplit(':').next().unwrap();
+    let cli = |args: &[&str]| {
+        let o = Command::new("redis-cli")
+            .arg("-p")
+            .arg(port)
+            .args(args)
+            .output()
+            .expect("redis-cli (package redis-tools, installed with redis-server)");
+        assert!(o.status.success());
+    };
+    cli(&["DEL", "it.redis.mixed.0"]);
+    cli(&["SET", "it.redis.mixed.1", "a-string"]);
+    let d = TempDir::new("redis-mixed");
+    let r = run_json(
+        &d.0,
+        &[
+            "run",
+            &format!("{url}?mode=streams&maxlen=1000"),
+            "--topic",
+            "it.redis.mixed.{i}",
+            "--topics",
+            "2",
+            "-p",
+            "1",
+            "-c",
+            "0",
+            "--max-in-flight",
+            "64",
+            "--messages",
+            "4000",
+            "--warmup",
+            "0s",
+            "--no-output",
+        ],
+    );
+    let c = &measure(&r)["counters"];
+    assert_eq!(
+        (u(&c["sent"]), u(&c["acked"]), u(&c["nacked"])),
+        (4000, 2000, 2000),
+        "{c}"
+    );
+}
+
 /// A redis-server of this test's own on `port` (no persistence).
 fn own_redis(port: u16) -> Child {
     let mut child = Command::new("redis-server")

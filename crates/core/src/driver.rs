@@ -25,7 +25,7 @@ pub use msgbench_metrics::ConnectFailure;
 use msgbench_metrics::ErrorKind;
 use std::future::Future;
 use std::net::IpAddr;
-use std::task::{Context, Poll};
+use std::task::{Context, Poll, RawWaker, RawWakerVTable, Waker};
 use tokio::sync::mpsc;
 
 /// What a driver can do; the plan is validated against it before anything connects.
@@ -298,6 +298,41 @@ pub struct SessionSpec {
     pub fd_free: bool,
 }
 
+/// The waker of a look without waiting: the runner polls a producer's acks with it between
+/// sends ([`look_context`]). It wakes nothing, and I/O layers that recognise it
+/// ([`is_look`]) neither arm timers nor replace the waker the task's real wait registered
+/// (a registration per send would cost more than the message). Recognised by its data
+/// pointer, a static's address: unlike [`Waker::noop`], whose vtable may be duplicated across
+/// codegen units, that identity is reliable.
+static LOOK_MARK: u8 = 0;
+static LOOK_VTABLE: RawWakerVTable =
+    RawWakerVTable::new(look_clone, look_nothing, look_nothing, look_nothing);
+static LOOK: Waker =
+    // SAFETY: the vtable's functions do nothing and never read the data pointer.
+    unsafe {
+        Waker::from_raw(RawWaker::new(
+            &LOOK_MARK as *const u8 as *const (),
+            &LOOK_VTABLE,
+        ))
+    };
+
+fn look_clone(p: *const ()) -> RawWaker {
+    RawWaker::new(p, &LOOK_VTABLE)
+}
+
+fn look_nothing(_: *const ()) {}
+
+/// A context for a look without waiting (see [`is_look`]).
+pub fn look_context() -> Context<'static> {
+    Context::from_waker(&LOOK)
+}
+
+/// Whether `cx` is a look without waiting ([`look_context`]): no task will be woken from it.
+#[inline]
+pub fn is_look(cx: &Context<'_>) -> bool {
+    std::ptr::eq(cx.waker().data(), &LOOK_MARK as *const u8 as *const ())
+}
+
 /// A messaging system. One value per run; it creates producers and consumers.
 pub trait Driver: Send + Sync + 'static {
     /// The sending side.
@@ -500,5 +535,21 @@ impl<P: Driver, C: Driver> Driver for Pipeline<P, C> {
         spec: &SessionSpec,
     ) -> impl Future<Output = Result<Self::Session, DriverError>> + Send {
         self.producers.session(spec)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The look waker is recognised, also cloned (as a driver storing it would), and no
+    /// other waker is taken for it.
+    #[test]
+    fn a_look_is_told_from_a_wait() {
+        let cx = look_context();
+        assert!(is_look(&cx));
+        let cloned = cx.waker().clone();
+        assert!(is_look(&Context::from_waker(&cloned)));
+        assert!(!is_look(&Context::from_waker(Waker::noop())));
     }
 }

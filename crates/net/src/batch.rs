@@ -44,10 +44,17 @@ const OP_RECV: u64 = 1;
 const OP_SEND: u64 = 2;
 const OP_IGNORE: u64 = 4;
 const OP_MASK: u64 = 7;
-/// Receive buffer per stream: a few responses or a burst of deliveries per completion.
-const READ_BUF: usize = 16 * 1024;
-/// Write buffer per stream: as large as the producers' batches, so a batch is one send.
-const WRITE_BUF: usize = 64 * 1024;
+/// Receive buffer per stream to begin with: a response or a few acknowledgements.
+const READ_BUF: usize = 2 * 1024;
+/// A stream whose receives fill their buffer gets a larger one, up to this (a consumer behind
+/// a busy broker takes many messages per completion); one whose receives take little goes back
+/// to [`READ_BUF`]. Buffers are only resized between receives.
+const READ_BUF_MAX: usize = 64 * 1024;
+/// Write buffer per stream to begin with.
+const WRITE_BUF: usize = 4 * 1024;
+/// A write larger than the buffer, arriving while nothing is queued, grows it up to this: as
+/// large as the producers' batches, so a batch is one send.
+const WRITE_BUF_MAX: usize = 64 * 1024;
 /// Submission queue entries per ring (a full queue is submitted on the spot).
 const SQ_ENTRIES: u32 = 1024;
 
@@ -241,9 +248,19 @@ impl LocalRing {
         Ok(())
     }
 
-    /// Queues a receive into the whole receive buffer (every byte of the last one was taken).
+    /// Queues a receive into the whole receive buffer (every byte of the last one was taken,
+    /// so the buffer may be resized to what the last receive suggests).
     fn recv(&self, sh: &Arc<Shared>, st: &mut State) -> io::Result<()> {
-        let buf = st.rbuf.get_or_insert_with(|| Buf::new(READ_BUF));
+        let want = match (st.rbuf.as_ref(), st.r_end) {
+            (None, _) => READ_BUF,
+            (Some(b), n) if n == b.cap => (b.cap * 2).min(READ_BUF_MAX),
+            (Some(b), n) if b.cap > READ_BUF && n < b.cap / 8 => READ_BUF,
+            (Some(b), _) => b.cap,
+        };
+        if st.rbuf.as_ref().is_none_or(|b| b.cap != want) {
+            st.rbuf = Some(Buf::new(want));
+        }
+        let buf = st.rbuf.as_ref().expect("just made");
         let e = opcode::Recv::new(types::Fd(sh.fd), buf.ptr, buf.cap as u32);
         self.push_owned(sh, OP_RECV, e.build())?;
         st.r_pending = true;
@@ -490,7 +507,9 @@ impl AsyncRead for BatchStream {
         if !st.r_pending {
             this.ring.recv(&this.shared, &mut st)?;
         }
-        if !st.r_waker.as_ref().is_some_and(|w| w.will_wake(cx.waker())) {
+        // A look without waiting keeps the waker of the task's real wait.
+        if !crate::just_looking(cx) && !st.r_waker.as_ref().is_some_and(|w| w.will_wake(cx.waker()))
+        {
             st.r_waker = Some(cx.waker().clone());
         }
         Poll::Pending
@@ -513,7 +532,18 @@ impl AsyncWrite for BatchStream {
         if data.is_empty() {
             return Poll::Ready(Ok(0));
         }
-        let buf = st.wbuf.get_or_insert_with(|| Buf::new(WRITE_BUF));
+        if !st.w_pending && st.w_len == 0 {
+            // Nothing queued: the buffer may be replaced, as large as this write needs.
+            let cap = st.wbuf.as_ref().map_or(0, |b| b.cap);
+            if cap < data.len().min(WRITE_BUF_MAX) || cap == 0 {
+                let want = data
+                    .len()
+                    .next_power_of_two()
+                    .clamp(WRITE_BUF, WRITE_BUF_MAX);
+                st.wbuf = Some(Buf::new(want.max(cap)));
+            }
+        }
+        let buf = st.wbuf.as_ref().expect("made when the first write came");
         let (cap, ptr) = (buf.cap, buf.ptr);
         let n = data.len().min(cap - st.w_len);
         if n == 0 {

@@ -262,6 +262,14 @@ impl Target {
     }
 }
 
+/// Whether `cx` is a look without waiting (the runner taking whatever acks are ready between
+/// sends: [`msgbench_core::driver::is_look`]), not a wait: such a poll has no task to wake, so
+/// it must neither arm timers nor replace the waker a real wait registered.
+#[inline]
+pub fn just_looking(cx: &Context<'_>) -> bool {
+    msgbench_core::driver::is_look(cx)
+}
+
 /// Opens a TCP connection (NODELAY on) from `source` if given, then TLS if `tls` is given, all
 /// within `timeout`.
 pub async fn connect(
@@ -614,6 +622,10 @@ impl Wire {
             Poll::Pending => {
                 if self.lean && self.rbuf.is_empty() && self.rbuf.capacity() != 0 {
                     self.rbuf = BytesMut::new();
+                }
+                if just_looking(cx) {
+                    // Nothing can be woken: the liveness watch is for the real wait.
+                    return Poll::Pending;
                 }
                 match self.poll_live(cx) {
                     Poll::Ready(e) => Poll::Ready(Err(e)),

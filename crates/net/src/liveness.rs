@@ -22,6 +22,9 @@ pub struct Liveness {
     every: Duration,
     probe: &'static [u8],
     timer: Pin<Box<Sleep>>,
+    /// The waker the timer was last polled with: while the same task polls and the timer has
+    /// not fired, polling it again would only register that waker again.
+    armed_for: Option<std::task::Waker>,
     heard: bool,
     silent: u8,
 }
@@ -43,6 +46,7 @@ impl Liveness {
             every,
             probe,
             timer: Box::pin(tokio::time::sleep(every)),
+            armed_for: None,
             heard: false,
             silent: 0,
         }
@@ -65,6 +69,7 @@ impl Liveness {
         self.silent = 0;
         if !self.every.is_zero() {
             self.timer.as_mut().reset(Instant::now() + self.every);
+            self.armed_for = None;
         }
     }
 
@@ -73,6 +78,17 @@ impl Liveness {
         if self.every.is_zero() {
             return Poll::Pending;
         }
+        // Polled on every wait of a busy connection: skip the timer when it would only be
+        // armed again for the same task (the timer wakes that task when it fires).
+        if !self.timer.is_elapsed()
+            && self
+                .armed_for
+                .as_ref()
+                .is_some_and(|w| w.will_wake(cx.waker()))
+        {
+            return Poll::Pending;
+        }
+        self.armed_for = None;
         while self.timer.as_mut().poll(cx).is_ready() {
             // From now: a period counts as silent only while the owner waits on the peer (an
             // idle producer polls nothing, and its first wait after a pause gets a period).
@@ -90,6 +106,7 @@ impl Liveness {
                 return Poll::Ready(Check::Probe);
             }
         }
+        self.armed_for = Some(cx.waker().clone());
         Poll::Pending
     }
 

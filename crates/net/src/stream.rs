@@ -142,6 +142,17 @@ impl Stream {
         if buf.capacity() - buf.len() < chunk / 4 {
             buf.reserve(chunk);
         }
+        if let Io::Tcp(s) = &self.io
+            && crate::just_looking(cx)
+        {
+            // A look without waiting: read if the socket is known readable, and leave the
+            // waker the task registered in place (a no-op waker would replace it).
+            return match s.try_read_buf(buf) {
+                Ok(n) => Poll::Ready(Ok(n)),
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => Poll::Pending,
+                Err(e) => Poll::Ready(Err(e)),
+            };
+        }
         let spare = buf.spare_capacity_mut();
         // SAFETY: ReadBuf only writes initialised bytes into the spare capacity and reports how
         // many; we then mark exactly that many as part of the buffer.

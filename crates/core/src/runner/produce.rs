@@ -12,7 +12,7 @@ use crate::payload::PayloadBuilder;
 use crate::stamp::Stamp;
 use msgbench_metrics::{ErrorKind, Phase, Recorder, Role, Snapshot};
 use std::sync::Arc;
-use std::task::{Context, Poll, Waker};
+use std::task::Poll;
 use tokio::sync::mpsc::UnboundedSender;
 
 /// Everything a producer task needs besides its driver handle.
@@ -127,9 +127,9 @@ impl ProducerTask {
         }
     }
 
-    fn handle_ack(&self, rec: &mut Recorder, window: &mut InFlight, ack: Ack) {
+    /// Records `ack`, read at `now`.
+    fn handle_ack(&self, rec: &mut Recorder, window: &mut InFlight, ack: Ack, now: u64) {
         let responses = self.responses;
-        let now = now_ns();
         match ack {
             Ack::One { token, ok } => {
                 match window.take(token) {
@@ -161,9 +161,24 @@ impl ProducerTask {
 
     /// Takes every ack that is ready without waiting.
     fn drain_ready_acks<P: Producer>(&self, p: &mut P, rec: &mut Recorder, window: &mut InFlight) {
-        let mut cx = Context::from_waker(Waker::noop());
+        self.drain_ready_acks_at(p, rec, window, None);
+    }
+
+    /// Takes every ack that is ready without waiting, all timed at one clock reading (`now`,
+    /// or one taken at the first ack): they were read together, and taking them takes
+    /// microseconds, while a reading per ack costs on pipelined protocols about as much as
+    /// handling the ack itself.
+    fn drain_ready_acks_at<P: Producer>(
+        &self,
+        p: &mut P,
+        rec: &mut Recorder,
+        window: &mut InFlight,
+        mut now: Option<u64>,
+    ) {
+        let mut cx = crate::driver::look_context();
         while let Poll::Ready(Some(ack)) = p.poll_ack(&mut cx) {
-            self.handle_ack(rec, window, ack);
+            let at = *now.get_or_insert_with(now_ns);
+            self.handle_ack(rec, window, ack, at);
         }
     }
 
@@ -179,7 +194,12 @@ impl ProducerTask {
         let deadline = to_instant(ticker.next_ns);
         tokio::select! {
             ack = std::future::poll_fn(|cx| p.poll_ack(cx)) => match ack {
-                Some(a) => { self.handle_ack(rec, window, a); Flow::Go }
+                Some(a) => {
+                    let now = now_ns();
+                    self.handle_ack(rec, window, a, now);
+                    self.drain_ready_acks_at(p, rec, window, Some(now));
+                    Flow::Go
+                }
                 None => Flow::Stop,
             },
             _ = tokio::time::sleep_until(deadline) => {
@@ -401,8 +421,9 @@ impl<P: Producer> Sending<P> {
                 biased;
                 ack = std::future::poll_fn(|cx| self.p.poll_ack(cx)) => match ack {
                     Some(a) => {
-                        self.task.handle_ack(&mut self.rec, &mut self.window, a);
-                        self.task.drain_ready_acks(&mut self.p, &mut self.rec, &mut self.window);
+                        let now = now_ns();
+                        self.task.handle_ack(&mut self.rec, &mut self.window, a, now);
+                        self.task.drain_ready_acks_at(&mut self.p, &mut self.rec, &mut self.window, Some(now));
                     }
                     // No more acks will come: just wait.
                     None => sleep_until_ns(&mut self.timer, wake, pacing).await,
@@ -471,7 +492,7 @@ impl<P: Producer> Sending<P> {
                 biased;
                 _ = g.acquire() => return Some(()),
                 ack = std::future::poll_fn(|cx| self.p.poll_ack(cx)), if acks_open => match ack {
-                    Some(a) => self.task.handle_ack(&mut self.rec, &mut self.window, a),
+                    Some(a) => self.task.handle_ack(&mut self.rec, &mut self.window, a, now_ns()),
                     None => acks_open = false,
                 },
                 _ = tokio::time::sleep_until(to_instant(self.ticker.next_ns)) => {

@@ -133,8 +133,11 @@ impl Driver for RedisDriver {
         conn.wire.watch(self.keep_alive, b"");
         Ok(RedisProducer {
             conn,
-            topics: spec.topics.iter().map(|t| Bytes::from(t.clone())).collect(),
-            maxlen: self.ep.maxlen.map(|n| Bytes::from(n.to_string())),
+            heads: spec
+                .topics
+                .iter()
+                .map(|t| command_head(self.ep.mode, t.as_bytes(), self.ep.maxlen))
+                .collect(),
             waiting: VecDeque::new(),
             refused_reported: false,
         })
@@ -198,12 +201,30 @@ impl Driver for RedisDriver {
     }
 }
 
+/// Everything of a producer's command for `key` but the payload: `PUBLISH key`, `XADD key *
+/// d` or `XADD key MAXLEN ~ N * d`.
+fn command_head(mode: Mode, key: &[u8], maxlen: Option<u64>) -> Bytes {
+    match (mode, maxlen) {
+        (Mode::PubSub, _) => resp::command_head(&[b"PUBLISH", key]),
+        (Mode::Streams, None) => resp::command_head(&[b"XADD", key, b"*", b"d"]),
+        (Mode::Streams, Some(n)) => resp::command_head(&[
+            b"XADD",
+            key,
+            b"MAXLEN",
+            b"~",
+            n.to_string().as_bytes(),
+            b"*",
+            b"d",
+        ]),
+    }
+}
+
 /// The sending side: `PUBLISH` or `XADD`, pipelined; each reply is the ack of the oldest
 /// message still waiting.
 pub struct RedisProducer {
     conn: Conn,
-    topics: Vec<Bytes>,
-    maxlen: Option<Bytes>,
+    /// Per topic, the command up to its payload ([`command_head`]).
+    heads: Vec<Bytes>,
     /// Tokens of the messages sent and not yet answered, oldest first (replies come in order).
     waiting: VecDeque<u64>,
     refused_reported: bool,
@@ -211,18 +232,8 @@ pub struct RedisProducer {
 
 impl RedisProducer {
     fn encode(&mut self, msg: &Outbound<'_>) {
-        let key: &[u8] = &self.topics[msg.stream as usize];
-        let out = &mut self.conn.wire.wbuf;
-        match (self.conn.ep.mode, &self.maxlen) {
-            (Mode::PubSub, _) => resp::command(out, &[b"PUBLISH", key, msg.payload]),
-            (Mode::Streams, None) => {
-                resp::command(out, &[b"XADD", key, b"*", b"d", msg.payload]);
-            }
-            (Mode::Streams, Some(n)) => resp::command(
-                out,
-                &[b"XADD", key, b"MAXLEN", b"~", n, b"*", b"d", msg.payload],
-            ),
-        }
+        let head = &self.heads[msg.stream as usize];
+        resp::put_command(&mut self.conn.wire.wbuf, head, msg.payload);
     }
 
     /// Writes what is buffered; on failure, reconnects (the unanswered are in doubt, said by
@@ -270,15 +281,29 @@ impl Producer for RedisProducer {
         }
         match self.conn.wire.poll_next(cx, false, resp::take_reply) {
             Poll::Pending => Poll::Pending,
+            Poll::Ready(Ok(Reply::Ok)) => {
+                // Replies come in order: the run of successes already read (up to the next
+                // refusal, taken on its own) acknowledges every message up to its last, in
+                // one ack and one clock reading.
+                let mut token = self.waiting.pop_front().expect("a message waits");
+                let rbuf = &mut self.conn.wire.rbuf;
+                while !self.waiting.is_empty() && rbuf.first().is_some_and(|&b| b != b'-') {
+                    match resp::take_reply(rbuf) {
+                        Ok(Some(_)) => token = self.waiting.pop_front().expect("checked"),
+                        // Incomplete, or not RESP: left for `poll_next` to wait for or judge.
+                        Ok(None) | Err(_) => break,
+                    }
+                }
+                Poll::Ready(Some(Ack::UpTo { token, ok: true }))
+            }
             Poll::Ready(Ok(reply)) => {
                 let token = self.waiting.pop_front().expect("a message waits");
-                let ok = reply == Reply::Ok;
-                if !ok && !self.refused_reported {
+                if !self.refused_reported {
                     // Once per producer: the refusals themselves are counted as nacks.
                     self.refused_reported = true;
                     self.conn.refused(&reply);
                 }
-                Poll::Ready(Some(Ack::One { token, ok }))
+                Poll::Ready(Some(Ack::One { token, ok: false }))
             }
             Poll::Ready(Err(_)) => {
                 // The connection broke: the next send reconnects (and says so).
