@@ -28,7 +28,7 @@ pub fn command(out: &mut BytesMut, args: &[&[u8]]) {
 
 /// The fixed head of a command whose last argument varies: `*N` for `args` plus one, then
 /// each of `args`. A producer makes it once per key; each message then adds its payload with
-/// [`put_bulk`] instead of encoding the whole command again.
+/// [`put_command`] instead of encoding the whole command again.
 pub fn command_head(args: &[&[u8]]) -> Bytes {
     let mut out = BytesMut::new();
     put_header(&mut out, b'*', args.len() + 1);
