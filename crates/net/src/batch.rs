@@ -25,7 +25,7 @@
 //! code reads or moves a buffer while its operation is pending; and the socket's descriptor is
 //! closed only when the last reference goes, so no queued operation can reach a reused one.
 
-use crate::ring::Buf;
+use crate::kernel_buf::{Buf, RecvSide};
 use io_uring::{IoUring, opcode, squeue, types};
 use std::cell::RefCell;
 use std::future::Future;
@@ -81,14 +81,7 @@ pub fn unavailable() -> Option<&'static str> {
 /// A stream's state, shared between its owner and its ring's driver.
 #[derive(Default)]
 struct State {
-    rbuf: Option<Buf>,
-    /// Received bytes not yet handed out: `rbuf[r_start..r_end]`.
-    r_start: usize,
-    r_end: usize,
-    r_pending: bool,
-    r_eof: bool,
-    r_err: Option<i32>,
-    r_waker: Option<Waker>,
+    recv: RecvSide,
     wbuf: Option<Buf>,
     /// Bytes written and not yet sent: `wbuf[w_off..w_len]`; while a send is pending it covers
     /// `wbuf[w_off..w_sending]` and writes append after `w_len`.
@@ -205,14 +198,8 @@ impl LocalRing {
         let sh = unsafe { Arc::from_raw((ud & !OP_MASK) as *const Shared) };
         let mut st = sh.lock();
         let waker = if op == OP_RECV {
-            st.r_pending = false;
-            match res {
-                n if n > 0 => (st.r_start, st.r_end) = (0, n as usize),
-                0 => st.r_eof = true,
-                e if e == -libc::ECANCELED && st.closed => {}
-                e => st.r_err = Some(-e),
-            }
-            st.r_waker.take()
+            let closed = st.closed;
+            st.recv.complete(res, closed)
         } else {
             st.w_pending = false;
             if res < 0 {
@@ -251,20 +238,10 @@ impl LocalRing {
     /// Queues a receive into the whole receive buffer (every byte of the last one was taken,
     /// so the buffer may be resized to what the last receive suggests).
     fn recv(&self, sh: &Arc<Shared>, st: &mut State) -> io::Result<()> {
-        let want = match (st.rbuf.as_ref(), st.r_end) {
-            (None, _) => READ_BUF,
-            (Some(b), n) if n == b.cap => (b.cap * 2).min(READ_BUF_MAX),
-            (Some(b), n) if b.cap > READ_BUF && n < b.cap / 8 => READ_BUF,
-            (Some(b), _) => b.cap,
-        };
-        if st.rbuf.as_ref().is_none_or(|b| b.cap != want) {
-            st.rbuf = Some(Buf::new(want));
-        }
-        let buf = st.rbuf.as_ref().expect("just made");
-        let e = opcode::Recv::new(types::Fd(sh.fd), buf.ptr, buf.cap as u32);
-        self.push_owned(sh, OP_RECV, e.build())?;
-        st.r_pending = true;
-        Ok(())
+        let (ptr, len) = st.recv.next(READ_BUF, READ_BUF_MAX);
+        let e = opcode::Recv::new(types::Fd(sh.fd), ptr, len);
+        self.push_owned(sh, OP_RECV, e.build())
+            .inspect_err(|_| st.recv.not_queued())
     }
 
     /// Queues an operation on `sh`'s buffers, carrying a strong reference to `sh` as its
@@ -458,7 +435,7 @@ impl BatchStream {
     pub(crate) fn into_tcp(self) -> Result<tokio::net::TcpStream, BatchStream> {
         {
             let st = self.shared.lock();
-            if st.r_pending || st.w_pending || st.r_start < st.r_end || st.w_len > 0 {
+            if st.recv.pending || st.w_pending || st.recv.has_bytes() || st.w_len > 0 {
                 drop(st);
                 return Err(self);
             }
@@ -489,30 +466,17 @@ impl AsyncRead for BatchStream {
     ) -> Poll<io::Result<()>> {
         let this = self.get_mut();
         let mut st = this.shared.lock();
-        if st.r_start < st.r_end {
-            let n = out.remaining().min(st.r_end - st.r_start);
-            let buf = st.rbuf.as_ref().expect("received bytes have a buffer");
-            // SAFETY: no receive is pending (the bytes are complete), so nothing writes here.
-            let src = unsafe { std::slice::from_raw_parts(buf.ptr.add(st.r_start), n) };
-            out.put_slice(src);
-            st.r_start += n;
-            return Poll::Ready(Ok(()));
+        if let Some(done) = st.recv.take(out) {
+            return Poll::Ready(done);
         }
-        if let Some(e) = st.r_err {
-            return Poll::Ready(Err(Self::error(e)));
-        }
-        if st.r_eof {
-            return Poll::Ready(Ok(()));
-        }
-        if !st.r_pending {
+        if !st.recv.pending {
             this.ring.recv(&this.shared, &mut st)?;
         }
         // A look without waiting keeps the waker of the task's real wait.
-        if !crate::just_looking(cx) && !st.r_waker.as_ref().is_some_and(|w| w.will_wake(cx.waker()))
-        {
-            st.r_waker = Some(cx.waker().clone());
+        if crate::just_looking(cx) {
+            return Poll::Pending;
         }
-        Poll::Pending
+        st.recv.wait(cx)
     }
 }
 
@@ -597,9 +561,9 @@ impl Drop for BatchStream {
         let recv_pending = {
             let mut st = self.shared.lock();
             st.closed = true;
-            st.r_waker = None;
+            st.recv.waker = None;
             st.w_waker = None;
-            st.r_pending
+            st.recv.pending
         };
         if recv_pending {
             let recv = Arc::as_ptr(&self.shared) as u64 | OP_RECV;

@@ -23,6 +23,8 @@
 mod backoff;
 #[cfg(target_os = "linux")]
 pub mod batch;
+#[cfg(target_os = "linux")]
+mod kernel_buf;
 mod liveness;
 #[cfg(target_os = "linux")]
 pub mod ring;

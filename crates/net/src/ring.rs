@@ -19,6 +19,7 @@
 //! operation's `user_data`), so the buffers live until the operation's completion, even when the
 //! stream is dropped first; and no code reads or moves a buffer while its operation is pending.
 
+use crate::kernel_buf::{Buf, RecvSide};
 use io_uring::{IoUring, opcode, squeue, types};
 use std::io;
 use std::net::SocketAddr;
@@ -50,49 +51,10 @@ const WAIT_CAP: std::time::Duration = std::time::Duration::from_millis(20);
 /// At most this many rings (each as large as the open-file limit allows).
 const MAX_RINGS: usize = 256;
 
-/// A heap buffer the kernel may write into: a raw allocation, so that no Rust reference to its
-/// bytes exists while an operation is pending.
-pub(crate) struct Buf {
-    pub(crate) ptr: *mut u8,
-    pub(crate) cap: usize,
-}
-
-impl Buf {
-    pub(crate) fn new(cap: usize) -> Buf {
-        let b: Box<[u8]> = vec![0u8; cap].into_boxed_slice();
-        Buf {
-            ptr: Box::into_raw(b).cast::<u8>(),
-            cap,
-        }
-    }
-}
-
-impl Drop for Buf {
-    fn drop(&mut self) {
-        // SAFETY: `ptr` and `cap` came from a boxed slice in `new`, dropped once here.
-        unsafe {
-            drop(Box::from_raw(std::ptr::slice_from_raw_parts_mut(
-                self.ptr, self.cap,
-            )))
-        };
-    }
-}
-
-// SAFETY: a Buf is a uniquely owned allocation; access is serialised by the stream's mutex and
-// by the pending-operation rules in the module docs.
-unsafe impl Send for Buf {}
-
 /// A stream's state, shared between its owner and the ring's completion thread.
 #[derive(Default)]
 struct State {
-    rbuf: Option<Buf>,
-    /// Received bytes not yet handed out: `rbuf[r_start..r_end]`.
-    r_start: usize,
-    r_end: usize,
-    r_pending: bool,
-    r_eof: bool,
-    r_err: Option<i32>,
-    r_waker: Option<Waker>,
+    recv: RecvSide,
     wbuf: Option<Buf>,
     /// The send in progress covers `wbuf[w_off..w_len]`.
     w_off: usize,
@@ -235,13 +197,8 @@ impl Ring {
                 let sh = unsafe { Arc::from_raw((ud & !OP_MASK) as *const Shared) };
                 let mut st = sh.lock();
                 let waker = if ud & OP_MASK == OP_RECV {
-                    st.r_pending = false;
-                    match res {
-                        n if n > 0 => (st.r_start, st.r_end) = (0, n as usize),
-                        0 => st.r_eof = true,
-                        e => st.r_err = Some(-e),
-                    }
-                    st.r_waker.take()
+                    let closed = st.closed;
+                    st.recv.complete(res, closed)
                 } else {
                     if res < 0 {
                         st.w_pending = false;
@@ -280,18 +237,10 @@ impl Ring {
     /// Submits a receive into the whole receive buffer (every byte of the last one was handed
     /// out, so the buffer is free to be resized: see [`READ_BUF_MAX`]).
     fn recv(&self, sh: &Arc<Shared>, st: &mut State) -> io::Result<()> {
-        let want = match (st.rbuf.as_ref(), st.r_end) {
-            (None, _) => READ_BUF,
-            (Some(b), n) if n == b.cap => (b.cap * 2).min(READ_BUF_MAX),
-            (Some(b), n) if b.cap > READ_BUF && n < b.cap / 8 => READ_BUF,
-            (Some(b), _) => b.cap,
-        };
-        if st.rbuf.as_ref().is_none_or(|b| b.cap != want) {
-            st.rbuf = Some(Buf::new(want));
-        }
-        let buf = st.rbuf.as_ref().expect("just made");
-        let e = opcode::Recv::new(types::Fixed(sh.slot), buf.ptr, buf.cap as u32);
+        let (ptr, len) = st.recv.next(READ_BUF, READ_BUF_MAX);
+        let e = opcode::Recv::new(types::Fixed(sh.slot), ptr, len);
         self.submit_owned(sh, OP_RECV, e.build())
+            .inspect_err(|_| st.recv.not_queued())
     }
 
     /// Submits an operation on `sh`'s buffers: it carries a strong reference to `sh` as its
@@ -441,29 +390,13 @@ impl AsyncRead for RingStream {
     ) -> Poll<io::Result<()>> {
         let this = self.get_mut();
         let mut st = this.shared.lock();
-        if st.r_start < st.r_end {
-            let n = out.remaining().min(st.r_end - st.r_start);
-            let buf = st.rbuf.as_ref().expect("received bytes have a buffer");
-            // SAFETY: no receive is pending (the bytes are complete), so nothing writes here.
-            let src = unsafe { std::slice::from_raw_parts(buf.ptr.add(st.r_start), n) };
-            out.put_slice(src);
-            st.r_start += n;
-            return Poll::Ready(Ok(()));
+        if let Some(done) = st.recv.take(out) {
+            return Poll::Ready(done);
         }
-        if let Some(e) = st.r_err {
-            return Poll::Ready(Err(Self::error(e)));
-        }
-        if st.r_eof {
-            return Poll::Ready(Ok(()));
-        }
-        if !st.r_pending {
+        if !st.recv.pending {
             this.ring.recv(&this.shared, &mut st)?;
-            st.r_pending = true;
         }
-        if !st.r_waker.as_ref().is_some_and(|w| w.will_wake(cx.waker())) {
-            st.r_waker = Some(cx.waker().clone());
-        }
-        Poll::Pending
+        st.recv.wait(cx)
     }
 }
 
@@ -518,9 +451,9 @@ impl Drop for RingStream {
         let recv_pending = {
             let mut st = self.shared.lock();
             st.closed = true;
-            st.r_waker = None;
+            st.recv.waker = None;
             st.w_waker = None;
-            st.r_pending
+            st.recv.pending
         };
         let slot = self.shared.slot;
         // Cancel the pending receive (its completion drops its reference) and empty the slot; a
