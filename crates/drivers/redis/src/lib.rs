@@ -133,12 +133,20 @@ impl Driver for RedisDriver {
         conn.wire.watch(self.keep_alive, b"");
         Ok(RedisProducer {
             conn,
-            heads: spec
+            prefixes: spec
                 .topics
                 .iter()
-                .map(|t| command_head(self.ep.mode, t.as_bytes(), self.ep.maxlen))
+                .map(|t| {
+                    resp::CommandPrefix::new(command_head(
+                        self.ep.mode,
+                        t.as_bytes(),
+                        self.ep.maxlen,
+                    ))
+                })
                 .collect(),
             waiting: VecDeque::new(),
+            buffered: 0,
+            lost_up_to: None,
             refused_reported: false,
         })
     }
@@ -224,39 +232,55 @@ fn command_head(mode: Mode, key: &[u8], maxlen: Option<u64>) -> Bytes {
 pub struct RedisProducer {
     conn: Conn,
     /// Per topic, the command up to its payload ([`command_head`]).
-    heads: Vec<Bytes>,
+    prefixes: Vec<resp::CommandPrefix>,
     /// Tokens of the messages sent and not yet answered, oldest first (replies come in order).
     waiting: VecDeque<u64>,
+    /// How many of the newest `waiting` are still in the write buffer: no reply can come for
+    /// them, so while all are, a look for acks need not touch the socket.
+    buffered: usize,
+    /// The last token sent on a connection lost while writing: everything up to it is in
+    /// doubt, said by the next `poll_ack` (the replies on the new connection are not theirs).
+    lost_up_to: Option<u64>,
     refused_reported: bool,
 }
 
 impl RedisProducer {
-    fn encode(&mut self, msg: &Outbound<'_>) {
-        let head = &self.heads[msg.stream as usize];
-        resp::put_command(&mut self.conn.wire.wbuf, head, msg.payload);
-    }
-
     /// Writes what is buffered; on failure, reconnects (the unanswered are in doubt, said by
     /// the next `poll_ack`).
     async fn write_out(&mut self) -> Result<(), DriverError> {
         if self.conn.wire.wbuf.is_empty() || !self.conn.is_connected() {
             return Ok(());
         }
-        if let Err(e) = self.conn.wire.flush().await {
-            self.conn.wire.detach();
-            self.conn.reconnect(&e.to_string()).await;
+        match self.conn.wire.flush().await {
+            Ok(()) => self.buffered = 0,
+            Err(e) => {
+                self.conn.wire.detach();
+                self.lose_waiting();
+                self.conn.reconnect(&e.to_string()).await;
+            }
         }
         Ok(())
+    }
+
+    /// The connection is gone: every message waiting for a reply is in doubt.
+    fn lose_waiting(&mut self) {
+        if let Some(&last) = self.waiting.back() {
+            self.lost_up_to = Some(last);
+        }
+        self.waiting.clear();
+        self.buffered = 0;
     }
 }
 
 impl Producer for RedisProducer {
     async fn send(&mut self, msg: Outbound<'_>) -> Result<(), DriverError> {
         if !self.conn.is_connected() {
+            self.lose_waiting();
             self.conn.reconnect("the connection was lost").await;
         }
-        self.encode(&msg);
+        self.prefixes[msg.stream as usize].put(&mut self.conn.wire.wbuf, msg.payload);
         self.waiting.push_back(msg.token);
+        self.buffered += 1;
         if self.conn.wire.wbuf.len() >= WRITE_BATCH {
             self.write_out().await?;
         }
@@ -272,28 +296,47 @@ impl Producer for RedisProducer {
     }
 
     fn poll_ack(&mut self, cx: &mut Context<'_>) -> Poll<Option<Ack>> {
+        if let Some(up_to) = self.lost_up_to.take() {
+            return Poll::Ready(Some(Ack::InDoubt { up_to }));
+        }
         let Some(&up_to) = self.waiting.back() else {
             return Poll::Pending;
         };
         if !self.conn.is_connected() {
-            self.waiting.clear();
+            self.lose_waiting();
+            self.lost_up_to = None;
             return Poll::Ready(Some(Ack::InDoubt { up_to }));
+        }
+        if self.buffered == self.waiting.len() && msgbench_core::driver::is_look(cx) {
+            // Nothing has left: nothing can be answered (a real wait still reads, for the
+            // liveness watch and a closed socket).
+            return Poll::Pending;
+        }
+        // Replies come in order: the run of successes already read (up to the next refusal,
+        // taken on its own) acknowledges every message up to its last, in one ack.
+        let answered = self.waiting.len() - self.buffered;
+        let (n, len) = resp::ok_run(&self.conn.wire.rbuf, answered);
+        if n > 0 {
+            bytes::Buf::advance(&mut self.conn.wire.rbuf, len);
+            let token = self.waiting[n - 1];
+            self.waiting.drain(..n);
+            return Poll::Ready(Some(Ack::UpTo { token, ok: true }));
         }
         match self.conn.wire.poll_next(cx, false, resp::take_reply) {
             Poll::Pending => Poll::Pending,
             Poll::Ready(Ok(Reply::Ok)) => {
-                // Replies come in order: the run of successes already read (up to the next
-                // refusal, taken on its own) acknowledges every message up to its last, in
-                // one ack and one clock reading.
-                let mut token = self.waiting.pop_front().expect("a message waits");
-                let rbuf = &mut self.conn.wire.rbuf;
-                while !self.waiting.is_empty() && rbuf.first().is_some_and(|&b| b != b'-') {
-                    match resp::take_reply(rbuf) {
-                        Ok(Some(_)) => token = self.waiting.pop_front().expect("checked"),
-                        // Incomplete, or not RESP: left for `poll_next` to wait for or judge.
-                        Ok(None) | Err(_) => break,
+                let token = self.waiting.pop_front().expect("a message waits");
+                let answered = self.waiting.len() - self.buffered;
+                let (n, len) = resp::ok_run(&self.conn.wire.rbuf, answered);
+                bytes::Buf::advance(&mut self.conn.wire.rbuf, len);
+                let token = match n {
+                    0 => token,
+                    n => {
+                        let last = self.waiting[n - 1];
+                        self.waiting.drain(..n);
+                        last
                     }
-                }
+                };
                 Poll::Ready(Some(Ack::UpTo { token, ok: true }))
             }
             Poll::Ready(Ok(reply)) => {
@@ -308,7 +351,8 @@ impl Producer for RedisProducer {
             Poll::Ready(Err(_)) => {
                 // The connection broke: the next send reconnects (and says so).
                 self.conn.wire.detach();
-                self.waiting.clear();
+                self.lose_waiting();
+                self.lost_up_to = None;
                 Poll::Ready(Some(Ack::InDoubt { up_to }))
             }
         }
