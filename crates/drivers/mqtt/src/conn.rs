@@ -44,6 +44,16 @@ impl Endpoint {
             )));
         };
         let authority = rest.split(['/', '?']).next().unwrap_or("");
+        // A path or options would be silently ignored, and a run believed to be QoS 1 would
+        // measure QoS 0: refused, with where those settings go instead.
+        match &rest[authority.len()..] {
+            "" | "/" => {}
+            _ => {
+                return Err(DriverError::Config(format!(
+                    "`{display}`: an MQTT URL names hosts and ports only, no path or ?options: QoS, protocol version, client ids and sessions are set with --qos, --mqtt-version, --client-id and --persistent-session"
+                )));
+            }
+        }
         let (creds, hostport) = match authority.rsplit_once('@') {
             Some((c, h)) => (Some(c), h),
             None => (None, authority),
@@ -441,6 +451,15 @@ mod tests {
         );
         assert!(Endpoint::parse("nats://h", no_tls).is_err());
         assert!(Endpoint::parse("mqtt://", no_tls).is_err());
+        assert!(Endpoint::parse("mqtt://h:1/", no_tls).is_ok());
+        for bad in ["mqtt://h?qos=1", "mqtt://u:pw@h:1/x", "mqtt://h/?clean=0"] {
+            let e = Endpoint::parse(bad, no_tls).unwrap_err().to_string();
+            assert!(
+                e.contains("no path or ?options") && e.contains("--qos"),
+                "{bad}: {e}"
+            );
+            assert!(!e.contains("pw"), "{e}");
+        }
         assert!(connack_meaning(Version::V311, 5).contains("not authorized"));
     }
 }
