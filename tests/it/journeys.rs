@@ -95,6 +95,75 @@ journey = [
     assert_valid_and_pure(&d.0, "n.jsonl", &r);
 }
 
+/// Journeys that subscribe: 10 users each subscribe to the shared topic, wait for the others
+/// to do the same, publish 5 and stay a second before leaving, so every user hears all 50
+/// messages (500 received), from Mosquitto and from nats-server. A paho-mqtt subscriber of
+/// its own counts the 50 published on the MQTT run.
+#[test]
+fn journeys_subscribe_and_count_what_they_hear() {
+    let mqtt = need!(MQTT);
+    let nats = need!(NATS);
+    let Some(py) = peer_python("paho.mqtt.client", "python3-paho-mqtt") else {
+        return;
+    };
+    let d = TempDir::new("journeys-sub");
+    let root = format!("jsub{}", std::process::id());
+    let journey = "connect; subscribe; sleep 500ms; publish 5; sleep 1s; disconnect";
+    let check = |r: &serde_json::Value, what: &str| {
+        assert_eq!(phase_sum(r, "connects"), 10, "{what}");
+        assert_eq!(phase_sum(r, "sent"), 50, "{what}");
+        assert_eq!(
+            phase_sum(r, "received"),
+            500,
+            "{what}: every user hears all 50"
+        );
+        assert_eq!(phase_sum(r, "received_bytes"), 500 * 100, "{what}");
+        assert_eq!(phase_sum(r, "dropped"), 0, "{what}");
+    };
+    let topic = format!("{root}/t");
+    let (mut sub, mut out) = paho_counter(&py, &mqtt, &topic, 50);
+    for (url, topic, file) in [
+        (&mqtt, topic.clone(), "m.jsonl"),
+        (&nats, format!("{root}.t"), "n.jsonl"),
+    ] {
+        let r = run_json(
+            &d.0,
+            &[
+                "run",
+                url,
+                "--topic",
+                &topic,
+                "--size",
+                "100",
+                "--connections",
+                "10",
+                "--connect-rate",
+                "1000",
+                "--journey",
+                journey,
+                "--journey-repeat",
+                "1",
+                "--duration",
+                "30s",
+                "-o",
+                file,
+            ],
+        );
+        check(&r, url);
+        assert_valid_and_pure(&d.0, file, &r);
+        let text = stdout(&msgbench(&d.0, &["report", file]));
+        assert!(text.contains("500 by their subscriptions"), "{text}");
+    }
+    let mut line = String::new();
+    out.read_line(&mut line).unwrap();
+    let _ = sub.wait();
+    assert_eq!(
+        line.trim(),
+        "50",
+        "paho-mqtt counted the journeys' messages"
+    );
+}
+
 /// A journey's mistakes: a bad step at its file, line and column; a bad order named by step;
 /// the flag's own errors.
 #[test]
@@ -138,9 +207,27 @@ fn journey_errors_are_clear() {
             "--connections",
             "2",
             "--journey",
-            "subscribe a",
+            "request a",
         ],
-        "do not subscribe",
+        "do not send requests",
+    );
+    // Known only once the driver is made: the run cannot start (exit 1), before connecting.
+    let o = msgbench(
+        &d.0,
+        &[
+            "run",
+            "ws://127.0.0.1:9/",
+            "--connections",
+            "2",
+            "--journey",
+            "connect; subscribe; disconnect",
+        ],
+    );
+    let e = stderr(&o);
+    assert_eq!(o.status.code(), Some(1), "{e}");
+    assert!(
+        e.contains("needs a protocol whose sessions subscribe"),
+        "{e}"
     );
     refused(
         &d.0,

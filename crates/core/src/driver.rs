@@ -376,6 +376,12 @@ pub trait Driver: Send + Sync + 'static {
         1
     }
 
+    /// Whether sessions can [subscribe](Session::subscribe) (a journey's `subscribe` step):
+    /// a run whose journey subscribes is refused up front on a driver whose sessions cannot.
+    fn sessions_subscribe(&self) -> bool {
+        false
+    }
+
     /// Opens one connection and completes the protocol handshake (the connect latency is the
     /// time this takes). Drivers without connections return [`DriverError::Config`].
     fn session(
@@ -397,6 +403,26 @@ pub trait Session: Send + 'static {
 
     /// Closes the connection the protocol's polite way.
     fn close(self) -> impl Future<Output = Result<(), DriverError>> + Send;
+
+    /// Subscribes to `topic` with the protocol's cheapest delivery (a journey's `subscribe`
+    /// step); returns once the server confirmed it, so nothing published afterwards is missed.
+    /// What arrives is taken while the session waits ([`Session::keep_alive`]) or publishes,
+    /// and counted by [`Session::take_received`]. The default refuses: only drivers that say
+    /// [`Driver::sessions_subscribe`] are asked.
+    fn subscribe(&mut self, topic: &str) -> impl Future<Output = Result<(), DriverError>> + Send {
+        let _ = topic;
+        async {
+            Err(DriverError::Subscribe(
+                "this protocol's sessions do not subscribe".into(),
+            ))
+        }
+    }
+
+    /// Messages and payload bytes delivered to the session's subscriptions since the last
+    /// call.
+    fn take_received(&mut self) -> (u64, u64) {
+        (0, 0)
+    }
 }
 
 /// The session type of drivers that have no connections (the in-process broker).
@@ -528,6 +554,10 @@ impl<P: Driver, C: Driver> Driver for Pipeline<P, C> {
 
     fn session_hosts(&self) -> usize {
         self.producers.session_hosts()
+    }
+
+    fn sessions_subscribe(&self) -> bool {
+        self.producers.sessions_subscribe()
     }
 
     fn session(

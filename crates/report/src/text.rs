@@ -517,6 +517,13 @@ fn connections_block(
             all.sent
         )?;
     }
+    if all.received > 0 {
+        writeln!(
+            out,
+            "  received  {:>10} by their subscriptions ({} bytes)",
+            all.received, all.received_bytes
+        )?;
+    }
     writeln!(
         out,
         "  generator {:>10.2} CPU-s   open-file limit {}{}",

@@ -12,9 +12,11 @@
 //! journey = ["connect", "publish 10 at 5/s", "sleep exp:2s", "disconnect", "sleep 1s"]
 //! ```
 //!
-//! Steps: `connect`; `disconnect` (the polite close); `publish N` (back to back), `publish N
-//! at R/s` or `publish for D at R/s`; `sleep D` (fixed) or `sleep exp:D` (exponential with
-//! mean D, as independent users' think times). Each step is parsed as it is read, so a bad one
+//! Steps: `connect`; `disconnect` (the polite close); `subscribe` (to the user's topic) or
+//! `subscribe TOPIC` (done when the server confirmed it; what arrives afterwards is counted as
+//! received while the user publishes or waits); `publish N` (back to back), `publish N at R/s`
+//! or `publish for D at R/s`; `sleep D` (fixed) or `sleep exp:D` (exponential with mean D, as
+//! independent users' think times). Each step is parsed as it is read, so a bad one
 //! is reported at its file, line and column; the order is checked as a whole (publish only
 //! while connected, connect only while not, and a repeated journey ends where it began).
 
@@ -30,6 +32,8 @@ pub enum Step {
     Connect,
     /// Close the session the protocol's polite way.
     Disconnect,
+    /// Subscribe the open session to a topic (`None`: the user's own topic).
+    Subscribe(Option<String>),
     /// Publish on the open session.
     Publish(Publish),
     /// Wait.
@@ -65,8 +69,8 @@ impl std::str::FromStr for Step {
 
     fn from_str(s: &str) -> Result<Step, String> {
         let words: Vec<&str> = s.split_whitespace().collect();
-        let expected = "expected `connect`, `disconnect`, `publish N [at R/s]`, `publish for D \
-                        at R/s`, `sleep D` or `sleep exp:D`";
+        let expected = "expected `connect`, `disconnect`, `subscribe [TOPIC]`, `publish N [at \
+                        R/s]`, `publish for D at R/s`, `sleep D` or `sleep exp:D`";
         match words.as_slice() {
             ["connect"] => Ok(Step::Connect),
             ["disconnect"] => Ok(Step::Disconnect),
@@ -97,9 +101,11 @@ impl std::str::FromStr for Step {
                 };
                 Ok(Step::Publish(Publish::Count { count, rate }))
             }
-            ["subscribe" | "request", ..] => Err(format!(
-                "step `{s}`: journeys do not subscribe or send requests yet (a journey's \
-                 session publishes); give subscribers their own group with consumers"
+            ["subscribe"] => Ok(Step::Subscribe(None)),
+            ["subscribe", topic] => Ok(Step::Subscribe(Some((*topic).to_string()))),
+            ["request", ..] => Err(format!(
+                "step `{s}`: journeys do not send requests yet; give requesters their own \
+                 group with producers and --request"
             )),
             _ => Err(format!("step `{s}`: {expected}")),
         }
@@ -121,6 +127,8 @@ impl fmt::Display for Step {
         match self {
             Step::Connect => f.write_str("connect"),
             Step::Disconnect => f.write_str("disconnect"),
+            Step::Subscribe(None) => f.write_str("subscribe"),
+            Step::Subscribe(Some(t)) => write!(f, "subscribe {t}"),
             Step::Publish(Publish::Count { count, rate: None }) => write!(f, "publish {count}"),
             Step::Publish(Publish::Count {
                 count,
@@ -165,8 +173,8 @@ impl<'de> Deserialize<'de> for Step {
     }
 }
 
-/// Checks a journey's order for `repeat` passes (0: until the end): publish and disconnect
-/// only while connected, connect only while not; a journey run more than once must end
+/// Checks a journey's order for `repeat` passes (0: until the end): subscribe, publish and
+/// disconnect only while connected, connect only while not; a journey run more than once must end
 /// disconnected, as it began (one run once may end connected: the session is then held until
 /// the end).
 pub fn check(steps: &[Step], repeat: u32) -> Result<(), String> {
@@ -186,13 +194,13 @@ pub fn check(steps: &[Step], repeat: u32) -> Result<(), String> {
                 ));
             }
             Step::Connect => connected = true,
-            Step::Disconnect | Step::Publish(_) if !connected => {
+            Step::Disconnect | Step::Subscribe(_) | Step::Publish(_) if !connected => {
                 return Err(format!(
                     "step {n} (`{step}`): not connected; put `connect` before it"
                 ));
             }
             Step::Disconnect => connected = false,
-            Step::Publish(_) | Step::Sleep { .. } => {}
+            Step::Subscribe(_) | Step::Publish(_) | Step::Sleep { .. } => {}
         }
     }
     if connected && repeat != 1 {
@@ -223,6 +231,8 @@ mod tests {
             "publish for 2s at 100/s",
             "sleep 1s",
             "sleep exp:250ms",
+            "subscribe",
+            "subscribe devices/+/state",
         ] {
             let step: Step = s.parse().unwrap();
             assert_eq!(step.to_string(), s);
@@ -245,7 +255,8 @@ mod tests {
             ("publish 5 at 0/s", "positive rate"),
             ("publish 5 every 1s", "expected"),
             ("sleep soon", "step `sleep soon`"),
-            ("subscribe a/b", "do not subscribe"),
+            ("subscribe a b", "expected `connect`"),
+            ("request x", "do not send requests"),
         ] {
             let e = s.parse::<Step>().unwrap_err();
             assert!(e.contains(needle), "{s}: {e}");
@@ -256,6 +267,8 @@ mod tests {
     fn the_order_is_checked() {
         assert!(check(&steps(&["connect", "publish 1", "disconnect"]), 0).is_ok());
         assert!(check(&steps(&["sleep 1s", "connect", "publish 1"]), 1).is_ok());
+        let e = check(&steps(&["subscribe", "connect"]), 1).unwrap_err();
+        assert!(e.contains("step 1 (`subscribe`): not connected"), "{e}");
         let e = check(&steps(&["publish 1", "connect"]), 1).unwrap_err();
         assert!(e.contains("step 1 (`publish 1`): not connected"), "{e}");
         let e = check(&steps(&["connect", "connect"]), 1).unwrap_err();

@@ -175,7 +175,7 @@ impl Driver for NatsDriver {
         // PING/PONG after SUB: when the PONG arrives the server has the subscription, so no
         // message sent after this returns can be missed.
         conn.wire.wbuf.extend_from_slice(b"PING\r\n");
-        wait_pong(&mut conn)
+        wait_pong(&mut conn, |_| {})
             .await
             .map_err(|e| DriverError::Subscribe(e.to_string()))?;
         Ok(NatsConsumer {
@@ -202,7 +202,12 @@ impl Driver for NatsDriver {
         Ok(NatsSession {
             conn,
             subject: Bytes::from(spec.topic.clone()),
+            received: (0, 0),
         })
+    }
+
+    fn sessions_subscribe(&self) -> bool {
+        true
     }
 }
 
@@ -210,6 +215,16 @@ impl Driver for NatsDriver {
 pub struct NatsSession {
     conn: Conn,
     subject: Bytes,
+    /// Messages and payload bytes its subscriptions delivered, not yet taken.
+    received: (u64, u64),
+}
+
+/// Counts `op` in `received` if it is a delivery.
+fn count_delivery(received: &mut (u64, u64), op: &ServerOp) {
+    if let ServerOp::Msg { payload, .. } | ServerOp::HMsg { payload, .. } = op {
+        received.0 += 1;
+        received.1 += payload.len() as u64;
+    }
 }
 
 impl Session for NatsSession {
@@ -224,8 +239,9 @@ impl Session for NatsSession {
     async fn keep_alive(&mut self) -> DriverError {
         loop {
             // `next_msg` answers PINGs and flushes the PONGs.
-            if let Err(e) = self.conn.next_msg().await {
-                return DriverError::Receive(e.to_string());
+            match self.conn.next_msg().await {
+                Ok(op) => count_delivery(&mut self.received, &op),
+                Err(e) => return DriverError::Receive(e.to_string()),
             }
         }
     }
@@ -235,10 +251,25 @@ impl Session for NatsSession {
         self.conn.close();
         Ok(())
     }
+
+    /// A core subscription, confirmed by the server's PONG to the PING behind it.
+    async fn subscribe(&mut self, topic: &str) -> Result<(), DriverError> {
+        self.conn.subscribe(topic, None);
+        self.conn.wire.wbuf.extend_from_slice(b"PING\r\n");
+        let received = &mut self.received;
+        wait_pong(&mut self.conn, |op| count_delivery(received, op))
+            .await
+            .map_err(|e| DriverError::Subscribe(format!("{topic}: {e}")))
+    }
+
+    fn take_received(&mut self) -> (u64, u64) {
+        std::mem::take(&mut self.received)
+    }
 }
 
-/// Flushes and reads until the server's PONG (the subscription is then registered).
-async fn wait_pong(conn: &mut Conn) -> std::io::Result<()> {
+/// Flushes and reads until the server's PONG (the subscription is then registered); what
+/// else arrives meanwhile goes to `heard`.
+async fn wait_pong(conn: &mut Conn, mut heard: impl FnMut(&ServerOp)) -> std::io::Result<()> {
     conn.flush().await?;
     let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
     loop {
@@ -258,7 +289,7 @@ async fn wait_pong(conn: &mut Conn) -> std::io::Result<()> {
                 conn.wire.wbuf.extend_from_slice(b"PONG\r\n");
                 conn.flush().await?;
             }
-            _ => {}
+            other => heard(&other),
         }
     }
 }

@@ -17,8 +17,8 @@ use super::arrival::ArrivalSchedule;
 use super::journey::{JourneyTask, run_journey};
 use super::reconnect::{Churn, DropCause, ReconnectStorm};
 use super::{
-    Attempt, HoldTask, Levels, flush_tick, hard_fd_limit, hold, preflight_fds, preflight_ports,
-    rss_bytes, storm_cycle,
+    Attempt, HoldTask, LevelCounts, Levels, flush_tick, hard_fd_limit, hold, preflight_fds,
+    preflight_ports, rss_bytes, storm_cycle,
 };
 use crate::clock::{now_ns, to_instant, unix_ms};
 use crate::driver::{ConnectFailure, Driver, DriverEvent, SessionSpec};
@@ -96,7 +96,7 @@ pub(super) struct ConnectionRun<'p, D: Driver> {
     drain_short: bool,
     cpu_mark: f64,
     /// Held connections' counts at the last tick (see [`flush_tick`]).
-    last: (u64, u64, u64, u64, u64),
+    last: LevelCounts,
     next_tick: u64,
     interval: u64,
     failures_reported: u32,
@@ -127,6 +127,17 @@ impl<'p, D: Driver> ConnectionRun<'p, D> {
         };
         let hold_mode = cp.mode == ConnectionMode::Hold;
         let journey_mode = cp.mode == ConnectionMode::Journey;
+        let subscribes = cp
+            .journey
+            .iter()
+            .any(|s| matches!(s, crate::scenario::journey::Step::Subscribe(_)));
+        if journey_mode && subscribes && !driver.sessions_subscribe() {
+            return Err(RunError::Unsupported(
+                "a journey's `subscribe` step needs a protocol whose sessions subscribe \
+                 (mqtt://, nats://)"
+                    .into(),
+            ));
+        }
         if journey_mode && cp.repeat == 0 && !matches!(plan.measure, Measure::Duration(_)) {
             return Err(RunError::Unsupported(
                 "journeys repeated until the end need a measure duration (--duration), not a \
@@ -212,7 +223,7 @@ impl<'p, D: Driver> ConnectionRun<'p, D> {
             interrupted: false,
             drain_short: false,
             cpu_mark: process_cpu_s(),
-            last: (0, 0, 0, 0, 0),
+            last: LevelCounts::default(),
             next_tick: t0 + tick_ns,
             interval: 0,
             failures_reported: 0,

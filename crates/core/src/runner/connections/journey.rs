@@ -3,9 +3,11 @@
 //!
 //! It reports the way held connections do: each `connect` through [`attempt`] (the connect
 //! latency, or the failure by cause), the rest through [`Levels`]' atomics (held, closed,
-//! dropped, published). A failed `connect` abandons the pass and waits a second before the
-//! next (a refused server would otherwise be hammered in a loop); a session that fails while
-//! publishing or waiting is counted as dropped and the pass is abandoned likewise. The close
+//! dropped, published, received). A failed `connect` abandons the pass and waits a second
+//! before the next (a refused server would otherwise be hammered in a loop), as does a refused
+//! `subscribe` (the session is closed politely and the refusal counted); a session that fails
+//! while publishing or waiting is counted as dropped and the pass is abandoned likewise. What
+//! the session's subscriptions deliver is counted after every step. The close
 //! signal (the run's drain) ends the journey where it is, closing an open session politely.
 
 use super::{Attempt, Levels, attempt};
@@ -51,6 +53,7 @@ pub(super) async fn run_journey<D: Driver>(
 ) {
     let mut session: Option<D::Session> = None;
     let mut pass = 0u32;
+    let own_topic = spec.topic.clone();
     'passes: while t.repeat == 0 || pass < t.repeat {
         pass += 1;
         for step in t.steps.clone().iter() {
@@ -73,6 +76,16 @@ pub(super) async fn run_journey<D: Driver>(
                     t.close_session(&mut session).await;
                     Flow::Go
                 }
+                Step::Subscribe(topic) => {
+                    let topic = topic.as_deref().unwrap_or(&own_topic);
+                    match t.subscribe(&mut session, topic).await {
+                        Flow::Lost => match t.wait(&mut session, Instant::now() + RETRY).await {
+                            Flow::Closed => break 'passes,
+                            _ => continue 'passes,
+                        },
+                        other => other,
+                    }
+                }
                 Step::Publish(p) => t.publish(&mut session, p).await,
                 Step::Sleep { mean, exponential } => {
                     let d = if *exponential {
@@ -83,6 +96,7 @@ pub(super) async fn run_journey<D: Driver>(
                     t.wait(&mut session, Instant::now() + d).await
                 }
             };
+            t.count_received(&mut session);
             match flow {
                 Flow::Go => {}
                 Flow::Lost => continue 'passes,
@@ -107,8 +121,36 @@ pub(super) async fn run_journey<D: Driver>(
 const RETRY: Duration = Duration::from_secs(1);
 
 impl JourneyTask {
+    /// Adds what the session's subscriptions delivered since the last count.
+    fn count_received<S: Session>(&self, session: &mut Option<S>) {
+        if let Some(s) = session.as_mut() {
+            let (n, bytes) = s.take_received();
+            if n > 0 {
+                self.levels.received.fetch_add(n, Relaxed);
+                self.levels.received_bytes.fetch_add(bytes, Relaxed);
+            }
+        }
+    }
+
+    /// A subscribe step; a refusal is counted, and the session closed politely (the pass is
+    /// abandoned: it was built on the subscription).
+    async fn subscribe<S: Session>(&mut self, session: &mut Option<S>, topic: &str) -> Flow {
+        let Some(s) = session.as_mut() else {
+            return Flow::Lost;
+        };
+        match s.subscribe(topic).await {
+            Ok(()) => Flow::Go,
+            Err(_) => {
+                self.levels.subscribe_errors.fetch_add(1, Relaxed);
+                self.close_session(session).await;
+                Flow::Lost
+            }
+        }
+    }
+
     /// Closes the open session, if any, the polite way (counted as closed).
     async fn close_session<S: Session>(&self, session: &mut Option<S>) {
+        self.count_received(session);
         if let Some(s) = session.take() {
             let _ = s.close().await;
             self.levels.held.fetch_sub(1, Relaxed);

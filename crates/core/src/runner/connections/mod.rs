@@ -49,6 +49,11 @@ struct Levels {
     published: AtomicU64,
     published_bytes: AtomicU64,
     publish_errors: AtomicU64,
+    /// Journeys: messages and bytes the sessions' subscriptions delivered, and subscriptions
+    /// refused.
+    received: AtomicU64,
+    received_bytes: AtomicU64,
+    subscribe_errors: AtomicU64,
     /// Periodic publishes whose time came while the connection was down after a drop.
     missed: AtomicU64,
 }
@@ -207,33 +212,62 @@ pub async fn run_connections<D: Driver>(
     Ok(run.finish(observer))
 }
 
+/// [`Levels`]' cumulative counts at one tick, so the next tick takes only what came since.
+#[derive(Debug, Default, Clone, Copy)]
+struct LevelCounts {
+    closed: u64,
+    dropped: u64,
+    published: u64,
+    published_bytes: u64,
+    publish_errors: u64,
+    received: u64,
+    received_bytes: u64,
+    subscribe_errors: u64,
+}
+
+impl LevelCounts {
+    fn read(l: &Levels) -> LevelCounts {
+        LevelCounts {
+            closed: l.closed.load(Relaxed),
+            dropped: l.dropped.load(Relaxed),
+            published: l.published.load(Relaxed),
+            published_bytes: l.published_bytes.load(Relaxed),
+            publish_errors: l.publish_errors.load(Relaxed),
+            received: l.received.load(Relaxed),
+            received_bytes: l.received_bytes.load(Relaxed),
+            subscribe_errors: l.subscribe_errors.load(Relaxed),
+        }
+    }
+}
+
 /// Moves the recorder's figures and the held connections' counts since the last tick into
 /// interval `k`.
 fn flush_tick(
     agg: &mut Aggregator,
     rec: &mut Recorder,
     levels: &Levels,
-    last: &mut (u64, u64, u64, u64, u64),
+    last: &mut LevelCounts,
     k: u64,
     phase: Phase,
 ) {
+    use msgbench_metrics::ErrorKind;
     let mut s = rec.take(Role::Producer, 0, phase, k);
-    let now = (
-        levels.closed.load(Relaxed),
-        levels.dropped.load(Relaxed),
-        levels.published.load(Relaxed),
-        levels.published_bytes.load(Relaxed),
-        levels.publish_errors.load(Relaxed),
-    );
+    let now = LevelCounts::read(levels);
     let c: &mut Counters = &mut s.counters;
-    c.closes += now.0 - last.0;
-    c.dropped += now.1 - last.1;
-    c.sent += now.2 - last.2;
-    c.sent_bytes += now.3 - last.3;
+    c.closes += now.closed - last.closed;
+    c.dropped += now.dropped - last.dropped;
+    c.sent += now.published - last.published;
+    c.sent_bytes += now.published_bytes - last.published_bytes;
+    c.received += now.received - last.received;
+    c.received_bytes += now.received_bytes - last.received_bytes;
     c.errors
-        .add(msgbench_metrics::ErrorKind::Send, now.4 - last.4);
+        .add(ErrorKind::Send, now.publish_errors - last.publish_errors);
+    c.errors.add(
+        ErrorKind::Receive,
+        now.subscribe_errors - last.subscribe_errors,
+    );
     c.errors
-        .add(msgbench_metrics::ErrorKind::Disconnect, now.1 - last.1);
+        .add(ErrorKind::Disconnect, now.dropped - last.dropped);
     *last = now;
     if !s.is_empty() {
         agg.add(&s);

@@ -118,6 +118,10 @@ impl Driver for JetStreamDriver {
         self.core.fd_free_sessions()
     }
 
+    fn sessions_subscribe(&self) -> bool {
+        self.core.sessions_subscribe()
+    }
+
     fn session_hosts(&self) -> usize {
         self.core.session_hosts()
     }
