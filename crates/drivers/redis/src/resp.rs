@@ -228,6 +228,15 @@ pub fn ok_run(buf: &[u8], max: usize) -> (usize, usize) {
                 Some(end) if end >= at + 3 && buf[end - 2] == b'\r' => end,
                 _ => break,
             },
+            // The entry id of XADD: a bulk string whose length is a few digits.
+            Some(b'$') => match bulk_end(buf, at) {
+                Some(end) if end <= buf.len() => end,
+                Some(_) => break,
+                None => match scan(buf, at, 0) {
+                    Ok(Some(end)) => end,
+                    Ok(None) | Err(_) => break,
+                },
+            },
             Some(b'-') | None => break,
             Some(_) => match scan(buf, at, 0) {
                 Ok(Some(end)) => end,
@@ -237,6 +246,25 @@ pub fn ok_run(buf: &[u8], max: usize) -> (usize, usize) {
         (n, at) = (n + 1, end);
     }
     (n, at)
+}
+
+/// Where the bulk string at `at` (`$N\r\n` then N bytes and CRLF) ends, when its header is
+/// whole and a plain length of 1 to 9 digits; `None` for anything else (a nil, a header still
+/// incomplete, a malformed one), which the general [`scan`] then judges. The end may lie past
+/// `buf` (the body is still coming).
+#[inline]
+fn bulk_end(buf: &[u8], at: usize) -> Option<usize> {
+    let mut n = 0usize;
+    let mut i = at + 1;
+    while let Some(&d) = buf.get(i) {
+        match d {
+            b'0'..=b'9' if i - at <= 9 => n = n * 10 + usize::from(d - b'0'),
+            b'\r' if i > at + 1 && buf.get(i + 1) == Some(&b'\n') => return Some(i + 2 + n + 2),
+            _ => return None,
+        }
+        i += 1;
+    }
+    None
 }
 
 /// A cursor over one complete reply, for replies whose shape is known.
@@ -442,6 +470,12 @@ mod tests {
         assert_eq!(ok_run(b"$3\r\n1-", 100), (0, 0));
         assert_eq!(ok_run(b":1\n:2\r\n", 100), (0, 0), "a line without CR");
         assert_eq!(ok_run(b"?", 100), (0, 0));
+        assert_eq!(
+            ok_run(b"$-1\r\n$0\r\n\r\n$12\r\n1-0", 100),
+            (2, 11),
+            "nil, empty, cut"
+        );
+        assert_eq!(ok_run(b"$x\r\n", 100), (0, 0), "not a length");
         // Every cut of a run counts only the replies that are whole.
         for cut in 0..before_error {
             let (n, len) = ok_run(&replies[..cut], 100);
