@@ -164,6 +164,77 @@ fn journeys_subscribe_and_count_what_they_hear() {
     );
 }
 
+/// Journeys that send requests through nats-server: 5 users each send 10 paced requests and
+/// 3 back to back, each waiting for its reply from a responding msgbench consumer in another
+/// process; all 65 are answered and timed, from the send and from the intended send time.
+#[test]
+fn journeys_request_and_time_the_replies() {
+    let nats = need!(NATS);
+    let d = TempDir::new("journeys-req");
+    let topic = format!("jreq{}.t", std::process::id());
+    let mut responder = spawn_run(
+        &d.0,
+        &[
+            "run",
+            &nats,
+            "--topic",
+            &topic,
+            "--request-reply",
+            "--producers",
+            "1",
+            "--rate",
+            "1",
+            "--consumers",
+            "1",
+            "--duration",
+            "60s",
+            "--no-output",
+        ],
+    );
+    std::thread::sleep(std::time::Duration::from_millis(500));
+    let r = run_json(
+        &d.0,
+        &[
+            "run",
+            &nats,
+            "--topic",
+            &topic,
+            "--size",
+            "100",
+            "--connections",
+            "5",
+            "--connect-rate",
+            "1000",
+            "--journey",
+            "connect; sleep 1s; request 10 at 20/s; request 3; disconnect",
+            "--journey-repeat",
+            "1",
+            "--duration",
+            "30s",
+            "-o",
+            "r.jsonl",
+        ],
+    );
+    let _ = responder.kill();
+    let _ = responder.wait();
+    assert_eq!(phase_sum(&r, "sent"), 65);
+    assert_eq!(phase_sum(&r, "acked"), 65, "every request answered");
+    assert_eq!(u(&measure(&r)["publish"]["count"]), 65, "round trips timed");
+    assert_eq!(
+        u(&measure(&r)["e2e"]["count"]),
+        65,
+        "and from the intended time"
+    );
+    assert_eq!(phase_sum(&r, "closes"), 5);
+    assert_valid_and_pure(&d.0, "r.jsonl", &r);
+    let text = stdout(&msgbench(&d.0, &["report", "r.jsonl"]));
+    assert!(
+        text.contains("65 to requests, 0 not answered in time"),
+        "{text}"
+    );
+    assert!(text.contains("req intended"), "{text}");
+}
+
 /// A journey's mistakes: a bad step at its file, line and column; a bad order named by step;
 /// the flag's own errors.
 #[test]
@@ -207,9 +278,9 @@ fn journey_errors_are_clear() {
             "--connections",
             "2",
             "--journey",
-            "request a",
+            "connect; request a",
         ],
-        "do not send requests",
+        "`a` is not a whole number",
     );
     // Known only once the driver is made: the run cannot start (exit 1), before connecting.
     let o = msgbench(

@@ -382,6 +382,11 @@ pub trait Driver: Send + Sync + 'static {
         false
     }
 
+    /// Whether sessions can send [requests](Session::request) (a journey's `request` step).
+    fn sessions_request(&self) -> bool {
+        false
+    }
+
     /// Opens one connection and completes the protocol handshake (the connect latency is the
     /// time this takes). Drivers without connections return [`DriverError::Config`].
     fn session(
@@ -414,6 +419,20 @@ pub trait Session: Send + 'static {
         async {
             Err(DriverError::Subscribe(
                 "this protocol's sessions do not subscribe".into(),
+            ))
+        }
+    }
+
+    /// Sends `payload` as a request on the session's topic and returns when its reply came
+    /// (the runner times the round trip and gives up after its time-out, cancelling this; a
+    /// reply arriving after that is told apart and dropped). Deliveries meanwhile are counted
+    /// as [`Session::keep_alive`] counts them. The default refuses: only drivers that say
+    /// [`Driver::sessions_request`] are asked.
+    fn request(&mut self, payload: &[u8]) -> impl Future<Output = Result<(), DriverError>> + Send {
+        let _ = payload;
+        async {
+            Err(DriverError::Send(
+                "this protocol's sessions do not send requests".into(),
             ))
         }
     }
@@ -558,6 +577,10 @@ impl<P: Driver, C: Driver> Driver for Pipeline<P, C> {
 
     fn sessions_subscribe(&self) -> bool {
         self.producers.sessions_subscribe()
+    }
+
+    fn sessions_request(&self) -> bool {
+        self.producers.sessions_request()
     }
 
     fn session(

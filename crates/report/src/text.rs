@@ -432,12 +432,16 @@ fn connections_block(
 ) -> std::io::Result<()> {
     let mut all = msgbench_metrics::Counters::default();
     let mut connect = LatencySummary::default();
+    // Journeys' requests: the round trip from the send, and from the intended send time.
+    let (mut request, mut request_co) = (LatencySummary::default(), LatencySummary::default());
     let mut cpu = 0.0;
     for p in &r.phases {
         all.merge(&p.counters);
         cpu += p.cpu_s;
         if p.phase == Phase::Measure {
             connect = p.connect;
+            request = p.publish;
+            request_co = p.e2e;
         }
     }
     writeln!(out, "connections ({})", cs.mode)?;
@@ -524,6 +528,13 @@ fn connections_block(
             all.received, all.received_bytes
         )?;
     }
+    if all.acked > 0 || all.errors.timeout > 0 {
+        writeln!(
+            out,
+            "  replies   {:>10} to requests, {} not answered in time",
+            all.acked, all.errors.timeout
+        )?;
+    }
     writeln!(
         out,
         "  generator {:>10.2} CPU-s   open-file limit {}{}",
@@ -538,6 +549,8 @@ fn connections_block(
             "latency", "count", "min", "mean", "p50", "p90", "p99", "p99.9", "max"
         )?;
         stage_row(out, "connect", &connect)?;
+        stage_row(out, "request", &request)?;
+        stage_row(out, "req intended", &request_co)?;
     }
     Ok(())
 }

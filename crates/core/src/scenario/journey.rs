@@ -15,7 +15,8 @@
 //! Steps: `connect`; `disconnect` (the polite close); `subscribe` (to the user's topic) or
 //! `subscribe TOPIC` (done when the server confirmed it; what arrives afterwards is counted as
 //! received while the user publishes or waits); `publish N` (back to back), `publish N at R/s`
-//! or `publish for D at R/s`; `sleep D` (fixed) or `sleep exp:D` (exponential with mean D, as
+//! or `publish for D at R/s`; `request N`, `request N at R/s` or `request for D at R/s` (each
+//! waits for its reply, whose round trip is recorded); `sleep D` (fixed) or `sleep exp:D` (exponential with mean D, as
 //! independent users' think times). Each step is parsed as it is read, so a bad one
 //! is reported at its file, line and column; the order is checked as a whole (publish only
 //! while connected, connect only while not, and a repeated journey ends where it began).
@@ -36,6 +37,8 @@ pub enum Step {
     Subscribe(Option<String>),
     /// Publish on the open session.
     Publish(Publish),
+    /// Send requests on the open session, one at a time, each waiting for its reply.
+    Request(Publish),
     /// Wait.
     Sleep {
         /// The wait, or its mean when exponential.
@@ -45,7 +48,7 @@ pub enum Step {
     },
 }
 
-/// How much a publish step sends, and how fast.
+/// How much a publish or request step sends, and how fast.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Publish {
     /// A number of messages.
@@ -70,7 +73,8 @@ impl std::str::FromStr for Step {
     fn from_str(s: &str) -> Result<Step, String> {
         let words: Vec<&str> = s.split_whitespace().collect();
         let expected = "expected `connect`, `disconnect`, `subscribe [TOPIC]`, `publish N [at \
-                        R/s]`, `publish for D at R/s`, `sleep D` or `sleep exp:D`";
+                        R/s]`, `publish for D at R/s`, `request` (as publish), `sleep D` or \
+                        `sleep exp:D`";
         match words.as_slice() {
             ["connect"] => Ok(Step::Connect),
             ["disconnect"] => Ok(Step::Disconnect),
@@ -82,33 +86,38 @@ impl std::str::FromStr for Step {
                 let mean = parse_duration(text).map_err(|e| format!("step `{s}`: {e}"))?;
                 Ok(Step::Sleep { mean, exponential })
             }
-            ["publish", "for", d, "at", r] => {
-                let duration = parse_duration(d).map_err(|e| format!("step `{s}`: {e}"))?;
-                let rate = per_second(s, r)?;
-                Ok(Step::Publish(Publish::For { duration, rate }))
-            }
-            ["publish", n, rest @ ..] => {
-                let count = parse_count(n)
-                    .ok()
-                    .filter(|c| *c >= 1.0 && c.fract() == 0.0)
-                    .ok_or_else(|| {
-                        format!("step `{s}`: `{n}` is not a whole number of messages (1 or more)")
-                    })? as u64;
-                let rate = match rest {
-                    [] => None,
-                    ["at", r] => Some(per_second(s, r)?),
-                    _ => return Err(format!("step `{s}`: {expected}")),
-                };
-                Ok(Step::Publish(Publish::Count { count, rate }))
-            }
+            ["publish", rest @ ..] => Ok(Step::Publish(sending(s, rest, expected)?)),
+            ["request", rest @ ..] => Ok(Step::Request(sending(s, rest, expected)?)),
             ["subscribe"] => Ok(Step::Subscribe(None)),
             ["subscribe", topic] => Ok(Step::Subscribe(Some((*topic).to_string()))),
-            ["request", ..] => Err(format!(
-                "step `{s}`: journeys do not send requests yet; give requesters their own \
-                 group with producers and --request"
-            )),
             _ => Err(format!("step `{s}`: {expected}")),
         }
+    }
+}
+
+/// What follows `publish` or `request` in step `s`: `N`, `N at R/s` or `for D at R/s`.
+fn sending(s: &str, words: &[&str], expected: &str) -> Result<Publish, String> {
+    match words {
+        ["for", d, "at", r] => {
+            let duration = parse_duration(d).map_err(|e| format!("step `{s}`: {e}"))?;
+            let rate = per_second(s, r)?;
+            Ok(Publish::For { duration, rate })
+        }
+        [n, rest @ ..] => {
+            let count = parse_count(n)
+                .ok()
+                .filter(|c| *c >= 1.0 && c.fract() == 0.0)
+                .ok_or_else(|| {
+                    format!("step `{s}`: `{n}` is not a whole number of messages (1 or more)")
+                })? as u64;
+            let rate = match rest {
+                [] => None,
+                ["at", r] => Some(per_second(s, r)?),
+                _ => return Err(format!("step `{s}`: {expected}")),
+            };
+            Ok(Publish::Count { count, rate })
+        }
+        [] => Err(format!("step `{s}`: {expected}")),
     }
 }
 
@@ -129,14 +138,8 @@ impl fmt::Display for Step {
             Step::Disconnect => f.write_str("disconnect"),
             Step::Subscribe(None) => f.write_str("subscribe"),
             Step::Subscribe(Some(t)) => write!(f, "subscribe {t}"),
-            Step::Publish(Publish::Count { count, rate: None }) => write!(f, "publish {count}"),
-            Step::Publish(Publish::Count {
-                count,
-                rate: Some(r),
-            }) => write!(f, "publish {count} at {r}/s"),
-            Step::Publish(Publish::For { duration, rate }) => {
-                write!(f, "publish for {} at {rate}/s", d(*duration))
-            }
+            Step::Publish(p) => write!(f, "publish {p}"),
+            Step::Request(p) => write!(f, "request {p}"),
             Step::Sleep {
                 mean,
                 exponential: false,
@@ -145,6 +148,23 @@ impl fmt::Display for Step {
                 mean,
                 exponential: true,
             } => write!(f, "sleep exp:{}", d(*mean)),
+        }
+    }
+}
+
+impl fmt::Display for Publish {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Publish::Count { count, rate: None } => write!(f, "{count}"),
+            Publish::Count {
+                count,
+                rate: Some(r),
+            } => write!(f, "{count} at {r}/s"),
+            Publish::For { duration, rate } => write!(
+                f,
+                "for {} at {rate}/s",
+                crate::units::format_duration(*duration)
+            ),
         }
     }
 }
@@ -194,13 +214,15 @@ pub fn check(steps: &[Step], repeat: u32) -> Result<(), String> {
                 ));
             }
             Step::Connect => connected = true,
-            Step::Disconnect | Step::Subscribe(_) | Step::Publish(_) if !connected => {
+            Step::Disconnect | Step::Subscribe(_) | Step::Publish(_) | Step::Request(_)
+                if !connected =>
+            {
                 return Err(format!(
                     "step {n} (`{step}`): not connected; put `connect` before it"
                 ));
             }
             Step::Disconnect => connected = false,
-            Step::Subscribe(_) | Step::Publish(_) | Step::Sleep { .. } => {}
+            Step::Subscribe(_) | Step::Publish(_) | Step::Request(_) | Step::Sleep { .. } => {}
         }
     }
     if connected && repeat != 1 {
@@ -233,6 +255,8 @@ mod tests {
             "sleep exp:250ms",
             "subscribe",
             "subscribe devices/+/state",
+            "request 3",
+            "request for 1s at 20/s",
         ] {
             let step: Step = s.parse().unwrap();
             assert_eq!(step.to_string(), s);
@@ -256,7 +280,8 @@ mod tests {
             ("publish 5 every 1s", "expected"),
             ("sleep soon", "step `sleep soon`"),
             ("subscribe a b", "expected `connect`"),
-            ("request x", "do not send requests"),
+            ("request x", "whole number"),
+            ("request", "expected `connect`"),
         ] {
             let e = s.parse::<Step>().unwrap_err();
             assert!(e.contains(needle), "{s}: {e}");

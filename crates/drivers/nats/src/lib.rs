@@ -203,10 +203,17 @@ impl Driver for NatsDriver {
             conn,
             subject: Bytes::from(spec.topic.clone()),
             received: (0, 0),
+            id: spec.id,
+            inbox: None,
+            requests: 0,
         })
     }
 
     fn sessions_subscribe(&self) -> bool {
+        true
+    }
+
+    fn sessions_request(&self) -> bool {
         true
     }
 }
@@ -217,6 +224,11 @@ pub struct NatsSession {
     subject: Bytes,
     /// Messages and payload bytes its subscriptions delivered, not yet taken.
     received: (u64, u64),
+    id: u64,
+    /// Reply subject prefix of its requests (`<inbox>.`), subscribed at the first request.
+    inbox: Option<Bytes>,
+    /// Requests sent: the last one's number ends its reply subject.
+    requests: u64,
 }
 
 /// Counts `op` in `received` if it is a delivery.
@@ -260,6 +272,52 @@ impl Session for NatsSession {
         wait_pong(&mut self.conn, |op| count_delivery(received, op))
             .await
             .map_err(|e| DriverError::Subscribe(format!("{topic}: {e}")))
+    }
+
+    /// A request with the reply subject `<inbox>.<n>`; done at the reply to this request (a
+    /// late reply to an earlier one, whose wait timed out, is dropped).
+    async fn request(&mut self, payload: &[u8]) -> Result<(), DriverError> {
+        let prefix = match &self.inbox {
+            Some(p) => p.clone(),
+            None => {
+                // On the same connection the server takes the SUB before the request.
+                let p = Bytes::from(inbox_prefix(self.id as u32));
+                self.conn
+                    .subscribe(&format!("{}*", String::from_utf8_lossy(&p)), None);
+                self.inbox = Some(p.clone());
+                p
+            }
+        };
+        self.requests += 1;
+        let n = self.requests;
+        proto::put_pub(
+            &mut self.conn.wire.wbuf,
+            &self.subject,
+            Some((&prefix, n)),
+            payload,
+        );
+        self.conn
+            .flush()
+            .await
+            .map_err(|e| DriverError::Send(e.to_string()))?;
+        loop {
+            let op = self
+                .conn
+                .next_msg()
+                .await
+                .map_err(|e| DriverError::Receive(e.to_string()))?;
+            match &op {
+                ServerOp::Msg { subject, .. } if subject.starts_with(&prefix) => {
+                    let token = std::str::from_utf8(&subject[prefix.len()..])
+                        .ok()
+                        .and_then(|t| t.parse::<u64>().ok());
+                    if token == Some(n) {
+                        return Ok(());
+                    }
+                }
+                _ => count_delivery(&mut self.received, &op),
+            }
+        }
     }
 
     fn take_received(&mut self) -> (u64, u64) {

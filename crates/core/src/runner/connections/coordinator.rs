@@ -127,16 +127,24 @@ impl<'p, D: Driver> ConnectionRun<'p, D> {
         };
         let hold_mode = cp.mode == ConnectionMode::Hold;
         let journey_mode = cp.mode == ConnectionMode::Journey;
-        let subscribes = cp
-            .journey
-            .iter()
-            .any(|s| matches!(s, crate::scenario::journey::Step::Subscribe(_)));
-        if journey_mode && subscribes && !driver.sessions_subscribe() {
-            return Err(RunError::Unsupported(
-                "a journey's `subscribe` step needs a protocol whose sessions subscribe \
-                 (mqtt://, nats://)"
-                    .into(),
-            ));
+        if journey_mode {
+            use crate::scenario::journey::Step;
+            let has = |f: fn(&Step) -> bool| cp.journey.iter().any(f);
+            let needs = [
+                (
+                    has(|s| matches!(s, Step::Subscribe(_))),
+                    driver.sessions_subscribe(),
+                    "`subscribe` step needs a protocol whose sessions subscribe (mqtt://, nats://)",
+                ),
+                (
+                    has(|s| matches!(s, Step::Request(_))),
+                    driver.sessions_request(),
+                    "`request` step needs a protocol whose sessions send requests (nats://)",
+                ),
+            ];
+            if let Some((_, _, what)) = needs.iter().find(|(used, can, _)| *used && !*can) {
+                return Err(RunError::Unsupported(format!("a journey's {what}")));
+            }
         }
         if journey_mode && cp.repeat == 0 && !matches!(plan.measure, Measure::Duration(_)) {
             return Err(RunError::Unsupported(
@@ -335,6 +343,7 @@ impl<'p, D: Driver> ConnectionRun<'p, D> {
                 rng: crate::rng::Rng::new(
                     (self.id_of)(k) ^ (u64::from(self.plan.run_id) << 32) ^ 0x5EED,
                 ),
+                request_timeout: self.plan.ack_timeout,
             };
             tokio::spawn(run_journey(d, spec, timeout, tx, task));
         } else if self.hold_mode {
@@ -558,6 +567,14 @@ impl<'p, D: Driver> ConnectionRun<'p, D> {
                     self.rec.record_connect(latency_ns);
                 }
                 Attempt::JourneyDone => self.answered += 1,
+                Attempt::Replied {
+                    sent_ns,
+                    intended_ns,
+                    at_ns,
+                } => {
+                    self.rec.record_ack(at_ns.saturating_sub(sent_ns), true);
+                    self.rec.record_response(at_ns.saturating_sub(intended_ns));
+                }
                 Attempt::Failed { cause, detail } => {
                     self.answered += u64::from(!self.journey_mode);
                     self.rec.record_connect_failure(cause);

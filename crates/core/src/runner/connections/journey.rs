@@ -7,10 +7,14 @@
 //! before the next (a refused server would otherwise be hammered in a loop), as does a refused
 //! `subscribe` (the session is closed politely and the refusal counted); a session that fails
 //! while publishing or waiting is counted as dropped and the pass is abandoned likewise. What
-//! the session's subscriptions deliver is counted after every step. The close
+//! the session's subscriptions deliver is counted after every step. A request's reply is
+//! reported to the coordinator ([`Attempt::Replied`]), which records its round trip (from the
+//! send, and from the intended send time of a paced step); a request unanswered within the
+//! ack time-out is counted as timed out and the step goes on. The close
 //! signal (the run's drain) ends the journey where it is, closing an open session politely.
 
 use super::{Attempt, Levels, attempt};
+use crate::clock::now_ns;
 use crate::driver::{Driver, Session, SessionSpec};
 use crate::rng::Rng;
 use crate::scenario::journey::{Publish, Step};
@@ -30,6 +34,8 @@ pub(super) struct JourneyTask {
     pub payload: Arc<[u8]>,
     /// Draws exponential think times; seeded by the user's id.
     pub rng: Rng,
+    /// How long a request waits for its reply.
+    pub request_timeout: Duration,
 }
 
 /// How a wait or a step ended.
@@ -86,7 +92,8 @@ pub(super) async fn run_journey<D: Driver>(
                         other => other,
                     }
                 }
-                Step::Publish(p) => t.publish(&mut session, p).await,
+                Step::Publish(p) => t.send(&mut session, p, None).await,
+                Step::Request(p) => t.send(&mut session, p, Some(&tx)).await,
                 Step::Sleep { mean, exponential } => {
                     let d = if *exponential {
                         mean.mul_f64(-t.rng.next_f64_open0().ln())
@@ -186,8 +193,14 @@ impl JourneyTask {
         }
     }
 
-    /// A publish step: its messages, paced from the step's start when it has a rate.
-    async fn publish<S: Session>(&mut self, session: &mut Option<S>, p: &Publish) -> Flow {
+    /// A publish step, or a request step (`replies`: where answered requests are reported):
+    /// its messages, paced from the step's start when it has a rate.
+    async fn send<S: Session>(
+        &mut self,
+        session: &mut Option<S>,
+        p: &Publish,
+        replies: Option<&mpsc::UnboundedSender<Attempt>>,
+    ) -> Flow {
         let (count, gap) = match *p {
             Publish::Count { count, rate } => (count, rate.map(|r| 1.0 / r)),
             Publish::For { duration, rate } => (
@@ -196,14 +209,11 @@ impl JourneyTask {
             ),
         };
         let start = Instant::now();
+        let start_ns = now_ns();
         for i in 0..count {
-            if let Some(g) = gap
-                && i > 0
-            {
-                match self
-                    .wait(session, start + Duration::from_secs_f64(i as f64 * g))
-                    .await
-                {
+            let offset = gap.map(|g| Duration::from_secs_f64(i as f64 * g));
+            if let Some(off) = offset.filter(|_| i > 0) {
+                match self.wait(session, start + off).await {
                     Flow::Go => {}
                     other => return other,
                 }
@@ -214,11 +224,47 @@ impl JourneyTask {
                 return Flow::Lost;
             };
             let l = &self.levels;
-            match s.publish(&self.payload).await {
-                Ok(()) => {
+            let sent_ns = now_ns();
+            let r = match replies {
+                None => s.publish(&self.payload).await.map(|()| true),
+                Some(_) => {
+                    let wait = tokio::time::timeout(self.request_timeout, s.request(&self.payload));
+                    tokio::select! {
+                        r = wait => match r {
+                            Ok(r) => r.map(|()| true),
+                            Err(_) => Ok(false),
+                        },
+                        // The run's drain: the request was sent, its answer is not waited for.
+                        _ = self.close.changed() => {
+                            self.levels.published.fetch_add(1, Relaxed);
+                            self.levels
+                                .published_bytes
+                                .fetch_add(self.payload.len() as u64, Relaxed);
+                            return Flow::Closed;
+                        }
+                    }
+                }
+            };
+            match r {
+                Ok(answered) => {
                     l.published.fetch_add(1, Relaxed);
                     l.published_bytes
                         .fetch_add(self.payload.len() as u64, Relaxed);
+                    match replies {
+                        Some(tx) if answered => {
+                            let intended_ns =
+                                offset.map_or(sent_ns, |o| start_ns + o.as_nanos() as u64);
+                            let _ = tx.send(Attempt::Replied {
+                                sent_ns,
+                                intended_ns: intended_ns.min(sent_ns),
+                                at_ns: now_ns(),
+                            });
+                        }
+                        Some(_) => {
+                            l.request_timeouts.fetch_add(1, Relaxed);
+                        }
+                        None => {}
+                    }
                 }
                 Err(_) => {
                     l.publish_errors.fetch_add(1, Relaxed);

@@ -54,12 +54,21 @@ struct Levels {
     received: AtomicU64,
     received_bytes: AtomicU64,
     subscribe_errors: AtomicU64,
+    /// Journeys: requests not answered within the ack time-out.
+    request_timeouts: AtomicU64,
     /// Periodic publishes whose time came while the connection was down after a drop.
     missed: AtomicU64,
 }
 
 /// One attempt's answer.
 enum Attempt {
+    /// A journey's request was answered: sent at `sent_ns` (meant for `intended_ns`), its
+    /// reply read at `at_ns`.
+    Replied {
+        sent_ns: u64,
+        intended_ns: u64,
+        at_ns: u64,
+    },
     Opened {
         latency_ns: u64,
     },
@@ -223,6 +232,7 @@ struct LevelCounts {
     received: u64,
     received_bytes: u64,
     subscribe_errors: u64,
+    request_timeouts: u64,
 }
 
 impl LevelCounts {
@@ -236,6 +246,7 @@ impl LevelCounts {
             received: l.received.load(Relaxed),
             received_bytes: l.received_bytes.load(Relaxed),
             subscribe_errors: l.subscribe_errors.load(Relaxed),
+            request_timeouts: l.request_timeouts.load(Relaxed),
         }
     }
 }
@@ -268,6 +279,10 @@ fn flush_tick(
     );
     c.errors
         .add(ErrorKind::Disconnect, now.dropped - last.dropped);
+    c.errors.add(
+        ErrorKind::Timeout,
+        now.request_timeouts - last.request_timeouts,
+    );
     *last = now;
     if !s.is_empty() {
         agg.add(&s);

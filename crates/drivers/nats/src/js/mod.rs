@@ -122,6 +122,10 @@ impl Driver for JetStreamDriver {
         self.core.sessions_subscribe()
     }
 
+    fn sessions_request(&self) -> bool {
+        self.core.sessions_request()
+    }
+
     fn session_hosts(&self) -> usize {
         self.core.session_hosts()
     }
