@@ -326,6 +326,9 @@ impl Producer for RedisProducer {
             Poll::Pending => Poll::Pending,
             Poll::Ready(Ok(Reply::Ok)) => {
                 let token = self.waiting.pop_front().expect("a message waits");
+                // A reply read in a real wait comes after a write: none can be for a message
+                // still counted as buffered, but the count must never exceed what waits.
+                self.buffered = self.buffered.min(self.waiting.len());
                 let answered = self.waiting.len() - self.buffered;
                 let (n, len) = resp::ok_run(&self.conn.wire.rbuf, answered);
                 bytes::Buf::advance(&mut self.conn.wire.rbuf, len);
@@ -341,6 +344,7 @@ impl Producer for RedisProducer {
             }
             Poll::Ready(Ok(reply)) => {
                 let token = self.waiting.pop_front().expect("a message waits");
+                self.buffered = self.buffered.min(self.waiting.len());
                 if !self.refused_reported {
                     // Once per producer: the refusals themselves are counted as nacks.
                     self.refused_reported = true;

@@ -167,6 +167,7 @@ impl JourneyTask {
 
     /// The open session failed: gone, counted as dropped; the pass is abandoned.
     fn lose_session<S: Session>(&self, session: &mut Option<S>) -> Flow {
+        self.count_received(session);
         *session = None;
         self.levels.held.fetch_sub(1, Relaxed);
         self.levels.dropped.fetch_add(1, Relaxed);
