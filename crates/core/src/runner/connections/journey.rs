@@ -145,7 +145,12 @@ impl JourneyTask {
         let Some(s) = session.as_mut() else {
             return Flow::Lost;
         };
-        match s.subscribe(topic).await {
+        let r = tokio::select! {
+            r = s.subscribe(topic) => r,
+            // The run's drain: the journey ends here (the caller closes the session).
+            _ = self.close.changed() => return Flow::Closed,
+        };
+        match r {
             Ok(()) => Flow::Go,
             Err(_) => {
                 self.levels.subscribe_errors.fetch_add(1, Relaxed);
