@@ -265,7 +265,7 @@ impl Conn {
         // Resubscribe when the broker did not keep the session.
         if !self.subs.is_empty() && !self.session_present {
             let subs = self.subs.clone();
-            self.send_subscribe(&subs)
+            self.send_subscribe(&subs, |_| {})
                 .await
                 .map_err(|e| DriverError::Subscribe(e.to_string()))?;
         }
@@ -277,12 +277,29 @@ impl Conn {
     /// session). Returns when the broker granted every filter.
     pub async fn subscribe(&mut self, filters: &[(String, u8)]) -> Result<(), DriverError> {
         self.subs.extend_from_slice(filters);
-        self.send_subscribe(filters)
+        self.send_subscribe(filters, |_| {})
             .await
             .map_err(|e| DriverError::Subscribe(e.to_string()))
     }
 
-    async fn send_subscribe(&mut self, filters: &[(String, u8)]) -> io::Result<()> {
+    /// Subscribes once (not replayed after a reconnect: for sessions, which do not
+    /// reconnect); packets that arrive before the SUBACK go to `heard`.
+    pub async fn subscribe_once(
+        &mut self,
+        filters: &[(String, u8)],
+        heard: impl FnMut(&Packet),
+    ) -> Result<(), DriverError> {
+        self.send_subscribe(filters, heard)
+            .await
+            .map_err(|e| DriverError::Subscribe(e.to_string()))
+    }
+
+    /// Sends SUBSCRIBE and waits for its SUBACK; what else arrives meanwhile goes to `heard`.
+    async fn send_subscribe(
+        &mut self,
+        filters: &[(String, u8)],
+        mut heard: impl FnMut(&Packet),
+    ) -> io::Result<()> {
         let list: Vec<(&str, u8)> = filters.iter().map(|(f, q)| (f.as_str(), *q)).collect();
         codec::put_subscribe(&mut self.wire.wbuf, self.settings.version, 1, &list);
         self.flush().await?;
@@ -291,6 +308,7 @@ impl Conn {
             let p = tokio::time::timeout_at(deadline, self.read_packet())
                 .await
                 .map_err(|_| io::Error::new(io::ErrorKind::TimedOut, "no SUBACK"))??;
+            heard(&p);
             if let Packet::SubAck { codes, .. } = p {
                 if let Some((i, c)) = codes.iter().enumerate().find(|(_, c)| **c >= 0x80) {
                     return Err(io::Error::other(format!(

@@ -586,21 +586,11 @@ pub struct MqttSession {
     received: (u64, u64),
 }
 
-impl MqttSession {
-    /// One packet from the broker, while held: deliveries are counted, a DISCONNECT is the
-    /// end of the session.
-    fn heard(&mut self, p: Packet) -> Result<Packet, DriverError> {
-        match p {
-            Packet::Publish(m) => {
-                self.received.0 += 1;
-                self.received.1 += m.payload.len() as u64;
-                Ok(Packet::Publish(m))
-            }
-            Packet::Disconnect { code } => Err(DriverError::Receive(format!(
-                "the broker disconnected us (reason code 0x{code:02x})"
-            ))),
-            other => Ok(other),
-        }
+/// Counts `p` in `received` if it is a delivery.
+fn count_delivery(received: &mut (u64, u64), p: &Packet) {
+    if let Packet::Publish(m) = p {
+        received.0 += 1;
+        received.1 += m.payload.len() as u64;
     }
 }
 
@@ -628,9 +618,12 @@ impl Session for MqttSession {
     async fn keep_alive(&mut self) -> DriverError {
         loop {
             tokio::select! {
-                p = self.conn.read_packet() => match p.map_err(|e| DriverError::Receive(e.to_string())).and_then(|p| self.heard(p)) {
-                    Ok(_) => {}
-                    Err(e) => return e,
+                p = self.conn.read_packet() => match p {
+                    Ok(Packet::Disconnect { code }) => {
+                        return DriverError::Receive(format!("the broker disconnected us (reason code 0x{code:02x})"));
+                    }
+                    Ok(p) => count_delivery(&mut self.received, &p),
+                    Err(e) => return DriverError::Receive(e.to_string()),
                 },
                 _ = tokio::time::sleep_until(self.next_ping) => {
                     codec::put_pingreq(&mut self.conn.wire.wbuf);
@@ -651,34 +644,16 @@ impl Session for MqttSession {
     /// QoS 0; the session's packet id 1 is free (its publishes are QoS 0 too). Deliveries
     /// that arrive before the SUBACK (of an earlier subscription) are counted.
     async fn subscribe(&mut self, topic: &str) -> Result<(), DriverError> {
-        let v = self.conn.version();
-        codec::put_subscribe(&mut self.conn.wire.wbuf, v, 1, &[(topic, 0)]);
-        let refused = |e: std::io::Error| DriverError::Subscribe(format!("{topic}: {e}"));
-        self.conn.flush().await.map_err(refused)?;
-        let deadline = tokio::time::Instant::now() + SUBACK_WAIT;
-        loop {
-            let p = tokio::time::timeout_at(deadline, self.conn.read_packet())
-                .await
-                .map_err(|_| DriverError::Subscribe(format!("{topic}: no SUBACK")))?
-                .map_err(refused)?;
-            if let Packet::SubAck { codes, .. } = self.heard(p)? {
-                return match codes.first() {
-                    Some(&c) if c >= 0x80 => Err(DriverError::Subscribe(format!(
-                        "the broker refused the subscription to `{topic}` (reason code 0x{c:02x})"
-                    ))),
-                    _ => Ok(()),
-                };
-            }
-        }
+        let received = &mut self.received;
+        self.conn
+            .subscribe_once(&[(topic.to_string(), 0)], |p| count_delivery(received, p))
+            .await
     }
 
     fn take_received(&mut self) -> (u64, u64) {
         std::mem::take(&mut self.received)
     }
 }
-
-/// Longest wait for a session's SUBACK.
-const SUBACK_WAIT: Duration = Duration::from_secs(10);
 
 impl msgbench_core::registration::Registered for MqttDriver {
     const INFO: msgbench_core::registration::DriverInfo = msgbench_core::registration::DriverInfo {
