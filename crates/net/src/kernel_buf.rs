@@ -77,13 +77,34 @@ impl RecvSide {
         self.eof.then_some(Ok(()))
     }
 
+    /// Like [`RecvSide::take`], but appends every buffered byte to `out`, which grows by exactly
+    /// that much: `Ok(0)` is the end of stream. A reader that keeps no spare room of its own
+    /// then holds only the bytes it has yet to parse (a partial frame, usually), not a chunk
+    /// per connection beside the buffer posted to the kernel.
+    pub(crate) fn take_into(&mut self, out: &mut bytes::BytesMut) -> Option<io::Result<usize>> {
+        if self.start < self.end {
+            let n = self.end - self.start;
+            let buf = self.buf.as_ref().expect("received bytes have a buffer");
+            // SAFETY: no receive is pending (the bytes are complete), so nothing writes here.
+            out.extend_from_slice(unsafe {
+                std::slice::from_raw_parts(buf.ptr.add(self.start), n)
+            });
+            self.start = self.end;
+            return Some(Ok(n));
+        }
+        if let Some(e) = self.err {
+            return Some(Err(io::Error::from_raw_os_error(e)));
+        }
+        self.eof.then_some(Ok(0))
+    }
+
     /// Whether received bytes wait to be handed out.
     pub(crate) fn has_bytes(&self) -> bool {
         self.start < self.end
     }
 
     /// Keeps `cx`'s waker for the receive's completion (unless it is the one already kept).
-    pub(crate) fn wait(&mut self, cx: &Context<'_>) -> Poll<io::Result<()>> {
+    pub(crate) fn wait<T>(&mut self, cx: &Context<'_>) -> Poll<T> {
         if !self.waker.as_ref().is_some_and(|w| w.will_wake(cx.waker())) {
             self.waker = Some(cx.waker().clone());
         }

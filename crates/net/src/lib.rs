@@ -540,13 +540,13 @@ impl Wire {
     }
 
     /// Frees buffers a handshake grew beyond one chunk (idle sessions stay small); a
-    /// [lean](Wire::lean) wire frees an empty read buffer of any size.
+    /// [lean](Wire::lean) wire frees empty buffers of any size.
     pub fn shrink(&mut self) {
         let keep = if self.lean { 0 } else { self.chunk };
         if self.rbuf.is_empty() && self.rbuf.capacity() > keep {
             self.rbuf = BytesMut::new();
         }
-        if self.wbuf.is_empty() && self.wbuf.capacity() > self.chunk {
+        if self.wbuf.is_empty() && self.wbuf.capacity() > keep {
             self.wbuf = BytesMut::new();
         }
     }

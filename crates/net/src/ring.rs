@@ -41,7 +41,7 @@ const READ_BUF: usize = 512;
 /// A stream whose receives keep filling its buffer (it has fallen behind a busy peer) gets a
 /// larger one, up to this, so it catches up many messages per receive instead of one or two;
 /// one whose receives take little goes back to [`READ_BUF`].
-const READ_BUF_MAX: usize = 4 * 1024;
+const READ_BUF_MAX: usize = 2 * 1024;
 /// Largest single send; a longer write is taken in parts.
 const WRITE_MAX: usize = 16 * 1024;
 /// Submission queue entries per ring.
@@ -365,6 +365,26 @@ impl RingStream {
         self.local
     }
 
+    /// Appends what has been received to `buf`, growing it by exactly as much (see
+    /// `RecvSide::take_into`); `Ready(Ok(0))` means the peer closed. The wire of a held
+    /// connection reads this way instead of through [`AsyncRead`], so it keeps no spare chunk
+    /// of its own beside the buffer posted to the kernel: at fan-out scale that chunk was most
+    /// of a behind receiver's memory.
+    pub fn poll_read_buf(
+        &mut self,
+        cx: &mut Context<'_>,
+        buf: &mut bytes::BytesMut,
+    ) -> Poll<io::Result<usize>> {
+        let mut st = self.shared.lock();
+        if let Some(done) = st.recv.take_into(buf) {
+            return Poll::Ready(done);
+        }
+        if !st.recv.pending {
+            self.ring.recv(&self.shared, &mut st)?;
+        }
+        st.recv.wait(cx)
+    }
+
     fn error(e: i32) -> io::Error {
         io::Error::from_raw_os_error(e)
     }
@@ -520,6 +540,38 @@ mod tests {
         drop(peer);
         let mut buf = [0u8; 8];
         let n = tokio::time::timeout(std::time::Duration::from_secs(5), s.read(&mut buf))
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!(n, 0);
+    }
+
+    /// A held stream's buffered read appends exactly what arrived: the reader's buffer holds
+    /// the received bytes, not a chunk per connection; the peer's close reads as 0.
+    #[tokio::test]
+    async fn a_buffered_read_grows_the_buffer_by_what_arrived() {
+        let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let tcp = tokio::net::TcpStream::connect(l.local_addr().unwrap())
+            .await
+            .unwrap();
+        let (mut peer, _) = l.accept().await.unwrap();
+        let mut s = RingStream::adopt(tcp).unwrap();
+        peer.write_all(&[7u8; 100]).await.unwrap();
+        let mut buf = bytes::BytesMut::new();
+        async fn read(s: &mut RingStream, buf: &mut bytes::BytesMut) -> io::Result<usize> {
+            std::future::poll_fn(|cx| s.poll_read_buf(cx, buf)).await
+        }
+        let mut got = 0;
+        while got < 100 {
+            got += tokio::time::timeout(std::time::Duration::from_secs(5), read(&mut s, &mut buf))
+                .await
+                .unwrap()
+                .unwrap();
+        }
+        assert_eq!(&buf[..], &[7u8; 100][..]);
+        assert!(buf.capacity() < 256, "capacity {}", buf.capacity());
+        drop(peer);
+        let n = tokio::time::timeout(std::time::Duration::from_secs(5), read(&mut s, &mut buf))
             .await
             .unwrap()
             .unwrap();

@@ -132,13 +132,18 @@ impl Stream {
     }
 
     /// Reads what is available into the spare capacity of `buf` (reserving `chunk` bytes if it
-    /// has less than `chunk / 4` free). `Ready(Ok(0))` means the peer closed.
+    /// has less than `chunk / 4` free; a connection held in an io_uring table instead appends
+    /// exactly what its posted receive took). `Ready(Ok(0))` means the peer closed.
     pub fn poll_read_into(
         &mut self,
         cx: &mut Context<'_>,
         buf: &mut BytesMut,
         chunk: usize,
     ) -> Poll<io::Result<usize>> {
+        #[cfg(target_os = "linux")]
+        if let Io::Ring(s) = &mut self.io {
+            return s.poll_read_buf(cx, buf);
+        }
         if buf.capacity() - buf.len() < chunk / 4 {
             buf.reserve(chunk);
         }

@@ -100,7 +100,8 @@ thread_local! {
 
 struct Books {
     /// `None`: the thread's shared recorder ([`SHARED`]).
-    own: Option<Acct>,
+    /// Boxed: most consumers share their thread's, and this lives in every consumer's task.
+    own: Option<Box<Acct>>,
     tracker: IntegrityTracker,
     group: Option<GroupView>,
     /// Distinct deliveries since the start (survives `take()`).
@@ -119,7 +120,7 @@ impl ConsumerTask {
 
     /// Runs `f` on this consumer's recorder: its own, or its worker thread's shared one.
     #[inline]
-    fn with_acct<R>(&self, own: &mut Option<Acct>, f: impl FnOnce(&mut Acct) -> R) -> R {
+    fn with_acct<R>(&self, own: &mut Option<Box<Acct>>, f: impl FnOnce(&mut Acct) -> R) -> R {
         match own {
             Some(a) => f(a),
             None => SHARED.with_borrow_mut(|slot| {
@@ -230,7 +231,7 @@ impl ConsumerTask {
 
     pub async fn run<C: Consumer>(self, mut c: C) {
         let mut b = Books {
-            own: (!self.shared_books).then(|| self.new_acct()),
+            own: (!self.shared_books).then(|| Box::new(self.new_acct())),
             tracker: IntegrityTracker::new(),
             group: self.group.clone().map(GroupView::new),
             distinct: 0,
@@ -245,10 +246,15 @@ impl ConsumerTask {
         if let Some(mut hold) = self.hold.clone() {
             // Subscribed, reading nothing: the system keeps what is sent until the release.
             c.set_fetching(false);
-            tokio::select! {
-                _ = hold.wait_for(|released| *released) => {}
-                _ = stop.wait_for(|stopped| *stopped) => {}
-            }
+            // Boxed, as every rare wait below: this future lives in each of possibly a
+            // hundred thousand receiving tasks, and is as large as its largest wait.
+            Box::pin(async {
+                tokio::select! {
+                    _ = hold.wait_for(|released| *released) => {}
+                    _ = stop.wait_for(|stopped| *stopped) => {}
+                }
+            })
+            .await;
             c.set_fetching(true);
         }
         loop {
@@ -265,7 +271,9 @@ impl ConsumerTask {
                             self.distinct.set(b.distinct);
                             let now = now_ns();
                             let until = p.after_delivery(now);
-                            if until > now && self.work_until(until, &mut b, &mut stop).await {
+                            if until > now
+                                && Box::pin(self.work_until(until, &mut b, &mut stop)).await
+                            {
                                 break;
                             }
                             continue;
@@ -288,7 +296,7 @@ impl ConsumerTask {
                     Ok(None) => break,
                     Err(e) => {
                         self.record_error(&mut b, e.kind());
-                        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+                        Box::pin(tokio::time::sleep(std::time::Duration::from_millis(10))).await;
                     }
                 },
                 _ = tokio::time::sleep_until(next_tick) => {
@@ -298,7 +306,7 @@ impl ConsumerTask {
                 _ = stop.changed() => break,
             }
         }
-        let _ = c.close().await;
+        let _ = Box::pin(c.close()).await;
         // With a shared recorder every consumer of the thread flushes on its way out; the last
         // one takes what the others recorded after they left.
         self.with_acct(&mut b.own, |a| {

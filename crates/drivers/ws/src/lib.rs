@@ -440,6 +440,17 @@ impl WsConsumer {
         }
     }
 
+    /// One reconnection attempt with its subscribe answer; a failed one waits a little.
+    async fn reconnect(&mut self) {
+        self.message = Message::default();
+        if self.conn.try_reconnect().await.is_err() {
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        } else if let Err(why) = self.await_answer().await {
+            self.conn.lost(&std::io::Error::other(why));
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    }
+
     /// Whether a message is a late answer to the subscribe message (then it is no delivery).
     fn late_answer(&mut self, text: bool, m: &[u8]) -> bool {
         let Some(a) = self.answer.as_mut().filter(|a| a.awaited) else {
@@ -478,13 +489,9 @@ impl Consumer for WsConsumer {
                 return Ok(Some(delivery(m)));
             }
             if !self.conn.is_connected() {
-                self.message = Message::default();
-                if self.conn.try_reconnect().await.is_err() {
-                    tokio::time::sleep(Duration::from_millis(200)).await;
-                } else if let Err(why) = self.await_answer().await {
-                    self.conn.lost(&std::io::Error::other(why));
-                    tokio::time::sleep(Duration::from_millis(200)).await;
-                }
+                // Boxed: this future lives in every receiving task, and the reconnection's
+                // state (handshake, TLS, timers) would otherwise size it for all of them.
+                Box::pin(self.reconnect()).await;
                 continue;
             }
             match self.next_message().await {
@@ -733,6 +740,9 @@ mod tests {
         .await;
         let (d, _ev) = driver(&url, t);
         let mut c = d.consumer(&spec(0)).await.unwrap();
+        // What waits in each of up to 100,000 receiving tasks stays small: the reconnection
+        // (handshake, TLS, timers) is boxed away from it.
+        assert!(std::mem::size_of_val(&c.recv()) <= 256);
         assert_eq!(&c.recv().await.unwrap().unwrap().payload[..], b"{\"x\":1}");
 
         // Data first: delivered, nothing lost.
