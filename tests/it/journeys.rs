@@ -235,6 +235,102 @@ fn journeys_request_and_time_the_replies() {
     assert!(text.contains("req intended"), "{text}");
 }
 
+/// MQTT 5 requests through Mosquitto, answered by a third-party responder (paho-mqtt, MQTT 5)
+/// that replies to each request's Response Topic with its Correlation Data: 4 users send 10
+/// paced requests and 2 back to back, all 48 answered and timed. With MQTT 3.1.1, which has no
+/// response topic, the step is refused before anything connects.
+#[test]
+fn journeys_request_over_mqtt_5_and_a_paho_responder_answers() {
+    let mqtt = need!(MQTT);
+    let Some(py) = peer_python("paho.mqtt.client", "python3-paho-mqtt") else {
+        return;
+    };
+    let d = TempDir::new("journeys-mqtt-req");
+    let topic = format!("jreq{}/svc", std::process::id());
+    let script = r#"
+import sys, time
+import paho.mqtt.client as mqtt
+from paho.mqtt.properties import Properties
+from paho.mqtt.packettypes import PacketTypes
+host, port, topic = sys.argv[1], int(sys.argv[2]), sys.argv[3]
+n = [0]
+def on_message(c, u, m):
+    p = getattr(m, "properties", None)
+    if p is None or not hasattr(p, "ResponseTopic"):
+        return
+    out = Properties(PacketTypes.PUBLISH)
+    out.CorrelationData = p.CorrelationData
+    c.publish(p.ResponseTopic, b"re:" + m.payload[:8], qos=0, properties=out)
+    n[0] += 1
+c = mqtt.Client(protocol=mqtt.MQTTv5)
+c.on_message = on_message
+c.on_connect = lambda c, u, f, rc, props=None: c.subscribe(topic, qos=0)
+c.connect(host, port)
+c.loop_start()
+time.sleep(1)
+print("ready", flush=True)
+end = time.time() + 60
+while n[0] < 48 and time.time() < end:
+    time.sleep(0.05)
+time.sleep(0.3)
+c.loop_stop()
+print(n[0], flush=True)
+"#;
+    let addr = mqtt.trim_start_matches("mqtt://");
+    let (host, port) = addr.rsplit_once(':').unwrap();
+    let (mut responder, mut out) =
+        crate::thirdparty::ready_peer(&py, script, &[host, port, &topic]);
+    let journey = [
+        "run",
+        &mqtt,
+        "--topic",
+        &topic,
+        "--size",
+        "100",
+        "--connections",
+        "4",
+        "--connect-rate",
+        "1000",
+        "--journey",
+        "connect; request 10 at 20/s; request 2; disconnect",
+        "--journey-repeat",
+        "1",
+        "--duration",
+        "30s",
+    ];
+    let mut args = journey.to_vec();
+    args.extend(["--mqtt-version", "5", "-o", "r.jsonl"]);
+    let r = run_json(&d.0, &args);
+    let mut line = String::new();
+    out.read_line(&mut line).unwrap();
+    let _ = responder.wait();
+    assert_eq!(
+        line.trim(),
+        "48",
+        "the paho responder answered every request"
+    );
+    assert_eq!(phase_sum(&r, "sent"), 48);
+    assert_eq!(
+        phase_sum(&r, "acked"),
+        48,
+        "every request's reply was matched"
+    );
+    assert_eq!(u(&measure(&r)["publish"]["count"]), 48, "round trips timed");
+    assert_eq!(
+        u(&measure(&r)["e2e"]["count"]),
+        48,
+        "and from the intended time"
+    );
+    assert_eq!(phase_sum(&r, "closes"), 4);
+    assert_valid_and_pure(&d.0, "r.jsonl", &r);
+    let mut v3 = journey.to_vec();
+    v3.extend(["--no-output"]);
+    let o = msgbench(&d.0, &v3);
+    let e = stderr(&o);
+    assert_eq!(o.status.code(), Some(1), "{e}");
+    assert!(e.contains("mqtt:// with --mqtt-version 5"), "{e}");
+}
+
 /// A journey's mistakes: a bad step at its file, line and column; a bad order named by step;
 /// the flag's own errors.
 #[test]

@@ -318,6 +318,23 @@ pub fn put_publish(
     buf.put_slice(payload);
 }
 
+/// Writes an MQTT 5 request: a QoS 0 PUBLISH carrying a Response Topic (property 0x08) and
+/// Correlation Data (0x09), the two properties a responder echoes in its reply.
+pub fn put_request(buf: &mut BytesMut, topic: &[u8], payload: &[u8], reply_to: &[u8], corr: &[u8]) {
+    let props = 1 + 2 + reply_to.len() + 1 + 2 + corr.len();
+    let rem = 2 + topic.len() + varint_len(props) + props + payload.len();
+    buf.reserve(1 + varint_len(rem) + rem);
+    buf.put_u8(0x30);
+    put_varint(buf, rem);
+    put_str(buf, topic);
+    put_varint(buf, props);
+    buf.put_u8(0x08);
+    put_str(buf, reply_to);
+    buf.put_u8(0x09);
+    put_str(buf, corr);
+    buf.put_slice(payload);
+}
+
 /// Writes PUBACK (0x40), PUBREC (0x50), PUBREL (0x62) or PUBCOMP (0x70) with success.
 pub fn put_ack(buf: &mut BytesMut, header: u8, pid: u16) {
     // Both versions: a 2-byte body means "success, no properties".
@@ -749,6 +766,35 @@ mod tests {
                 })
             );
         }
+    }
+
+    /// An MQTT 5 request carries its response topic and correlation data as properties, and
+    /// parses as the PUBLISH it is.
+    #[test]
+    fn a_request_names_where_to_answer() {
+        let p = roundtrip(Version::V5, |b| {
+            put_request(b, b"svc", b"hello", b"msgbench/reply/c1/7", b"7");
+            let props = [
+                &[0x08, 0, 19][..],
+                b"msgbench/reply/c1/7",
+                &[0x09, 0, 1, b'7'],
+            ]
+            .concat();
+            let at = 2 + 2 + 3;
+            assert_eq!(&b[at..at + 1], &[props.len() as u8]);
+            assert_eq!(&b[at + 1..at + 1 + props.len()], &props[..]);
+        });
+        assert_eq!(
+            p,
+            Packet::Publish(Publish {
+                topic: Bytes::from_static(b"svc"),
+                payload: Bytes::from_static(b"hello"),
+                qos: 0,
+                retain: false,
+                dup: false,
+                pid: 0
+            })
+        );
     }
 
     #[test]

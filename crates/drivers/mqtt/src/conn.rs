@@ -326,6 +326,11 @@ impl Conn {
         self.wire.is_connected()
     }
 
+    /// The client identifier this connection presents.
+    pub fn client_id(&self) -> &str {
+        &self.client_id
+    }
+
     /// Protocol version of this connection.
     pub fn version(&self) -> Version {
         self.settings.version

@@ -216,11 +216,19 @@ impl Driver for MqttDriver {
             keep_alive: self.client.keep_alive,
             next_ping: Instant::now() + ping_period(self.client.keep_alive),
             received: (0, 0),
+            reply_prefix: None,
+            requests: 0,
         })
     }
 
     fn sessions_subscribe(&self) -> bool {
         true
+    }
+
+    /// MQTT 5 only: a request names its response topic in the PUBLISH (3.1.1 has no such
+    /// property, so a responder could not know where to answer).
+    fn sessions_request(&self) -> bool {
+        self.version == Version::V5
     }
 }
 
@@ -584,6 +592,11 @@ pub struct MqttSession {
     next_ping: Instant,
     /// Messages and payload bytes its subscriptions delivered, not yet taken.
     received: (u64, u64),
+    /// Request/reply (MQTT 5): the response topics' prefix (`msgbench/reply/<client id>/`),
+    /// subscribed at the first request.
+    reply_prefix: Option<Bytes>,
+    /// Requests sent: the last one's number ends its response topic.
+    requests: u64,
 }
 
 /// Counts `p` in `received` if it is a delivery.
@@ -648,6 +661,65 @@ impl Session for MqttSession {
         self.conn
             .subscribe_once(&[(topic.to_string(), 0)], |p| count_delivery(received, p))
             .await
+    }
+
+    /// An MQTT 5 request: a QoS 0 PUBLISH with the response topic `<prefix><n>` and the
+    /// correlation data `<n>`, as responders expect; done at the PUBLISH on that topic (a late
+    /// reply to an earlier request, whose wait timed out, is dropped). The session subscribes
+    /// to `<prefix>+` before its first request.
+    async fn request(&mut self, payload: &[u8]) -> Result<(), DriverError> {
+        let prefix = match &self.reply_prefix {
+            Some(p) => p.clone(),
+            None => {
+                // A wildcard character in a (user-chosen) client id would widen the filter.
+                let id = self.conn.client_id().replace(['+', '#'], "_");
+                let p = format!("msgbench/reply/{id}/");
+                let received = &mut self.received;
+                self.conn
+                    .subscribe_once(&[(format!("{p}+"), 0)], |p| count_delivery(received, p))
+                    .await?;
+                let p = Bytes::from(p);
+                self.reply_prefix = Some(p.clone());
+                p
+            }
+        };
+        self.requests += 1;
+        let n = self.requests;
+        let mut reply_to = Vec::with_capacity(prefix.len() + 20);
+        reply_to.extend_from_slice(&prefix);
+        reply_to.extend_from_slice(n.to_string().as_bytes());
+        codec::put_request(
+            &mut self.conn.wire.wbuf,
+            &self.topic,
+            payload,
+            &reply_to,
+            &reply_to[prefix.len()..],
+        );
+        self.conn
+            .flush()
+            .await
+            .map_err(|e| DriverError::Send(e.to_string()))?;
+        self.next_ping = Instant::now() + ping_period(self.keep_alive);
+        loop {
+            let p = self
+                .conn
+                .read_packet()
+                .await
+                .map_err(|e| DriverError::Receive(e.to_string()))?;
+            match &p {
+                Packet::Publish(m) if m.topic.starts_with(&prefix) => {
+                    if m.topic[prefix.len()..] == reply_to[prefix.len()..] {
+                        return Ok(());
+                    }
+                }
+                Packet::Disconnect { code } => {
+                    return Err(DriverError::Receive(format!(
+                        "the broker disconnected us (reason code 0x{code:02x})"
+                    )));
+                }
+                _ => count_delivery(&mut self.received, &p),
+            }
+        }
     }
 
     fn take_received(&mut self) -> (u64, u64) {
