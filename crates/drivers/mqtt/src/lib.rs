@@ -153,6 +153,10 @@ impl Driver for MqttDriver {
         cfg!(target_os = "linux") && self.ep.tls.is_none()
     }
 
+    fn fd_free_consumers(&self) -> bool {
+        self.fd_free_sessions()
+    }
+
     fn session_hosts(&self) -> usize {
         self.ep.targets.len()
     }
@@ -182,12 +186,17 @@ impl Driver for MqttDriver {
                 "sub",
                 Route {
                     source: spec.source,
+                    fd_free: spec.fd_free,
                     ..Self::data_route(spec.id)
                 },
                 true,
                 DATA_CHUNK,
             )
             .await?;
+        if spec.fd_free {
+            // One of thousands of receivers beyond the open-file limit: no idle buffers.
+            conn.wire.lean();
+        }
         let filter = match &spec.group {
             Some(g) => format!("$share/{g}/{}", spec.topic),
             None => spec.topic.clone(),

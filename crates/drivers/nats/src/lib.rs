@@ -116,6 +116,10 @@ impl Driver for NatsDriver {
         cfg!(target_os = "linux") && self.ep.tls.is_none()
     }
 
+    fn fd_free_consumers(&self) -> bool {
+        self.fd_free_sessions()
+    }
+
     fn session_hosts(&self) -> usize {
         self.ep.addrs.len()
     }
@@ -165,11 +169,15 @@ impl Driver for NatsDriver {
             Route {
                 index: spec.id as u64,
                 source: spec.source,
-                ..Route::default()
+                fd_free: spec.fd_free,
             },
             DATA_CHUNK,
         )
         .await?;
+        if spec.fd_free {
+            // One of thousands of receivers beyond the open-file limit: no idle buffers.
+            conn.wire.lean();
+        }
         conn.watch(self.keep_alive);
         conn.subscribe(&spec.topic, spec.group.as_deref());
         // PING/PONG after SUB: when the PONG arrives the server has the subscription, so no
