@@ -756,7 +756,7 @@ pub struct RunArgs {
     pub churn: Option<String>,
     /// A journey each of --connections N virtual users runs: steps separated by `;` (connect;
     /// subscribe [TOPIC]; publish N [at R/s]; publish for D at R/s; request (as publish, each
-    /// waiting for its reply: NATS, MQTT 5); sleep D; sleep exp:D; disconnect).
+    /// waiting for its reply: NATS, AMQP, MQTT 5); sleep D; sleep exp:D; disconnect).
     #[arg(long, value_name = "STEPS", help_heading = "Connection workloads")]
     pub journey: Option<String>,
     /// Journey: passes per virtual user (default 1; 0 = until the end of --duration).

@@ -331,6 +331,78 @@ print(n[0], flush=True)
     assert!(e.contains("mqtt:// with --mqtt-version 5"), "{e}");
 }
 
+/// AMQP 0-9-1 requests through RabbitMQ with direct reply-to, answered by a third-party RPC
+/// server (pika) that replies to each request's reply-to with its correlation-id: 3 users
+/// send 8 paced requests and 2 back to back, all 30 answered and timed.
+#[test]
+fn journeys_request_over_amqp_and_a_pika_responder_answers() {
+    let amqp = need!(AMQP);
+    let Some(py) = peer_python("pika", "python3-pika") else {
+        return;
+    };
+    let d = TempDir::new("journeys-amqp-req");
+    let queue = format!("jreq{}.svc", std::process::id());
+    let script = r#"
+import sys, threading, time
+import pika
+url, queue = sys.argv[1], sys.argv[2]
+conn = pika.BlockingConnection(pika.URLParameters(url))
+ch = conn.channel()
+ch.queue_declare(queue=queue, auto_delete=True)
+n = [0]
+def on_request(ch, method, props, body):
+    ch.basic_publish(exchange="", routing_key=props.reply_to,
+                     properties=pika.BasicProperties(correlation_id=props.correlation_id),
+                     body=b"re:" + body[:8])
+    n[0] += 1
+ch.basic_consume(queue=queue, on_message_callback=on_request, auto_ack=True)
+print("ready", flush=True)
+end = time.time() + 60
+while n[0] < 30 and time.time() < end:
+    conn.process_data_events(time_limit=0.1)
+conn.process_data_events(time_limit=0.3)
+print(n[0], flush=True)
+conn.close()
+"#;
+    let (mut responder, mut out) = crate::thirdparty::ready_peer(&py, script, &[&amqp, &queue]);
+    let r = run_json(
+        &d.0,
+        &[
+            "run",
+            &amqp,
+            "--topic",
+            &queue,
+            "--size",
+            "64",
+            "--connections",
+            "3",
+            "--connect-rate",
+            "1000",
+            "--journey",
+            "connect; request 8 at 20/s; request 2; disconnect",
+            "--journey-repeat",
+            "1",
+            "--duration",
+            "30s",
+            "-o",
+            "r.jsonl",
+        ],
+    );
+    let mut line = String::new();
+    out.read_line(&mut line).unwrap();
+    let _ = responder.wait();
+    assert_eq!(line.trim(), "30", "pika answered every request");
+    assert_eq!(phase_sum(&r, "sent"), 30);
+    assert_eq!(
+        phase_sum(&r, "acked"),
+        30,
+        "every reply matched by correlation-id"
+    );
+    assert_eq!(u(&measure(&r)["publish"]["count"]), 30, "round trips timed");
+    assert_eq!(phase_sum(&r, "closes"), 3);
+    assert_valid_and_pure(&d.0, "r.jsonl", &r);
+}
+
 /// A journey's mistakes: a bad step at its file, line and column; a bad order named by step;
 /// the flag's own errors.
 #[test]

@@ -31,8 +31,9 @@ pub struct ProtoError(pub String);
 pub enum Frame {
     /// A method.
     Method(ChannelId, Box<AMQPClass>),
-    /// A content header: the body size.
-    Header(ChannelId, u64),
+    /// A content header: the body size, and the property flags and list when any property is
+    /// set (`None` otherwise, the common case of benchmark messages; see [`correlation_id`]).
+    Header(ChannelId, u64, Option<Bytes>),
     /// A piece of a body.
     Body(ChannelId, Bytes),
     /// A heartbeat.
@@ -145,10 +146,13 @@ pub fn parse(buf: &mut BytesMut, frame_max: usize) -> Result<Option<Frame>, Prot
             if payload.len() < 12 {
                 return Err(ProtoError("content header too short".into()));
             }
-            Frame::Header(
-                channel,
-                u64::from_be_bytes(payload[4..12].try_into().expect("8 bytes")),
-            )
+            let size = u64::from_be_bytes(payload[4..12].try_into().expect("8 bytes"));
+            let props = (payload.len() > 14 && payload[12..14] != [0, 0]).then(|| {
+                let mut p = payload.freeze();
+                p.advance(12);
+                p
+            });
+            Frame::Header(channel, size, props)
         }
         FRAME_BODY => Frame::Body(channel, payload.freeze()),
         FRAME_HEARTBEAT => Frame::Heartbeat,
@@ -229,6 +233,85 @@ impl PublishTemplate {
     }
 }
 
+/// The correlation-id in a content header's properties (as [`Frame::Header`] carries them:
+/// the 16-bit flags, then the properties present, in flag order). `None` when it is not set or
+/// the list is cut short.
+pub fn correlation_id(props: &[u8]) -> Option<&[u8]> {
+    let flags = u16::from_be_bytes(props.get(..2)?.try_into().ok()?);
+    if flags & (1 << 10) == 0 || flags & 1 != 0 {
+        // Not set, or a continuation of the flags, which AMQP 0-9-1 brokers do not send.
+        return None;
+    }
+    let mut at = 2;
+    let short = |at: &mut usize| -> Option<()> {
+        *at += 1 + *props.get(*at)? as usize;
+        Some(())
+    };
+    for bit in [15, 14] {
+        if flags & (1 << bit) != 0 {
+            short(&mut at)?;
+        }
+    }
+    if flags & (1 << 13) != 0 {
+        let len = u32::from_be_bytes(props.get(at..at + 4)?.try_into().ok()?) as usize;
+        at += 4 + len;
+    }
+    for bit in [12, 11] {
+        if flags & (1 << bit) != 0 {
+            at += 1;
+        }
+    }
+    let len = *props.get(at)? as usize;
+    props.get(at + 1..at + 1 + len)
+}
+
+/// Appends one request: basic.publish of `body` to `routing_key` on the default exchange,
+/// with reply-to and correlation-id set (the two properties an RPC responder answers by).
+/// Encoded per request, unlike [`PublishTemplate`]: requests wait for their replies one at a
+/// time, so this is not a throughput path.
+pub fn put_request(
+    buf: &mut BytesMut,
+    channel: ChannelId,
+    routing_key: &str,
+    body: &[u8],
+    frame_max: usize,
+    reply_to: &str,
+    correlation_id: &str,
+) {
+    put_method(
+        buf,
+        channel,
+        AMQPClass::Basic(basic::AMQPMethod::Publish(basic::Publish {
+            exchange: ShortString::from(""),
+            routing_key: ShortString::from(routing_key),
+            mandatory: false,
+            immediate: false,
+        })),
+    );
+    let props = basic::AMQPProperties::default()
+        .with_reply_to(ShortString::from(reply_to))
+        .with_correlation_id(ShortString::from(correlation_id));
+    put_frame(
+        buf,
+        &AMQPFrame::Header(
+            channel,
+            amq_protocol::frame::AMQPContentHeader {
+                class_id: 60,
+                body_size: body.len() as u64,
+                properties: props,
+            },
+        ),
+    );
+    let chunk = frame_max.saturating_sub(8).max(1);
+    for piece in body.chunks(chunk) {
+        buf.put_u8(FRAME_BODY);
+        buf.put_u16(channel);
+        buf.put_u32(piece.len() as u32);
+        buf.put_slice(piece);
+        buf.put_u8(FRAME_END);
+    }
+}
+
 /// Appends basic.ack.
 pub fn put_ack(buf: &mut BytesMut, channel: ChannelId, delivery_tag: u64, multiple: bool) {
     put_method(
@@ -244,6 +327,7 @@ pub fn put_ack(buf: &mut BytesMut, channel: ChannelId, delivery_tag: u64, multip
 #[cfg(test)]
 mod tests {
     use super::*;
+    use amq_protocol::types::{AMQPValue, FieldTable};
 
     #[test]
     fn publish_frames_round_trip() {
@@ -260,10 +344,11 @@ mod tests {
             }
             other => panic!("{other:?}"),
         }
-        assert!(matches!(
-            parse(&mut b, 4096).unwrap(),
-            Some(Frame::Header(1, 300))
-        ));
+        // Persistent: delivery-mode is a property, so the header carries them; no correlation.
+        let Some(Frame::Header(1, 300, Some(props))) = parse(&mut b, 4096).unwrap() else {
+            panic!("header next")
+        };
+        assert_eq!(correlation_id(&props), None);
         let mut got = Vec::new();
         while let Some(Frame::Body(1, piece)) = parse(&mut b, 4096).unwrap() {
             assert!(piece.len() <= 120);
@@ -271,6 +356,69 @@ mod tests {
         }
         assert_eq!(got, body);
         assert!(b.is_empty());
+    }
+
+    /// A request carries reply-to and correlation-id; the header hands the properties over
+    /// and the correlation-id is found past the ones before it in flag order. A header without
+    /// properties carries none.
+    #[test]
+    fn requests_carry_their_correlation_id() {
+        let mut b = BytesMut::new();
+        put_request(
+            &mut b,
+            1,
+            "svc",
+            b"ping",
+            4096,
+            "amq.rabbitmq.reply-to",
+            "42",
+        );
+        assert!(matches!(
+            parse(&mut b, 4096).unwrap(),
+            Some(Frame::Method(1, _))
+        ));
+        let Some(Frame::Header(1, 4, Some(props))) = parse(&mut b, 4096).unwrap() else {
+            panic!("header with properties")
+        };
+        assert_eq!(correlation_id(&props), Some(&b"42"[..]));
+        assert!(
+            matches!(parse(&mut b, 4096).unwrap(), Some(Frame::Body(1, p)) if &p[..] == b"ping")
+        );
+        // Properties before it (content-type, headers, delivery-mode, priority) are skipped.
+        let mut headers = FieldTable::default();
+        headers.insert("k".into(), AMQPValue::LongString("v".into()));
+        let props = basic::AMQPProperties::default()
+            .with_content_type(ShortString::from("text/plain"))
+            .with_headers(headers)
+            .with_delivery_mode(2)
+            .with_priority(3)
+            .with_correlation_id(ShortString::from("abc"))
+            .with_message_id(ShortString::from("m"));
+        let mut h = BytesMut::new();
+        put_frame(
+            &mut h,
+            &AMQPFrame::Header(
+                1,
+                amq_protocol::frame::AMQPContentHeader {
+                    class_id: 60,
+                    body_size: 0,
+                    properties: props,
+                },
+            ),
+        );
+        let Some(Frame::Header(1, 0, Some(props))) = parse(&mut h, 4096).unwrap() else {
+            panic!("header")
+        };
+        assert_eq!(correlation_id(&props), Some(&b"abc"[..]));
+        assert_eq!(correlation_id(&props[..props.len() - 3]), None, "cut short");
+        let t = PublishTemplate::new(1, "", "q", false, false);
+        let mut b = BytesMut::new();
+        t.put(&mut b, b"x", 4096);
+        parse(&mut b, 4096).unwrap();
+        assert!(matches!(
+            parse(&mut b, 4096).unwrap(),
+            Some(Frame::Header(1, 1, None))
+        ));
     }
 
     #[test]

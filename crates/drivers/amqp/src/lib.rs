@@ -39,20 +39,22 @@ pub mod conn;
 pub mod link;
 pub mod mux;
 pub mod options;
+mod session;
 
 use amq_protocol::protocol::{AMQPClass, basic, exchange, queue};
 use amq_protocol::types::{AMQPValue, FieldTable, ShortString};
 use bytes::{Bytes, BytesMut};
 use codec::{Frame, PublishTemplate};
-use conn::{CHANNEL, Conn, Endpoint};
+use conn::{Conn, Endpoint};
 use link::Link;
 use msgbench_core::driver::{
     Ack, Capabilities, Consumer, ConsumerSpec, Delivery, Driver, DriverError, EventSink, Outbound,
-    Producer, ProducerSpec, Session, SessionSpec,
+    Producer, ProducerSpec, SessionSpec,
 };
 use msgbench_core::scenario::{ClientPlan, TlsPlan};
 use mux::Mux;
 pub use options::AmqpPlan;
+pub use session::AmqpSession;
 use std::collections::HashMap;
 use std::pin::Pin;
 use std::sync::Arc;
@@ -417,12 +419,13 @@ impl Driver for AmqpDriver {
             .0
             .connect("conn", spec.id, spec.source, false, SESSION_CHUNK)
             .await?;
-        let hb = conn.heartbeat_every;
-        Ok(AmqpSession {
-            template: PublishTemplate::new(CHANNEL, "", &spec.topic, false, false),
-            conn,
-            next_beat: Instant::now() + half(hb),
-        })
+        Ok(AmqpSession::new(conn, &spec.topic))
+    }
+
+    /// Requests use RabbitMQ's direct reply-to (`amq.rabbitmq.reply-to`); a broker without it
+    /// refuses the first request's consume, and the step says so.
+    fn sessions_request(&self) -> bool {
+        true
     }
 }
 
@@ -439,7 +442,7 @@ fn short(what: &str, v: &str) -> Result<(), DriverError> {
 }
 
 /// How often an otherwise silent client sends a heartbeat: twice per negotiated interval.
-fn half(hb: Duration) -> Duration {
+pub(crate) fn half(hb: Duration) -> Duration {
     if hb.is_zero() {
         Duration::from_secs(3600 * 24 * 365)
     } else {
@@ -742,7 +745,7 @@ impl AmqpConsumer {
                     }
                     ref other => self.conn.check_close(self.conn.channel(), other)?,
                 },
-                Frame::Header(_, size) => {
+                Frame::Header(_, size, _) => {
                     if let Some(p) = self.pending.as_mut() {
                         p.size = Some(size);
                         if size == 0 {
@@ -837,55 +840,6 @@ impl Consumer for AmqpConsumer {
     async fn close(mut self) -> Result<(), DriverError> {
         self.ack_now();
         let _ = self.conn.flush().await;
-        self.conn.close().await;
-        Ok(())
-    }
-}
-
-/// A held connection: heartbeats keep it alive.
-pub struct AmqpSession {
-    conn: Conn,
-    template: PublishTemplate,
-    next_beat: Instant,
-}
-
-impl Session for AmqpSession {
-    async fn publish(&mut self, payload: &[u8]) -> Result<(), DriverError> {
-        let fm = self.conn.frame_max;
-        self.template.put(&mut self.conn.wire.wbuf, payload, fm);
-        self.conn.published = true;
-        self.conn
-            .flush()
-            .await
-            .map_err(|e| DriverError::Send(e.to_string()))?;
-        self.next_beat = Instant::now() + half(self.conn.heartbeat_every);
-        Ok(())
-    }
-
-    async fn keep_alive(&mut self) -> DriverError {
-        loop {
-            tokio::select! {
-                f = self.conn.read_frame() => match f {
-                    Ok(Frame::Method(c, m)) => {
-                        if let Err(e) = self.conn.check_close(c, &m) {
-                            return DriverError::Receive(e.to_string());
-                        }
-                    }
-                    Ok(_) => {}
-                    Err(e) => return DriverError::Receive(e.to_string()),
-                },
-                _ = tokio::time::sleep_until(self.next_beat) => {
-                    codec::put_heartbeat(&mut self.conn.wire.wbuf);
-                    self.next_beat = Instant::now() + half(self.conn.heartbeat_every);
-                    if let Err(e) = self.conn.flush().await {
-                        return DriverError::Send(e.to_string());
-                    }
-                }
-            }
-        }
-    }
-
-    async fn close(mut self) -> Result<(), DriverError> {
         self.conn.close().await;
         Ok(())
     }

@@ -180,7 +180,7 @@ async fn io_task(
             f = conn.read_frame() => f.and_then(|f| match f {
                 Frame::Method(0, m) => conn.check_close(0, &m),
                 Frame::Heartbeat => Ok(()),
-                Frame::Method(ch, _) | Frame::Header(ch, _) | Frame::Body(ch, _) => {
+                Frame::Method(ch, _) | Frame::Header(ch, ..) | Frame::Body(ch, _) => {
                     if let Some(Some(r)) = routes.get(ch as usize) {
                         let _ = r.send(In::Frame(f));
                     }

@@ -139,7 +139,7 @@ impl<'p, D: Driver> ConnectionRun<'p, D> {
                 (
                     has(|s| matches!(s, Step::Request(_))),
                     driver.sessions_request(),
-                    "`request` step needs a protocol whose sessions send requests (nats://, or mqtt:// with --mqtt-version 5)",
+                    "`request` step needs a protocol whose sessions send requests (nats://, amqp://, or mqtt:// with --mqtt-version 5)",
                 ),
             ];
             if let Some((_, _, what)) = needs.iter().find(|(used, can, _)| *used && !*can) {
