@@ -230,6 +230,7 @@ pub async fn relay(
         target: None,
         source: None,
         fd_free: false,
+        lean: false,
     };
     let mut stop = std::pin::pin!(stop);
     with_driver!(&plan.target, plan, sink, |d| {

@@ -3,7 +3,8 @@
 //!
 //! Exit codes, documented in `run --help` and docs/GUIDE.md ("Verdicts"):
 //! 0 success; 1 could not run; 2 usage error; 3 verdict failed (a threshold failed, or without
-//! thresholds nothing was delivered where deliveries were expected); 130 interrupted.
+//! thresholds nothing was delivered where deliveries were expected, or a connection workload
+//! opened no connection at all); 130 interrupted.
 
 use crate::cli::args::VerdictArgs;
 use anyhow::{Context, Result};
@@ -92,6 +93,25 @@ pub fn conclude(report: &RunReport, interrupted: bool) -> Conclusion {
                 i.expected
             )),
         };
+    }
+    // A connection workload in which not one connection opened measured nothing but the
+    // refusals: like a message run where nothing arrived, it does not pass quietly.
+    if report.thresholds.is_empty() && !segment && report.connections.is_some() {
+        let (connects, failures) = report.phases.iter().fold((0, 0), |(c, f), p| {
+            (
+                c + p.counters.connects,
+                f + p.counters.connect_failures.total(),
+            )
+        });
+        if connects == 0 && failures > 0 {
+            return Conclusion {
+                code: EXIT_VERDICT,
+                reason: Some(format!(
+                    "no connection opened: all {failures} attempts failed (the report counts \
+                     them by cause)"
+                )),
+            };
+        }
     }
     Conclusion {
         code: EXIT_OK,

@@ -131,6 +131,71 @@ fn batched_acks_go_out_in_time() {
     );
 }
 
+/// A Mosquitto that supports QoS 1 at most and sets a 10 s keep-alive itself (MQTT 5 maximum
+/// QoS and server keep alive in its CONNACK): QoS 2 is refused with the broker's maximum
+/// named, not measured as QoS 1; at QoS 1 the clients, asking for 60 s, ping at the server's
+/// period instead, so that idle for 17 s they are not dropped (at 15 s without a packet).
+#[test]
+fn the_brokers_maximum_qos_and_keep_alive_are_honoured() {
+    let _ = need!(MQTT);
+    let d = TempDir::new("mqtt-max-qos");
+    let port = free_port();
+    let _server = Killed(start_mosquitto_with(
+        port,
+        &d.0,
+        "max_qos 1\nmax_keepalive 10\n",
+    ));
+    let url = format!("mqtt://127.0.0.1:{port}");
+    let o = msgbench(
+        &d.0,
+        &[
+            "run",
+            &url,
+            "--mqtt-version",
+            "5",
+            "--qos",
+            "2",
+            "-n",
+            "10",
+            "--no-output",
+        ],
+    );
+    let e = stderr(&o);
+    assert_eq!(o.status.code(), Some(1), "{e}");
+    assert!(
+        e.contains("supports QoS 1 at most") && e.contains("--qos 1"),
+        "{e}"
+    );
+    let r = run_json(
+        &d.0,
+        &[
+            "run",
+            &url,
+            "--mqtt-version",
+            "5",
+            "--qos",
+            "1",
+            "--keep-alive",
+            "60s",
+            "--rate",
+            "0.05",
+            "--warmup",
+            "0s",
+            "--duration",
+            "17s",
+            "--no-output",
+        ],
+    );
+    let i = &r["integrity"];
+    assert_eq!(u(&i["lost"]), 0, "{i}");
+    assert!(u(&i["delivered"]) >= 1, "{i}");
+    let events = r["events"].to_string();
+    assert!(
+        !events.contains("connection lost") && !events.contains("disconnected"),
+        "the server's 10 s keep-alive was kept: {events}"
+    );
+}
+
 /// MQTT 5 with a shared subscription: each message reaches exactly one group member.
 #[test]
 fn mqtt5_shared_subscription() {
@@ -476,12 +541,13 @@ fn connect_storm() {
     }
 }
 
-/// Connection failures are counted by cause, and the run still reports.
+/// Connection failures are counted by cause, and the run still reports; with not one
+/// connection opened the verdict fails (exit 3), saying so.
 #[test]
 fn storm_against_a_closed_port_counts_refusals() {
     let d = TempDir::new("mqtt-refused");
     let url = format!("mqtt://127.0.0.1:{}", free_port());
-    let r = run_json(
+    let o = msgbench(
         &d.0,
         &[
             "run",
@@ -492,8 +558,18 @@ fn storm_against_a_closed_port_counts_refusals() {
             "--duration",
             "500ms",
             "--no-output",
+            "--format",
+            "json",
+            "--quiet",
         ],
     );
+    assert_eq!(o.status.code(), Some(3), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("no connection opened"),
+        "{}",
+        stderr(&o)
+    );
+    let r: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
     let c = &measure(&r)["counters"];
     assert!(u(&c["connect_failures"]["refused"]) > 0, "{c}");
     assert_eq!(c["connects"].as_u64().unwrap_or(0), 0);

@@ -81,7 +81,15 @@ pub struct ConsumerSpec {
     /// only for a driver whose [`Driver::fd_free_consumers`] says it can, and only when the
     /// run's consumers need more descriptors than the open-file limit allows.
     pub fd_free: bool,
+    /// One of many receivers (fan-out at connection scale: the runner sets it from
+    /// [`MANY_CONSUMERS`] up, and with `fd_free`): keep no read buffer while idle, at the cost
+    /// of an allocation per wake-up, so that ten thousand mostly idle subscribers do not each
+    /// hold a data client's chunk (64 KiB for MQTT and NATS).
+    pub lean: bool,
 }
+
+/// From this many consumers in one process on, each is [lean](ConsumerSpec::lean).
+pub const MANY_CONSUMERS: usize = 1_000;
 
 /// One message to send.
 #[derive(Debug, Clone, Copy)]

@@ -31,7 +31,7 @@ pub fn line(iv: &IntervalStats, open_gaps_total: u64) -> String {
     let e2e = LatencySummary::of(&iv.histograms.e2e);
     let mb = (c.sent_bytes.max(c.received_bytes)) as f64 / d / 1e6;
     format!(
-        "{:>7.1} {:>7} {:>11.0} {:>11.0} {:>8.2} {:>9} {:>9} {:>9} {:>8} {:>6} {:>6} {:>6} {:>5.0}",
+        "{:>7.1} {:>7} {:>11.0} {:>11.0} {:>8.2} {:>9} {:>9} {:>9} {:>8} {:>6} {:>6} {:>6} {:>5}",
         iv.end_s,
         iv.phase.name(),
         c.sent as f64 / d,
@@ -44,8 +44,19 @@ pub fn line(iv: &IntervalStats, open_gaps_total: u64) -> String {
         c.duplicated,
         c.reordered,
         c.errors.total(),
-        iv.cpu_s / d * 100.0,
+        cpu_pct(iv),
     ) + &stages_suffix(iv)
+}
+
+/// The generator's CPU over the interval, in percent of one core; `-` for a window shorter
+/// than 0.2 s (the run's last, cut short), where the process's CPU time, counted in clock
+/// ticks, gives figures no machine could reach.
+fn cpu_pct(iv: &IntervalStats) -> String {
+    let d = iv.duration_s();
+    if d < 0.2 {
+        return "-".into();
+    }
+    format!("{:.0}", iv.cpu_s / d * 100.0)
 }
 
 /// Multi-stage runs: each stage's arrivals per second this interval, in stage order (`s1=..`),
@@ -90,7 +101,7 @@ pub fn latency(ns: u64) -> String {
 /// The column header of connection workloads.
 pub fn conn_header() -> String {
     format!(
-        "{:>7} {:>7} {:>9} {:>9} {:>9} {:>9} {:>9} {:>8} {:>8} {:>9} {:>8} {:>5}",
+        "{:>7} {:>7} {:>9} {:>9} {:>9} {:>9} {:>9} {:>8} {:>8} {:>9} {:>9} {:>8} {:>5}",
         "time_s",
         "phase",
         "conn/s",
@@ -101,6 +112,7 @@ pub fn conn_header() -> String {
         "failed",
         "dropped",
         "sent/s",
+        "recv/s",
         "rss_MiB",
         "cpu%"
     )
@@ -113,7 +125,7 @@ pub fn conn_line(iv: &IntervalStats) -> String {
     let l = LatencySummary::of(&iv.histograms.connect);
     let g = iv.gauges.unwrap_or_default();
     format!(
-        "{:>7.1} {:>7} {:>9.0} {:>9} {:>9} {:>9} {:>9} {:>8} {:>8} {:>9.0} {:>8.1} {:>5.0}",
+        "{:>7.1} {:>7} {:>9.0} {:>9} {:>9} {:>9} {:>9} {:>8} {:>8} {:>9.0} {:>9.0} {:>8.1} {:>5}",
         iv.end_s,
         iv.phase.name(),
         c.connects as f64 / d,
@@ -124,8 +136,10 @@ pub fn conn_line(iv: &IntervalStats) -> String {
         c.connect_failures.total(),
         c.dropped,
         c.sent as f64 / d,
+        // What journeys' subscriptions heard (held connections hear nothing).
+        c.received as f64 / d,
         g.rss_bytes as f64 / 1048576.0,
-        iv.cpu_s / d * 100.0,
+        cpu_pct(iv),
     )
 }
 
@@ -183,5 +197,45 @@ mod tests {
         };
         let row = group_line(&conns, 0.5);
         assert!(row.contains("held 10000  conn/s 1000  errors 3"), "{row}");
+    }
+
+    /// A connection workload's line counts what journeys' subscriptions heard, per second.
+    #[test]
+    fn a_connection_line_shows_what_journeys_hear() {
+        let mut iv = IntervalStats {
+            index: 1,
+            phase: msgbench_metrics::Phase::Measure,
+            start_s: 1.0,
+            end_s: 3.0,
+            counters: Default::default(),
+            histograms: Default::default(),
+            cpu_s: 0.0,
+            gauges: None,
+            stages: Vec::new(),
+            host: None,
+            loop_lag_ns: 0,
+            groups: Vec::new(),
+        };
+        iv.counters.sent = 400;
+        iv.counters.received = 1000;
+        let head = conn_header();
+        let line = conn_line(&iv);
+        let col = |s: &str, name: &str| {
+            let words: Vec<&str> = s.split_whitespace().collect();
+            let at = head.split_whitespace().position(|w| w == name).unwrap();
+            words[at].to_string()
+        };
+        assert_eq!(col(&line, "sent/s"), "200", "{head}\n{line}");
+        assert_eq!(col(&line, "recv/s"), "500", "{head}\n{line}");
+        assert_eq!(head.len(), line.len(), "columns line up");
+        // The run's last window, cut short: no CPU percentage no machine could reach.
+        iv.cpu_s = 0.06;
+        assert_eq!(col(&conn_line(&iv), "cpu%"), "3");
+        iv.end_s = 1.01;
+        assert_eq!(col(&conn_line(&iv), "cpu%"), "-");
+        // The message runs' table too (its last column).
+        let l = super::line(&iv, 0);
+        assert_eq!(l.len(), header().len(), "columns line up");
+        assert!(l.ends_with(" -"), "{l}");
     }
 }

@@ -205,6 +205,7 @@ async fn connect_consumers<D: Driver>(
     let ids = own_ids(plan.consumers(), |g| {
         segment.is_none_or(|s| s.owns_consumer(g))
     });
+    let lean = fd_free || ids.len() >= crate::driver::MANY_CONSUMERS;
     let specs = plan
         .topics
         .iter()
@@ -221,6 +222,7 @@ async fn connect_consumers<D: Driver>(
             source: (!ramp.source_addrs.is_empty())
                 .then(|| ramp.source_addrs[id % ramp.source_addrs.len()]),
             fd_free,
+            lean,
         });
     let connected = tokio::select! {
         r = connect_all(workers, specs, "consumer", plan.connect_timeout, consumer_ramp(plan),
@@ -280,6 +282,7 @@ async fn connect_listeners<D: Driver>(
         target: q.target.clone(),
         source: None,
         fd_free: false,
+        lean: false,
     });
     let (mut clients, homes) = tokio::select! {
         r = connect_all(workers, specs, "stage listener", plan.connect_timeout, Ramp::default(),

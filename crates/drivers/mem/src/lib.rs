@@ -582,6 +582,7 @@ mod tests {
             target: None,
             source: None,
             fd_free: false,
+            lean: false,
         };
         let mut a = d.consumer(&spec(0, None)).await.unwrap();
         let mut b = d.consumer(&spec(1, None)).await.unwrap();
@@ -630,6 +631,7 @@ mod tests {
                 target: None,
                 source: None,
                 fd_free: false,
+                lean: false,
             },
             ProducerSpec {
                 id: 0,

@@ -94,6 +94,11 @@ pub enum Packet {
         receive_max: u16,
         /// MQTT 5 maximum packet size the server accepts; 0 = no limit given.
         max_packet: u32,
+        /// MQTT 5 maximum QoS the server supports (property 0x24); 2 if absent.
+        max_qos: u8,
+        /// MQTT 5 server keep alive (property 0x13), seconds: the keep-alive the client must
+        /// use instead of the one it asked for.
+        server_keep_alive: Option<u16>,
         /// MQTT 5 reason string, if the server sent one.
         reason: Option<String>,
     },
@@ -546,11 +551,20 @@ pub fn parse(
             let session_present = b.u8()? & 1 == 1;
             let code = b.u8()?;
             let (mut receive_max, mut max_packet, mut reason) = (65_535u16, 0u32, None);
+            let (mut max_qos, mut server_keep_alive) = (2u8, None);
             if v5 && !b.b.is_empty() {
                 b.props(|id, p| {
                     Ok(match id {
                         0x21 => {
                             receive_max = p.u16()?;
+                            true
+                        }
+                        0x24 => {
+                            max_qos = p.u8()?;
+                            true
+                        }
+                        0x13 => {
+                            server_keep_alive = Some(p.u16()?);
                             true
                         }
                         0x27 => {
@@ -570,6 +584,8 @@ pub fn parse(
                 code,
                 receive_max,
                 max_packet,
+                max_qos,
+                server_keep_alive,
                 reason,
             }
         }
@@ -886,6 +902,33 @@ mod tests {
                 Packet::Disconnect { code: 0 }
             );
         }
+    }
+
+    /// A broker that supports QoS 0 and 1 only and sets the keep-alive itself says so in its
+    /// CONNACK (as mochi-mqtt does with a maximum QoS configured).
+    #[test]
+    fn v5_connack_maximum_qos_and_server_keep_alive_are_read() {
+        // flags, reason 0, 8 bytes of properties: receive maximum 10, maximum QoS 1, server
+        // keep alive 2 s.
+        let mut b = BytesMut::from(&[0x20, 11, 0, 0, 8, 0x21, 0, 10, 0x24, 1, 0x13, 0, 2][..]);
+        match parse(&mut b, Version::V5, MAX_REMAINING).unwrap().unwrap() {
+            Packet::ConnAck {
+                receive_max,
+                max_qos,
+                server_keep_alive,
+                ..
+            } => assert_eq!((receive_max, max_qos, server_keep_alive), (10, 1, Some(2))),
+            other => panic!("{other:?}"),
+        }
+        let mut b = BytesMut::from(&[0x20, 3, 0, 0, 0][..]);
+        assert!(matches!(
+            parse(&mut b, Version::V5, MAX_REMAINING).unwrap().unwrap(),
+            Packet::ConnAck {
+                max_qos: 2,
+                server_keep_alive: None,
+                ..
+            }
+        ));
     }
 
     #[test]

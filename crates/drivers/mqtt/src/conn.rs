@@ -131,6 +131,8 @@ pub struct Conn {
     pub server_max_packet: u32,
     /// The server kept our session at the last connect.
     pub session_present: bool,
+    /// MQTT 5 maximum QoS the server supports (2 for 3.1.1, which cannot say).
+    pub max_qos: u8,
 }
 
 impl Conn {
@@ -155,6 +157,7 @@ impl Conn {
             receive_max: u16::MAX,
             server_max_packet: 0,
             session_present: false,
+            max_qos: 2,
         };
         c.handshake().await?;
         Ok(c)
@@ -227,6 +230,8 @@ impl Conn {
                     code,
                     receive_max,
                     max_packet,
+                    max_qos,
+                    server_keep_alive,
                     reason,
                 } => {
                     if code != 0 {
@@ -242,6 +247,15 @@ impl Conn {
                     self.session_present = session_present;
                     self.receive_max = receive_max.max(1);
                     self.server_max_packet = max_packet;
+                    self.max_qos = max_qos;
+                    // The server's keep-alive replaces ours (MQTT 5, 3.2.2.3.14): pinging at
+                    // our own period, a connection idle longer than its is closed.
+                    if let Some(k) = server_keep_alive {
+                        self.settings.keep_alive = Duration::from_secs(k.into());
+                        if self.events.is_some() {
+                            self.wire.watch(self.settings.keep_alive, &codec::PINGREQ);
+                        }
+                    }
                     Ok(())
                 }
                 other => Err(NetError {
@@ -316,6 +330,17 @@ impl Conn {
                         filters.get(i).map_or("?", |f| f.0.as_str())
                     )));
                 }
+                // A lower QoS granted than asked: deliveries would come at that QoS, and the
+                // run would report figures for one it does not measure.
+                if let Some(((f, asked), granted)) =
+                    filters.iter().zip(&codes).find(|((_, q), g)| **g < *q)
+                {
+                    return Err(io::Error::other(format!(
+                        "the broker granted QoS {granted} for `{f}`, not the {asked} asked: \
+                         deliveries would not be QoS {asked} (its maximum may be {granted}: use \
+                         --qos {granted})"
+                    )));
+                }
                 return Ok(());
             }
         }
@@ -329,6 +354,34 @@ impl Conn {
     /// The client identifier this connection presents.
     pub fn client_id(&self) -> &str {
         &self.client_id
+    }
+
+    /// Reports a warning about this connection (data clients only; sessions count instead).
+    pub fn warn(&self, detail: &str) {
+        if let Some(ev) = &self.events {
+            ev.emit(
+                msgbench_core::driver::DriverEventKind::Warning,
+                format!("{}: {detail}", self.client_id),
+            );
+        }
+    }
+
+    /// The keep-alive in force: the client's, or the one the server set in its CONNACK.
+    pub fn keep_alive(&self) -> Duration {
+        self.settings.keep_alive
+    }
+
+    /// Refuses `qos` if the server said it does not support it (MQTT 5 maximum QoS): its
+    /// messages would travel at a lower QoS than the run measures.
+    pub fn check_qos(&self, qos: u8) -> Result<(), DriverError> {
+        if qos > self.max_qos {
+            return Err(DriverError::Config(format!(
+                "{}: the broker supports QoS {} at most (maximum QoS in its CONNACK), so QoS \
+                 {qos} cannot be measured there: use --qos {}",
+                self.ep.display, self.max_qos, self.max_qos
+            )));
+        }
+        Ok(())
     }
 
     /// Protocol version of this connection.
@@ -419,6 +472,10 @@ impl Conn {
 fn connack_meaning(version: Version, code: u8) -> String {
     let text = match (version, code) {
         (Version::V311, 1) => "unacceptable protocol version",
+        // A 3.1.1-only broker answers an MQTT 5 CONNECT with its own refusal code 1.
+        (Version::V5, 1) => {
+            "unacceptable protocol version: the broker does not speak MQTT 5 (use --mqtt-version 3.1.1)"
+        }
         (Version::V311, 2) => "client identifier rejected",
         (Version::V311, 3) => "server unavailable",
         (Version::V311, 4) => "bad user name or password",

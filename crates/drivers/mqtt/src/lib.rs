@@ -165,6 +165,8 @@ impl Driver for MqttDriver {
         let conn = self
             .connect("pub", Self::data_route(spec.id), true, DATA_CHUNK)
             .await?;
+        conn.check_qos(self.client.qos)?;
+        let keep_alive = conn.keep_alive();
         Ok(MqttProducer {
             conn,
             topics: spec.topics.iter().map(|t| Bytes::from(t.clone())).collect(),
@@ -175,7 +177,8 @@ impl Driver for MqttDriver {
             in_flight: 0,
             acks: VecDeque::new(),
             release_pending: false,
-            keep_alive: self.client.keep_alive,
+            downgraded: false,
+            keep_alive,
             last_write: Instant::now(),
         })
     }
@@ -193,16 +196,19 @@ impl Driver for MqttDriver {
                 DATA_CHUNK,
             )
             .await?;
-        if spec.fd_free {
-            // One of thousands of receivers beyond the open-file limit: no idle buffers.
-            conn.wire.lean();
-        }
         let filter = match &spec.group {
             Some(g) => format!("$share/{g}/{}", spec.topic),
             None => spec.topic.clone(),
         };
+        conn.check_qos(self.client.qos)?;
         conn.subscribe(&[(filter, self.client.qos)]).await?;
-        let keep_alive = self.client.keep_alive;
+        if spec.lean {
+            // One of thousands of receivers: no idle buffers, starting with the handshake's
+            // (held until the run begins, they would make the connect ramp's peak).
+            conn.wire.lean();
+            conn.wire.shrink();
+        }
+        let keep_alive = conn.keep_alive();
         Ok(MqttConsumer {
             conn,
             keep_alive,
@@ -219,11 +225,12 @@ impl Driver for MqttDriver {
             fd_free: spec.fd_free,
         };
         let conn = self.connect("conn", route, false, SESSION_CHUNK).await?;
+        let keep_alive = conn.keep_alive();
         Ok(MqttSession {
             conn,
             topic: Bytes::from(spec.topic.clone()),
-            keep_alive: self.client.keep_alive,
-            next_ping: Instant::now() + ping_period(self.client.keep_alive),
+            keep_alive,
+            next_ping: Instant::now() + ping_period(keep_alive),
             received: (0, 0),
             reply_prefix: None,
             requests: 0,
@@ -266,6 +273,8 @@ pub struct MqttProducer {
     /// A PUBREL waits in the write buffer: the next ack poll must write it, or its PUBCOMP
     /// never comes.
     release_pending: bool,
+    /// The broker answered a QoS 2 publish with PUBACK (warned once).
+    downgraded: bool,
     keep_alive: Duration,
     /// When the connection last carried anything from us (the keep-alive clock).
     last_write: Instant,
@@ -274,6 +283,19 @@ pub struct MqttProducer {
 impl MqttProducer {
     fn on_packet(&mut self, p: Packet) {
         match p {
+            Packet::PubAck { pid, .. } if self.qos == 2 => {
+                // The broker took a QoS 2 message as QoS 1 (a 3.1.1 broker whose maximum is
+                // 1 downgrades silently): not what the run measures, so not a success.
+                if !self.downgraded {
+                    self.downgraded = true;
+                    self.conn.warn(
+                        "the broker answered a QoS 2 PUBLISH with PUBACK, i.e. took it as QoS 1 \
+                         (its maximum QoS may be 1): such messages are counted as nacked; use \
+                         --qos 1",
+                    );
+                }
+                self.complete(pid, false);
+            }
             Packet::PubAck { pid, code } => self.complete(pid, code < 0x80),
             Packet::PubRec { pid, code } => {
                 if code >= 0x80 {

@@ -174,10 +174,6 @@ impl Driver for NatsDriver {
             DATA_CHUNK,
         )
         .await?;
-        if spec.fd_free {
-            // One of thousands of receivers beyond the open-file limit: no idle buffers.
-            conn.wire.lean();
-        }
         conn.watch(self.keep_alive);
         conn.subscribe(&spec.topic, spec.group.as_deref());
         // PING/PONG after SUB: when the PONG arrives the server has the subscription, so no
@@ -186,6 +182,12 @@ impl Driver for NatsDriver {
         wait_pong(&mut conn, |_| {})
             .await
             .map_err(|e| DriverError::Subscribe(e.to_string()))?;
+        if spec.lean {
+            // One of thousands of receivers: no idle buffers, starting with the handshake's
+            // (held until the run begins, they would make the connect ramp's peak).
+            conn.wire.lean();
+            conn.wire.shrink();
+        }
         Ok(NatsConsumer {
             conn,
             respond: spec.respond,

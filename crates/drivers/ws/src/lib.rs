@@ -726,6 +726,7 @@ mod tests {
             target: None,
             source: None,
             fd_free: false,
+            lean: false,
         }
     }
 

@@ -371,6 +371,7 @@ async fn consumer_filters_topics_exactly_unless_starred() {
         target: None,
         source: None,
         fd_free: false,
+        lean: false,
     };
     let mut exact = d.consumer(&spec(0, "m1")).await.unwrap();
     let mut prefix = d.consumer(&spec(1, "m*")).await.unwrap();

@@ -216,6 +216,8 @@ impl JourneyTask {
         };
         let start = Instant::now();
         let start_ns = now_ns();
+        // The drain began while a request waited: its account is kept, then the step stops.
+        let mut stop_after = false;
         for i in 0..count {
             let offset = gap.map(|g| Duration::from_secs_f64(i as f64 * g));
             if let Some(off) = offset.filter(|_| i > 0) {
@@ -235,19 +237,19 @@ impl JourneyTask {
                 None => s.publish(&self.payload).await.map(|()| true),
                 Some(_) => {
                     let wait = tokio::time::timeout(self.request_timeout, s.request(&self.payload));
-                    tokio::select! {
-                        r = wait => match r {
-                            Ok(r) => r.map(|()| true),
-                            Err(_) => Ok(false),
-                        },
-                        // The run's drain: the request was sent, its answer is not waited for.
+                    tokio::pin!(wait);
+                    let r = tokio::select! {
+                        r = &mut wait => r,
+                        // The run's drain began: this request's reply is still waited for (the
+                        // time-out or the drain's end bounds it), then the journey stops.
                         _ = self.close.changed() => {
-                            self.levels.published.fetch_add(1, Relaxed);
-                            self.levels
-                                .published_bytes
-                                .fetch_add(self.payload.len() as u64, Relaxed);
-                            return Flow::Closed;
+                            stop_after = true;
+                            wait.await
                         }
+                    };
+                    match r {
+                        Ok(r) => r.map(|()| true),
+                        Err(_) => Ok(false),
                     }
                 }
             };
@@ -276,6 +278,9 @@ impl JourneyTask {
                     l.publish_errors.fetch_add(1, Relaxed);
                     return self.lose_session(session);
                 }
+            }
+            if stop_after {
+                return Flow::Closed;
             }
         }
         Flow::Go
