@@ -866,6 +866,41 @@ bench_proxy() {
   echo "  median: connections/s direct $(printf '%s\n' "${dc[@]}" | median), through the proxy $(printf '%s\n' "${pc[@]}" | median), direct pipelined $(printf '%s\n' "${sc[@]}" | median); MB/s direct $(printf '%s\n' "${dm[@]}" | median), through the proxy $(printf '%s\n' "${pm[@]}" | median)"
 }
 
+bench_fanout() {
+  # Fan-out receivers at connection scale on a broker: FANOUT_CLIENTS subscribers (default
+  # 10,000) of one topic at 10 msgs/s, on ordinary sockets and, with the open-file limit
+  # lowered to 4,096, held in io_uring tables. Figures: completeness, generator RSS per
+  # subscriber, CPU, e2e latency.
+  scripts/brokers.sh up >/dev/null
+  eval "$(scripts/brokers.sh env)"
+  local n=${FANOUT_CLIENTS:-10000} url lim
+  for url in "$MSGBENCH_IT_NATS_URL" "$MSGBENCH_IT_MQTT_URL"; do
+    echo "== fan-out: 1 publisher at 10 msgs/s -> $n subscribers, ${url%%:*}, 10 s ($RUNS runs each way)"
+    for lim in "$(ulimit -Hn)" 4096; do
+      local per=()
+      for _ in $(seq "$RUNS"); do
+        local out tm
+        out=$(mktemp); tm=$(mktemp)
+        ( ulimit -n "$lim"; /usr/bin/time -f "%U %S %M" -o "$tm" "$B" run "$url" --topic fan/t -p 1 -c "$n" \
+            --connect-rate 5000 --rate 10 --warmup 1s --duration 10s --no-output --quiet --format json >"$out" )
+        read -r p line < <(python3 - "$out" "$tm" "$n" <<'PY'
+import json, sys
+r = json.load(open(sys.argv[1])); u, s, rss = open(sys.argv[2]).read().split()[-3:]; n = int(sys.argv[3])
+i, m = r["integrity"], r["result"]
+held = any("io_uring" in e["detail"] for e in r.get("events", []))
+print(f'{int(rss)/n:.1f} {"io_uring-held" if held else "descriptors"}: completeness {i["completeness"]*100:.2f}%, '
+      f'{int(rss)/n:.1f} KiB RSS per subscriber, CPU {float(u)+float(s):.1f} s, e2e p50 {m["e2e"]["p50"]/1e6:.0f} ms p99 {m["e2e"]["p99"]/1e6:.0f} ms')
+PY
+)
+        echo "  nofile $lim, $line"
+        per+=("$p")
+        rm -f "$out" "$tm"
+      done
+      echo "  median (nofile $lim): $(printf '%s\n' "${per[@]}" | median) KiB per subscriber"
+    done
+  done
+}
+
 bench_ws() {
   local n=${WS_CLIENTS:-10000}
   # One broadcast server per 15,000 clients: each must stay within its own open-file limit.
@@ -1288,6 +1323,7 @@ case "${1:-all}" in
   amqp) bench_amqp ;;
   sink) bench_sink ;;
   ws) bench_ws ;;
+  fanout) bench_fanout ;;
   textstamp) bench_textstamp ;;
   verdicts) bench_verdicts ;;
   sizes) bench_sizes ;;
@@ -1311,6 +1347,6 @@ case "${1:-all}" in
   views) bench_views ;;
   merge) bench_merge ;;
   segments) bench_segments ;;
-  all) bench_mem; bench_nats; bench_jetstream; bench_memory; bench_mqtt; bench_demo; bench_storm; bench_conns; bench_amqp; bench_sink; bench_proxy; bench_textstamp; bench_verdicts; bench_sizes; bench_reconnect; bench_churn; bench_groups; bench_journeys; bench_search; bench_redis; bench_ws; bench_http; bench_window; bench_zmq; bench_p2p; bench_kafka; bench_kafka_peers; bench_backlog; bench_ecp; bench_views; bench_merge; bench_segments ;;
-  *) echo "usage: $0 [mem|nats|jetstream|memory|mqtt|demo|storm|conns|nats-conns|amqp|sink|textstamp|verdicts|sizes|reconnect|churn|groups|journeys|vus|search|redis|ws|http|window|zmq|p2p|kafka|kafka-peers|backlog|memflat|ecp|views|merge|segments|all]" >&2; exit 2 ;;
+  all) bench_mem; bench_nats; bench_jetstream; bench_memory; bench_mqtt; bench_demo; bench_storm; bench_conns; bench_amqp; bench_sink; bench_proxy; bench_textstamp; bench_verdicts; bench_sizes; bench_reconnect; bench_churn; bench_groups; bench_journeys; bench_search; bench_redis; bench_ws; bench_fanout; bench_http; bench_window; bench_zmq; bench_p2p; bench_kafka; bench_kafka_peers; bench_backlog; bench_ecp; bench_views; bench_merge; bench_segments ;;
+  *) echo "usage: $0 [mem|nats|jetstream|memory|mqtt|demo|storm|conns|nats-conns|amqp|sink|textstamp|verdicts|sizes|reconnect|churn|groups|journeys|vus|search|redis|ws|fanout|http|window|zmq|p2p|kafka|kafka-peers|backlog|memflat|ecp|views|merge|segments|all]" >&2; exit 2 ;;
 esac

@@ -296,8 +296,13 @@ impl MessageRun<'_> {
         } else {
             "the system in the middle may drop or rewrite the text stamp (check the template keeps {{stamp}} inside a string), or they are replies from the server (subscription answers) or other publishers' messages"
         };
+        // Messages of an earlier run (a durable stream or queue, a retained message, a
+        // persistent session's backlog) carry a valid stamp of another run: the likelier cause
+        // when the stamp format is right, so it is named first.
         self.warnings.push(format!(
-            "{} deliveries were not this run's messages (foreign or truncated): {hint}",
+            "{} deliveries were not this run's messages (another run's, foreign or truncated): \
+             messages left from an earlier run (a durable stream or queue, a retained message, \
+             a persistent session) are counted here, so use a fresh topic or purge it; else {hint}",
             all.foreign
         ));
     }

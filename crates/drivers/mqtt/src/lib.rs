@@ -319,13 +319,24 @@ impl MqttProducer {
         }
     }
 
-    /// After a reconnect nothing sent before is in flight any more (those messages expire in
-    /// the runner's window and count as lost).
-    fn forget_in_flight(&mut self) {
+    /// The connection is gone: what is in flight on it will never be acknowledged (msgbench
+    /// resends nothing), so it is in doubt now rather than when its acknowledgement time-out
+    /// runs out, which a producer with nothing left to send would otherwise wait for.
+    fn abandon_in_flight(&mut self) {
         if self.in_flight > 0 {
+            let up_to = self.tokens.iter().copied().filter(|t| *t != FREE).max();
+            if let Some(up_to) = up_to {
+                self.acks.push_back(Ack::InDoubt { up_to });
+            }
             self.tokens.fill(FREE);
             self.in_flight = 0;
         }
+    }
+
+    /// Marks the connection lost and its messages in flight in doubt.
+    fn lose(&mut self, e: &std::io::Error) {
+        self.conn.lost(e);
+        self.abandon_in_flight();
     }
 
     /// Takes what the broker sent without waiting.
@@ -335,7 +346,7 @@ impl MqttProducer {
             match r {
                 Ok(p) => self.on_packet(p),
                 Err(e) => {
-                    self.conn.lost(&e);
+                    self.lose(&e);
                     break;
                 }
             }
@@ -344,7 +355,7 @@ impl MqttProducer {
 
     async fn write_out(&mut self) -> Result<(), DriverError> {
         if let Err(e) = self.conn.flush().await {
-            self.conn.lost(&e);
+            self.lose(&e);
             return Err(DriverError::Send(e.to_string()));
         }
         self.release_pending = false;
@@ -367,8 +378,8 @@ impl MqttProducer {
 impl Producer for MqttProducer {
     async fn send(&mut self, msg: Outbound<'_>) -> Result<(), DriverError> {
         if !self.conn.is_connected() {
+            self.abandon_in_flight();
             self.conn.try_reconnect().await?;
-            self.forget_in_flight();
         }
         let topic = &self.topics[msg.stream as usize];
         let max = self.conn.server_max_packet as usize;
@@ -393,7 +404,7 @@ impl Producer for MqttProducer {
                 match self.conn.read_packet().await {
                     Ok(p) => self.on_packet(p),
                     Err(e) => {
-                        self.conn.lost(&e);
+                        self.lose(&e);
                         return Err(DriverError::Send(e.to_string()));
                     }
                 }
@@ -461,7 +472,7 @@ impl Producer for MqttProducer {
                 match self.conn.poll_flush(cx) {
                     Poll::Ready(Ok(())) => self.release_pending = false,
                     Poll::Ready(Err(e)) => {
-                        self.conn.lost(&e);
+                        self.lose(&e);
                         return Poll::Pending;
                     }
                     Poll::Pending => {}
@@ -470,7 +481,7 @@ impl Producer for MqttProducer {
             match self.conn.poll_packet(cx, false) {
                 Poll::Ready(Ok(p)) => self.on_packet(p),
                 Poll::Ready(Err(e)) => {
-                    self.conn.lost(&e);
+                    self.lose(&e);
                     return Poll::Pending;
                 }
                 Poll::Pending => return Poll::Pending,
