@@ -492,9 +492,16 @@ pub fn run(args: RunArgs) -> Result<ExitCode> {
         groups.iter().map(RunPlan::producers).sum()
     };
     if local_producers > 0 && outcome.producers_failed >= local_producers {
-        eprintln!(
-            "error: every producer stopped on an error that retrying cannot fix (see the warnings above)"
-        );
+        // Named here too: with --quiet no warning was printed above.
+        let why = report
+            .warnings
+            .iter()
+            .find(|w| w.starts_with("producer ") && w.contains(" stopped"))
+            .map_or_else(
+                || " (see the report's warnings)".to_string(),
+                |w| format!(": {w}"),
+            );
+        eprintln!("error: every producer stopped on an error that retrying cannot fix{why}");
         return Ok(ExitCode::from(super::verdict::EXIT_COULD_NOT_RUN));
     }
     let c = super::verdict::conclude(&report, outcome.interrupted && tripped.is_none());

@@ -132,8 +132,10 @@ fn oversized_messages_fail_fast() {
         "{}",
         stdout(&o)
     );
+    // With --quiet no warning was printed: the error itself says why.
     assert!(
-        stderr(&o).contains("every producer stopped"),
+        stderr(&o).contains("every producer stopped")
+            && stderr(&o).contains("exceeds the server's max_payload"),
         "{}",
         stderr(&o)
     );

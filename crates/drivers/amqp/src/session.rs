@@ -114,9 +114,9 @@ impl Session for AmqpSession {
         Ok(())
     }
 
-    /// A request: published to the topic's queue with reply-to [`REPLY_TO`] and the request's
-    /// number as its correlation-id; done at the reply carrying that correlation-id (a late
-    /// reply to an earlier request, whose wait timed out, is dropped).
+    /// A request: published to the topic's queue with reply-to `amq.rabbitmq.reply-to` and
+    /// the request's number as its correlation-id; done at the reply carrying that
+    /// correlation-id (a late reply to an earlier request, whose wait timed out, is dropped).
     async fn request(&mut self, payload: &[u8]) -> Result<(), DriverError> {
         if !self.replying {
             self.consume_replies().await?;
