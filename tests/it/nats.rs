@@ -377,37 +377,9 @@ fn consumers_that_never_connect_are_reported_and_not_counted_lost() {
 fn receivers_beyond_the_open_file_limit_count_every_message() {
     let url = need!(NATS);
     let d = TempDir::new("nats-fanout-nofile");
-    let topic = format!("it.fanout.nofile{}", std::process::id());
-    let args = [
-        "run",
+    assert_fanout_beyond_nofile(
+        &d.0,
         &url,
-        "--topic",
-        &topic,
-        "-p",
-        "1",
-        "-c",
-        "300",
-        "--connect-rate",
-        "3000",
-        "--rate",
-        "100",
-        "--warmup",
-        "0s",
-        "--duration",
-        "2s",
-    ];
-    let r = finish_json(spawn_run_with_nofile(&d.0, &args, 200));
-    let sent = u(&measure(&r)["counters"]["sent"]);
-    assert!(sent >= 150, "{sent}");
-    let i = &r["integrity"];
-    assert_eq!(
-        (u(&i["expected"]), u(&i["delivered"]), u(&i["lost"])),
-        (sent * 300, sent * 300, 0),
-        "{i}"
-    );
-    assert!(
-        r["events"].to_string().contains("io_uring tables"),
-        "{}",
-        r["events"]
+        &format!("it.fanout.nofile{}", std::process::id()),
     );
 }

@@ -382,6 +382,43 @@ pub fn spawn_run_with_nofile(dir: &Path, args: &[&str], nofile: u64) -> std::pro
     cmd.spawn().expect("starting msgbench")
 }
 
+/// Fan-out receivers beyond the open-file limit: 300 consumers of `topic` at `url` with a
+/// limit of 200 descriptors are held in io_uring tables, and each counts every message.
+pub fn assert_fanout_beyond_nofile(dir: &Path, url: &str, topic: &str) {
+    let args = [
+        "run",
+        url,
+        "--topic",
+        topic,
+        "-p",
+        "1",
+        "-c",
+        "300",
+        "--connect-rate",
+        "3000",
+        "--rate",
+        "100",
+        "--warmup",
+        "0s",
+        "--duration",
+        "2s",
+    ];
+    let r = finish_json(spawn_run_with_nofile(dir, &args, 200));
+    let sent = u(&measure(&r)["counters"]["sent"]);
+    assert!(sent >= 150, "{sent}");
+    let i = &r["integrity"];
+    assert_eq!(
+        (u(&i["expected"]), u(&i["delivered"]), u(&i["lost"])),
+        (sent * 300, sent * 300, 0),
+        "{i}"
+    );
+    assert!(
+        r["events"].to_string().contains("io_uring tables"),
+        "{}",
+        r["events"]
+    );
+}
+
 /// Waits (up to 30 s) until the results file at `file` holds `needle`, e.g. the `"connected"`
 /// event of a connection run once every connection is open.
 pub fn wait_for_record(file: &Path, needle: &str) {

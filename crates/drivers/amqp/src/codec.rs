@@ -223,13 +223,7 @@ impl PublishTemplate {
         let at = buf.len() + BODY_SIZE_AT;
         buf.put_slice(&self.header);
         buf[at..at + 8].copy_from_slice(&(body.len() as u64).to_be_bytes());
-        for piece in body.chunks(chunk) {
-            buf.put_u8(FRAME_BODY);
-            buf.put_u16(self.channel);
-            buf.put_u32(piece.len() as u32);
-            buf.put_slice(piece);
-            buf.put_u8(FRAME_END);
-        }
+        put_body(buf, self.channel, body, chunk);
     }
 }
 
@@ -302,7 +296,12 @@ pub fn put_request(
             },
         ),
     );
-    let chunk = frame_max.saturating_sub(8).max(1);
+    put_body(buf, channel, body, frame_max.saturating_sub(8).max(1));
+}
+
+/// Appends `body` as body frames of at most `chunk` bytes each.
+#[inline]
+fn put_body(buf: &mut BytesMut, channel: ChannelId, body: &[u8], chunk: usize) {
     for piece in body.chunks(chunk) {
         buf.put_u8(FRAME_BODY);
         buf.put_u16(channel);

@@ -40,6 +40,17 @@ impl AmqpSession {
         }
     }
 
+    /// Writes the publish (or request) just buffered; a heartbeat is due half a period later.
+    async fn send_buffered(&mut self) -> Result<(), DriverError> {
+        self.conn.published = true;
+        self.conn
+            .flush()
+            .await
+            .map_err(|e| DriverError::Send(e.to_string()))?;
+        self.next_beat = Instant::now() + half(self.conn.heartbeat_every);
+        Ok(())
+    }
+
     /// Starts consuming from the direct reply-to pseudo-queue (no acks, as it requires).
     async fn consume_replies(&mut self) -> Result<(), DriverError> {
         let answer = self
@@ -77,13 +88,7 @@ impl Session for AmqpSession {
     async fn publish(&mut self, payload: &[u8]) -> Result<(), DriverError> {
         let fm = self.conn.frame_max;
         self.template.put(&mut self.conn.wire.wbuf, payload, fm);
-        self.conn.published = true;
-        self.conn
-            .flush()
-            .await
-            .map_err(|e| DriverError::Send(e.to_string()))?;
-        self.next_beat = Instant::now() + half(self.conn.heartbeat_every);
-        Ok(())
+        self.send_buffered().await
     }
 
     async fn keep_alive(&mut self) -> DriverError {
@@ -133,12 +138,7 @@ impl Session for AmqpSession {
             REPLY_TO,
             &id,
         );
-        self.conn.published = true;
-        self.conn
-            .flush()
-            .await
-            .map_err(|e| DriverError::Send(e.to_string()))?;
-        self.next_beat = Instant::now() + half(self.conn.heartbeat_every);
+        self.send_buffered().await?;
         loop {
             let f = self
                 .conn
