@@ -185,7 +185,31 @@ fn a_search_where_nothing_holds_exits_3_and_compare_reads_two_searches() {
     assert!(a["capacity_per_s"].is_null(), "{a}");
     assert!(stderr(&o).contains("no rate tried held every objective"));
 
-    // Two searches of brokers capped at 4k and 6k: B has 50% more capacity.
+    // Two searches of brokers capped at 4k and 6k: B has 50% more capacity. A stall of this
+    // shared machine longer than the objective's 50 ms fails a step below the cap and so finds
+    // less; that is noise, not what compare is tested for, so the pair is searched again (up to
+    // three times) until both land near their caps. A broken search or compare fails every time.
+    let mut attempts = Vec::new();
+    for _ in 0..3 {
+        let row = compare_two_searches(&d, &common);
+        let (a, b) = (row["a"].as_f64().unwrap(), row["b"].as_f64().unwrap());
+        if (3_700.0..=4_200.0).contains(&a) && (5_600.0..=6_300.0).contains(&b) {
+            attempts.clear();
+            break;
+        }
+        attempts.push(row);
+    }
+    assert!(
+        attempts.is_empty(),
+        "capacities of 4,000 and 6,000 msgs/s, three times found as {attempts:?}"
+    );
+    let o = msgbench(&d.0, &["compare", "a.jsonl", "b.jsonl"]);
+    assert!(stdout(&o).contains("capacity msgs/s"), "{}", stdout(&o));
+}
+
+/// Searches `mem://` brokers capped at 4,000 and 6,000 messages/s and returns compare's
+/// capacity row for the two.
+fn compare_two_searches(d: &TempDir, common: &[&str]) -> Value {
     for (name, cap) in [("a", "4000"), ("b", "6000")] {
         let url = format!("mem://cmp{name}?max_rate={cap}");
         let file = format!("{name}.jsonl");
@@ -213,13 +237,9 @@ fn a_search_where_nothing_holds_exits_3_and_compare_reads_two_searches() {
         .unwrap()
         .iter()
         .find(|g| g["name"] == "capacity search")
-        .expect("a capacity group");
-    let row = &group["rows"][0];
-    let (a, b) = (row["a"].as_f64().unwrap(), row["b"].as_f64().unwrap());
-    assert!((3_700.0..=4_200.0).contains(&a), "{row}");
-    assert!((5_600.0..=6_300.0).contains(&b), "{row}");
-    let o = msgbench(&d.0, &["compare", "a.jsonl", "b.jsonl"]);
-    assert!(stdout(&o).contains("capacity msgs/s"), "{}", stdout(&o));
+        .expect("a capacity group")
+        .clone();
+    group["rows"][0].clone()
 }
 
 #[test]
