@@ -164,6 +164,66 @@ fn journeys_subscribe_and_count_what_they_hear() {
     );
 }
 
+/// Journeys that subscribe over AMQP 0-9-1, through RabbitMQ: on `amq.topic` each of 10 users
+/// binds a queue of its own, so each hears all 50 messages (500), and a paho-mqtt subscriber
+/// on RabbitMQ's MQTT plugin (`.` is `/` there) counts the 50 too; on the default exchange
+/// the users share the queue the topic names, so the 50 are heard once (50).
+#[test]
+fn journeys_subscribe_over_amqp_hear_fan_out_or_share_a_queue() {
+    let amqp = need!(AMQP);
+    let rmq_mqtt = need!("MSGBENCH_IT_RMQ_MQTT_URL");
+    let Some(py) = peer_python("paho.mqtt.client", "python3-paho-mqtt") else {
+        return;
+    };
+    let d = TempDir::new("journeys-amqp-sub");
+    let root = format!("jasub{}", std::process::id());
+    let (mut sub, mut out) = paho_counter(&py, &rmq_mqtt, &format!("{root}/t"), 50);
+    let run = |exchange: &str, topic: &str, file: &str| {
+        run_json(
+            &d.0,
+            &[
+                "run",
+                &amqp,
+                "--exchange",
+                exchange,
+                "--topic",
+                topic,
+                "--size",
+                "100",
+                "--connections",
+                "10",
+                "--connect-rate",
+                "1000",
+                "--journey",
+                "connect; subscribe; sleep 500ms; publish 5; sleep 1s; disconnect",
+                "--journey-repeat",
+                "1",
+                "--duration",
+                "30s",
+                "-o",
+                file,
+            ],
+        )
+    };
+    for (exchange, topic, file, heard) in [
+        ("amq.topic", format!("{root}.t"), "fan.jsonl", 500),
+        ("", format!("{root}.q"), "queue.jsonl", 50),
+    ] {
+        let r = run(exchange, &topic, file);
+        let what = format!("exchange `{exchange}`");
+        assert_eq!(phase_sum(&r, "connects"), 10, "{what}");
+        assert_eq!(phase_sum(&r, "sent"), 50, "{what}");
+        assert_eq!(phase_sum(&r, "received"), heard, "{what}");
+        assert_eq!(phase_sum(&r, "received_bytes"), heard * 100, "{what}");
+        assert_eq!(phase_sum(&r, "closes"), 10, "{what}");
+        assert_valid_and_pure(&d.0, file, &r);
+    }
+    let mut line = String::new();
+    out.read_line(&mut line).unwrap();
+    let _ = sub.wait();
+    assert_eq!(line.trim(), "50", "paho-mqtt heard the AMQP journeys");
+}
+
 /// Journeys that send requests through nats-server: 5 users each send 10 paced requests and
 /// 3 back to back, each waiting for its reply from a responding msgbench consumer in another
 /// process; all 65 are answered and timed, from the send and from the intended send time.

@@ -46,7 +46,7 @@ use amq_protocol::types::{AMQPValue, FieldTable, ShortString};
 use bytes::{Bytes, BytesMut};
 use codec::{Frame, PublishTemplate};
 use conn::{Conn, Endpoint};
-use link::Link;
+use link::{Caller, Link};
 use msgbench_core::driver::{
     Ack, Capabilities, Consumer, ConsumerSpec, Delivery, Driver, DriverError, EventSink, Outbound,
     Producer, ProducerSpec, SessionSpec,
@@ -89,6 +89,9 @@ struct Inner {
     /// declare-ok before the queue's Raft process runs, and a purge then kills the connection
     /// with 541 INTERNAL_ERROR. Later consumers declare it again, without purging.
     declared: tokio::sync::Mutex<std::collections::HashSet<String>>,
+    /// A held session declared the exchange: later ones publish and subscribe without asking
+    /// again (a declare per session would be a round trip per connection of a storm).
+    sessions_declared: std::sync::atomic::AtomicBool,
 }
 
 impl AmqpDriver {
@@ -113,6 +116,7 @@ impl AmqpDriver {
             timeout,
             muxes: Default::default(),
             declared: Default::default(),
+            sessions_declared: Default::default(),
         })))
     }
 }
@@ -171,7 +175,7 @@ impl Inner {
     /// Declares the exchange (not the default exchange, nor the predeclared `amq.*` ones, which
     /// only the broker may declare: `amq.topic` is where RabbitMQ's MQTT and STOMP plugins
     /// publish and subscribe).
-    async fn declare_exchange(&self, c: &mut Link) -> Result<(), DriverError> {
+    async fn declare_exchange(&self, c: &mut impl Caller) -> Result<(), DriverError> {
         if self.amqp.exchange.is_empty() || self.amqp.exchange.starts_with("amq.") {
             return Ok(());
         }
@@ -205,7 +209,7 @@ impl Inner {
     /// empties it; returns its name.
     async fn declare_queue(
         &self,
-        c: &mut Link,
+        c: &mut impl Caller,
         name: &str,
         topic: &str,
         shared: bool,
@@ -419,7 +423,14 @@ impl Driver for AmqpDriver {
             .0
             .connect("conn", spec.id, spec.source, false, SESSION_CHUNK)
             .await?;
-        Ok(AmqpSession::new(conn, &spec.topic))
+        Ok(AmqpSession::new(conn, &spec.topic, self.0.clone()))
+    }
+
+    /// Sessions subscribe the way the run's consumers do: each to a queue of its own bound to
+    /// the exchange (every subscriber hears every message), or, on the default exchange, to
+    /// the queue the topic names (subscribers share its messages).
+    fn sessions_subscribe(&self) -> bool {
+        true
     }
 
     /// Requests use RabbitMQ's direct reply-to (`amq.rabbitmq.reply-to`); a broker without it

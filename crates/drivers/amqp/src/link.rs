@@ -8,6 +8,7 @@ use crate::mux::MuxChan;
 use amq_protocol::protocol::AMQPClass;
 use bytes::BytesMut;
 use msgbench_core::driver::DriverError;
+use std::future::Future;
 use std::io;
 use std::task::{Context, Poll};
 use std::time::Duration;
@@ -122,5 +123,18 @@ impl Link {
     /// Closes politely.
     pub async fn close(&mut self) {
         each!(self, c => c.close().await)
+    }
+}
+
+/// What the topology is declared through: a client's [`Link`], or a held session, which
+/// counts the deliveries that arrive while it waits for an answer.
+pub trait Caller {
+    /// One synchronous method on the client's channel; its answer.
+    fn call(&mut self, method: AMQPClass) -> impl Future<Output = io::Result<AMQPClass>> + Send;
+}
+
+impl Caller for Link {
+    fn call(&mut self, method: AMQPClass) -> impl Future<Output = io::Result<AMQPClass>> + Send {
+        Link::call(self, method)
     }
 }

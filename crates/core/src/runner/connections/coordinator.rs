@@ -134,7 +134,7 @@ impl<'p, D: Driver> ConnectionRun<'p, D> {
                 (
                     has(|s| matches!(s, Step::Subscribe(_))),
                     driver.sessions_subscribe(),
-                    "`subscribe` step needs a protocol whose sessions subscribe (mqtt://, nats://)",
+                    "`subscribe` step needs a protocol whose sessions subscribe (mqtt://, nats://, amqp://)",
                 ),
                 (
                     has(|s| matches!(s, Step::Request(_))),
