@@ -297,6 +297,35 @@ fn missing_stream_and_no_jetstream() {
     );
     assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
     assert!(stderr(&o).contains("consumer=both"), "{}", stderr(&o));
+    // A durable an earlier run left as a pull consumer, asked for as a push one: the server
+    // will not change it, and the error says whose it is and what to do.
+    let run = |mode: &str| {
+        msgbench(
+            &d.0,
+            &[
+                "run",
+                &js.url(&format!("?stream=DUR&durable=kept&consumer={mode}")),
+                "--topic",
+                "js.dur",
+                "--messages",
+                "10",
+                "--warmup",
+                "0s",
+                "--no-output",
+                "--quiet",
+            ],
+        )
+    };
+    let o = run("pull");
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let o = run("push");
+    assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("durable consumer `kept-0` of stream `DUR` exists with other settings")
+            && stderr(&o).contains("nats consumer rm DUR kept-0"),
+        "{}",
+        stderr(&o)
+    );
 }
 
 /// The server is killed mid-run and restarted on the same store: the run goes on, producers

@@ -45,6 +45,19 @@ pub enum JsError {
         /// The server's words.
         description: String,
     },
+    /// A durable consumer of that name exists with settings this run cannot change (push
+    /// against pull, another filter, heartbeats...): an earlier run's, usually.
+    #[error(
+        "JetStream durable consumer `{name}` of stream `{stream}` exists with other settings ({description}): delete it (`nats consumer rm {stream} {name}`) or name another with ?durable="
+    )]
+    DurableMismatch {
+        /// The stream.
+        stream: String,
+        /// The durable's name.
+        name: String,
+        /// The server's words.
+        description: String,
+    },
     /// No answer in time.
     #[error("JetStream {0}: no answer within 5s")]
     Timeout(String),
@@ -312,8 +325,26 @@ impl ConsumerDef {
         o: &JsOptions,
         stash: &mut VecDeque<ServerOp>,
     ) -> Result<(), JsError> {
-        api.request(conn, &self.create_subject(), &self.config(o), stash)
+        match api
+            .request(conn, &self.create_subject(), &self.config(o), stash)
             .await
-            .map(|_| ())
+        {
+            Ok(_) => Ok(()),
+            // The server's words for a config it will not apply to an existing consumer:
+            // "... can not be updated", "cannot update ...", "... already in use".
+            Err(JsError::Api { description, .. })
+                if self.durable
+                    && ["update", "already", "existing"]
+                        .iter()
+                        .any(|w| description.to_lowercase().contains(w)) =>
+            {
+                Err(JsError::DurableMismatch {
+                    stream: self.stream.clone(),
+                    name: self.name.clone(),
+                    description,
+                })
+            }
+            Err(e) => Err(e),
+        }
     }
 }
