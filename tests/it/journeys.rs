@@ -95,6 +95,36 @@ journey = [
     assert_valid_and_pure(&d.0, "n.jsonl", &r);
 }
 
+/// Journeys far shorter than a reporting tick (connect, publish one, disconnect): the peak of
+/// connections held is counted at each open, not only where a tick happened to see one.
+#[test]
+fn the_peak_held_counts_journeys_shorter_than_a_tick() {
+    let nats = need!(NATS);
+    let d = TempDir::new("journeys-peak");
+    let topic = format!("jpeak{}.t", std::process::id());
+    let r = run_json(
+        &d.0,
+        &[
+            "run",
+            &nats,
+            "--topic",
+            &topic,
+            "--connections",
+            "5",
+            "--journey",
+            "connect; publish 1; disconnect",
+            "--journey-repeat",
+            "1",
+            "--duration",
+            "10s",
+            "--no-output",
+        ],
+    );
+    assert_eq!(phase_sum(&r, "connects"), 5);
+    let peak = u(&r["connections"]["peak_held"]);
+    assert!((1..=5).contains(&peak), "{}", r["connections"]);
+}
+
 /// Journeys that subscribe: 10 users each subscribe to the shared topic, wait for the others
 /// to do the same, publish 5 and stay a second before leaving, so every user hears all 50
 /// messages (500 received), from Mosquitto and from nats-server. A paho-mqtt subscriber of

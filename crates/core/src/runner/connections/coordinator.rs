@@ -686,11 +686,13 @@ impl<'p, D: Driver> ConnectionRun<'p, D> {
             }
             .into(),
             requested: (self.limit != u64::MAX).then_some(self.limit),
-            peak_held: self.peak_held,
+            // Sampled at ticks (paired with the memory then) or, exactly, at each open.
+            peak_held: self.peak_held.max(self.levels.peak_held.load(Relaxed)),
             ramp_s,
             connections_per_s: all.connects as f64 / ramp_s,
             rss_baseline_bytes: self.rss_baseline,
             rss_peak_bytes: self.rss_peak,
+            // The memory sampled with the most held at a tick, over that many.
             rss_per_connection_bytes: if self.peak_held > 0 {
                 self.rss_peak.saturating_sub(self.rss_baseline) as f64 / self.peak_held as f64
             } else {

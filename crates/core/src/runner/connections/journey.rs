@@ -68,7 +68,7 @@ pub(super) async fn run_journey<D: Driver>(
             }
             let flow = match step {
                 Step::Connect => {
-                    session = attempt(&*d, &spec, timeout, &tx, None, &t.levels.held).await;
+                    session = attempt(&*d, &spec, timeout, &tx, None, &t.levels).await;
                     if session.is_none() {
                         // Refused: wait before the next pass rather than hammer the server.
                         match t.wait(&mut session, Instant::now() + RETRY).await {

@@ -44,6 +44,9 @@ use tokio::sync::{mpsc, watch};
 #[derive(Default)]
 struct Levels {
     held: AtomicU64,
+    /// The most ever held at once, raised at each open: a journey shorter than a tick is
+    /// never held when the coordinator samples `held`.
+    peak_held: AtomicU64,
     closed: AtomicU64,
     dropped: AtomicU64,
     published: AtomicU64,
@@ -291,22 +294,23 @@ fn flush_tick(
 
 /// Opens one session and reports the answer; returns the session if it opened. `dropped`:
 /// a reopening after the storm or churn dropped it at that instant (the latency counts from
-/// the drop). `held`: the count a session that opened joins before the answer goes out, so
-/// the coordinator never sees an answered attempt that is neither held nor failed.
+/// the drop). `levels.held`: the count a session that opened joins before the answer goes
+/// out, so the coordinator never sees an answered attempt that is neither held nor failed.
 async fn attempt<D: Driver>(
     d: &D,
     spec: &SessionSpec,
     timeout: Duration,
     tx: &mpsc::UnboundedSender<Attempt>,
     dropped: Option<(u64, DropCause)>,
-    held: &AtomicU64,
+    levels: &Levels,
 ) -> Option<D::Session> {
     let start = dropped.map_or_else(now_ns, |(at, _)| at);
     let r = tokio::time::timeout(timeout, d.session(spec)).await;
     let latency_ns = now_ns().saturating_sub(start);
     let (cause, detail) = match r {
         Ok(Ok(s)) => {
-            held.fetch_add(1, Relaxed);
+            let held = levels.held.fetch_add(1, Relaxed) + 1;
+            levels.peak_held.fetch_max(held, Relaxed);
             let _ = tx.send(match dropped {
                 None => Attempt::Opened { latency_ns },
                 Some((_, by)) => Attempt::Reopened { latency_ns, by },
@@ -336,7 +340,7 @@ async fn hold<D: Driver>(
 ) {
     let mut dropped = None;
     let levels = task.levels.clone();
-    while let Some(s) = attempt(&*d, &spec, timeout, &tx, dropped, &levels.held).await {
+    while let Some(s) = attempt(&*d, &spec, timeout, &tx, dropped, &levels).await {
         match task.run(s).await {
             Some(drop) => dropped = Some(drop),
             None => return,
