@@ -66,11 +66,50 @@ impl Backoff {
         self.delay = self.first;
         self.not_before = Instant::now();
     }
+
+    /// A connection this backoff paced was lost after living `lived`. One that lasted less
+    /// than [`STABLE`] counts as a failed attempt, so a server that accepts connections and
+    /// drops each at its first message is retried ever less often instead of hundreds of
+    /// times a second; a longer one starts the pauses over (the first attempt at once).
+    /// Clients that use this do not [`reset`](Backoff::reset) when a connection opens.
+    pub fn lost_after(&mut self, lived: Duration) {
+        if lived < STABLE {
+            self.failed();
+        } else {
+            self.reset();
+        }
+    }
 }
+
+/// How long a connection must have lived for its loss to start the pauses over
+/// ([`Backoff::lost_after`]).
+pub const STABLE: Duration = Duration::from_secs(1);
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[tokio::test(start_paused = true)]
+    async fn connections_lost_at_once_back_off_and_a_stable_one_starts_over() {
+        let mut b = Backoff::default();
+        let mut pauses = Vec::new();
+        for _ in 0..5 {
+            let before = Instant::now();
+            b.wait().await;
+            pauses.push((Instant::now() - before).as_millis());
+            b.lost_after(Duration::from_millis(10));
+        }
+        assert_eq!(pauses, [0, 100, 200, 400, 800]);
+        b.wait().await;
+        b.lost_after(STABLE);
+        let before = Instant::now();
+        b.wait().await;
+        assert_eq!(Instant::now() - before, Duration::ZERO);
+        b.lost_after(Duration::ZERO);
+        let before = Instant::now();
+        b.wait().await;
+        assert_eq!((Instant::now() - before).as_millis(), 100);
+    }
 
     #[tokio::test(start_paused = true)]
     async fn pauses_double_to_the_cap_and_start_over_after_a_success() {

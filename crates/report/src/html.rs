@@ -344,9 +344,9 @@ fn result_block(s: &mut String, p: &PhaseReport) {
     if p.cpu_s > 0.0 {
         let _ = writeln!(
             s,
-            "<tr><th>generator</th><td>{:.2} CPU-s ({:.0}% of one core, {:.3} CPU-s per million sent)</td></tr>",
+            "<tr><th>generator</th><td>{:.2} CPU-s ({} of one core, {:.3} CPU-s per million sent)</td></tr>",
             p.cpu_s,
-            p.cpu_s / p.duration_s.max(1e-9) * 100.0,
+            crate::text::core_share(p.cpu_s, p.duration_s),
             p.cpu_s_per_million_sent
         );
     }

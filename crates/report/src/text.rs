@@ -85,9 +85,9 @@ fn phase_block(out: &mut dyn Write, p: &PhaseReport) -> std::io::Result<()> {
     if p.cpu_s > 0.0 {
         writeln!(
             out,
-            "  generator {:>14.2} CPU-s ({:.0}% of one core, {:.3} CPU-s per million sent)",
+            "  generator {:>14.2} CPU-s ({} of one core, {:.3} CPU-s per million sent)",
             p.cpu_s,
-            p.cpu_s / p.duration_s.max(1e-9) * 100.0,
+            core_share(p.cpu_s, p.duration_s),
             p.cpu_s_per_million_sent
         )?;
     }
@@ -553,4 +553,13 @@ fn connections_block(
         stage_row(out, "req intended", &request_co)?;
     }
     Ok(())
+}
+
+/// CPU time over a phase as a share of one core; `-` for a phase shorter than 0.2 s (one cut
+/// short by a failure), where CPU time counted in clock ticks gives figures no machine reaches.
+pub(crate) fn core_share(cpu_s: f64, duration_s: f64) -> String {
+    if duration_s < 0.2 {
+        return "-".into();
+    }
+    format!("{:.0}%", cpu_s / duration_s * 100.0)
 }

@@ -67,6 +67,28 @@ pub enum LinkError {
     Io(String),
 }
 
+impl LinkError {
+    /// The broker's error when it refused for good: what the same link or connection would
+    /// meet again (a durable message on a store without durability, an access denied, a field
+    /// it does not take), so reconnecting cannot help and the client should stop and say it.
+    pub fn refusal(&self) -> Option<&AmqpError> {
+        const FOR_GOOD: [&str; 6] = [
+            "amqp:precondition-failed",
+            "amqp:not-allowed",
+            "amqp:unauthorized-access",
+            "amqp:not-implemented",
+            "amqp:invalid-field",
+            "amqp:decode-error",
+        ];
+        match self {
+            LinkError::Closed(e) | LinkError::Ended(e) | LinkError::Detached { error: e, .. } => e
+                .as_ref()
+                .filter(|e| FOR_GOOD.contains(&e.condition.as_str())),
+            LinkError::Io(_) => None,
+        }
+    }
+}
+
 fn why(e: &Option<AmqpError>) -> String {
     e.as_ref().map(|e| format!(": {e}")).unwrap_or_default()
 }
@@ -794,5 +816,36 @@ impl Conn {
                 return e;
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn detached(condition: &str) -> LinkError {
+        LinkError::Detached {
+            address: "q".into(),
+            error: Some(AmqpError {
+                condition: condition.into(),
+                description: Some("why".into()),
+            }),
+        }
+    }
+
+    #[test]
+    fn refusals_for_good_are_told_from_passing_trouble() {
+        for c in ["amqp:precondition-failed", "amqp:unauthorized-access"] {
+            assert_eq!(detached(c).refusal().unwrap().condition, c);
+        }
+        for c in [
+            "amqp:resource-limit-exceeded",
+            "amqp:link:detach-forced",
+            "amqp:connection:forced",
+        ] {
+            assert!(detached(c).refusal().is_none(), "{c}");
+        }
+        assert!(LinkError::Closed(None).refusal().is_none());
+        assert!(LinkError::Io("reset".into()).refusal().is_none());
     }
 }

@@ -99,6 +99,7 @@ pub(crate) async fn start(
         label: format!("consumer {}", spec.id),
         sub,
         live: Some(live),
+        opened: tokio::time::Instant::now(),
         connecting: None,
         backoff: Backoff::default(),
         range: None,
@@ -110,6 +111,8 @@ pub struct Amqp10Consumer {
     sub: Arc<Sub>,
     label: String,
     live: Option<(Conn, LinkId)>,
+    /// When the live connection opened: one lost soon after counts as a failed attempt.
+    opened: tokio::time::Instant,
     connecting: Option<Connecting>,
     backoff: Backoff,
     /// Delivery ids handed over and not yet settled: first, last.
@@ -128,6 +131,7 @@ impl Amqp10Consumer {
         self.range = None;
         if self.live.take().is_some() {
             self.sub.d.events.connection_lost(&self.label, why);
+            self.backoff.lost_after(self.opened.elapsed());
         }
     }
 
@@ -138,7 +142,7 @@ impl Amqp10Consumer {
                     Poll::Ready(Ok(live)) => {
                         self.connecting = None;
                         self.live = Some(live);
-                        self.backoff.reset();
+                        self.opened = tokio::time::Instant::now();
                         let d = &self.sub.d;
                         d.events.reconnected(&self.label, self.sub.ep.display(), "");
                     }

@@ -21,6 +21,8 @@ use std::task::{Context, Poll};
 struct Live {
     conn: Conn,
     senders: Vec<LinkId>,
+    /// When it opened: a connection lost soon after counts as a failed attempt.
+    opened: tokio::time::Instant,
 }
 
 /// The AMQP 1.0 producer.
@@ -38,6 +40,9 @@ pub struct Amqp10Producer {
     /// A connection was lost before (the next one is a reconnection).
     was_lost: bool,
     backoff: Backoff,
+    /// The broker refused a link for good (see [`LinkError::refusal`]): the next send stops
+    /// the producer with this, instead of reconnecting to be refused again.
+    refused: Option<String>,
 }
 
 impl Amqp10Producer {
@@ -56,6 +61,7 @@ impl Amqp10Producer {
             warned: false,
             was_lost: false,
             backoff: Backoff::default(),
+            refused: None,
             d,
         };
         p.live = Some(p.open().await?);
@@ -86,7 +92,11 @@ impl Amqp10Producer {
             .map_err(|_| DriverError::Timeout(format!("attaching a sender to `{a}`")))??;
             senders.push(s);
         }
-        Ok(Live { conn, senders })
+        Ok(Live {
+            conn,
+            senders,
+            opened: tokio::time::Instant::now(),
+        })
     }
 
     /// One reconnection attempt (after the backoff's pause).
@@ -95,7 +105,6 @@ impl Amqp10Producer {
         match self.open().await {
             Ok(live) => {
                 self.live = Some(live);
-                self.backoff.reset();
                 if self.was_lost {
                     self.d
                         .events
@@ -147,6 +156,10 @@ impl Amqp10Producer {
         };
         self.d.events.connection_lost(&self.label, why);
         self.was_lost = true;
+        self.backoff.lost_after(live.opened.elapsed());
+        if let Some(e) = why.refusal() {
+            self.refused = Some(format!("the broker refuses for good ({e})"));
+        }
         let settled: Vec<Event> = live.conn.drain_events().collect();
         for e in settled {
             if let Event::Settled { tag, outcome } = e {
@@ -182,6 +195,9 @@ impl Producer for Amqp10Producer {
             body: OutBody::Data(msg.payload),
             durable: self.d.plan.durable,
         };
+        if let Some(why) = self.refused.take() {
+            return Err(DriverError::Config(why));
+        }
         // Two tries: a connection found dead while waiting for credit is replaced once right
         // away (the transfer never went out), so an idle producer's first send after a broker
         // restart is not lost.
