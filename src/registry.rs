@@ -63,7 +63,15 @@ macro_rules! dispatch {
         let plan: &RunPlan = $plan;
         loop {
             $( $(#[$m])* if <$ty as Registered>::accepts(url) {
-                let $d = <$ty as Registered>::build(url, plan, $sink.clone())?;
+                // What a driver cannot be built from is what it was given: a usage error.
+                let $d = <$ty as Registered>::build(url, plan, $sink.clone()).map_err(|e| {
+                    match e {
+                        msgbench_core::driver::DriverError::Config(_) => {
+                            crate::cmd::verdict::usage(e.into())
+                        }
+                        e => e.into(),
+                    }
+                })?;
                 break $body;
             } )*
             bail!("no driver for `{}`", msgbench_core::registration::scheme(url));
@@ -129,6 +137,33 @@ pub fn resolve(s: &Scenario, run_id: u32) -> Result<RunPlan, PlanError> {
     Ok(plan)
 }
 
+/// Every port in `url`'s authority (`host:port`, comma-separated hosts, `[v6]:port`) is a
+/// number from 0 to 65535; a port with a `{...}` template is the driver's to expand.
+fn check_ports(url: &str) -> Result<()> {
+    let Some((_, rest)) = url.split_once("://") else {
+        return Ok(());
+    };
+    let authority = rest.split(['/', '?', '#']).next().unwrap_or("");
+    let hosts = authority.rsplit_once('@').map_or(authority, |(_, h)| h);
+    for host in hosts.split(',') {
+        let port = match host.strip_prefix('[') {
+            Some(v6) => v6.split_once("]:").map(|(_, p)| p),
+            None => host.rsplit_once(':').map(|(_, p)| p),
+        };
+        if let Some(p) = port
+            && !p.is_empty()
+            && !p.contains('{')
+            && p.parse::<u16>().is_err()
+        {
+            bail!(
+                "`{}`: `{p}` is not a port number (0 to 65535)",
+                msgbench_core::redact::url(url)
+            );
+        }
+    }
+    Ok(())
+}
+
 /// Fails with a helpful message when no driver answers to a URL's scheme (the target's, and
 /// the consumers' in a pipeline).
 pub fn check_scheme(plan: &RunPlan) -> Result<()> {
@@ -153,6 +188,7 @@ pub fn check_scheme(plan: &RunPlan) -> Result<()> {
             );
         }
         // Options in the URL are checked before anything connects: a wrong one is the user's.
+        check_ports(url)?;
         if let Some(Err(e)) = each_driver!(check_url!(url)) {
             return Err(e.into());
         }

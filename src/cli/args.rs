@@ -392,7 +392,7 @@ Examples:
   msgbench run http://127.0.0.1:8080/api -p 50 --rate 20000 --method GET --header 'X-Key: 1'
       HTTP at a fixed rate (open loop); latency from request to response.
   msgbench run https://api.example/ingest --header 'Authorization: Bearer ...' --header 'X-Tenant-Sig: ...' --redact-header 'x-tenant-*'
-      Credentials are sent but never written: URL user info, Authorization, Cookie, API-key
+      Credentials are sent but never written: URL passwords, Authorization, Cookie, API-key
       headers and those matching --redact-header show as *** in results, reports and dashboard.
   msgbench run amqp://guest:guest@127.0.0.1:5672/%2f --confirm --size 1KiB --queue-group q
       RabbitMQ: publisher confirms (publish latency = publish -> confirm), one shared queue.
@@ -627,7 +627,8 @@ pub struct RunArgs {
     pub no_output: bool,
     /// Also hide the values of headers whose name matches this glob (case-insensitive, `*` any
     /// run, `?` one character; repeatable or comma-separated; scenario `[output]
-    /// redact_headers`). Always hidden: user info in every URL, credential query parameters,
+    /// redact_headers`). Always hidden: the password (or bare token) of every URL's user info
+    /// (the user name shows), credential query parameters,
     /// Authorization, Proxy-Authorization, Cookie and headers named like *api-key*, *token*,
     /// *secret*, *auth*, *session*: in the results file, every report, the dashboard and the
     /// history, as `***`.

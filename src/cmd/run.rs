@@ -437,7 +437,12 @@ pub fn run(args: RunArgs) -> Result<ExitCode> {
                 detail: detail.clone(),
             }));
             out.flush();
-            return Err(anyhow::Error::msg(detail));
+            let e_scrubbed = anyhow::Error::msg(detail);
+            // What the driver could not be built from stays the user's mistake (exit 2).
+            if e.downcast_ref::<super::verdict::UsageError>().is_some() {
+                return Err(super::verdict::usage(e_scrubbed));
+            }
+            return Err(e_scrubbed);
         }
     };
     // A stop the thresholds asked for is a verdict, not an interruption.

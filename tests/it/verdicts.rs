@@ -187,6 +187,17 @@ fn usage_errors_exit_2_and_name_what_was_expected() {
             "unknown metric `speed`",
         ),
         (vec!["run", "nope://x"], "nope"),
+        // A port out of range, wherever the driver would read it, and a password kept hidden.
+        (
+            vec!["run", "amqp10://u:pw@127.0.0.1:99999"],
+            "`amqp10://u:***@127.0.0.1:99999`: `99999` is not a port number",
+        ),
+        (
+            vec!["run", "nats://127.0.0.1:4222,127.0.0.1:42x"],
+            "`42x` is not a port number",
+        ),
+        // What a driver cannot be built from (an option of its own in the URL).
+        (vec!["run", "redis://127.0.0.1:6379/x"], "redis"),
         (
             vec!["report", "x.jsonl", "--threshold", "lost 0"],
             "expected METRIC OP VALUE",

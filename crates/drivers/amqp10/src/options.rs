@@ -1,8 +1,11 @@
 //! `[amqp10]` and the AMQP 1.0 flags of `msgbench run`: link settings, as written
 //! ([`Amqp10Section`]), resolved ([`Amqp10Plan`]) and given on the command line
 //! ([`Amqp10Args`]). Brokers differ in what they need: Artemis creates an anycast queue for a
-//! `queue` capability, Qpid Broker-J wants `create-on-demand`/`shared`, RabbitMQ 3.x addresses
-//! queues as `/queue/NAME` (or `/amq/queue/NAME` for one that exists).
+//! `queue` capability; Qpid Broker-J creates nodes only by its virtual host's node
+//! auto-creation policies (or uses existing ones), whatever the capabilities; ActiveMQ Classic
+//! routes by address prefix (`topic://{topic}` for a topic) and ignores capabilities; RabbitMQ
+//! 3.x addresses queues as `/queue/NAME` (or `/amq/queue/NAME` for one that exists). Tested
+//! against Artemis, RabbitMQ 3.10, Qpid Broker-J 9.2 and ActiveMQ Classic 6.2.
 
 use clap::Args;
 use msgbench_core::registration::CommonFlags;
@@ -120,11 +123,13 @@ impl DriverSection for Amqp10Section {
 #[derive(Debug, Args, Default, Clone, PartialEq, Eq)]
 #[command(next_help_heading = "AMQP 1.0")]
 pub struct Amqp10Args {
-    /// Link address for a topic, {topic} replaced (RabbitMQ 3.x: '/queue/{topic}').
+    /// Link address for a topic, {topic} replaced (RabbitMQ 3.x: '/queue/{topic}'; ActiveMQ
+    /// Classic topics: 'topic://{topic}').
     #[arg(long, value_name = "TEMPLATE")]
     pub address: Option<String>,
-    /// Target/source capabilities, comma-separated (default queue; Qpid Broker-J:
-    /// create-on-demand,durable,shared).
+    /// Target/source capabilities, comma-separated (default queue; fan-out: topic; shared
+    /// subscriptions: topic,shared). Qpid Broker-J creates queues only by its node
+    /// auto-creation policies, ActiveMQ Classic ignores capabilities (use --address).
     #[arg(long, value_delimiter = ',')]
     pub capabilities: Option<Vec<String>>,
     /// Send pre-settled (fire and forget: no dispositions, no publish latency).
