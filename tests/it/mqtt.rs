@@ -617,8 +617,9 @@ fn unreachable_broker_fails_fast() {
     assert!(started.elapsed() < Duration::from_secs(10));
     assert_eq!(o.status.code(), Some(1));
     assert!(stderr(&o).contains("cannot connect"), "{}", stderr(&o));
+    // A URL without a host is a usage error.
     let o = msgbench(&d.0, &["run", "mqtt://", "--no-output"]);
-    assert_eq!(o.status.code(), Some(1));
+    assert_eq!(o.status.code(), Some(2));
     assert!(stderr(&o).contains("no host"), "{}", stderr(&o));
 }
 
@@ -784,6 +785,69 @@ fn persistent_sessions() {
             );
             assert_eq!(u(&r["integrity"]["delivered"]), 1000, "{v}");
         }
+    }
+}
+
+/// Messages a persistent session kept while its subscriber was away arrive before the SUBACK
+/// of its next SUBSCRIBE (Mosquitto sends them straight after the CONNACK, HiveMQ before the
+/// SUBACK): they are delivered, acknowledged and counted (as foreign: another run's), on both
+/// protocol versions. A paho-mqtt publisher sends them meanwhile.
+#[test]
+fn a_persistent_sessions_kept_messages_are_delivered_before_the_suback() {
+    let url = need!(MQTT);
+    let Some(py) = crate::thirdparty::peer_python("paho.mqtt.client", "python3-paho-mqtt") else {
+        return;
+    };
+    let d = TempDir::new("mqtt-kept");
+    let (host, port) = url.trim_start_matches("mqtt://").rsplit_once(':').unwrap();
+    for v in ["3.1.1", "5"] {
+        let id = format!("it-kept-{}-{v}-{{role}}-{{i}}", std::process::id());
+        let topic = format!("it/kept/{}/{v}", std::process::id());
+        let consume = |secs: &str| {
+            run_json(
+                &d.0,
+                &run_args(
+                    &url,
+                    &[
+                        "--persistent-session",
+                        "--client-id",
+                        &id,
+                        "--qos",
+                        "1",
+                        "--mqtt-version",
+                        v,
+                        "-p",
+                        "1",
+                        "--rate",
+                        "5",
+                        "-c",
+                        "1",
+                        "--topic",
+                        &topic,
+                        "--duration",
+                        secs,
+                    ],
+                ),
+            )
+        };
+        consume("1s");
+        let published = Command::new(&py)
+            .args([
+                "-c",
+                "import sys, paho.mqtt.publish as p\n\
+                 p.multiple([(sys.argv[3], b'kept', 1, False)] * 40, hostname=sys.argv[1], port=int(sys.argv[2]))",
+                host,
+                port,
+                &topic,
+            ])
+            .status()
+            .unwrap();
+        assert!(published.success());
+        let r = consume("2s");
+        assert_eq!(u(&r["integrity"]["foreign"]), 40, "{v}: {}", r["integrity"]);
+        // Acknowledged: a third session finds nothing left.
+        let r = consume("1s");
+        assert_eq!(u(&r["integrity"]["foreign"]), 0, "{v}: {}", r["integrity"]);
     }
 }
 

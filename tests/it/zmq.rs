@@ -137,7 +137,8 @@ fn bad_zmq_runs_are_refused() {
         &d.0,
         &["run", "zmq://127.0.0.1:0?pattern=reqrep", "-n", "10"],
     );
-    assert_eq!(o.status.code(), Some(1));
+    // An option the driver does not take: a usage error.
+    assert_eq!(o.status.code(), Some(2));
     assert!(stderr(&o).contains("pattern"), "{}", stderr(&o));
     let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let port = taken.local_addr().unwrap().port();

@@ -125,6 +125,10 @@ pub struct Conn {
     /// Socket and buffers.
     pub wire: Wire,
     subs: Vec<(String, u8)>,
+    /// Packets that arrived while a consumer's SUBSCRIBE waited for its SUBACK (a persistent
+    /// session's stored messages come before it on HiveMQ): read before the socket, so they
+    /// are delivered and acknowledged like any.
+    early: std::collections::VecDeque<Packet>,
     /// MQTT 5 receive maximum from CONNACK (65535 for 3.1.1).
     pub receive_max: u16,
     /// Largest packet the server takes (0 = unknown).
@@ -154,6 +158,7 @@ impl Conn {
             route,
             wire: Wire::new(chunk),
             subs: Vec::new(),
+            early: Default::default(),
             receive_max: u16::MAX,
             server_max_packet: 0,
             session_present: false,
@@ -289,11 +294,16 @@ impl Conn {
 
     /// Subscribes (and remembers the filters, to resubscribe after a reconnect without a kept
     /// session). Returns when the broker granted every filter.
+    /// Whatever arrives before the SUBACK is kept and read first (see [`Conn::poll_packet`]).
     pub async fn subscribe(&mut self, filters: &[(String, u8)]) -> Result<(), DriverError> {
         self.subs.extend_from_slice(filters);
-        self.send_subscribe(filters, |_| {})
+        let mut early = std::mem::take(&mut self.early);
+        let r = self
+            .send_subscribe(filters, |p| early.push_back(p))
             .await
-            .map_err(|e| DriverError::Subscribe(e.to_string()))
+            .map_err(|e| DriverError::Subscribe(e.to_string()));
+        self.early = early;
+        r
     }
 
     /// Subscribes once (not replayed after a reconnect: for sessions, which do not
@@ -303,7 +313,8 @@ impl Conn {
         filters: &[(String, u8)],
         heard: impl FnMut(&Packet),
     ) -> Result<(), DriverError> {
-        self.send_subscribe(filters, heard)
+        let mut heard = heard;
+        self.send_subscribe(filters, |p| heard(&p))
             .await
             .map_err(|e| DriverError::Subscribe(e.to_string()))
     }
@@ -312,38 +323,37 @@ impl Conn {
     async fn send_subscribe(
         &mut self,
         filters: &[(String, u8)],
-        mut heard: impl FnMut(&Packet),
+        mut heard: impl FnMut(Packet),
     ) -> io::Result<()> {
         let list: Vec<(&str, u8)> = filters.iter().map(|(f, q)| (f.as_str(), *q)).collect();
         codec::put_subscribe(&mut self.wire.wbuf, self.settings.version, 1, &list);
         self.flush().await?;
         let deadline = tokio::time::Instant::now() + self.settings.timeout;
-        loop {
+        let codes = loop {
             let p = tokio::time::timeout_at(deadline, self.read_packet())
                 .await
                 .map_err(|_| io::Error::new(io::ErrorKind::TimedOut, "no SUBACK"))??;
-            heard(&p);
-            if let Packet::SubAck { codes, .. } = p {
-                if let Some((i, c)) = codes.iter().enumerate().find(|(_, c)| **c >= 0x80) {
-                    return Err(io::Error::other(format!(
-                        "the broker refused the subscription to `{}` (reason code 0x{c:02x})",
-                        filters.get(i).map_or("?", |f| f.0.as_str())
-                    )));
-                }
-                // A lower QoS granted than asked: deliveries would come at that QoS, and the
-                // run would report figures for one it does not measure.
-                if let Some(((f, asked), granted)) =
-                    filters.iter().zip(&codes).find(|((_, q), g)| **g < *q)
-                {
-                    return Err(io::Error::other(format!(
-                        "the broker granted QoS {granted} for `{f}`, not the {asked} asked: \
-                         deliveries would not be QoS {asked} (its maximum may be {granted}: use \
-                         --qos {granted})"
-                    )));
-                }
-                return Ok(());
+            match p {
+                Packet::SubAck { codes, .. } => break codes,
+                p => heard(p),
             }
+        };
+        if let Some((i, c)) = codes.iter().enumerate().find(|(_, c)| **c >= 0x80) {
+            return Err(io::Error::other(format!(
+                "the broker refused the subscription to `{}` (reason code 0x{c:02x})",
+                filters.get(i).map_or("?", |f| f.0.as_str())
+            )));
         }
+        // A lower QoS granted than asked: deliveries would come at that QoS, and the run would
+        // report figures for one it does not measure.
+        if let Some(((f, asked), granted)) = filters.iter().zip(&codes).find(|((_, q), g)| **g < *q)
+        {
+            return Err(io::Error::other(format!(
+                "the broker granted QoS {granted} for `{f}`, not the {asked} asked: deliveries \
+                 would not be QoS {asked} (its maximum may be {granted}: use --qos {granted})"
+            )));
+        }
+        Ok(())
     }
 
     /// Whether the connection is up.
@@ -401,6 +411,9 @@ impl Conn {
 
     /// The next packet (see [`Wire::poll_next`] for `flush`). Cancel-safe.
     pub fn poll_packet(&mut self, cx: &mut Context<'_>, flush: bool) -> Poll<io::Result<Packet>> {
+        if let Some(p) = self.early.pop_front() {
+            return Poll::Ready(Ok(p));
+        }
         let (version, max) = (self.settings.version, self.settings.max_packet);
         self.wire
             .poll_next(cx, flush, |b| codec::parse(b, version, max))
