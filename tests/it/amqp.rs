@@ -372,6 +372,25 @@ fn bad_credentials_and_unreachable() {
     assert!(stderr(&o).contains("amqp.exchange_type"), "{}", stderr(&o));
 }
 
+/// Artemis's AMQP port answers an AMQP 0-9-1 client with its own protocol header (1.0) and
+/// closes: the error says which protocol the port speaks and which scheme to use.
+#[test]
+fn a_port_of_amqp_1_0_is_named_as_such() {
+    let d = TempDir::new("amqp-other");
+    let artemis = need!("MSGBENCH_IT_ARTEMIS_URL");
+    let port = artemis.rsplit(':').next().unwrap();
+    let o = msgbench(
+        &d.0,
+        &run_args(&format!("amqp://127.0.0.1:{port}"), &["-n", "10"]),
+    );
+    assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("speaks AMQP 1.0 on this port, not 0-9-1: use amqp10://"),
+        "{}",
+        stderr(&o)
+    );
+}
+
 /// The connection workloads work over AMQP too (handshake = start/tune/open + channel open).
 #[test]
 fn connection_workloads() {

@@ -108,10 +108,29 @@ pub fn put_heartbeat(buf: &mut BytesMut) {
     buf.put_slice(&[FRAME_HEARTBEAT, 0, 0, 0, 0, 0, 0, FRAME_END]);
 }
 
+/// What a server's protocol header (the 4 bytes after `AMQP`) says about it.
+fn protocol_header(v: &[u8]) -> String {
+    match v {
+        [0 | 2 | 3, 1, 0, 0] => {
+            "the server speaks AMQP 1.0 on this port, not 0-9-1: use amqp10://".into()
+        }
+        [1, 1, 0, 10] => "the server speaks AMQP 0-10 on this port (Qpid C++), not 0-9-1".into(),
+        [a, b, c, d] => format!(
+            "the server answered with protocol header AMQP {a}.{b}.{c}.{d}: it does not take AMQP 0-9-1 on this port"
+        ),
+        _ => unreachable!("four bytes"),
+    }
+}
+
 /// Splits one frame off the front of `buf`, or `Ok(None)` if it is not complete.
 pub fn parse(buf: &mut BytesMut, frame_max: usize) -> Result<Option<Frame>, ProtoError> {
     if buf.len() < 7 {
         return Ok(None);
+    }
+    // No frame type is `A`: a server that does not take the version asked for answers with
+    // the protocol header it speaks, then closes.
+    if buf.starts_with(b"AMQP") && buf.len() >= 8 {
+        return Err(ProtoError(protocol_header(&buf[4..8])));
     }
     let kind = buf[0];
     let channel = u16::from_be_bytes([buf[1], buf[2]]);
@@ -327,6 +346,18 @@ pub fn put_ack(buf: &mut BytesMut, channel: ChannelId, delivery_tag: u64, multip
 mod tests {
     use super::*;
     use amq_protocol::types::{AMQPValue, FieldTable};
+
+    #[test]
+    fn another_protocols_header_is_named() {
+        for (h, says) in [
+            (&b"AMQP\x03\x01\x00\x00"[..], "AMQP 1.0"),
+            (b"AMQP\x01\x01\x00\x0a", "AMQP 0-10"),
+            (b"AMQP\x00\x00\x09\x01", "AMQP 0.0.9.1"),
+        ] {
+            let e = parse(&mut BytesMut::from(h), 4096).unwrap_err();
+            assert!(e.0.contains(says), "{e}");
+        }
+    }
 
     #[test]
     fn publish_frames_round_trip() {
