@@ -43,8 +43,9 @@ pub(super) struct Ramp {
     /// Once a client of the role has connected (so the target is right and reachable), a client
     /// whose attempt fails is counted and retried with backoff instead of failing the run, until
     /// the ramp's last start plus `patience`; one still failing then is reported as never
-    /// connected. Before any success a failure fails the run at once: a wrong URL or a broker
-    /// that is down is a clear error, not a long wait.
+    /// connected. Before any success a failure fails the run at once (a wrong URL or a broker
+    /// that is down is a clear error, not a long wait), except one that came after the
+    /// connection opened (a subscription cut short), which is retried twice first.
     pub patience: Option<Duration>,
 }
 
@@ -191,7 +192,14 @@ where
                     let _ = fails.send(error.connect_failure());
                     tries += 1;
                     let wait = backoff(tries, id);
-                    let retry = ok.load(Ordering::Relaxed)
+                    // A client that connected and then failed (its subscription cut short: a
+                    // broker racing its own session set-up, as Moquette does) showed the
+                    // target is right: it is retried twice even before anyone connected.
+                    let opened = matches!(
+                        error,
+                        DriverError::Subscribe(_) | DriverError::Receive(_) | DriverError::Closed
+                    );
+                    let retry = (ok.load(Ordering::Relaxed) || (opened && tries <= 2))
                         && !matches!(error, DriverError::Config(_))
                         && give_up.is_some_and(|g| tokio::time::Instant::now() + wait < g);
                     if !retry {
