@@ -731,6 +731,11 @@ fn broker_restart_mid_run() {
     assert!(kinds.contains(&"reconnected"), "{kinds:?}");
     let file = std::fs::read_to_string(d.path("r.jsonl")).unwrap();
     assert!(file.lines().last().unwrap().contains("\"type\":\"end\""));
+    // The report names the account's third term when there is one.
+    if u(&e["timeout"]) > 0 {
+        let text = stdout(&msgbench(&d.0, &["report", "r.jsonl"]));
+        assert!(text.contains("in doubt"), "{e}\n{text}");
+    }
 }
 
 /// Retained messages stay on the broker: a later run's subscriber receives the last one first,

@@ -46,10 +46,16 @@ fn phase_block(out: &mut dyn Write, p: &PhaseReport) -> std::io::Result<()> {
         "  received  {:>14} msgs {:>14.1} msgs/s {:>10.2} MB/s",
         c.received, p.received_per_s, p.received_mb_per_s
     )?;
-    if c.acked + c.nacked > 0 {
+    if c.acked + c.nacked > 0 || c.errors.timeout > 0 {
+        // In doubt: sent, and neither confirmed nor refused (its confirmation timed out, or
+        // its connection died with it in flight): the account's third term.
+        let doubt = match c.errors.timeout {
+            0 => String::new(),
+            n => format!("   in doubt {n}"),
+        };
         writeln!(
             out,
-            "  acked     {:>14} msgs   nacked {}",
+            "  acked     {:>14} msgs   nacked {}{doubt}",
             c.acked, c.nacked
         )?;
     }
