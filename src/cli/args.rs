@@ -734,7 +734,7 @@ pub struct RunArgs {
         help_heading = "Connection workloads"
     )]
     pub connect_arrival: Option<String>,
-    /// How long to hold the connections once open (default 10s).
+    /// How long to hold the connections once open (default: --duration, else 10s).
     #[arg(long, help_heading = "Connection workloads")]
     pub hold: Option<String>,
     /// Connection attempts (storm: cycles) in progress at once (default 64).

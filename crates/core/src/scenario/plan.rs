@@ -1061,7 +1061,14 @@ fn resolve_connections(s: &Scenario) -> Result<(Option<ConnectionPlan>, ClientRa
             mode,
             count,
             rate,
-            hold: duration("connections.hold", &c.hold, Duration::from_secs(10))?,
+            // Held connections are held for `hold`, or, without one, for the run's duration
+            // (`--duration`, the one length a user gives any run), or 10 s.
+            hold: match (&c.hold, &s.phases.duration) {
+                (None, Some(d)) if mode == ConnectionMode::Hold => {
+                    duration("phases.duration", &Some(d.clone()), Duration::from_secs(10))?
+                }
+                _ => duration("connections.hold", &c.hold, Duration::from_secs(10))?,
+            },
             concurrency,
             messages: c.messages.unwrap_or(0),
             publish_interval,
@@ -1138,6 +1145,19 @@ mod tests {
         assert_eq!(p.rate, RateShape::Unlimited);
         assert_eq!(p.measure, Measure::Duration(Duration::from_secs(10)));
         assert_eq!(p.receivers_per_message(), 1);
+    }
+
+    #[test]
+    fn held_connections_are_held_for_the_runs_duration_without_a_hold() {
+        let hold = |toml: &str| plan(toml).unwrap().connections.unwrap().hold;
+        let held = "[connections]\ncount = 5\n";
+        assert_eq!(hold(held), Duration::from_secs(10));
+        let timed = format!("[phases]\nduration = \"3s\"\n{held}");
+        assert_eq!(hold(&timed), Duration::from_secs(3));
+        assert_eq!(
+            hold(&format!("{timed}hold = \"7s\"\n")),
+            Duration::from_secs(7)
+        );
     }
 
     #[test]
