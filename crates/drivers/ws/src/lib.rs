@@ -10,10 +10,11 @@
 //!   Each consumer counts its own deliveries, so fan-out completeness is exact per client.
 //! - **The answer to the subscribe message** is part of a consumer's handshake: it waits up to
 //!   half the connect timeout (so the whole connection stays within it) for the server's first
-//!   message. A JSON object with an `"error"` key fails the connection with an error quoting
-//!   it; one with a `"success"` key (rango's `{"success":{"message":"subscribed",...}}`) is
-//!   consumed, never handed to the runner; anything else (data arrived first) is the first
-//!   delivery. A server that answers nothing in time (some never do, msgbench's plain
+//!   message. A JSON object without a msgbench stamp that refuses (an `"error"` key, or a
+//!   `type`/`event`/`status` of `"error"`) fails the connection with an error quoting it; one
+//!   that accepts (rango's `{"success":...}`, an `event`/`type`/`status` such as Kraken's
+//!   `subscriptionStatus`, a JSON-RPC `result` with an `id`) is consumed, never handed to the
+//!   runner; anything else (data arrived first) is the first delivery. A server that answers nothing in time (some never do, msgbench's plain
 //!   broadcast server among them) costs that wait: the consumer goes on as subscribed and the
 //!   run gets one `warning` event saying no answer came; if a success answer turns up later,
 //!   it is still consumed (an error answer then is reported as an `error` event). The same
@@ -365,23 +366,43 @@ enum Answered {
     Data,
 }
 
-/// Reads the first message after a subscribe message (`text`: it came as a text message).
+/// Reads the first message after a subscribe message (`text`: it came as a text message). A
+/// text JSON object without a msgbench stamp that looks like an answer is one: `"error"`, or
+/// `type`/`event`/`status` equal to `"error"`, refuses; `"success"` (rango), an `event`,
+/// `type` or `status` of another value (Kraken's `subscriptionStatus`, Coinbase's
+/// `subscriptions`, Bitstamp's `bts:subscription_succeeded`), or a JSON-RPC `result` with an
+/// `id` (Binance) accepts. Anything else is data.
 fn answered(text: bool, m: &[u8]) -> Answered {
-    if !text || !m.trim_ascii_start().starts_with(b"{") {
+    if !text
+        || !m.trim_ascii_start().starts_with(b"{")
+        || msgbench_core::stamp::Stamp::find_text(m).is_some()
+    {
         return Answered::Data;
     }
-    match serde_json::from_slice::<serde_json::Map<String, serde_json::Value>>(m) {
-        Ok(o) if o.contains_key("error") => {
-            let s = String::from_utf8_lossy(m);
-            let cut = s.floor_char_boundary(300);
-            Answered::Error(format!(
-                "{}{}",
-                &s[..cut],
-                if cut < s.len() { "..." } else { "" }
-            ))
-        }
-        Ok(o) if o.contains_key("success") => Answered::Success,
-        _ => Answered::Data,
+    let Ok(o) = serde_json::from_slice::<serde_json::Map<String, serde_json::Value>>(m) else {
+        return Answered::Data;
+    };
+    let says_error = ["type", "event", "status"]
+        .iter()
+        .any(|k| o.get(*k).and_then(|v| v.as_str()) == Some("error"));
+    if o.contains_key("error") || says_error {
+        let s = String::from_utf8_lossy(m);
+        let cut = s.floor_char_boundary(300);
+        return Answered::Error(format!(
+            "{}{}",
+            &s[..cut],
+            if cut < s.len() { "..." } else { "" }
+        ));
+    }
+    let accepts = o.contains_key("success")
+        || ["type", "event", "status"]
+            .iter()
+            .any(|k| o.contains_key(*k))
+        || (o.contains_key("result") && o.contains_key("id"));
+    if accepts {
+        Answered::Success
+    } else {
+        Answered::Data
     }
 }
 
@@ -597,6 +618,32 @@ mod tests {
             Answered::Data
         );
         assert_eq!(answered(true, b"MB\x01"), Answered::Data);
+        // Other services' answers, and data that merely looks like one (a stamp inside).
+        for ok in [
+            &br#"{"event":"subscribed","channel":"t"}"#[..],
+            br#"{"type":"subscriptions","channels":[]}"#,
+            br#"{"result":null,"id":1}"#,
+        ] {
+            assert_eq!(answered(true, ok), Answered::Success);
+        }
+        assert!(matches!(
+            answered(true, br#"{"type":"error","message":"bad channel"}"#),
+            Answered::Error(q) if q.contains("bad channel")
+        ));
+        let mut stamped = br#"{"type":"trade","id":""#.to_vec();
+        let stamp = msgbench_core::stamp::Stamp {
+            run_id: 1,
+            producer: 2,
+            stream: 0,
+            seq: 3,
+            intended_ns: 4,
+            sent_ns: 5,
+        };
+        let mut text = [0u8; msgbench_core::stamp::TEXT_STAMP_LEN];
+        stamp.write_text(&mut text);
+        stamped.extend_from_slice(&text);
+        stamped.extend_from_slice(br#""}"#);
+        assert_eq!(answered(true, &stamped), Answered::Data);
     }
 
     /// A WebSocket server that answers each client's first message with `answers` (text
