@@ -6,8 +6,9 @@
 //! frame per message; bodies are received as slices of the read buffer.
 //!
 //! Topology, declared by the clients before anything is sent (declares are idempotent):
-//! - producers publish to `amqp.exchange` (default `msgbench`, type `amqp.exchange_type`) with
-//!   the topic as routing key (`""` = the default exchange: the topic is the queue name);
+//! - producers publish to `amqp.exchange` (default `msgbench.exchange`, type
+//!   `amqp.exchange_type`) with the topic as routing key (`""` = the default exchange: the
+//!   topic is the queue name);
 //! - fan-out consumers each get an exclusive, server-named queue bound with the topic, so every
 //!   consumer receives every message;
 //! - a queue group shares one queue `msgbench.<group>.<topic>` (competing consumers);

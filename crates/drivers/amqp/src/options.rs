@@ -102,11 +102,14 @@ impl DriverSection for AmqpSection {
         }
         let durable = a.durable.unwrap_or(queue_type == "quorum");
         // Redeclaring an exchange with other flags fails (406), so durable runs get their own.
+        // Neither is named like the default topic (`msgbench`): Qpid Broker-J resolves a name
+        // to an exchange before a queue, and an AMQP 1.0 run's queue `msgbench` (or a default
+        // exchange publish to it) then went to the exchange, unbound: all lost.
         let exchange = a.exchange.clone().unwrap_or_else(|| {
             if durable {
                 "msgbench.durable".into()
             } else {
-                "msgbench".into()
+                "msgbench.exchange".into()
             }
         });
         if exchange.is_empty() && exchange_type != "direct" {
