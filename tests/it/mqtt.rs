@@ -604,6 +604,21 @@ fn connection_preflight_names_the_limit() {
     assert!(e.contains("25000000 connections to one address"), "{e}");
 }
 
+/// RabbitMQ 3.x's MQTT plugin speaks MQTT 3.1.1 only and closes the connection in answer to
+/// an MQTT 5 CONNECT: the error says what that likely means (it said "unexpected end of file").
+#[test]
+fn a_broker_closing_on_an_mqtt_5_connect_is_explained() {
+    let d = TempDir::new("mqtt-v5-closed");
+    let url = need!("MSGBENCH_IT_RMQ_MQTT_URL");
+    let o = msgbench(&d.0, &run_args(&url, &["--mqtt-version", "5", "-n", "10"]));
+    assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("it may not speak MQTT 5 (use --mqtt-version 3.1.1)"),
+        "{}",
+        stderr(&o)
+    );
+}
+
 /// An unreachable broker is a clear error within the connect timeout.
 #[test]
 fn unreachable_broker_fails_fast() {

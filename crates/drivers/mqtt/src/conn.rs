@@ -225,10 +225,17 @@ impl Conn {
         );
         let r = tokio::time::timeout(timeout, async {
             self.flush().await.map_err(|e| NetError::from_io(&e))?;
-            let packet = self
-                .read_packet()
-                .await
-                .map_err(|e| NetError::from_io(&e))?;
+            let packet = self.read_packet().await.map_err(|e| {
+                let mut n = NetError::from_io(&e);
+                // Brokers that know only MQTT 3.1.1 (RabbitMQ 3.x, ActiveMQ Classic) may
+                // answer an MQTT 5 CONNECT by closing the connection.
+                if v5 && e.kind() == std::io::ErrorKind::UnexpectedEof {
+                    n.detail = "the broker closed the connection in answer to an MQTT 5 \
+                                CONNECT: it may not speak MQTT 5 (use --mqtt-version 3.1.1)"
+                        .into();
+                }
+                n
+            })?;
             match packet {
                 Packet::ConnAck {
                     session_present,
@@ -284,9 +291,10 @@ impl Conn {
         // Resubscribe when the broker did not keep the session.
         if !self.subs.is_empty() && !self.session_present {
             let subs = self.subs.clone();
-            self.send_subscribe(&subs, |_| {})
-                .await
-                .map_err(|e| DriverError::Subscribe(e.to_string()))?;
+            let mut early = std::mem::take(&mut self.early);
+            let r = self.send_subscribe(&subs, |p| early.push_back(p)).await;
+            self.early = early;
+            r.map_err(|e| DriverError::Subscribe(e.to_string()))?;
         }
         self.wire.shrink();
         Ok(())
