@@ -436,7 +436,9 @@ results file; a second one cuts the drain short.
 Exit codes: 0 the run completed (and every threshold passed); 1 it could not run (unreachable
 target, refused connection, every producer failed, a results file that cannot be written); 2
 usage error (bad flag, URL, scenario or threshold); 3 verdict failed: a threshold failed, or, without thresholds, nothing
-was delivered where deliveries were expected, or a connection workload opened no connection;
+was delivered where deliveries were expected, nothing was confirmed where the protocol confirms
+(every publish refused or unanswered, every HTTP response an error), or a connection workload
+opened no connection;
 130 interrupted (Ctrl-C, SIGTERM, SIGHUP).";
 
 const VALIDATE_EXAMPLES: &str = "\

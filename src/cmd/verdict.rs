@@ -3,8 +3,9 @@
 //!
 //! Exit codes, documented in `run --help` and docs/GUIDE.md ("Verdicts"):
 //! 0 success; 1 could not run; 2 usage error; 3 verdict failed (a threshold failed, or without
-//! thresholds nothing was delivered where deliveries were expected, or a connection workload
-//! opened no connection at all); 130 interrupted.
+//! thresholds nothing was delivered where deliveries were expected, nothing was confirmed
+//! where confirmations were expected, or a connection workload opened no connection at all);
+//! 130 interrupted.
 
 use crate::cli::args::VerdictArgs;
 use anyhow::{Context, Result};
@@ -93,6 +94,29 @@ pub fn conclude(report: &RunReport, interrupted: bool) -> Conclusion {
                 i.expected
             )),
         };
+    }
+    // Where the protocol confirms (acks, HTTP responses), a run in which every answer was a
+    // refusal or never came measured nothing but the failures: it does not pass quietly
+    // either (a broker refusing every publish, a server answering 503 to every request).
+    if report.thresholds.is_empty() && !segment && report.connections.is_none() {
+        let (sent, acked, refused, doubt) = report.phases.iter().fold((0, 0, 0, 0), |a, p| {
+            let c = &p.counters;
+            (
+                a.0 + c.sent,
+                a.1 + c.acked,
+                a.2 + c.nacked,
+                a.3 + c.errors.timeout,
+            )
+        });
+        if sent > 0 && acked == 0 && refused + doubt > 0 {
+            return Conclusion {
+                code: EXIT_VERDICT,
+                reason: Some(format!(
+                    "nothing was confirmed: of {sent} sent, {refused} refused and {doubt} in \
+                     doubt (unanswered), none acknowledged"
+                )),
+            };
+        }
     }
     // A connection workload in which not one connection opened measured nothing but the
     // refusals: like a message run where nothing arrived, it does not pass quietly.

@@ -179,3 +179,56 @@ fn bad_http_runs_are_refused() {
         stderr(&o)
     );
 }
+
+/// A server answering every request with 503 (Python's own HTTP server, keep-alive): every
+/// response counts as refused, and a run in which nothing was acknowledged fails its verdict
+/// (exit 3) instead of passing with a warning.
+#[test]
+fn a_server_refusing_every_request_fails_the_verdict() {
+    let Some(py) = crate::thirdparty::peer_python("http.server", "python3") else {
+        return;
+    };
+    let script = r#"
+import http.server, socketserver, sys
+class H(http.server.BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    def _answer(self):
+        n = int(self.headers.get("Content-Length") or 0)
+        self.rfile.read(n)
+        self.send_response(503)
+        self.send_header("Content-Length", "0")
+        self.end_headers()
+    do_GET = do_POST = _answer
+    def log_message(self, *a):
+        pass
+s = http.server.ThreadingHTTPServer(("127.0.0.1", 0), H)
+print("ready", flush=True)
+print(s.server_address[1], flush=True)
+s.serve_forever()
+"#;
+    let (mut server, mut out) = crate::thirdparty::ready_peer(&py, script, &[]);
+    let mut port = String::new();
+    std::io::BufRead::read_line(&mut out, &mut port).unwrap();
+    let d = TempDir::new("http-503");
+    let url = format!("http://127.0.0.1:{}/", port.trim());
+    let o = msgbench(
+        &d.0,
+        &[
+            "run",
+            &url,
+            "--rate",
+            "50",
+            "--duration",
+            "1s",
+            "--no-output",
+        ],
+    );
+    let _ = server.kill();
+    let _ = server.wait();
+    assert_eq!(o.status.code(), Some(3), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("nothing was confirmed") && stderr(&o).contains("none acknowledged"),
+        "{}",
+        stderr(&o)
+    );
+}
