@@ -120,7 +120,7 @@ fn refused_commands_are_counted_as_refused_messages() {
         .expect("redis-cli (package redis-tools, installed with redis-server)");
     assert!(set.status.success());
     let d = TempDir::new("redis-refused");
-    let r = run_json(
+    let o = msgbench(
         &d.0,
         &[
             "run",
@@ -134,8 +134,19 @@ fn refused_commands_are_counted_as_refused_messages() {
             "--warmup",
             "0s",
             "--no-output",
+            "--format",
+            "json",
+            "--quiet",
         ],
     );
+    // Nothing acknowledged: the verdict fails.
+    assert_eq!(o.status.code(), Some(3), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("nothing was confirmed"),
+        "{}",
+        stderr(&o)
+    );
+    let r: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
     let c = &measure(&r)["counters"];
     assert_eq!((u(&c["sent"]), u(&c["nacked"])), (500, 500), "{c}");
     let events = r["events"].to_string();

@@ -68,7 +68,7 @@ impl Backoff {
     }
 
     /// A connection this backoff paced was lost after living `lived`. One that lasted less
-    /// than [`STABLE`] counts as a failed attempt, so a server that accepts connections and
+    /// than a second counts as a failed attempt, so a server that accepts connections and
     /// drops each at its first message is retried ever less often instead of hundreds of
     /// times a second; a longer one starts the pauses over (the first attempt at once).
     /// Clients that use this do not [`reset`](Backoff::reset) when a connection opens.
@@ -83,7 +83,7 @@ impl Backoff {
 
 /// How long a connection must have lived for its loss to start the pauses over
 /// ([`Backoff::lost_after`]).
-pub const STABLE: Duration = Duration::from_secs(1);
+pub(crate) const STABLE: Duration = Duration::from_secs(1);
 
 #[cfg(test)]
 mod tests {
