@@ -291,10 +291,9 @@ impl Conn {
         // Resubscribe when the broker did not keep the session.
         if !self.subs.is_empty() && !self.session_present {
             let subs = self.subs.clone();
-            let mut early = std::mem::take(&mut self.early);
-            let r = self.send_subscribe(&subs, |p| early.push_back(p)).await;
-            self.early = early;
-            r.map_err(|e| DriverError::Subscribe(e.to_string()))?;
+            self.subscribe_keeping_early(&subs)
+                .await
+                .map_err(|e| DriverError::Subscribe(e.to_string()))?;
         }
         self.wire.shrink();
         Ok(())
@@ -305,11 +304,15 @@ impl Conn {
     /// Whatever arrives before the SUBACK is kept and read first (see [`Conn::poll_packet`]).
     pub async fn subscribe(&mut self, filters: &[(String, u8)]) -> Result<(), DriverError> {
         self.subs.extend_from_slice(filters);
-        let mut early = std::mem::take(&mut self.early);
-        let r = self
-            .send_subscribe(filters, |p| early.push_back(p))
+        self.subscribe_keeping_early(filters)
             .await
-            .map_err(|e| DriverError::Subscribe(e.to_string()));
+            .map_err(|e| DriverError::Subscribe(e.to_string()))
+    }
+
+    /// Sends SUBSCRIBE and waits for its SUBACK, keeping what arrives meanwhile in `early`.
+    async fn subscribe_keeping_early(&mut self, filters: &[(String, u8)]) -> io::Result<()> {
+        let mut early = std::mem::take(&mut self.early);
+        let r = self.send_subscribe(filters, |p| early.push_back(p)).await;
         self.early = early;
         r
     }
