@@ -352,6 +352,7 @@ mod tests {
             stages: Vec::new(),
             tcp: None,
             backlog: None,
+            responses: None,
             thresholds: Vec::new(),
             groups: Vec::new(),
         };

@@ -378,6 +378,14 @@ fn flags_to_scenario(a: &RunArgs) -> Result<Scenario> {
     };
     s.drivers.put(&a.amqp.section(&common));
     s.drivers.put(&a.http.section());
+    // `--header` is both the HTTP requests' and the WebSocket upgrades' (both are HTTP): said
+    // wrong once, as the flag, not as two sections.
+    if let Some(bad) = a.http.header.iter().find(|h| !h.contains(':')) {
+        bail!("--header: `{bad}` is not `NAME: VALUE`");
+    }
+    s.drivers.put(&msgbench_driver_ws::options::WsSection {
+        headers: (!a.http.header.is_empty()).then(|| a.http.header.clone()),
+    });
     s.drivers.put(&a.amqp10.section(&common));
     s.drivers.put(&a.kafka.section());
     Ok(s)

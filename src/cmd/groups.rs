@@ -204,6 +204,13 @@ pub async fn run(
         stages: Vec::new(),
         tcp: total.tcp,
         backlog: None,
+        responses: outcomes
+            .iter()
+            .filter_map(|o| o.responses.clone())
+            .reduce(|mut a, b| {
+                a.add(&b);
+                a
+            }),
     };
     Ok((outcome, group_ends))
 }

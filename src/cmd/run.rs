@@ -241,6 +241,7 @@ pub(crate) fn end_record(
         stages: outcome.stages.clone(),
         tcp: outcome.tcp,
         backlog: outcome.backlog,
+        responses: outcome.responses.clone(),
         thresholds: Vec::new(),
         groups: Vec::new(),
     }

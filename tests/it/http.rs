@@ -3,6 +3,7 @@
 
 use crate::util;
 
+use serde_json::json;
 use util::*;
 
 /// Closed loop over HTTP/1.1 keep-alive: every request answered and timed; HTTP runs get no
@@ -143,7 +144,7 @@ fn bad_http_runs_are_refused() {
     let o = msgbench(&d.0, &["run", &s.url, "--method", "G E T", "-n", "10"]);
     assert!(stderr(&o).contains("http.method"), "{}", stderr(&o));
     let o = msgbench(&d.0, &["run", &s.url, "--header", "novalue", "-n", "10"]);
-    assert!(stderr(&o).contains("http.headers"), "{}", stderr(&o));
+    assert!(stderr(&o).contains("--header: `novalue`"), "{}", stderr(&o));
     let o = msgbench(
         &d.0,
         &[
@@ -188,29 +189,9 @@ fn a_server_refusing_every_request_fails_the_verdict() {
     let Some(py) = crate::thirdparty::peer_python("http.server", "python3") else {
         return;
     };
-    let script = r#"
-import http.server, socketserver, sys
-class H(http.server.BaseHTTPRequestHandler):
-    protocol_version = "HTTP/1.1"
-    def _answer(self):
-        n = int(self.headers.get("Content-Length") or 0)
-        self.rfile.read(n)
-        self.send_response(503)
-        self.send_header("Content-Length", "0")
-        self.end_headers()
-    do_GET = do_POST = _answer
-    def log_message(self, *a):
-        pass
-s = http.server.ThreadingHTTPServer(("127.0.0.1", 0), H)
-print("ready", flush=True)
-print(s.server_address[1], flush=True)
-s.serve_forever()
-"#;
-    let (mut server, mut out) = crate::thirdparty::ready_peer(&py, script, &[]);
-    let mut port = String::new();
-    std::io::BufRead::read_line(&mut out, &mut port).unwrap();
+    let port = status_server(&py, "503");
     let d = TempDir::new("http-503");
-    let url = format!("http://127.0.0.1:{}/", port.trim());
+    let url = format!("http://127.0.0.1:{}/", port.0);
     let o = msgbench(
         &d.0,
         &[
@@ -223,12 +204,70 @@ s.serve_forever()
             "--no-output",
         ],
     );
-    let _ = server.kill();
-    let _ = server.wait();
+    drop(port);
     assert_eq!(o.status.code(), Some(3), "{}", stderr(&o));
     assert!(
         stderr(&o).contains("nothing was confirmed") && stderr(&o).contains("none acknowledged"),
         "{}",
         stderr(&o)
+    );
+}
+
+/// A Python HTTP server (keep-alive, threaded) answering requests with the statuses of
+/// `statuses` (comma-separated) in turn, across all connections; its port, and the process
+/// (killed when dropped).
+fn status_server(py: &str, statuses: &str) -> (String, Killed) {
+    let script = r#"
+import http.server, itertools, sys
+codes = [int(c) for c in sys.argv[1].split(",")]
+turn = itertools.count()
+class H(http.server.BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    def _answer(self):
+        n = int(self.headers.get("Content-Length") or 0)
+        self.rfile.read(n)
+        self.send_response(codes[next(turn) % len(codes)])
+        self.send_header("Content-Length", "0")
+        self.end_headers()
+    do_GET = do_POST = _answer
+    def log_message(self, *a):
+        pass
+s = http.server.ThreadingHTTPServer(("127.0.0.1", 0), H)
+print("ready", flush=True)
+print(s.server_address[1], flush=True)
+s.serve_forever()
+"#;
+    let (server, mut out) = crate::thirdparty::ready_peer(py, script, &[statuses]);
+    let mut port = String::new();
+    std::io::BufRead::read_line(&mut out, &mut port).unwrap();
+    (port.trim().to_string(), Killed(server))
+}
+
+/// Responses are counted by status over all producers, exactly, into the results file and
+/// the final report: 4 connections to a server answering 200, 429 and 503 in turn.
+#[test]
+fn responses_are_counted_by_status_across_producers() {
+    let Some(py) = crate::thirdparty::peer_python("http.server", "python3") else {
+        return;
+    };
+    let (port, _server) = status_server(&py, "200,429,503");
+    let d = TempDir::new("http-statuses");
+    let url = format!("http://127.0.0.1:{port}/");
+    let args = [
+        "run", &url, "-p", "4", "--rate", "600", "-n", "300", "--warmup", "0s",
+    ];
+    let r = run_json(&d.0, &args);
+    assert_eq!(
+        r["responses"]["statuses"],
+        json!([{"code": 200, "count": 100}, {"code": 429, "count": 100}, {"code": 503, "count": 100}]),
+        "{}",
+        r["responses"]
+    );
+    assert_eq!(u(&r["responses"]["connections"]), 4, "{}", r["responses"]);
+    let o = msgbench(&d.0, &[&args[..], &["--no-output"]].concat());
+    assert!(
+        stdout(&o).contains("responses    200 ×100, 429 ×100, 503 ×100; 4 connections"),
+        "{}",
+        stdout(&o)
     );
 }

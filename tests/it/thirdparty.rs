@@ -577,19 +577,14 @@ fn ws_broadcast_with_websockets() {
     assert_eq!(ran.json(), broadcast_expected(), "{}", ran.context());
 }
 
-/// msgbench's WebSocket client against a server it did not write: a `websockets` relay on two
-/// ports, msgbench's clients spread over both in one URL and, with an open-file limit of 200 for
-/// 300 receivers, held in io_uring tables. Every receiver gets every message exactly once.
-#[test]
-fn ws_clients_through_a_websockets_relay() {
-    let Some(py) = peer_python("websockets", "python3-websockets") else {
-        return;
-    };
-    let ports = [free_port(), free_port()];
+/// The `websockets` relay (tests/fixtures/peer_websockets_relay.py) on `ports`, with `env`
+/// (`RELAY_TOKEN`, `RELAY_SUBPROTOCOL`), once it listens.
+fn websockets_relay(py: &str, ports: &[u16], env: &[(&str, &str)]) -> Killed {
     let mut relay = Killed(
-        Command::new(&py)
+        Command::new(py)
             .arg(fixture("peer_websockets_relay.py"))
-            .args(ports.map(|p| p.to_string()))
+            .args(ports.iter().map(|p| p.to_string()))
+            .envs(env.iter().copied())
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(Stdio::null())
@@ -601,6 +596,66 @@ fn ws_clients_through_a_websockets_relay() {
         .read_line(&mut line)
         .unwrap();
     assert_eq!(line.trim_end(), "relay ready");
+    relay
+}
+
+/// A gateway that wants a token and a subprotocol in the upgrade request (a `websockets`
+/// relay refusing upgrades without them, then naming the subprotocol in its 101): without
+/// `--header` msgbench says the server refused and why; with them every message arrives, and
+/// the token is in no file the run writes.
+#[test]
+fn ws_upgrade_carries_the_headers_a_gateway_needs() {
+    let Some(py) = peer_python("websockets", "python3-websockets") else {
+        return;
+    };
+    let port = free_port();
+    let _relay = websockets_relay(
+        &py,
+        &[port],
+        &[("RELAY_TOKEN", "s3cret-XYZ"), ("RELAY_SUBPROTOCOL", "mqtt")],
+    );
+    let url = format!("ws://127.0.0.1:{port}/");
+    let d = TempDir::new("ws-headers");
+    let base = [
+        "run", &url, "-p", "1", "-c", "2", "-n", "50", "--rate", "100",
+    ];
+    let o = msgbench(&d.0, &[&base[..], &["--warmup", "0s"]].concat());
+    let err = stderr(&o);
+    assert_eq!(o.status.code(), Some(1), "{err}");
+    assert!(
+        err.contains("refused the WebSocket upgrade") && err.contains("401"),
+        "{err}"
+    );
+    let auth = ["--header", "Authorization: Bearer s3cret-XYZ"];
+    let o = msgbench(&d.0, &[&base[..], &auth, &["--warmup", "0s"]].concat());
+    assert!(stderr(&o).contains("400"), "{}", stderr(&o));
+    let r = run_json(
+        &d.0,
+        &[
+            &base[..],
+            &auth,
+            &["--header", "Sec-WebSocket-Protocol: mqtt", "--warmup", "0s"],
+        ]
+        .concat(),
+    );
+    let i = &r["integrity"];
+    assert_eq!((u(&i["expected"]), u(&i["delivered"])), (100, 100), "{i}");
+    for f in std::fs::read_dir(&d.0).unwrap() {
+        let text = std::fs::read(f.unwrap().path()).unwrap_or_default();
+        assert!(!String::from_utf8_lossy(&text).contains("s3cret-XYZ"));
+    }
+}
+
+/// msgbench's WebSocket client against a server it did not write: a `websockets` relay on two
+/// ports, msgbench's clients spread over both in one URL and, with an open-file limit of 200 for
+/// 300 receivers, held in io_uring tables. Every receiver gets every message exactly once.
+#[test]
+fn ws_clients_through_a_websockets_relay() {
+    let Some(py) = peer_python("websockets", "python3-websockets") else {
+        return;
+    };
+    let ports = [free_port(), free_port()];
+    let _relay = websockets_relay(&py, &ports, &[]);
     let url = format!("ws://127.0.0.1:{},127.0.0.1:{}/", ports[0], ports[1]);
     let d = TempDir::new("ws-peer-relay");
     let args = [

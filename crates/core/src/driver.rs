@@ -241,6 +241,9 @@ pub enum DriverEventKind {
     Error,
     /// Something worth knowing that is not an error.
     Warning,
+    /// The peer broke the protocol and the connection was failed for it: logged as a
+    /// disconnection, counted as a protocol error (not as a disconnection).
+    Violation,
 }
 
 impl From<DriverEventKind> for msgbench_metrics::EventKind {
@@ -251,6 +254,7 @@ impl From<DriverEventKind> for msgbench_metrics::EventKind {
             DriverEventKind::Disconnected => EventKind::Disconnected,
             DriverEventKind::Error => EventKind::Error,
             DriverEventKind::Warning => EventKind::Warning,
+            DriverEventKind::Violation => EventKind::Disconnected,
         }
     }
 }
@@ -271,6 +275,14 @@ impl EventSink {
         self.emit(
             DriverEventKind::Disconnected,
             format!("{client}: connection lost: {why}"),
+        );
+    }
+
+    /// Reports that `client` failed its connection because the peer broke the protocol.
+    pub fn protocol_violation(&self, client: &str, why: &dyn std::fmt::Display) {
+        self.emit(
+            DriverEventKind::Violation,
+            format!("{client}: connection failed: {why}"),
         );
     }
 
@@ -365,6 +377,12 @@ pub trait Driver: Send + Sync + 'static {
         &self,
         spec: &ConsumerSpec,
     ) -> impl Future<Output = Result<Self::Consumer, DriverError>> + Send;
+
+    /// What a request/response protocol answered, by status (HTTP), read once every client
+    /// has closed, for the results file. Drivers without response statuses have none.
+    fn responses(&self) -> Option<msgbench_metrics::ResponseSummary> {
+        None
+    }
 
     /// Whether [`Driver::session`] honours [`SessionSpec::fd_free`], so a run may hold more
     /// connections than the open-file limit allows.

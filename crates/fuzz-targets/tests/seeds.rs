@@ -446,7 +446,7 @@ fn ws_seeds() {
     b.put_slice(&[0x82, 127, 0, 0, 0, 0, 0, 0, 0, 3, 1, 2, 3]); // a 64-bit length
     seed("ws_codec", "server_frames", mode(0, false), &b);
     let mut b = BytesMut::new();
-    ws::put_request(&mut b, "localhost:8080", "/ws?x=1", &ws::new_key(7));
+    ws::put_request(&mut b, "localhost:8080", "/ws?x=1", &ws::new_key(7), &[]);
     ws::put_frame(&mut b, ws::OP_TEXT, b"hello", Some([1, 2, 3, 4]));
     ws::put_frame(&mut b, ws::OP_PONG, b"", Some([9, 9, 9, 9]));
     ws::put_close(&mut b, 1001, Some([5, 6, 7, 8]));

@@ -741,6 +741,13 @@ pub fn merge_ends(ends: &[(String, &End)], mut warnings: Vec<String>, one_proces
             a.add(&b);
             a
         }),
+        responses: ends
+            .iter()
+            .filter_map(|(_, e)| e.responses.clone())
+            .reduce(|mut a, b| {
+                a.add(&b);
+                a
+            }),
         // A segmented run cannot build a backlog (each segment sees only its own sends).
         backlog: None,
         // Judged again on the merged figures (see `RunReport`): a segment's verdict is not

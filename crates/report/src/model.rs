@@ -82,6 +82,9 @@ pub struct RunReport {
     /// The kernel's TCP counters of the generator's connections (from `end`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tcp: Option<msgbench_metrics::TcpSummary>,
+    /// Request/response drivers (HTTP): responses by status code (from `end`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub responses: Option<msgbench_metrics::ResponseSummary>,
     /// Backlog runs: the backlog built and how fast it drained (from `end`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub backlog: Option<msgbench_metrics::BacklogSummary>,
@@ -517,6 +520,7 @@ impl ReportBuilder {
             generator,
             connections: end.and_then(|e| e.connections.clone()),
             tcp: end.and_then(|e| e.tcp),
+            responses: end.and_then(|e| e.responses.clone()),
             backlog: end.and_then(|e| e.backlog),
             distributions,
             begin,

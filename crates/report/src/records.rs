@@ -154,6 +154,9 @@ pub struct End {
     /// retransmissions), summed as they closed; absent when there were none to ask.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tcp: Option<msgbench_metrics::TcpSummary>,
+    /// Request/response drivers (HTTP): responses by status code, requests without one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub responses: Option<msgbench_metrics::ResponseSummary>,
     /// Backlog runs (`--backlog`): the backlog built and how fast the consumers drained it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub backlog: Option<msgbench_metrics::BacklogSummary>,

@@ -211,6 +211,7 @@ pub fn combined_end(ends: &[(End, bool)], interrupted: bool) -> End {
         stages: Vec::new(),
         tcp: None,
         backlog: None,
+        responses: None,
         thresholds: Vec::new(),
         groups: Vec::new(),
     }

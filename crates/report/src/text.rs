@@ -226,6 +226,10 @@ pub fn write(r: &RunReport, out: &mut dyn Write) -> std::io::Result<()> {
         writeln!(out)?;
         writeln!(out, "{line}")?;
     }
+    if let Some(s) = &r.responses {
+        writeln!(out)?;
+        writeln!(out, "responses    {}", s.line())?;
+    }
     tcp_block(out, r)?;
     warnings(out, r)
 }

@@ -88,6 +88,7 @@ fn end(sent: u64, expected: u64, delivered: u64, hist_us: u64) -> End {
         stages: Vec::new(),
         tcp: None,
         backlog: None,
+        responses: None,
         thresholds: Vec::new(),
         groups: Vec::new(),
     }

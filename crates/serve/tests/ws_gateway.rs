@@ -50,7 +50,7 @@ impl Client {
     async fn connect(addr: SocketAddr, path: &str) -> Client {
         let mut s = TcpStream::connect(addr).await.unwrap();
         let mut req = BytesMut::new();
-        codec::put_request(&mut req, "gw", path, "dGhlIHNhbXBsZSBub25jZQ==");
+        codec::put_request(&mut req, "gw", path, "dGhlIHNhbXBsZSBub25jZQ==", &[]);
         s.write_all(&req).await.unwrap();
         let mut c = Client {
             s,

@@ -229,6 +229,7 @@ impl MessageRun<'_> {
         match e.kind {
             DriverEventKind::Reconnected => self.extra.reconnects += 1,
             DriverEventKind::Disconnected => self.extra.errors.add(ErrorKind::Disconnect, 1),
+            DriverEventKind::Violation => self.extra.errors.add(ErrorKind::Protocol, 1),
             DriverEventKind::Error | DriverEventKind::Warning => {}
         }
         observer.event(&run_event(self.t0, e.kind.into(), e.detail, now_ns()));

@@ -173,6 +173,7 @@ impl MessageRun<'_> {
             stages,
             tcp: None,
             backlog: self.backlog.and_then(|b| b.summary(self.t0)),
+            responses: None,
         }
     }
 

@@ -89,6 +89,7 @@ pub async fn run_member<D: Driver>(
 ) -> Result<RunOutcome, RunError> {
     // Every client has closed when either returns, so the TCP tally is complete.
     let tcp0 = crate::tcp_tally::totals();
+    let counted = driver.clone();
     let mut outcome = match &plan.connections {
         Some(cp) => {
             connections::run_connections(driver, plan, cp, events, observer, shutdown, member)
@@ -97,5 +98,6 @@ pub async fn run_member<D: Driver>(
         None => messages::run_messages(driver, plan, events, observer, shutdown, member).await?,
     };
     outcome.tcp = crate::tcp_tally::since(&tcp0);
+    outcome.responses = counted.responses();
     Ok(outcome)
 }

@@ -59,6 +59,10 @@ pub struct RunOutcome {
     /// Backlog runs: the backlog built and how fast it drained.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub backlog: Option<msgbench_metrics::BacklogSummary>,
+    /// Request/response drivers (HTTP): the responses by status code, and the requests that
+    /// got none ([`Driver::responses`](crate::driver::Driver::responses)).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub responses: Option<msgbench_metrics::ResponseSummary>,
 }
 
 /// Why a run could not start.

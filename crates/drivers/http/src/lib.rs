@@ -173,6 +173,10 @@ impl Driver for HttpDriver {
         }
     }
 
+    fn responses(&self) -> Option<msgbench_metrics::ResponseSummary> {
+        Some(self.stats.summary())
+    }
+
     async fn producer(&self, spec: &ProducerSpec) -> Result<HttpProducer, DriverError> {
         if let Some(max) = self.max_in_flight()
             && spec.max_in_flight > max

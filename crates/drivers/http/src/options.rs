@@ -78,7 +78,9 @@ pub struct HttpArgs {
     /// HTTP method (default POST, the payload as body; GET and HEAD send none).
     #[arg(long)]
     pub method: Option<String>,
-    /// Extra request header, repeatable: --header 'Authorization: Bearer x'.
+    /// Extra request header, repeatable: --header 'Authorization: Bearer x'. Also sent with
+    /// every WebSocket upgrade (ws://, wss://): a token, an Origin, or a subprotocol
+    /// (--header 'Sec-WebSocket-Protocol: mqtt').
     #[arg(long, value_name = "'NAME: VALUE'")]
     pub header: Vec<String>,
     /// HTTP/2: many requests in flight per connection (h2c with prior knowledge on http://,

@@ -14,6 +14,7 @@
 
 use msgbench_core::clock::now_ns;
 use msgbench_core::driver::{DriverEventKind, EventSink};
+use msgbench_metrics::{ResponseSummary, StatusCount};
 use std::fmt::Write as _;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 
@@ -127,32 +128,19 @@ impl HttpStats {
         self.server_closes.fetch_add(1, Relaxed);
     }
 
-    /// One line for humans: `200 ×9000, 503 ×12; 3 without response; 50 connections`.
-    pub fn summary(&self) -> String {
-        let mut s = String::new();
-        for (code, n) in self.codes() {
-            if !s.is_empty() {
-                s.push_str(", ");
-            }
-            let _ = write!(s, "{code} ×{n}");
+    /// The counts as the run's results file carries them (exact once the run is over).
+    pub fn summary(&self) -> ResponseSummary {
+        ResponseSummary {
+            statuses: self
+                .codes()
+                .into_iter()
+                .map(|(code, count)| StatusCount { code, count })
+                .collect(),
+            other_statuses: self.other_codes(),
+            no_response: self.no_response(),
+            connections: self.connections(),
+            server_closes: self.server_closes(),
         }
-        let other = self.other_codes();
-        if other > 0 {
-            let _ = write!(s, "{}other statuses ×{other}", sep(&s));
-        }
-        if s.is_empty() {
-            s.push_str("no responses");
-        }
-        let none = self.no_response();
-        if none > 0 {
-            let _ = write!(s, "; {none} without response");
-        }
-        let _ = write!(s, "; {} connections", self.connections());
-        let closes = self.server_closes();
-        if closes > 0 {
-            let _ = write!(s, " ({closes} closed by the server)");
-        }
-        s
     }
 
     /// Reports the error statuses so far, unless another report went out less than
@@ -210,10 +198,6 @@ impl HttpStats {
         };
         events.emit(kind, detail);
     }
-}
-
-fn sep(s: &str) -> &'static str {
-    if s.is_empty() { "" } else { ", " }
 }
 
 /// A producer's private counts, added to the shared [`HttpStats`] in batches.
@@ -311,8 +295,8 @@ mod tests {
         assert_eq!(shared.codes(), vec![(200, 1023), (204, 1)]);
         shared.connection_opened();
         assert_eq!(
-            shared.summary(),
-            "200 ×1023, 204 ×1, other statuses ×1; 1 without response; 1 connections"
+            shared.summary().line(),
+            "200 ×1023, 204 ×1, other statuses ×1; 1 without response; 1 connection"
         );
     }
 

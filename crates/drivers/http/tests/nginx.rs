@@ -228,7 +228,7 @@ async fn measure_msgbench(label: &str, url: &str, producers: u32, window: usize,
         m.cpu_s / n * 1e6,
         m.cpu_s,
         m.counters.errors.total(),
-        stats.summary(),
+        stats.summary().line(),
     );
     assert_eq!(m.counters.nacked + m.counters.errors.total(), 0);
 }

@@ -234,16 +234,34 @@ pub fn new_key(seed: u64) -> String {
     base64::engine::general_purpose::STANDARD.encode(raw)
 }
 
-/// The client's upgrade request.
-pub fn put_request(buf: &mut BytesMut, host: &str, path_and_query: &str, key: &str) {
+/// The client's upgrade request, with `extra` headers after msgbench's own (an extra `Host` or
+/// `User-Agent` replaces msgbench's).
+pub fn put_request(
+    buf: &mut BytesMut,
+    host: &str,
+    path_and_query: &str,
+    key: &str,
+    extra: &[(String, String)],
+) {
+    let given = |name: &str| extra.iter().any(|(n, _)| n.eq_ignore_ascii_case(name));
+    buf.extend_from_slice(format!("GET {path_and_query} HTTP/1.1\r\n").as_bytes());
+    if !given("host") {
+        buf.extend_from_slice(format!("Host: {host}\r\n").as_bytes());
+    }
     buf.extend_from_slice(
         format!(
-            "GET {path_and_query} HTTP/1.1\r\nHost: {host}\r\nUpgrade: websocket\r\n\
-             Connection: Upgrade\r\nSec-WebSocket-Key: {key}\r\nSec-WebSocket-Version: 13\r\n\
-             User-Agent: msgbench\r\n\r\n"
+            "Upgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Key: {key}\r\n\
+             Sec-WebSocket-Version: 13\r\n"
         )
         .as_bytes(),
     );
+    if !given("user-agent") {
+        buf.extend_from_slice(b"User-Agent: msgbench\r\n");
+    }
+    for (n, v) in extra {
+        buf.extend_from_slice(format!("{n}: {v}\r\n").as_bytes());
+    }
+    buf.extend_from_slice(b"\r\n");
 }
 
 /// An HTTP/1.1 head (request or response): its first line and headers.

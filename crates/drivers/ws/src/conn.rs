@@ -5,13 +5,14 @@
 use crate::codec::{self, Frame};
 use bytes::BytesMut;
 use msgbench_core::driver::{ConnectFailure, DriverError, EventSink};
-use msgbench_net::{NetError, Target, Tls, Wire};
+use msgbench_net::{Backoff, NetError, Target, Tls, Wire};
 use std::future::poll_fn;
 use std::io;
 use std::net::IpAddr;
 use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Duration;
+use tokio::time::Instant;
 
 /// Largest frame accepted from a server.
 pub const MAX_FRAME: u64 = 64 * 1024 * 1024;
@@ -32,6 +33,10 @@ pub struct Endpoint {
     pub path: String,
     /// The URL for messages (no credentials can be in a ws URL's authority we use).
     pub display: String,
+    /// Extra headers of the upgrade request (`[ws] headers`, `--header`).
+    pub headers: Vec<(String, String)>,
+    /// The subprotocols those headers offer: the only ones the server may pick.
+    pub subprotocols: Vec<String>,
 }
 
 impl Endpoint {
@@ -75,6 +80,8 @@ impl Endpoint {
             tls,
             path,
             display,
+            headers: Vec::new(),
+            subprotocols: Vec::new(),
         })
     }
 }
@@ -89,6 +96,34 @@ pub struct Dial {
     /// Hold the socket in an io_uring table instead of a descriptor (plain `ws://` only):
     /// for client counts beyond the open-file limit.
     pub fd_free: bool,
+}
+
+/// Whether a 101 answer keeps to what the request offered (RFC 6455 §4.1): no extension
+/// (msgbench offers none, so a frame compressed by one would be read as garbage) and, if the
+/// server names a subprotocol, one the request offered. The error says which was not kept to.
+fn agreed(head: &codec::Head, offered: &[String]) -> Result<(), String> {
+    if let Some(ext) = head
+        .header("sec-websocket-extensions")
+        .filter(|e| !e.trim().is_empty())
+    {
+        return Err(format!(
+            "the server accepted the upgrade with extension `{ext}`, which msgbench did not offer"
+        ));
+    }
+    match head.header("sec-websocket-protocol").map(str::trim) {
+        Some(p) if !p.is_empty() && !offered.iter().any(|o| o == p) => Err(if offered.is_empty() {
+            format!(
+                "the server chose subprotocol `{p}` though none was offered (offer it with \
+                 --header 'Sec-WebSocket-Protocol: {p}')"
+            )
+        } else {
+            format!(
+                "the server chose subprotocol `{p}`, not one of those offered ({})",
+                offered.join(", ")
+            )
+        }),
+        _ => Ok(()),
+    }
 }
 
 /// How the server ended a connection, or why it broke.
@@ -117,6 +152,10 @@ pub struct Conn {
     /// Socket and buffers.
     pub wire: Wire,
     mask: u64,
+    /// Pauses between reconnection attempts.
+    backoff: Backoff,
+    /// When the last handshake completed.
+    opened: Instant,
 }
 
 impl Conn {
@@ -143,6 +182,8 @@ impl Conn {
             timeout,
             wire: Wire::new(chunk),
             mask: seed | 1,
+            backoff: Backoff::new(Duration::from_millis(100), Duration::from_secs(2)),
+            opened: Instant::now(),
         };
         c.handshake().await?;
         Ok(c)
@@ -171,7 +212,7 @@ impl Conn {
         .map_err(|e: NetError| self.fail(e.cause, e.detail))?;
         self.wire.attach(stream);
         let key = codec::new_key(self.next_mask());
-        codec::put_request(&mut self.wire.wbuf, host, &self.path, &key);
+        codec::put_request(&mut self.wire.wbuf, host, &self.path, &key, &ep.headers);
         let limit = self.timeout;
         let head = tokio::time::timeout(limit, async {
             self.wire.flush().await?;
@@ -210,6 +251,10 @@ impl Conn {
                 "the server's Sec-WebSocket-Accept does not match the key".into(),
             ));
         }
+        if let Err(reason) = agreed(&head, &ep.subprotocols) {
+            self.wire.detach();
+            return Err(self.fail(ConnectFailure::Rejected, reason));
+        }
         if let Some(h) = self.hello.clone() {
             self.put(codec::OP_TEXT, h.as_bytes());
             if let Err(e) = self.wire.flush().await {
@@ -218,6 +263,7 @@ impl Conn {
             }
         }
         self.wire.shrink();
+        self.opened = Instant::now();
         Ok(())
     }
 
@@ -251,12 +297,17 @@ impl Conn {
     /// a close is answered and becomes an error carrying its code. Cancel-safe.
     pub fn poll_data(&mut self, cx: &mut Context<'_>, flush: bool) -> Poll<io::Result<Frame>> {
         loop {
-            let f = match self
-                .wire
-                .poll_next(cx, flush, |b| codec::parse(b, false, MAX_FRAME))
-            {
+            let mut broken = None;
+            let f = match self.wire.poll_next(cx, flush, |b| {
+                codec::parse(b, false, MAX_FRAME).inspect_err(|e| broken = Some(e.close_code()))
+            }) {
                 Poll::Ready(Ok(f)) => f,
-                Poll::Ready(Err(e)) => return Poll::Ready(Err(e)),
+                Poll::Ready(Err(e)) => {
+                    return Poll::Ready(Err(match broken {
+                        Some(code) => self.fail_protocol(code, &e),
+                        None => e,
+                    }));
+                }
                 Poll::Pending => return Poll::Pending,
             };
             match f.opcode {
@@ -279,23 +330,52 @@ impl Conn {
         }
     }
 
+    /// The server broke the protocol: the connection is failed as RFC 6455 §7.1.7 says, with a
+    /// close frame carrying `code` (1002, or 1009 for a frame over the limit) written before
+    /// the socket is dropped, so the server's log says why. The error is `InvalidData`, which
+    /// [`Conn::lost`] reports as a protocol violation.
+    fn fail_protocol(&mut self, code: u16, e: &io::Error) -> io::Error {
+        let key = (self.next_mask() as u32).to_ne_bytes();
+        codec::put_close(&mut self.wire.wbuf, code, Some(key));
+        let mut cx = Context::from_waker(std::task::Waker::noop());
+        let _ = self.wire.poll_flush(&mut cx);
+        io::Error::new(
+            io::ErrorKind::InvalidData,
+            format!(
+                "the server broke the WebSocket protocol ({e}); failed the connection with close {code}"
+            ),
+        )
+    }
+
     /// The next data frame (see [`Conn::poll_data`]).
     pub async fn read_data(&mut self) -> io::Result<Frame> {
         poll_fn(|cx| self.poll_data(cx, true)).await
     }
 
-    /// Marks the connection lost (once) and reports it.
+    /// Marks the connection lost (once) and reports it: a protocol violation (an
+    /// `InvalidData` error) as one, anything else as a lost connection. A connection lost
+    /// within a second of opening makes the next attempt wait ([`Backoff::lost_after`]): a
+    /// server that breaks the protocol at its first frame is not reconnected to in a loop.
     pub fn lost(&mut self, why: &io::Error) {
-        if self.wire.detach()
-            && let Some(ev) = &self.events
-        {
-            ev.connection_lost(&self.name, why);
+        if self.wire.detach() {
+            self.backoff.lost_after(self.opened.elapsed());
+            if let Some(ev) = &self.events {
+                if why.kind() == io::ErrorKind::InvalidData {
+                    ev.protocol_violation(&self.name, why);
+                } else {
+                    ev.connection_lost(&self.name, why);
+                }
+            }
         }
     }
 
-    /// One reconnection attempt (handshake and hello).
+    /// One reconnection attempt (handshake and hello), once the backoff allows it.
     pub async fn try_reconnect(&mut self) -> Result<(), DriverError> {
-        self.handshake().await?;
+        self.backoff.wait().await;
+        if let Err(e) = self.handshake().await {
+            self.backoff.failed();
+            return Err(e);
+        }
         if let Some(ev) = &self.events {
             ev.reconnected(&self.name, &self.ep.display, "");
         }
@@ -409,5 +489,50 @@ mod tests {
         assert!(m.feed(f(false, b"ab")).is_none());
         assert!(m.feed(f(false, b"cd")).is_none());
         assert_eq!(m.feed(f(true, b"e")).unwrap(), &b"abcde"[..]);
+    }
+
+    /// A 101 naming an extension or a subprotocol the request did not offer fails the
+    /// connection (RFC 6455 §4.1); one naming an offered subprotocol, or none, is kept.
+    #[test]
+    fn answers_must_keep_to_the_offer() {
+        let head = |extra: &str| {
+            let mut b = BytesMut::from(
+                format!("HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\n{extra}\r\n")
+                    .as_bytes(),
+            );
+            codec::parse_head(&mut b, 4096).unwrap().unwrap()
+        };
+        let mqtt = ["mqtt".to_string()];
+        assert!(agreed(&head(""), &[]).is_ok());
+        assert!(agreed(&head(""), &mqtt).is_ok());
+        assert!(agreed(&head("Sec-WebSocket-Protocol: mqtt\r\n"), &mqtt).is_ok());
+        let e = agreed(&head("Sec-WebSocket-Protocol: chat\r\n"), &[]).unwrap_err();
+        assert!(
+            e.contains("none was offered") && e.contains("'Sec-WebSocket-Protocol: chat'"),
+            "{e}"
+        );
+        let e = agreed(&head("Sec-WebSocket-Protocol: chat\r\n"), &mqtt).unwrap_err();
+        assert!(e.contains("not one of those offered (mqtt)"), "{e}");
+        let e = agreed(
+            &head("Sec-WebSocket-Extensions: permessage-deflate\r\n"),
+            &mqtt,
+        )
+        .unwrap_err();
+        assert!(e.contains("permessage-deflate"), "{e}");
+    }
+
+    #[test]
+    fn the_upgrade_carries_extra_headers() {
+        let mut b = BytesMut::new();
+        let extra = [
+            ("Host".to_string(), "gw.example".to_string()),
+            ("Authorization".to_string(), "Bearer t".to_string()),
+        ];
+        codec::put_request(&mut b, "127.0.0.1:1", "/x", "k", &extra);
+        let text = String::from_utf8(b.to_vec()).unwrap();
+        assert!(text.starts_with("GET /x HTTP/1.1\r\n"), "{text}");
+        assert_eq!(text.matches("Host:").count(), 1, "{text}");
+        assert!(text.contains("Host: gw.example\r\n") && text.contains("User-Agent: msgbench\r\n"));
+        assert!(text.ends_with("Authorization: Bearer t\r\n\r\n"), "{text}");
     }
 }

@@ -40,6 +40,7 @@
 
 pub mod codec;
 pub mod conn;
+pub mod options;
 
 use bytes::Bytes;
 use conn::{Conn, Dial, Endpoint, Message, fill};
@@ -72,6 +73,8 @@ pub struct WsOptions {
     /// from text frames only. (`serve ws-broadcast` relays binary messages and takes text
     /// ones as requests to itself.)
     pub text: bool,
+    /// Extra headers of every upgrade request ([`options::WsPlan`]).
+    pub headers: options::WsPlan,
 }
 
 /// The WebSocket driver.
@@ -97,8 +100,12 @@ impl WsDriver {
         events: EventSink,
         timeout: Duration,
     ) -> Result<Self, DriverError> {
+        opts.headers.check().map_err(DriverError::Config)?;
+        let mut ep = Endpoint::parse(url, || msgbench_net::Tls::new(tls))?;
+        ep.subprotocols = opts.headers.subprotocols();
+        ep.headers = opts.headers.headers.clone();
         Ok(WsDriver {
-            ep: Arc::new(Endpoint::parse(url, || msgbench_net::Tls::new(tls))?),
+            ep: Arc::new(ep),
             opts,
             client: client.clone(),
             run_id,
@@ -461,14 +468,14 @@ impl WsConsumer {
         }
     }
 
-    /// One reconnection attempt with its subscribe answer; a failed one waits a little.
+    /// One reconnection attempt with its subscribe answer (the connection's backoff paces
+    /// the attempts).
     async fn reconnect(&mut self) {
         self.message = Message::default();
-        if self.conn.try_reconnect().await.is_err() {
-            tokio::time::sleep(Duration::from_millis(200)).await;
-        } else if let Err(why) = self.await_answer().await {
+        if self.conn.try_reconnect().await.is_ok()
+            && let Err(why) = self.await_answer().await
+        {
             self.conn.lost(&std::io::Error::other(why));
-            tokio::time::sleep(Duration::from_millis(200)).await;
         }
     }
 
@@ -575,7 +582,7 @@ impl msgbench_core::registration::Registered for WsDriver {
             responses: false,
             metadata: false,
         },
-        section: None,
+        section: Some(msgbench_core::scenario::SectionSpec::of::<options::WsSection>()),
     };
 
     fn build(
@@ -588,6 +595,7 @@ impl msgbench_core::registration::Registered for WsDriver {
             WsOptions {
                 subscribe: plan.client.hello.clone(),
                 text: plan.payload.template.is_some(),
+                headers: plan.drivers.get::<options::WsSection>()?,
             },
             &plan.client,
             &plan.tls,
@@ -689,6 +697,51 @@ mod tests {
         url
     }
 
+    /// A server frame that breaks RFC 6455 (reserved bits set, no extension agreed) fails
+    /// the connection: the client writes close 1002 before dropping it, and reports a
+    /// protocol violation (counted as a protocol error), not a plain disconnection.
+    #[tokio::test]
+    async fn a_broken_frame_fails_the_connection_with_1002() {
+        let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let url = format!("ws://{}/", l.local_addr().unwrap());
+        let closed_with = tokio::spawn(async move {
+            let (mut s, _) = l.accept().await.unwrap();
+            let mut buf = BytesMut::new();
+            let head = loop {
+                if let Some(h) = codec::parse_head(&mut buf, 8192).unwrap() {
+                    break h;
+                }
+                assert!(s.read_buf(&mut buf).await.unwrap() > 0);
+            };
+            let key = head.header("sec-websocket-key").unwrap().to_string();
+            let ok = format!(
+                "HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\n\
+                 Connection: Upgrade\r\nSec-WebSocket-Accept: {}\r\n\r\n",
+                codec::accept_key(&key)
+            );
+            s.write_all(ok.as_bytes()).await.unwrap();
+            s.write_all(&[0x82 | 0x40, 2, b'h', b'i']).await.unwrap();
+            loop {
+                if let Some(f) = codec::parse(&mut buf, true, 1 << 20).unwrap() {
+                    assert_eq!(f.opcode, codec::OP_CLOSE);
+                    return codec::close_code(&f.payload);
+                }
+                assert!(
+                    s.read_buf(&mut buf).await.unwrap() > 0,
+                    "EOF before a close"
+                );
+            }
+        });
+        let (mut d, mut events) = driver(&url, Duration::from_secs(1));
+        d.opts.subscribe = None;
+        let mut c = d.consumer(&spec(0)).await.unwrap();
+        let _ = tokio::time::timeout(Duration::from_millis(300), c.recv()).await;
+        assert_eq!(closed_with.await.unwrap(), codec::CLOSE_PROTOCOL);
+        let e = events.try_recv().unwrap();
+        assert_eq!(e.kind, DriverEventKind::Violation, "{}", e.detail);
+        assert!(e.detail.contains("reserved bits set"), "{}", e.detail);
+    }
+
     /// Producers send text messages when the payloads are a template's documents, binary
     /// ones otherwise.
     #[tokio::test]
@@ -758,6 +811,7 @@ mod tests {
         let opts = WsOptions {
             subscribe: Some(r#"{"event":"subscribe","streams":["s{i}"]}"#.into()),
             text: false,
+            ..Default::default()
         };
         let d = WsDriver::new(url, opts, &plan.client, &plan.tls, 1, sink, timeout).unwrap();
         (d, events)

@@ -671,6 +671,7 @@ impl<'p, D: Driver> ConnectionRun<'p, D> {
             stages: Vec::new(),
             tcp: None,
             backlog: None,
+            responses: None,
         }
     }
 
