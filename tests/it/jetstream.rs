@@ -8,6 +8,7 @@
 
 use crate::util;
 
+use serde_json::Value;
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
@@ -26,8 +27,13 @@ impl Js {
     }
 
     fn start_on(dir: &Path, port: u16, jetstream: bool) -> Js {
+        Js::start_conf(dir, port, jetstream, "")
+    }
+
+    /// As [`Js::start_on`], with `extra` added to the server's configuration.
+    fn start_conf(dir: &Path, port: u16, jetstream: bool, extra: &str) -> Js {
         let conf = dir.join(format!("js-{port}.conf"));
-        let mut text = format!("listen: 127.0.0.1:{port}\nmax_payload: 8MB\n");
+        let mut text = format!("listen: 127.0.0.1:{port}\nmax_payload: 8MB\n{extra}\n");
         if jetstream {
             text += &format!(
                 "jetstream {{\n  store_dir: {:?}\n  max_memory_store: 512MB\n  max_file_store: 2GB\n}}\n",
@@ -390,4 +396,61 @@ fn broker_restart_mid_run() {
     );
     let file = std::fs::read_to_string(d.path("r.jsonl")).unwrap();
     assert!(file.lines().last().unwrap().contains("\"type\":\"end\""));
+}
+
+/// Core NATS: a user the server does not let publish to the subject. nats-server answers each
+/// publish with `-ERR 'Permissions Violation for Publish ...'` and keeps the connection: every
+/// refusal is counted (as a nack error), the verdict fails, and the refusals are reported in a
+/// few lines, not one per message.
+#[test]
+fn refused_core_publishes_are_counted_not_flooded() {
+    let d = TempDir::new("nats-deny-pub");
+    let conf = r#"authorization {
+  users = [ { user: nopub, password: pw, permissions: { publish: { deny: ["bench", "bench.>"] } } } ]
+}"#;
+    let s = Js::start_conf(&d.0, free_port(), false, conf);
+    let url = format!("nats://nopub:pw@127.0.0.1:{}", s.port);
+    let o = msgbench(
+        &d.0,
+        &[
+            "run", &url, "--topic", "bench", "--rate", "500", "-n", "1000", "-c", "1", "--warmup",
+            "0s", "--format", "json",
+        ],
+    );
+    let err = stderr(&o);
+    assert_eq!(o.status.code(), Some(3), "{err}");
+    let r: Value = serde_json::from_slice(&o.stdout).expect("a JSON report");
+    let nacks: u64 = r["phases"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| u(&p["counters"]["errors"]["nack"]))
+        .sum();
+    assert_eq!(nacks, 1000, "{}", r["phases"]);
+    let lines = err.matches("Permissions Violation").count();
+    assert!((1..=10).contains(&lines), "{lines} lines:\n{err}");
+}
+
+/// A list of servers whose first is down when the run starts: clients try the next one, as
+/// NATS clients do, and the run takes every message (core NATS and JetStream).
+#[test]
+fn a_dead_first_server_is_passed_over_at_start() {
+    let d = TempDir::new("nats-first-dead");
+    let s = Js::start(&d.0, true);
+    let dead = free_port();
+    for scheme in ["nats", "nats+js"] {
+        let url = format!("{scheme}://127.0.0.1:{dead},127.0.0.1:{}", s.port);
+        let r = run_json(
+            &d.0,
+            &[
+                "run", &url, "-n", "200", "--rate", "400", "--warmup", "0s", "-p", "2",
+            ],
+        );
+        let i = &r["integrity"];
+        assert_eq!(
+            (u(&i["expected"]), u(&i["delivered"])),
+            (200, 200),
+            "{scheme}: {i}"
+        );
+    }
 }

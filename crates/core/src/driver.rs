@@ -244,6 +244,10 @@ pub enum DriverEventKind {
     /// The peer broke the protocol and the connection was failed for it: logged as a
     /// disconnection, counted as a protocol error (not as a disconnection).
     Violation,
+    /// The server refused this many operations since the driver last said so, on its own
+    /// initiative (core NATS's `-ERR` for a publish it does not permit: there is no
+    /// acknowledgement to nack). Logged as an error, counted as that many nack errors.
+    Refused(u64),
 }
 
 impl From<DriverEventKind> for msgbench_metrics::EventKind {
@@ -255,6 +259,7 @@ impl From<DriverEventKind> for msgbench_metrics::EventKind {
             DriverEventKind::Error => EventKind::Error,
             DriverEventKind::Warning => EventKind::Warning,
             DriverEventKind::Violation => EventKind::Disconnected,
+            DriverEventKind::Refused(_) => EventKind::Error,
         }
     }
 }

@@ -230,6 +230,7 @@ impl MessageRun<'_> {
             DriverEventKind::Reconnected => self.extra.reconnects += 1,
             DriverEventKind::Disconnected => self.extra.errors.add(ErrorKind::Disconnect, 1),
             DriverEventKind::Violation => self.extra.errors.add(ErrorKind::Protocol, 1),
+            DriverEventKind::Refused(n) => self.extra.errors.add(ErrorKind::Nack, n),
             DriverEventKind::Error | DriverEventKind::Warning => {}
         }
         observer.event(&run_event(self.t0, e.kind.into(), e.detail, now_ns()));

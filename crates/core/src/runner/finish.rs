@@ -92,6 +92,11 @@ impl MessageRun<'_> {
             self.producer_failed(why, observer);
         }
         while let Ok(e) = events.try_recv() {
+            // Refusals reported as the clients closed are still the run's (the
+            // disconnections of the closing itself are not).
+            if let crate::driver::DriverEventKind::Refused(n) = e.kind {
+                self.extra.errors.add(msgbench_metrics::ErrorKind::Nack, n);
+            }
             observer.event(&RunEvent {
                 at_s: secs(self.t0, now_ns()),
                 kind: EventKind::Event,

@@ -4,7 +4,7 @@
 //! cancel-safe: an interrupted call loses no bytes.
 
 use crate::proto::{self, Info, ServerOp};
-use msgbench_core::driver::{ConnectFailure, DriverError, DriverEventKind, EventSink};
+use msgbench_core::driver::{ConnectFailure, DriverError, EventSink};
 use msgbench_net::Wire;
 use std::future::poll_fn;
 use std::io;
@@ -153,6 +153,8 @@ pub struct Conn {
     /// The handshake on the wire's socket completed. A handshake cancelled half-way (the caller's
     /// `select!` moved on) leaves a socket that is not a connection: the next call redoes it.
     ready: bool,
+    /// The server's `-ERR`s, reported without flooding.
+    errors: crate::server_errors::ServerErrors,
 }
 
 fn io_err(e: impl std::fmt::Display) -> io::Error {
@@ -181,9 +183,21 @@ impl Conn {
             subs: Vec::new(),
             info: Info::default(),
             ready: false,
+            errors: Default::default(),
         };
-        c.handshake().await.map_err(|e| c.connect_error(e))?;
-        Ok(c)
+        // Every server of a list is tried once, from the client's own, as NATS clients do: a
+        // cluster with one node down still takes the run. The error is the first server's.
+        let mut first = None;
+        for _ in 0..c.ep.addrs.len() {
+            match c.handshake().await {
+                Ok(()) => return Ok(c),
+                Err(e) => {
+                    first.get_or_insert(c.connect_error(e));
+                    c.route.index = c.route.index.wrapping_add(1);
+                }
+            }
+        }
+        Err(first.expect("an endpoint has at least one server"))
     }
 
     fn connect_error(&self, e: io::Error) -> DriverError {
@@ -349,10 +363,7 @@ impl Conn {
             }
             ServerOp::Pong | ServerOp::Ok | ServerOp::Info(_) => None,
             ServerOp::Err(e) => {
-                self.events.emit(
-                    DriverEventKind::Error,
-                    format!("{}: server error: {e}", self.name),
-                );
+                self.errors.seen(&e, &self.name, &self.events);
                 None
             }
             msg => Some(msg),
@@ -438,6 +449,30 @@ impl Conn {
         }
     }
 
+    /// Sends a PING and reads until its PONG (at most 2 s): the server has then taken every
+    /// publish written before, or refused it with an `-ERR` that is now counted. What else
+    /// arrives meanwhile is skipped (a closing producer's late replies).
+    pub async fn sync(&mut self) -> io::Result<()> {
+        self.wire.wbuf.extend_from_slice(b"PING\r\n");
+        self.flush().await?;
+        let read = async {
+            loop {
+                match self.read_raw().await? {
+                    ServerOp::Pong => return Ok(()),
+                    ServerOp::Ping => {
+                        self.wire.wbuf.extend_from_slice(b"PONG\r\n");
+                        self.flush().await?;
+                    }
+                    ServerOp::Err(e) => self.errors.seen(&e, &self.name, &self.events),
+                    _ => {}
+                }
+            }
+        };
+        tokio::time::timeout(Duration::from_secs(2), read)
+            .await
+            .unwrap_or(Ok(()))
+    }
+
     /// Closes the socket (no protocol goodbye exists in NATS).
     pub fn close(&mut self) {
         self.wire.detach();
@@ -451,6 +486,13 @@ impl Conn {
         while self.try_reconnect().await.is_err() {
             backoff.pause().await;
         }
+    }
+}
+
+impl Drop for Conn {
+    /// Repeated server errors not yet reported are reported (and counted) as it goes.
+    fn drop(&mut self) {
+        self.errors.flush(&self.name, &self.events);
     }
 }
 

@@ -36,6 +36,7 @@
 pub mod conn;
 pub mod js;
 pub mod proto;
+pub mod server_errors;
 
 pub use js::JetStreamDriver;
 
@@ -481,6 +482,9 @@ impl Producer for NatsProducer {
     async fn close(mut self) -> Result<(), DriverError> {
         if self.conn.is_connected() {
             self.write_out().await?;
+            // Core NATS confirms nothing: a PING answered is the one sign the server took the
+            // last publishes, and it brings the refusals (`-ERR`) of those it did not.
+            let _ = self.conn.sync().await;
         }
         Ok(())
     }
