@@ -204,6 +204,11 @@ fn interleaved_refusals_are_matched_to_their_messages() {
 
 /// A redis-server of this test's own on `port` (no persistence).
 fn own_redis(port: u16) -> Child {
+    own_redis_with(port, &[])
+}
+
+/// As [`own_redis`], with more of redis-server's arguments.
+fn own_redis_with(port: u16, extra: &[&str]) -> Child {
     let mut child = Command::new("redis-server")
         .args([
             "--port",
@@ -215,6 +220,7 @@ fn own_redis(port: u16) -> Child {
             "--appendonly",
             "no",
         ])
+        .args(extra)
         .stdout(Stdio::null())
         .stderr(Stdio::null())
         .spawn()
@@ -379,4 +385,87 @@ fn tls_port_is_exact_and_verified() {
 #[test]
 fn consumers_ramp_from_source_addresses_and_retry_refused_connections() {
     util::ramp::consumers_ramp_through_a_refusing_proxy(&need!(REDIS), "it.ramp.redis", &[]);
+}
+
+/// A Redis Cluster of the test's own (3 masters joined by `redis-cli --cluster create`): of
+/// the topics t0..t3 the first node holds t2 and t3, and answers `MOVED` for t0 and t1. The
+/// run stops at once with what to change, instead of retrying consumers for half a minute and
+/// then passing with the redirected topics left out of the account.
+#[test]
+fn a_cluster_redirect_is_a_clear_error() {
+    let d = TempDir::new("redis-cluster");
+    let ports = [free_port(), free_port(), free_port()];
+    let _nodes: Vec<Killed> = ports
+        .iter()
+        .map(|p| {
+            let dir = d.0.join(p.to_string());
+            std::fs::create_dir_all(&dir).unwrap();
+            Killed(own_redis_with(
+                *p,
+                &[
+                    "--cluster-enabled",
+                    "yes",
+                    "--cluster-config-file",
+                    "nodes.conf",
+                    "--dir",
+                    &dir.display().to_string(),
+                ],
+            ))
+        })
+        .collect();
+    let addrs: Vec<String> = ports.iter().map(|p| format!("127.0.0.1:{p}")).collect();
+    let made = Command::new("redis-cli")
+        .args(["--cluster", "create"])
+        .args(&addrs)
+        .args(["--cluster-replicas", "0", "--cluster-yes"])
+        .output()
+        .expect("redis-cli (package redis-tools, installed with redis-server)");
+    assert!(
+        made.status.success(),
+        "{}",
+        String::from_utf8_lossy(&made.stdout)
+    );
+    for _ in 0..100 {
+        let info = Command::new("redis-cli")
+            .args(["-p", &ports[0].to_string(), "cluster", "info"])
+            .output()
+            .unwrap();
+        if String::from_utf8_lossy(&info.stdout).contains("cluster_state:ok") {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    let url = format!("redis://127.0.0.1:{}?mode=streams", ports[0]);
+    let t0 = std::time::Instant::now();
+    let o = msgbench(
+        &d.0,
+        &[
+            "run",
+            &url,
+            "--topics",
+            "4",
+            "--topic",
+            "t{i}",
+            "--rate",
+            "300",
+            "--duration",
+            "2s",
+            "-c",
+            "1",
+            "--warmup",
+            "0s",
+            "--no-output",
+        ],
+    );
+    let err = stderr(&o);
+    assert_ne!(o.status.code(), Some(0), "{err}");
+    assert!(
+        err.contains("Redis Cluster") && err.contains("MOVED"),
+        "{err}"
+    );
+    assert!(
+        t0.elapsed() < std::time::Duration::from_secs(15),
+        "took {:?}",
+        t0.elapsed()
+    );
 }

@@ -220,8 +220,14 @@ where
             joined.map_err(|e| RunError::Unsupported(format!("connect task failed: {e}")))?;
         match r {
             Ok(v) => out.push((id, v, homes[id].clone())),
-            // Patient, and the target took others: judged once every client had its chance.
-            Err(error) if ramp.patience.is_some() && some_connected.load(Ordering::Relaxed) => {
+            // Patient, and the target took others: judged once every client had its chance. A
+            // setting the driver cannot work with (a Redis Cluster sending the key elsewhere)
+            // is the user's to change, and fails the run however many others connected.
+            Err(error)
+                if ramp.patience.is_some()
+                    && some_connected.load(Ordering::Relaxed)
+                    && !error.is_fatal() =>
+            {
                 never.push((id, error))
             }
             Err(error) => {

@@ -299,6 +299,22 @@ impl Conn {
     }
 }
 
+/// A Redis Cluster's redirection (`MOVED 13006 10.0.0.3:6379`, `ASK ...`) as the error it is
+/// for msgbench, which talks to the one node of its URL: a setting to change (exit 2), not a
+/// refusal to count message after message or retry.
+pub fn cluster_redirect(error: &str) -> Option<DriverError> {
+    let (verb, rest) = error.split_once(' ')?;
+    if verb != "MOVED" && verb != "ASK" {
+        return None;
+    }
+    let node = rest.split_whitespace().nth(1).unwrap_or("another node");
+    Some(DriverError::Config(format!(
+        "the server is a Redis Cluster node and the key lives on {node} ({error}); msgbench's \
+         Redis driver talks to the one node of its URL (no cluster routing): point it at that \
+         node, or use topics whose keys live on the node given"
+    )))
+}
+
 /// The text of an error reply (`-ERR ...\r\n` → `ERR ...`).
 pub fn error_text(reply: &[u8]) -> String {
     let s = reply.strip_prefix(b"-").unwrap_or(reply);
@@ -312,6 +328,16 @@ mod tests {
 
     fn no_tls() -> Result<msgbench_net::Tls, String> {
         Err("no TLS in this test".into())
+    }
+
+    #[test]
+    fn cluster_redirects_are_settings_to_change() {
+        let e = cluster_redirect("MOVED 13006 127.0.0.1:37003").unwrap();
+        assert!(e.is_fatal());
+        assert!(e.to_string().contains("lives on 127.0.0.1:37003"), "{e}");
+        assert!(cluster_redirect("ASK 3999 127.0.0.1:37002").is_some());
+        assert!(cluster_redirect("WRONGTYPE Operation against a key").is_none());
+        assert!(cluster_redirect("NOPERM no").is_none());
     }
 
     #[test]

@@ -148,6 +148,7 @@ impl Driver for RedisDriver {
             buffered: 0,
             lost_up_to: None,
             refused_reported: false,
+            redirected: None,
         })
     }
 
@@ -242,6 +243,9 @@ pub struct RedisProducer {
     /// doubt, said by the next `poll_ack` (the replies on the new connection are not theirs).
     lost_up_to: Option<u64>,
     refused_reported: bool,
+    /// A Redis Cluster sent a key elsewhere (`MOVED`, `ASK`): the next send stops the
+    /// producer with this error (every later command would be refused the same way).
+    redirected: Option<DriverError>,
 }
 
 impl RedisProducer {
@@ -274,6 +278,9 @@ impl RedisProducer {
 
 impl Producer for RedisProducer {
     async fn send(&mut self, msg: Outbound<'_>) -> Result<(), DriverError> {
+        if let Some(e) = self.redirected.take() {
+            return Err(e);
+        }
         if !self.conn.is_connected() {
             self.lose_waiting();
             self.conn.reconnect("the connection was lost").await;
@@ -345,7 +352,12 @@ impl Producer for RedisProducer {
             Poll::Ready(Ok(reply)) => {
                 let token = self.waiting.pop_front().expect("a message waits");
                 self.buffered = self.buffered.min(self.waiting.len());
-                if !self.refused_reported {
+                if let Reply::Error(e) = &reply
+                    && self.redirected.is_none()
+                    && let Some(why) = conn::cluster_redirect(e)
+                {
+                    self.redirected = Some(why);
+                } else if !self.refused_reported {
                     // Once per producer: the refusals themselves are counted as nacks.
                     self.refused_reported = true;
                     self.conn.refused(&reply);
@@ -416,7 +428,9 @@ impl RedisConsumer {
                     match push {
                         Push::Subscribed => return Ok(()),
                         Push::Error(e) => {
-                            return Err(DriverError::Subscribe(format!("{topic}: {e}")));
+                            return Err(conn::cluster_redirect(&e).unwrap_or_else(|| {
+                                DriverError::Subscribe(format!("{topic}: {e}"))
+                            }));
                         }
                         _ => {}
                     }
@@ -433,6 +447,9 @@ impl RedisConsumer {
                             .call(&[b"XGROUP", b"CREATE", &self.key, &g, b"$", b"MKSTREAM"])
                             .await?;
                         if r.first() == Some(&b'-') && !r.starts_with(b"-BUSYGROUP") {
+                            if let Some(e) = conn::cluster_redirect(&error_text(&r)) {
+                                return Err(e);
+                            }
                             return Err(DriverError::Subscribe(format!(
                                 "XGROUP CREATE {}: {}",
                                 String::from_utf8_lossy(&self.key),
@@ -447,6 +464,9 @@ impl RedisConsumer {
                             .call(&[b"XREVRANGE", &self.key, b"+", b"-", b"COUNT", b"1"])
                             .await?;
                         if r.first() == Some(&b'-') {
+                            if let Some(e) = conn::cluster_redirect(&error_text(&r)) {
+                                return Err(e);
+                            }
                             return Err(DriverError::Subscribe(format!(
                                 "XREVRANGE {}: {}",
                                 String::from_utf8_lossy(&self.key),
