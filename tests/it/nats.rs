@@ -192,19 +192,36 @@ fn holds_more_connections_than_the_open_file_limit() {
     assert!(sent >= 1000 * 2, "sent {sent}");
 }
 
-/// Clients of a server list take the servers in turn: with the second one unreachable the run
-/// refuses to start and names it; with both reachable every message arrives.
+/// Clients of a server list take the servers in turn: with the second one unreachable, the
+/// client whose turn it is passes over it to the first (as NATS clients do) and the run takes
+/// every message; with none reachable the run refuses to start and names the server; with
+/// both reachable every message arrives.
 #[test]
 fn server_lists_share_the_clients() {
     let d = TempDir::new("nats-list");
     let dead = free_port();
+    let half_dead = format!("{},127.0.0.1:{dead}", need!(NATS));
+    let r = run_json(
+        &d.0,
+        &[
+            "run",
+            &half_dead,
+            "-p",
+            "2",
+            "--connect-timeout",
+            "2s",
+            "-n",
+            "10",
+            "--warmup",
+            "0s",
+        ],
+    );
+    assert_eq!(u(&r["integrity"]["delivered"]), 10, "{}", r["integrity"]);
     let o = msgbench(
         &d.0,
         &[
             "run",
-            &format!("{},127.0.0.1:{dead}", need!(NATS)),
-            "-p",
-            "2",
+            &format!("nats://127.0.0.1:{dead},127.0.0.1:{dead}"),
             "--connect-timeout",
             "2s",
             "-n",
