@@ -697,6 +697,26 @@ mod tests {
         url
     }
 
+    /// The server side of one upgrade: reads the client's request, answers 101, and returns
+    /// what the client sent after it.
+    async fn upgrade(s: &mut tokio::net::TcpStream) -> BytesMut {
+        let mut buf = BytesMut::new();
+        let head = loop {
+            if let Some(h) = codec::parse_head(&mut buf, 8192).unwrap() {
+                break h;
+            }
+            assert!(s.read_buf(&mut buf).await.unwrap() > 0);
+        };
+        let key = head.header("sec-websocket-key").unwrap().to_string();
+        let ok = format!(
+            "HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\n\
+             Connection: Upgrade\r\nSec-WebSocket-Accept: {}\r\n\r\n",
+            codec::accept_key(&key)
+        );
+        s.write_all(ok.as_bytes()).await.unwrap();
+        buf
+    }
+
     /// A server frame that breaks RFC 6455 (reserved bits set, no extension agreed) fails
     /// the connection: the client writes close 1002 before dropping it, and reports a
     /// protocol violation (counted as a protocol error), not a plain disconnection.
@@ -706,20 +726,7 @@ mod tests {
         let url = format!("ws://{}/", l.local_addr().unwrap());
         let closed_with = tokio::spawn(async move {
             let (mut s, _) = l.accept().await.unwrap();
-            let mut buf = BytesMut::new();
-            let head = loop {
-                if let Some(h) = codec::parse_head(&mut buf, 8192).unwrap() {
-                    break h;
-                }
-                assert!(s.read_buf(&mut buf).await.unwrap() > 0);
-            };
-            let key = head.header("sec-websocket-key").unwrap().to_string();
-            let ok = format!(
-                "HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\n\
-                 Connection: Upgrade\r\nSec-WebSocket-Accept: {}\r\n\r\n",
-                codec::accept_key(&key)
-            );
-            s.write_all(ok.as_bytes()).await.unwrap();
+            let mut buf = upgrade(&mut s).await;
             s.write_all(&[0x82 | 0x40, 2, b'h', b'i']).await.unwrap();
             loop {
                 if let Some(f) = codec::parse(&mut buf, true, 1 << 20).unwrap() {
@@ -751,20 +758,7 @@ mod tests {
             let url = format!("ws://{}/", l.local_addr().unwrap());
             let seen = tokio::spawn(async move {
                 let (mut s, _) = l.accept().await.unwrap();
-                let mut buf = BytesMut::new();
-                let head = loop {
-                    if let Some(h) = codec::parse_head(&mut buf, 8192).unwrap() {
-                        break h;
-                    }
-                    assert!(s.read_buf(&mut buf).await.unwrap() > 0);
-                };
-                let key = head.header("sec-websocket-key").unwrap().to_string();
-                let ok = format!(
-                    "HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\n\
-                     Connection: Upgrade\r\nSec-WebSocket-Accept: {}\r\n\r\n",
-                    codec::accept_key(&key)
-                );
-                s.write_all(ok.as_bytes()).await.unwrap();
+                let mut buf = upgrade(&mut s).await;
                 loop {
                     if let Some(f) = codec::parse(&mut buf, true, 1 << 20).unwrap() {
                         return (f.opcode, f.payload);
