@@ -233,7 +233,12 @@ fn own_redis_with(port: u16, extra: &[&str]) -> Child {
     }
     let _ = child.kill();
     let _ = child.wait();
-    panic!("redis-server did not listen on {port}");
+    let log = extra
+        .iter()
+        .position(|a| *a == "--logfile")
+        .and_then(|i| std::fs::read_to_string(extra.get(i + 1)?).ok())
+        .unwrap_or_default();
+    panic!("redis-server did not listen on {port}\n{log}");
 }
 
 #[test]
@@ -394,10 +399,22 @@ fn consumers_ramp_from_source_addresses_and_retry_refused_connections() {
 #[test]
 fn a_cluster_redirect_is_a_clear_error() {
     let d = TempDir::new("redis-cluster");
-    let ports = [free_port(), free_port(), free_port()];
+    // Each node's cluster bus gets a free port of its own: the default (port + 10000) may
+    // fall on a port in use, and then the node never starts.
+    let mut taken = Vec::new();
+    let mut distinct = || loop {
+        let p = free_port();
+        if !taken.contains(&p) {
+            taken.push(p);
+            return p;
+        }
+    };
+    let ports = [distinct(), distinct(), distinct()];
+    let buses = [distinct(), distinct(), distinct()];
     let _nodes: Vec<Killed> = ports
         .iter()
-        .map(|p| {
+        .zip(buses)
+        .map(|(p, bus)| {
             let dir = d.0.join(p.to_string());
             std::fs::create_dir_all(&dir).unwrap();
             Killed(own_redis_with(
@@ -405,10 +422,14 @@ fn a_cluster_redirect_is_a_clear_error() {
                 &[
                     "--cluster-enabled",
                     "yes",
+                    "--cluster-port",
+                    &bus.to_string(),
                     "--cluster-config-file",
                     "nodes.conf",
                     "--dir",
                     &dir.display().to_string(),
+                    "--logfile",
+                    &dir.join("redis.log").display().to_string(),
                 ],
             ))
         })
