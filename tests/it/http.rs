@@ -181,6 +181,44 @@ fn bad_http_runs_are_refused() {
     );
 }
 
+/// nginx on its three listeners: HTTPS agreed as HTTP/1.1 or HTTP/2 by ALPN, and h2c with
+/// prior knowledge, every request answered. nginx's h2c port speaks only HTTP/2: an HTTP/1.1
+/// run there stops at the server's first frame and says to run with --http2, instead of
+/// reconnecting for the whole run to count nothing but failures.
+#[test]
+fn nginx_over_tls_and_h2c_and_an_http2_only_port() {
+    let https = need!("MSGBENCH_IT_HTTPS_URL");
+    let ca = need!("MSGBENCH_IT_HTTPS_CA");
+    let h2c = need!("MSGBENCH_IT_HTTP_H2C_URL");
+    let d = TempDir::new("http-nginx-listeners");
+    let get = ["--method", "GET", "-p", "2", "-n", "400", "--warmup", "0s"];
+    for (url, extra) in [
+        (&https, &["--ca-file", &ca][..]),
+        (
+            &https,
+            &["--ca-file", &ca, "--http2", "--max-in-flight", "16"][..],
+        ),
+        (&h2c, &["--http2", "--max-in-flight", "16"][..]),
+    ] {
+        let mut args = vec!["run", url.as_str()];
+        args.extend_from_slice(extra);
+        args.extend_from_slice(&get);
+        let r = run_json(&d.0, &args);
+        let m = measure(&r);
+        assert_eq!(u(&m["counters"]["acked"]), 400, "{args:?}: {m}");
+        assert_eq!(u(&m["counters"]["nacked"]), 0, "{args:?}: {m}");
+    }
+    let t0 = std::time::Instant::now();
+    let o = msgbench(&d.0, &["run", &h2c, "--duration", "20s", "--no-output"]);
+    assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("speaks only HTTP/2 here; run with --http2"),
+        "{}",
+        stderr(&o)
+    );
+    assert!(t0.elapsed().as_secs() < 15, "{:?}", t0.elapsed());
+}
+
 /// A server answering every request with 503 (Python's own HTTP server, keep-alive): every
 /// response counts as refused, and a run in which nothing was acknowledged fails its verdict
 /// (exit 3) instead of passing with a warning.

@@ -49,6 +49,12 @@ pub(crate) enum Error {
     Parse(&'static str),
     /// The server closed the connection before the response was complete.
     Closed,
+    /// The server closed a TLS connection before its first response, having agreed to no
+    /// protocol in the handshake although `http/1.1` was offered: the mark of a server that
+    /// speaks only HTTP/2 there.
+    ClosedWithoutAlpn,
+    /// The server answered an HTTP/1.1 request with HTTP/2 frames: it speaks only HTTP/2.
+    Http2Only,
     /// The request went down with a connection dropped by its owner.
     Abandoned,
     /// An HTTP/2 failure, as hyper reports it.
@@ -68,10 +74,34 @@ impl fmt::Display for Error {
             Error::Io(e) => e.fmt(f),
             Error::Parse(what) => write!(f, "invalid HTTP response: {what}"),
             Error::Closed => f.write_str("connection closed before the response was complete"),
+            Error::ClosedWithoutAlpn => f.write_str(
+                "connection closed before the first response, and the server agreed to no \
+                 protocol in the TLS handshake (ALPN http/1.1 offered): if it speaks only \
+                 HTTP/2, run with --http2",
+            ),
+            Error::Http2Only => f.write_str(
+                "the server answered in HTTP/2 (a SETTINGS or GOAWAY frame): it speaks only \
+                 HTTP/2 here; run with --http2",
+            ),
             Error::Abandoned => f.write_str("request abandoned with its connection"),
             Error::Hyper(e) => e.fmt(f),
         }
     }
+}
+
+/// A TLS handshake the server failed because it takes none of the offered protocols: said
+/// in terms of the flag that offers the other one.
+fn alpn_hint(detail: String, http2: bool) -> String {
+    if !detail.contains("NoApplicationProtocol") {
+        return detail;
+    }
+    let hint = if http2 {
+        "the server takes no HTTP/2 over TLS (ALPN h2); without --http2 the run uses HTTP/1.1"
+    } else {
+        "the server takes no HTTP/1.1 over TLS (ALPN http/1.1); if it speaks only HTTP/2, run \
+         with --http2"
+    };
+    format!("{detail}: {hint}")
 }
 
 /// An open connection: our HTTP/1.1 client, or hyper's HTTP/2 handle and dispatcher future.
@@ -113,6 +143,14 @@ pub(crate) struct Conn {
     /// An HTTP/2 generation that ended without error while requests were in flight on it:
     /// orderly unless one of them fails (decided at the next connect).
     ended_busy: Option<u64>,
+    /// The live connection is TLS without a protocol agreed by ALPN and has not answered yet
+    /// (see [`Error::ClosedWithoutAlpn`]).
+    unagreed: bool,
+    /// Whether any connection of this slot got a response.
+    answered: bool,
+    /// Set when the server turned out to speak only HTTP/2 before it ever answered: the
+    /// next connect fails the run instead of trying again what cannot work.
+    http2_only: bool,
     /// Report disconnects and reconnects as events (producers; not the thousands of sessions
     /// of a connection workload, whose drops the runner counts itself).
     report: bool,
@@ -148,6 +186,9 @@ impl Conn {
             generation: 0,
             lost_gen: 0,
             ended_busy: None,
+            unagreed: false,
+            answered: false,
+            http2_only: false,
             report,
         }
     }
@@ -177,6 +218,13 @@ impl Conn {
         {
             self.stats.server_closed();
         }
+        if self.http2_only {
+            return Err(DriverError::Config(format!(
+                "{}: {}",
+                self.ep.display,
+                Error::Http2Only
+            )));
+        }
         let ep = self.ep.clone();
         let work = async {
             let stream =
@@ -184,11 +232,12 @@ impl Conn {
                     .await
                     .map_err(|e| DriverError::Connect {
                         target: ep.display.clone(),
-                        reason: e.detail,
+                        reason: alpn_hint(e.detail, ep.http2),
                         cause: e.cause,
                     })?;
             if !ep.http2 {
-                return Ok(Live::H1(Client::new(stream)));
+                let unagreed = ep.tls.is_some() && stream.alpn_protocol().is_none();
+                return Ok((Live::H1(Client::new(stream)), unagreed));
             }
             if ep.tls.is_some() && stream.alpn_protocol() != Some(b"h2") {
                 return Err(DriverError::Connect {
@@ -207,7 +256,7 @@ impl Conn {
                     reason: format!("HTTP handshake failed: {e}"),
                     cause: ConnectFailure::Rejected,
                 })?;
-            Ok(Live::H2 { tx, conn })
+            Ok((Live::H2 { tx, conn }, false))
         };
         let live = match tokio::time::timeout(self.timeout, work).await {
             Ok(r) => r?,
@@ -219,7 +268,7 @@ impl Conn {
                 });
             }
         };
-        self.live = Some(live);
+        (self.live, self.unagreed) = (Some(live.0), live.1);
         self.stats.connection_opened();
         if self.lost_gen == self.generation && self.generation > 0 && self.report {
             self.events.emit(
@@ -275,6 +324,7 @@ impl Conn {
                 status,
                 last,
             } => {
+                (self.unagreed, self.answered) = (false, true);
                 self.done = done(token, Outcome::Status(status));
                 if !last {
                     return None;
@@ -288,6 +338,11 @@ impl Conn {
             }
             Event::Failed { token, error } => {
                 self.live = None;
+                let error = match error {
+                    Error::Closed if self.unagreed => Error::ClosedWithoutAlpn,
+                    e => e,
+                };
+                self.http2_only |= matches!(error, Error::Http2Only) && !self.answered;
                 if let Some(token) = token {
                     self.done = done(token, Outcome::Failed(error.clone()));
                 }

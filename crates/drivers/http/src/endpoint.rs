@@ -76,8 +76,10 @@ impl Endpoint {
         let target = Target::parse(authority.as_str(), if secure { 443 } else { 80 })
             .map_err(|e| config(format!("{display}: {e}")))?;
         let tls = if secure {
-            // HTTP/2 over TLS is agreed in the handshake (ALPN `h2`); HTTP/1.1 needs nothing.
-            let alpn: &[&[u8]] = if opts.http2 { &[b"h2"] } else { &[] };
+            // The protocol is agreed in the handshake (ALPN): `h2` for HTTP/2; `http/1.1`
+            // otherwise, so that a server speaking only HTTP/2 can say so (an alert, or no
+            // protocol agreed), which the errors turn into a hint to run with --http2.
+            let alpn: &[&[u8]] = if opts.http2 { &[b"h2"] } else { &[b"http/1.1"] };
             Some(Tls::with_alpn(tls, alpn).map_err(|e| config(format!("{display}: TLS: {e}")))?)
         } else {
             None

@@ -173,7 +173,12 @@ impl Client {
         loop {
             if self.start < self.end {
                 let Some((token, head_only)) = self.in_flight else {
-                    return Poll::Ready(self.fail(Error::Parse("data received with no request")));
+                    let e = if parse::looks_like_h2(&self.rbuf[self.start..self.end]) {
+                        Error::Http2Only
+                    } else {
+                        Error::Parse("data received with no request")
+                    };
+                    return Poll::Ready(self.fail(e));
                 };
                 let buf = &self.rbuf[self.start..self.end];
                 match self.parser.parse(buf, head_only) {

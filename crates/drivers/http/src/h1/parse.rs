@@ -139,6 +139,13 @@ fn malformed(e: httparse::Error) -> Error {
     })
 }
 
+/// Whether `buf` starts with an HTTP/2 connection-level frame a server sends first (SETTINGS,
+/// or GOAWAY when it rejects the connection): a frame header with a small length, type 4 or 7
+/// and stream 0. An HTTP/1.1 response starts with `HTTP/`, so the two are never confused.
+pub(crate) fn looks_like_h2(buf: &[u8]) -> bool {
+    buf.len() >= 9 && buf[0] == 0 && matches!(buf[3], 4 | 7) && buf[5..9] == [0, 0, 0, 0]
+}
+
 /// Parses one head at the start of `buf`: `None` if it is not complete yet.
 fn parse_head(buf: &[u8], head_only: bool) -> Result<Option<(usize, Head)>, Error> {
     let mut slots = [const { MaybeUninit::<Header<'_>>::uninit() }; MAX_HEADERS];
@@ -151,6 +158,7 @@ fn parse_head(buf: &[u8], head_only: bool) -> Result<Option<(usize, Head)>, Erro
             return Err(Error::Parse("response head too large"));
         }
         Ok(Status::Partial) => return Ok(None),
+        Err(_) if looks_like_h2(buf) => return Err(Error::Http2Only),
         Err(e) => return Err(malformed(e)),
     };
     let status = match resp.code {
@@ -336,7 +344,7 @@ mod tests {
 
     fn parse_error(wire: &[u8]) -> String {
         match whole(wire) {
-            Err(e @ Error::Parse(_)) => e.to_string(),
+            Err(e @ (Error::Parse(_) | Error::Http2Only)) => e.to_string(),
             other => panic!("expected a parse error, got {other:?}"),
         }
     }
@@ -530,6 +538,12 @@ mod tests {
                 b"HTTP/1.1 200 OK\r\nContent-Length: 1\r\nContent-Length: 2\r\n\r\n",
                 "conflicting",
             ),
+            // An h2c-only server's first frames: SETTINGS (6 bytes of it), then GOAWAY.
+            (
+                b"\0\0\x06\x04\0\0\0\0\0\0\x03\0\0\0\x64\0\0\x08\x07\0\0\0\0\0",
+                "run with --http2",
+            ),
+            (b"\0\0\x08\x07\0\0\0\0\0\0\0\0\0\0\0\0\x01", "only HTTP/2"),
         ] {
             let e = parse_error(wire);
             assert!(e.contains(what), "{e}");
