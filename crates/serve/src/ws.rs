@@ -385,7 +385,7 @@ async fn connection(
                         }
                         if let Some(m) = message.feed(f) {
                             if text && std::str::from_utf8(&m).is_err() {
-                                break Some(CLOSE_INVALID_DATA);
+                                break Some(codec::CLOSE_INVALID_TEXT);
                             }
                             if let Some(s) = subs.as_mut() {
                                 // A gateway answers every client message (a request).
@@ -411,9 +411,6 @@ async fn connection(
     }
 }
 
-/// Close code 1007: a text message (or close reason) that is not UTF-8 [RFC 6455 7.4.1].
-const CLOSE_INVALID_DATA: u16 = 1007;
-
 /// Why a close frame received must fail the connection instead of being echoed: a one-byte
 /// body, a code no endpoint may send (1005, 1006, 1015, unassigned ones), or a reason that is
 /// not UTF-8 [RFC 6455 5.5.1, 7.4].
@@ -426,7 +423,7 @@ fn bad_close(body: &[u8]) -> Option<u16> {
             if !matches!(code, 1000..=1003 | 1007..=1014 | 3000..=4999) {
                 Some(codec::CLOSE_PROTOCOL)
             } else if std::str::from_utf8(reason).is_err() {
-                Some(CLOSE_INVALID_DATA)
+                Some(codec::CLOSE_INVALID_TEXT)
             } else {
                 None
             }

@@ -29,8 +29,33 @@ pub const CLOSE_NORMAL: u16 = 1000;
 pub const CLOSE_GOING_AWAY: u16 = 1001;
 /// Protocol error.
 pub const CLOSE_PROTOCOL: u16 = 1002;
+/// A text message that is not UTF-8 (invalid payload data).
+pub const CLOSE_INVALID_TEXT: u16 = 1007;
 /// Message too big.
 pub const CLOSE_TOO_BIG: u16 = 1009;
+
+/// What a close code means (RFC 6455 §7.4.1 and the IANA registry), for reports: servers send
+/// bare codes, and "1009" alone tells a user nothing.
+pub fn close_meaning(code: u16) -> Option<&'static str> {
+    Some(match code {
+        1000 => "normal closure",
+        1001 => "going away",
+        1002 => "protocol error",
+        1003 => "unsupported data",
+        1005 => "no status code",
+        1006 => "closed abnormally",
+        1007 => "invalid payload data",
+        1008 => "policy violation",
+        1009 => "message too big",
+        1010 => "a mandatory extension was not agreed",
+        1011 => "internal server error",
+        1012 => "service restart",
+        1013 => "try again later",
+        1014 => "bad gateway",
+        1015 => "TLS handshake failure",
+        _ => return None,
+    })
+}
 
 const GUID: &str = "258EAFA5-E914-47DA-95CA-C5AB0DC85B11";
 
@@ -352,6 +377,16 @@ mod tests {
             let mut b = BytesMut::from(&whole[..cut]);
             assert_eq!(parse(&mut b, true, 1 << 20), Ok(None), "cut at {cut}");
         }
+    }
+
+    #[test]
+    fn close_codes_have_meanings() {
+        assert_eq!(close_meaning(1009), Some("message too big"));
+        assert_eq!(
+            close_meaning(CLOSE_INVALID_TEXT),
+            Some("invalid payload data")
+        );
+        assert_eq!(close_meaning(4001), None);
     }
 
     #[test]

@@ -131,7 +131,10 @@ fn closed(code: u16, reason: &[u8]) -> io::Error {
     io::Error::new(
         io::ErrorKind::ConnectionAborted,
         format!(
-            "the server closed the WebSocket: code {code}{}{}",
+            "the server closed the WebSocket: code {code}{}{}{}",
+            codec::close_meaning(code)
+                .map(|m| format!(" ({m})"))
+                .unwrap_or_default(),
             if reason.is_empty() { "" } else { ", " },
             String::from_utf8_lossy(reason)
         ),
@@ -345,6 +348,13 @@ impl Conn {
                 "the server broke the WebSocket protocol ({e}); failed the connection with close {code}"
             ),
         )
+    }
+
+    /// A text message that is not UTF-8 (RFC 6455 §8.1): the connection is failed with close
+    /// 1007, reported as a protocol violation like any other broken frame.
+    pub fn fail_invalid_text(&mut self) -> io::Error {
+        let e = io::Error::other("a text message is not valid UTF-8");
+        self.fail_protocol(codec::CLOSE_INVALID_TEXT, &e)
     }
 
     /// The next data frame (see [`Conn::poll_data`]).

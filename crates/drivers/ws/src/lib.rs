@@ -422,6 +422,10 @@ impl WsConsumer {
                 self.text = f.opcode == codec::OP_TEXT;
             }
             if let Some(m) = self.message.feed(f) {
+                // Binary is what benchmarks send; text is checked, as a client must.
+                if self.text && std::str::from_utf8(&m).is_err() {
+                    return Err(self.conn.fail_invalid_text());
+                }
                 return Ok((self.text, m));
             }
         }
@@ -717,36 +721,52 @@ mod tests {
         buf
     }
 
-    /// A server frame that breaks RFC 6455 (reserved bits set, no extension agreed) fails
-    /// the connection: the client writes close 1002 before dropping it, and reports a
-    /// protocol violation (counted as a protocol error), not a plain disconnection.
+    /// A server that breaks RFC 6455 fails the connection with the close code the RFC
+    /// prescribes, written before the client drops it, and a protocol violation reported
+    /// (counted as a protocol error), not a plain disconnection: a frame with reserved bits
+    /// set (no extension agreed) gets 1002, a text message that is not UTF-8 (sent in two
+    /// fragments) gets 1007.
     #[tokio::test]
-    async fn a_broken_frame_fails_the_connection_with_1002() {
-        let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let url = format!("ws://{}/", l.local_addr().unwrap());
-        let closed_with = tokio::spawn(async move {
-            let (mut s, _) = l.accept().await.unwrap();
-            let mut buf = upgrade(&mut s).await;
-            s.write_all(&[0x82 | 0x40, 2, b'h', b'i']).await.unwrap();
-            loop {
-                if let Some(f) = codec::parse(&mut buf, true, 1 << 20).unwrap() {
-                    assert_eq!(f.opcode, codec::OP_CLOSE);
-                    return codec::close_code(&f.payload);
+    async fn a_broken_frame_fails_the_connection_with_its_close_code() {
+        let cases: [(&[u8], u16, &str); 2] = [
+            (
+                &[0x82 | 0x40, 2, b'h', b'i'],
+                codec::CLOSE_PROTOCOL,
+                "reserved bits set",
+            ),
+            (
+                &[0x01, 1, 0xC3, 0x80, 1, 0x28],
+                codec::CLOSE_INVALID_TEXT,
+                "not valid UTF-8",
+            ),
+        ];
+        for (wire, code, why) in cases {
+            let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
+            let url = format!("ws://{}/", l.local_addr().unwrap());
+            let closed_with = tokio::spawn(async move {
+                let (mut s, _) = l.accept().await.unwrap();
+                let mut buf = upgrade(&mut s).await;
+                s.write_all(wire).await.unwrap();
+                loop {
+                    if let Some(f) = codec::parse(&mut buf, true, 1 << 20).unwrap() {
+                        assert_eq!(f.opcode, codec::OP_CLOSE);
+                        return codec::close_code(&f.payload);
+                    }
+                    assert!(
+                        s.read_buf(&mut buf).await.unwrap() > 0,
+                        "EOF before a close"
+                    );
                 }
-                assert!(
-                    s.read_buf(&mut buf).await.unwrap() > 0,
-                    "EOF before a close"
-                );
-            }
-        });
-        let (mut d, mut events) = driver(&url, Duration::from_secs(1));
-        d.opts.subscribe = None;
-        let mut c = d.consumer(&spec(0)).await.unwrap();
-        let _ = tokio::time::timeout(Duration::from_millis(300), c.recv()).await;
-        assert_eq!(closed_with.await.unwrap(), codec::CLOSE_PROTOCOL);
-        let e = events.try_recv().unwrap();
-        assert_eq!(e.kind, DriverEventKind::Violation, "{}", e.detail);
-        assert!(e.detail.contains("reserved bits set"), "{}", e.detail);
+            });
+            let (mut d, mut events) = driver(&url, Duration::from_secs(1));
+            d.opts.subscribe = None;
+            let mut c = d.consumer(&spec(0)).await.unwrap();
+            let _ = tokio::time::timeout(Duration::from_millis(300), c.recv()).await;
+            assert_eq!(closed_with.await.unwrap(), code, "{why}");
+            let e = events.try_recv().unwrap();
+            assert_eq!(e.kind, DriverEventKind::Violation, "{}", e.detail);
+            assert!(e.detail.contains(why), "{}", e.detail);
+        }
     }
 
     /// Producers send text messages when the payloads are a template's documents, binary
