@@ -131,6 +131,42 @@ fn batched_acks_go_out_in_time() {
     );
 }
 
+/// A Mosquitto that drops every connection whose PUBLISH is over its maximum packet size
+/// (MQTT 3.1.1 has no way to announce the limit): each lost connection is reported and the
+/// producer reconnects, but ever more slowly, as the connections die within a second of
+/// opening (it once reconnected about 500 times a second), and the run fails its verdict
+/// since nothing arrived.
+#[test]
+fn a_broker_dropping_every_connection_is_not_reconnected_to_in_a_loop() {
+    let _ = need!(MQTT);
+    let d = TempDir::new("mqtt-drops");
+    let port = free_port();
+    let _server = Killed(start_mosquitto_with(port, &d.0, "max_packet_size 1000\n"));
+    let url = format!("mqtt://127.0.0.1:{port}");
+    let o = msgbench(
+        &d.0,
+        &[
+            "run",
+            &url,
+            "--mqtt-version",
+            "3.1.1",
+            "--size",
+            "2KiB",
+            "--rate",
+            "1000",
+            "--warmup",
+            "0s",
+            "--duration",
+            "3s",
+            "--no-output",
+        ],
+    );
+    let e = stderr(&o);
+    assert_eq!(o.status.code(), Some(3), "{e}");
+    let lost = e.matches("disconnected:").count();
+    assert!((2..=20).contains(&lost), "{lost} connections lost:\n{e}");
+}
+
 /// A Mosquitto that supports QoS 1 at most and sets a 10 s keep-alive itself (MQTT 5 maximum
 /// QoS and server keep alive in its CONNACK): QoS 2 is refused with the broker's maximum
 /// named, not measured as QoS 1; at QoS 1 the clients, asking for 60 s, ping at the server's

@@ -130,6 +130,13 @@ pub struct Conn {
     pub heartbeat_every: Duration,
     /// Something was published on the channel: close it before the connection.
     pub published: bool,
+    /// Pauses between reconnection attempts (100 ms doubling to 2 s), kept across losses: a
+    /// connection lost within a second of opening counts as a failed attempt, so a broker
+    /// that accepts the connection and closes it at once (a queue or exchange the setup
+    /// cannot use, a refused publish) is not reconnected to in a loop.
+    backoff: msgbench_net::Backoff,
+    /// When the last handshake completed.
+    opened: std::time::Instant,
 }
 
 fn io_err(m: impl Into<String>) -> io::Error {
@@ -158,6 +165,8 @@ impl Conn {
             frame_max: FRAME_MAX as usize,
             heartbeat_every: Duration::ZERO,
             published: false,
+            backoff: msgbench_net::Backoff::default(),
+            opened: std::time::Instant::now(),
         };
         c.handshake().await?;
         Ok(c)
@@ -440,16 +449,23 @@ impl Conn {
 
     /// Marks the connection lost (once) and reports it.
     pub fn lost(&mut self, why: &io::Error) {
-        if self.wire.detach()
-            && let Some(ev) = &self.events
-        {
-            ev.connection_lost(&self.name, why);
+        if self.wire.detach() {
+            self.backoff.lost_after(self.opened.elapsed());
+            if let Some(ev) = &self.events {
+                ev.connection_lost(&self.name, why);
+            }
         }
     }
 
-    /// One reconnection attempt (handshake and channel, not the caller's setup).
+    /// One reconnection attempt (handshake and channel, not the caller's setup), once the
+    /// backoff allows it.
     pub async fn try_reconnect(&mut self) -> Result<(), DriverError> {
-        self.handshake().await?;
+        self.backoff.wait().await;
+        if let Err(e) = self.handshake().await {
+            self.backoff.failed();
+            return Err(e);
+        }
+        self.opened = std::time::Instant::now();
         if let Some(ev) = &self.events {
             ev.reconnected(&self.name, &self.ep.display, "");
         }

@@ -112,7 +112,6 @@ async fn io_task(
 ) {
     let mut routes: Vec<Option<mpsc::UnboundedSender<In>>> = vec![None; channels as usize + 1];
     let mut last_write = Instant::now();
-    let mut backoff = msgbench_net::Backoff::default();
     loop {
         if !conn.is_connected() {
             // Down: keep taking commands (writes go nowhere; the channels learnt of the cut)
@@ -129,15 +128,13 @@ async fn io_task(
                     Err(mpsc::error::TryRecvError::Disconnected) => return,
                 }
             }
+            // The connection paces its own attempts (see `Conn::try_reconnect`).
             if conn.try_reconnect().await.is_ok() {
-                backoff.reset();
                 state.send_modify(|s| {
                     s.generation += 1;
                     s.up = true;
                     s.frame_max = conn.frame_max;
                 });
-            } else {
-                backoff.pause().await;
             }
             continue;
         }

@@ -137,6 +137,13 @@ pub struct Conn {
     pub session_present: bool,
     /// MQTT 5 maximum QoS the server supports (2 for 3.1.1, which cannot say).
     pub max_qos: u8,
+    /// Pauses between reconnection attempts (50 ms doubling to 2 s), kept across losses: a
+    /// connection lost within a second of opening counts as a failed attempt, so a broker
+    /// that accepts the connection and drops it at the first PUBLISH (a topic the ACL
+    /// forbids) is not reconnected to in a loop.
+    backoff: msgbench_net::Backoff,
+    /// When the last handshake completed.
+    opened: std::time::Instant,
 }
 
 impl Conn {
@@ -163,6 +170,8 @@ impl Conn {
             server_max_packet: 0,
             session_present: false,
             max_qos: 2,
+            backoff: msgbench_net::Backoff::new(Duration::from_millis(50), Duration::from_secs(2)),
+            opened: std::time::Instant::now(),
         };
         c.handshake().await?;
         Ok(c)
@@ -296,6 +305,7 @@ impl Conn {
                 .map_err(|e| DriverError::Subscribe(e.to_string()))?;
         }
         self.wire.shrink();
+        self.opened = std::time::Instant::now();
         Ok(())
     }
 
@@ -437,17 +447,20 @@ impl Conn {
 
     /// Marks the connection lost (once) and reports it.
     pub fn lost(&mut self, why: &io::Error) {
-        if self.wire.detach()
-            && let Some(ev) = &self.events
-        {
-            ev.connection_lost(&self.client_id, why);
+        if self.wire.detach() {
+            self.backoff.lost_after(self.opened.elapsed());
+            if let Some(ev) = &self.events {
+                ev.connection_lost(&self.client_id, why);
+            }
         }
     }
 
     /// One reconnection attempt. A failed attempt moves the client to the next host of a list
     /// (a clustered broker's other nodes).
     pub async fn try_reconnect(&mut self) -> Result<(), DriverError> {
+        self.backoff.wait().await;
         if let Err(e) = self.handshake().await {
+            self.backoff.failed();
             self.route.index = self.route.index.wrapping_add(1);
             return Err(e);
         }
@@ -468,11 +481,7 @@ impl Conn {
     /// Reconnects, retrying with backoff (50 ms doubling to 2 s) until it works (the caller
     /// cancels to give up).
     pub async fn reconnect(&mut self) {
-        let mut backoff =
-            msgbench_net::Backoff::new(Duration::from_millis(50), Duration::from_secs(2));
-        while self.try_reconnect().await.is_err() {
-            backoff.pause().await;
-        }
+        while self.try_reconnect().await.is_err() {}
     }
 
     /// Closes politely (DISCONNECT), ignoring errors: the peer may already be gone.
