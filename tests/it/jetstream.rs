@@ -431,6 +431,61 @@ fn refused_core_publishes_are_counted_not_flooded() {
     assert!((1..=10).contains(&lines), "{lines} lines:\n{err}");
 }
 
+/// nkey authentication: nats-server knows only a user's public key (the example pair of
+/// NATS's own documentation) and checks the signature of its nonce. With the seed file every
+/// message arrives (core NATS, and JetStream with its API calls and PubAcks); without it the
+/// run stops at connect and says to add `?nkey=` or `?creds=`; a seed with a typo is refused
+/// before anything connects.
+#[test]
+fn nkey_users_sign_the_servers_nonce() {
+    let d = TempDir::new("nats-nkey");
+    let conf = "authorization {\n  users = [ { nkey: UDXU4RCSJNZOIQHZNWXHXORDPRTGNJAHAHFRGZNEEJCPQTT2M7NLCNF4 } ]\n}";
+    let s = Js::start_conf(&d.0, free_port(), true, conf);
+    let seed = d.path("user.nk");
+    std::fs::write(
+        &seed,
+        "SUACSSL3UAHUDXKFSNVUZRF5UHPMWZ6BFDTJ7M6USDXIEDNPPQYYYCU3VY\n",
+    )
+    .unwrap();
+    let seed = seed.display().to_string();
+    for url in [
+        format!("nats://127.0.0.1:{}?nkey={seed}", s.port),
+        format!(
+            "nats+js://127.0.0.1:{}?stream=NK&storage=memory&nkey={seed}",
+            s.port
+        ),
+    ] {
+        let r = run_json(
+            &d.0,
+            &[
+                "run", &url, "--topic", "nk", "--rate", "2000", "-n", "500", "-c", "1", "--warmup",
+                "0s",
+            ],
+        );
+        let i = &r["integrity"];
+        assert_eq!((u(&i["delivered"]), u(&i["lost"])), (500, 0), "{url}: {i}");
+    }
+    let bare = format!("nats://127.0.0.1:{}", s.port);
+    let o = msgbench(&d.0, &["run", &bare, "-n", "10", "--no-output"]);
+    let e = stderr(&o);
+    assert_eq!(o.status.code(), Some(1), "{e}");
+    assert!(
+        e.contains("Authorization Violation") && e.contains("?nkey="),
+        "{e}"
+    );
+    let typo = d.path("typo.nk");
+    std::fs::write(
+        &typo,
+        "SUACSSL4UAHUDXKFSNVUZRF5UHPMWZ6BFDTJ7M6USDXIEDNPPQYYYCU3VY",
+    )
+    .unwrap();
+    let url = format!("nats://127.0.0.1:{}?nkey={}", s.port, typo.display());
+    let o = msgbench(&d.0, &["run", &url, "-n", "10", "--no-output"]);
+    let e = stderr(&o);
+    assert_eq!(o.status.code(), Some(2), "{e}");
+    assert!(e.contains("nkey=") && e.contains("checksum"), "{e}");
+}
+
 /// A list of servers whose first is down when the run starts: clients try the next one, as
 /// NATS clients do, and the run takes every message (core NATS and JetStream).
 #[test]

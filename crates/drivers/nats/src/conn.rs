@@ -13,7 +13,8 @@ use std::sync::Arc;
 use std::task::{Context, Poll, Waker};
 use std::time::Duration;
 
-/// Where and how to connect, parsed from `nats://[user:pass@|token@]host[:port][,host[:port]...]`
+/// Where and how to connect, parsed from
+/// `nats://[user:pass@|token@]host[:port][,host[:port]...][?nkey=FILE|?creds=FILE]`
 /// (each further server may repeat `nats://`, as the `nats` CLI writes server lists). Several
 /// servers (nodes of a cluster, or several servers on one machine) share the clients out round
 /// robin by client index, as the MQTT driver does. `tls://` (or `nats+tls://`) asks for TLS,
@@ -31,6 +32,8 @@ pub struct Endpoint {
     pub display: String,
     /// `nats+js://`: a JetStream client (headers on; options in the query, see `crate::js`).
     pub jetstream: bool,
+    /// The nkey or `.creds` identity given in the query (`?nkey=FILE`, `?creds=FILE`).
+    identity: Option<Arc<crate::nkey::Identity>>,
 }
 
 impl Endpoint {
@@ -55,6 +58,7 @@ impl Endpoint {
             Some(tls().map_err(|m| DriverError::Config(format!("TLS: {m}")))?)
         };
         let rest = rest.replace(&format!(",{scheme}://"), ",");
+        let identity = identity(rest.split_once('?').map_or("", |(_, q)| q))?;
         let rest = rest.split(['/', '?']).next().unwrap_or("");
         let (creds, hostports) = match rest.rsplit_once('@') {
             Some((c, h)) => (Some(c), h),
@@ -92,10 +96,18 @@ impl Endpoint {
             token,
             display,
             jetstream,
+            identity,
         })
     }
 
-    fn connect_json(&self, name: &str) -> String {
+    /// Whether the URL named an nkey or `.creds` file.
+    pub fn has_identity(&self) -> bool {
+        self.identity.is_some()
+    }
+
+    /// CONNECT's JSON; `nonce` is the one of the server's INFO, signed when the URL gave an
+    /// nkey or `.creds` file.
+    fn connect_json(&self, name: &str, nonce: Option<&str>) -> String {
         let mut v = serde_json::json!({
             "verbose": false, "pedantic": false, "name": name, "lang": "rust-msgbench",
             "version": env!("CARGO_PKG_VERSION"), "protocol": 1, "echo": true,
@@ -112,8 +124,37 @@ impl Endpoint {
         if let Some(t) = &self.token {
             v["auth_token"] = t.clone().into();
         }
+        if let Some(id) = &self.identity {
+            match &id.jwt {
+                Some(jwt) => v["jwt"] = jwt.clone().into(),
+                None => v["nkey"] = id.public.clone().into(),
+            }
+            if let Some(n) = nonce {
+                v["sig"] = id.sign(n).into();
+            }
+        }
         v.to_string()
     }
+}
+
+/// The identity a query names (`nkey=FILE` or `creds=FILE`, not both), read now so a bad
+/// file stops the run before it starts. Other query keys belong to `nats+js://`.
+fn identity(query: &str) -> Result<Option<Arc<crate::nkey::Identity>>, DriverError> {
+    let mut found = None;
+    for (k, v) in query.split('&').filter_map(|p| p.split_once('=')) {
+        let creds = match k {
+            "nkey" => false,
+            "creds" => true,
+            _ => continue,
+        };
+        if found.is_some() {
+            return Err(DriverError::Config(
+                "give one of nkey= and creds=, once".into(),
+            ));
+        }
+        found = Some(Arc::new(crate::nkey::Identity::load(v, creds)?));
+    }
+    Ok(found)
 }
 
 /// Which of the endpoint's servers a client uses, from which local address, and how its socket
@@ -271,7 +312,8 @@ impl Conn {
             }
             let w = &mut self.wire.wbuf;
             w.extend_from_slice(b"CONNECT ");
-            w.extend_from_slice(self.ep.connect_json(&self.name).as_bytes());
+            let json = self.ep.connect_json(&self.name, self.info.nonce.as_deref());
+            w.extend_from_slice(json.as_bytes());
             w.extend_from_slice(b"\r\n");
             for s in &self.subs {
                 proto::put_sub(w, &s.subject, s.queue.as_deref(), s.sid);
@@ -282,9 +324,16 @@ impl Conn {
                 match self.read_raw().await? {
                     ServerOp::Pong => return Ok(()),
                     ServerOp::Err(e) => {
+                        // A nonce means nkey users or operator mode: say how to give a key.
+                        let hint = if self.info.nonce.is_some() && !self.ep.has_identity() {
+                            " (the server takes nkeys or JWTs: add ?nkey=SEED_FILE or \
+                             ?creds=CREDS_FILE to the URL)"
+                        } else {
+                            ""
+                        };
                         return Err(io::Error::new(
                             io::ErrorKind::PermissionDenied,
-                            format!("server refused the connection: {e}"),
+                            format!("server refused the connection: {e}{hint}"),
                         ));
                     }
                     ServerOp::Ping => self.wire.wbuf.extend_from_slice(b"PONG\r\n"),
@@ -514,7 +563,7 @@ mod tests {
             ("localhost:4222", Some("bob"), Some("pw"))
         );
         assert_eq!(e.display, "nats://bob:***@localhost");
-        assert!(e.connect_json("x").contains("\"pass\":\"pw\""));
+        assert!(e.connect_json("x", None).contains("\"pass\":\"pw\""));
         let e = plain("nats://s3cret@h:1").unwrap();
         assert_eq!(e.token.as_deref(), Some("s3cret"));
         // TLS: asked for by the scheme, with the connector built from the TLS settings.

@@ -35,6 +35,7 @@
 
 pub mod conn;
 pub mod js;
+pub mod nkey;
 pub mod proto;
 pub mod server_errors;
 
@@ -544,7 +545,7 @@ impl msgbench_core::registration::Registered for NatsDriver {
     const INFO: msgbench_core::registration::DriverInfo = msgbench_core::registration::DriverInfo {
         name: "nats",
         schemes: &["nats", "tls", "nats+tls"],
-        about: "NATS core: pub/sub, fan-out, queue groups, request/reply, connection workloads, TLS (own lean client)",
+        about: "NATS core: pub/sub, fan-out, queue groups, request/reply, connection workloads, TLS, user/password, token, nkey (?nkey=SEED_FILE) and .creds (?creds=FILE) authentication (own lean client)",
         caps: Capabilities {
             acks: false,
             queue_groups: true,

@@ -75,6 +75,10 @@ pub struct Info {
     /// Server version.
     #[serde(default)]
     pub version: String,
+    /// The challenge an nkey signs (sent when the server has nkey users or runs in operator
+    /// mode).
+    #[serde(default)]
+    pub nonce: Option<String>,
 }
 
 /// Why input could not be parsed.

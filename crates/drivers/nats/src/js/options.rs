@@ -194,6 +194,8 @@ impl JsOptions {
                             .ok_or_else(|| bad(k, v, "a size such as 256MiB"))?,
                     )
                 }
+                // Who the connection is: read by the connection (`crate::conn`).
+                "nkey" | "creds" => {}
                 "ack_wait" => o.ack_wait = dur(k, v)?,
                 "expires" => o.expires = dur(k, v)?,
                 other => {
