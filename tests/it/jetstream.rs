@@ -431,6 +431,46 @@ fn refused_core_publishes_are_counted_not_flooded() {
     assert!((1..=10).contains(&lines), "{lines} lines:\n{err}");
 }
 
+/// JetStream: a user the server does not let publish to the stream's subject. Each publish
+/// gets an `-ERR` and never a PubAck; each is resolved as refused when its `-ERR` comes
+/// (nacked, not left to the ack timeout to be counted in doubt, and not counted twice), so the
+/// run ends on time with every message accounted for.
+#[test]
+fn refused_jetstream_publishes_are_nacked_at_once() {
+    let d = TempDir::new("js-deny-pub");
+    let conf = r#"authorization {
+  users = [ { user: nopub, password: pw, permissions: { publish: { deny: ["bench", "bench.>"] } } } ]
+}"#;
+    let s = Js::start_conf(&d.0, free_port(), true, conf);
+    let url = format!(
+        "nats+js://nopub:pw@127.0.0.1:{}?stream=DENIED&storage=memory",
+        s.port
+    );
+    let t0 = std::time::Instant::now();
+    let o = msgbench(
+        &d.0,
+        &[
+            "run", &url, "--topic", "bench", "--rate", "500", "-n", "300", "-c", "1", "--warmup",
+            "0s", "--drain", "2s", "--format", "json",
+        ],
+    );
+    let err = stderr(&o);
+    assert_eq!(o.status.code(), Some(3), "{err}");
+    assert!(t0.elapsed() < Duration::from_secs(20), "{:?}", t0.elapsed());
+    let r: Value = serde_json::from_slice(&o.stdout).expect("a JSON report");
+    let sum =
+        |f: &dyn Fn(&Value) -> u64| -> u64 { r["phases"].as_array().unwrap().iter().map(f).sum() };
+    let nacked = sum(&|p| u(&p["counters"]["nacked"]));
+    let timeouts = sum(&|p| u(&p["counters"]["errors"]["timeout"]));
+    let nack_errors = sum(&|p| u(&p["counters"]["errors"]["nack"]));
+    assert_eq!(
+        (nacked, nack_errors, timeouts),
+        (300, 300, 0),
+        "{}",
+        r["phases"]
+    );
+}
+
 /// nkey authentication: nats-server knows only a user's public key (the example pair of
 /// NATS's own documentation) and checks the signature of its nonce. With the seed file every
 /// message arrives (core NATS, and JetStream with its API calls and PubAcks); without it the

@@ -195,7 +195,7 @@ pub struct Conn {
     /// `select!` moved on) leaves a socket that is not a connection: the next call redoes it.
     ready: bool,
     /// The server's `-ERR`s, reported without flooding.
-    errors: crate::server_errors::ServerErrors,
+    pub errors: crate::server_errors::ServerErrors,
 }
 
 fn io_err(e: impl std::fmt::Display) -> io::Error {

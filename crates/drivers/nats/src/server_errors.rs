@@ -20,6 +20,11 @@ pub struct ServerErrors {
     last: String,
     pending: u64,
     next_report_ns: u64,
+    /// Publish refusals are resolved by the client's own acks ([`ServerErrors::claim`]):
+    /// reported, but not counted again as refused operations.
+    claimed: bool,
+    /// Publish refusals not yet taken by [`ServerErrors::take_refusals`].
+    refusals: u64,
 }
 
 /// Whether an `-ERR` refuses a publish (the message went nowhere).
@@ -31,6 +36,9 @@ impl ServerErrors {
     /// One `-ERR` from the server on connection `name`.
     pub fn seen(&mut self, e: &str, name: &str, events: &EventSink) {
         let now = now_ns();
+        if self.claimed && refuses_publish(e) {
+            self.refusals += 1;
+        }
         if e == self.last {
             self.pending += 1;
             if now >= self.next_report_ns {
@@ -42,6 +50,18 @@ impl ServerErrors {
         self.last = e.to_string();
         self.pending = 1;
         self.report(name, events, now);
+    }
+
+    /// From now on the client resolves each publish refusal as one of its messages refused
+    /// (JetStream, whose publishes wait for an acknowledgement that a refused one never
+    /// gets), taking them with [`ServerErrors::take_refusals`].
+    pub fn claim(&mut self) {
+        self.claimed = true;
+    }
+
+    /// Publish refusals seen since the last call (only counted once [claimed](Self::claim)).
+    pub fn take_refusals(&mut self) -> u64 {
+        std::mem::take(&mut self.refusals)
     }
 
     /// Reports the repeats not yet reported (the connection is going).
@@ -60,7 +80,7 @@ impl ServerErrors {
             String::new()
         };
         let detail = format!("{name}: server error: {}{times}", self.last);
-        let kind = if refuses_publish(&self.last) {
+        let kind = if refuses_publish(&self.last) && !self.claimed {
             DriverEventKind::Refused(n)
         } else {
             DriverEventKind::Error

@@ -149,6 +149,10 @@ impl Driver for JetStreamDriver {
             let stream = self.opts.stream_of(topic);
             ensure_stream(&mut api, &mut conn, &self.opts, &stream, topic, &mut stash).await?;
         }
+        let one_subject = topics.len() == 1;
+        if one_subject {
+            conn.errors.claim();
+        }
         Ok(JsProducer {
             conn,
             api,
@@ -161,6 +165,7 @@ impl Driver for JetStreamDriver {
             acks: VecDeque::new(),
             last_token: None,
             refusal_reported: false,
+            outstanding: one_subject.then(VecDeque::new),
         })
     }
 

@@ -32,6 +32,13 @@ pub struct JsProducer {
     pub(super) last_token: Option<u64>,
     /// A refusal was reported as an event already (once per producer: they come per message).
     pub(super) refusal_reported: bool,
+    /// A producer of one subject: the tokens it sent on this connection that have no
+    /// PubAck yet, oldest first. NATS refuses a publish the user may not make with an `-ERR`
+    /// that names no message, and then no PubAck ever comes; as permissions go by subject,
+    /// the refused one is the oldest outstanding, which is resolved as refused at once
+    /// instead of waiting out the ack timeout to be counted in doubt. (A producer of several
+    /// subjects cannot tell which was refused: its refusals are counted as core NATS's are.)
+    pub(super) outstanding: Option<VecDeque<u64>>,
 }
 
 impl JsProducer {
@@ -47,11 +54,28 @@ impl JsProducer {
                 }
             }
         }
+        self.take_refusals();
+    }
+
+    /// Resolves the publishes the server refused with `-ERR` (see `outstanding`).
+    fn take_refusals(&mut self) {
+        let n = self.conn.errors.take_refusals();
+        let Some(out) = self.outstanding.as_mut() else {
+            return;
+        };
+        for _ in 0..n {
+            if let Some(token) = out.pop_front() {
+                self.acks.push_back(Ack::One { token, ok: false });
+            }
+        }
     }
 
     /// The connection is gone: PubAcks for what it carried will never come.
     fn cut(&mut self, e: &std::io::Error) {
         self.conn.lost(e);
+        if let Some(out) = self.outstanding.as_mut() {
+            out.clear();
+        }
         if let Some(up_to) = self.last_token.take() {
             self.acks.push_back(Ack::InDoubt { up_to });
         }
@@ -88,6 +112,12 @@ impl JsProducer {
                 DriverEventKind::Error,
                 format!("{}: JetStream refused a publish: {why}", self.name),
             );
+        }
+        if let Some(out) = self.outstanding.as_mut() {
+            // PubAcks of one subject come in order: those before `token` will get none.
+            while out.front().is_some_and(|&t| t <= token) {
+                out.pop_front();
+            }
         }
         self.acks.push_back(Ack::One { token, ok });
     }
@@ -149,6 +179,9 @@ impl Producer for JsProducer {
             msg.payload,
         );
         self.last_token = Some(msg.token);
+        if let Some(out) = self.outstanding.as_mut() {
+            out.push_back(msg.token);
+        }
         if self.conn.wire.wbuf.len() >= WRITE_BATCH {
             self.write_out().await?;
             self.service_reads();
@@ -182,7 +215,12 @@ impl Producer for JsProducer {
             match self.conn.poll_msg(cx) {
                 Poll::Ready(Ok(op)) => self.on_op(op),
                 Poll::Ready(Err(e)) => self.cut(&e),
-                Poll::Pending => return Poll::Pending,
+                Poll::Pending => {
+                    self.take_refusals();
+                    if self.acks.is_empty() {
+                        return Poll::Pending;
+                    }
+                }
             }
         }
     }
