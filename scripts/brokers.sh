@@ -80,7 +80,8 @@
 #     127.0.0.1:${MSGBENCH_KAFKA_PORT:-19092}, its controller on the port after it, SSL on
 #     ${MSGBENCH_KAFKA_TLS_PORT:-19094} (advertised as localhost; client cert optional), a
 #     plaintext listener on ${MSGBENCH_KAFKA_PROXIED_PORT:-19096} that advertises the port after
-#     it (where the fault-matrix test puts its proxy), storage
+#     it (where the fault-matrix test puts its proxy), SASL PLAIN (user bench, password
+#     bench-secret) on ${MSGBENCH_KAFKA_SASL_PORT:-19098}, storage
 #     formatted on first start in $STATE/kafka/data/ (kept across `up`s: topics survive), a
 #     1 GiB heap, no group join delay, topics created on demand. Starting takes several seconds.
 # Peer libraries (installed, nothing to start or stop):
@@ -132,6 +133,8 @@ KAFKA_TLS_PORT=${MSGBENCH_KAFKA_TLS_PORT:-19094}
 # proxy there, so that every connection a client makes (bootstrap and the broker's advertised
 # address alike) passes through the proxy.
 KAFKA_PROXIED_PORT=${MSGBENCH_KAFKA_PROXIED_PORT:-19096}
+# SASL (PLAIN, user `bench`, password `bench-secret`) over plain TCP.
+KAFKA_SASL_PORT=${MSGBENCH_KAFKA_SASL_PORT:-19098}
 KAFKA=$STATE/kafka
 RMQ_NODE=msgbench@localhost
 RMQ=$STATE/rabbitmq
@@ -830,10 +833,12 @@ kafka_conf() {
 process.roles=broker,controller
 node.id=1
 controller.quorum.voters=1@127.0.0.1:$KAFKA_CONTROLLER_PORT
-listeners=PLAINTEXT://127.0.0.1:$KAFKA_PORT,CONTROLLER://127.0.0.1:$KAFKA_CONTROLLER_PORT,SSL://127.0.0.1:$KAFKA_TLS_PORT,PROXIED://127.0.0.1:$KAFKA_PROXIED_PORT
-advertised.listeners=PLAINTEXT://127.0.0.1:$KAFKA_PORT,SSL://localhost:$KAFKA_TLS_PORT,PROXIED://127.0.0.1:$((KAFKA_PROXIED_PORT + 1))
+listeners=PLAINTEXT://127.0.0.1:$KAFKA_PORT,CONTROLLER://127.0.0.1:$KAFKA_CONTROLLER_PORT,SSL://127.0.0.1:$KAFKA_TLS_PORT,PROXIED://127.0.0.1:$KAFKA_PROXIED_PORT,SASL://127.0.0.1:$KAFKA_SASL_PORT
+advertised.listeners=PLAINTEXT://127.0.0.1:$KAFKA_PORT,SSL://localhost:$KAFKA_TLS_PORT,PROXIED://127.0.0.1:$((KAFKA_PROXIED_PORT + 1)),SASL://127.0.0.1:$KAFKA_SASL_PORT
 controller.listener.names=CONTROLLER
-listener.security.protocol.map=PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT,SSL:SSL,PROXIED:PLAINTEXT
+listener.security.protocol.map=PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT,SSL:SSL,PROXIED:PLAINTEXT,SASL:SASL_PLAINTEXT
+sasl.enabled.mechanisms=PLAIN
+listener.name.sasl.plain.sasl.jaas.config=org.apache.kafka.common.security.plain.PlainLoginModule required user_bench="bench-secret";
 ssl.keystore.type=PEM
 ssl.keystore.location=$KAFKA/server-keystore.pem
 ssl.truststore.type=PEM
@@ -893,7 +898,7 @@ LOG4J
       -c "$KAFKA/server.properties" >"$KAFKA/format.log" 2>&1 \
       || { log "kafka storage format failed (see $KAFKA/format.log)"; return 1; }
   fi
-  for port in "$KAFKA_PORT" "$KAFKA_CONTROLLER_PORT" "$KAFKA_TLS_PORT" "$KAFKA_PROXIED_PORT"; do
+  for port in "$KAFKA_PORT" "$KAFKA_CONTROLLER_PORT" "$KAFKA_TLS_PORT" "$KAFKA_PROXIED_PORT" "$KAFKA_SASL_PORT"; do
     if port_open "$port"; then log "kafka: 127.0.0.1:$port is already taken by another process"; return 1; fi
   done
   (exec java -Xmx1g -Xms1g -XX:+UseG1GC -cp "$KAFKA/libs/*" \
@@ -935,7 +940,7 @@ ephemeral_ports_note() {
   for p in "$NATS_PORT" "$REDIS_PORT" "$MQTT_PORT" "$MQTT_AUTH_PORT" "$MQTTS_PORT" "$AMQP_PORT" "$AMQP_DIST_PORT" \
     "$EPMD_PORT" "$RMQ_MQTT_PORT" "$NGINX_PORT" "$NGINX_H2C_PORT" "$NGINX_TLS_PORT" "$ARTEMIS_PORT" "$ARTEMIS_TLS_PORT" \
     "$KAFKA_PORT" "$KAFKA_CONTROLLER_PORT" "$KAFKA_TLS_PORT" "$KAFKA_PROXIED_PORT" "$((KAFKA_PROXIED_PORT + 1))" \
-    "$REDIS_TLS_PORT"; do
+    "$KAFKA_SASL_PORT" "$REDIS_TLS_PORT"; do
     if [ "$p" -ge "$lo" ] && [ "$p" -le "$hi" ]; then clash+=("$p"); fi
   done
   [ "${#clash[@]}" -eq 0 ] && return 0
@@ -999,6 +1004,7 @@ case "${1:-}" in
     echo "export MSGBENCH_IT_KAFKA_TLS=kafka+ssl://localhost:$KAFKA_TLS_PORT"
     # Kafka's listener that advertises 127.0.0.1:PORT+1, where a test's fault proxy listens.
     echo "export MSGBENCH_IT_KAFKA_PROXIED=127.0.0.1:$KAFKA_PROXIED_PORT"
+    echo "export MSGBENCH_IT_KAFKA_SASL=127.0.0.1:$KAFKA_SASL_PORT"
     echo "export MSGBENCH_IT_CA=$(printf %q "$TLS/ca.pem")"
     echo "export MSGBENCH_IT_HTTP_URL=http://127.0.0.1:$NGINX_PORT/"
     echo "export MSGBENCH_IT_HTTP_H2C_URL=http://127.0.0.1:$NGINX_H2C_PORT/"

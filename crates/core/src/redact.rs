@@ -395,6 +395,12 @@ impl Secrets {
     }
 }
 
+/// `s` with its `%XX` escapes decoded (a URL's user or password), or as it is when it has
+/// none or does not decode to UTF-8.
+pub fn unescape(s: &str) -> String {
+    percent_decode(s).unwrap_or_else(|| s.to_string())
+}
+
 /// `%XX` decoded, when the text has any escape and decodes to UTF-8.
 fn percent_decode(s: &str) -> Option<String> {
     if !s.contains('%') {

@@ -29,8 +29,9 @@
 //! ends its connection; a connection not up within `--connect-timeout` is given up. Sends whose
 //! report does not come within the ack timeout are in doubt, and stay so if it comes later.
 //!
-//! URLs: `kafka://host:port[,host:port...]`, `kafka+ssl://...` for TLS (`--ca-file`, `--cert`
-//! and `--key`, `--insecure`).
+//! URLs: `kafka://[user:password@]host:port[,host:port...][?sasl=MECHANISM]`, `kafka+ssl://...`
+//! for TLS (`--ca-file`, `--cert` and `--key`, `--insecure`). Credentials turn SASL on (PLAIN,
+//! SCRAM-SHA-256 or SCRAM-SHA-512; over TLS, SASL_SSL).
 //!
 //! # Layout
 //! - [`options`]: `[kafka]`, its resolution and its flags (built without librdkafka too, so a
@@ -123,9 +124,52 @@ pub struct KafkaDriver {
     topics: Mutex<HashMap<String, i32>>,
 }
 
+/// The SASL mechanism of a URL's `?sasl=`: `PLAIN` (the default), `SCRAM-SHA-256` or
+/// `SCRAM-SHA-512`, the mechanisms librdkafka has built in. The only option of the query.
+#[cfg(feature = "client")]
+fn mechanism(rest: &str, display: &str) -> Result<&'static str, DriverError> {
+    let query = rest.split_once('?').map_or("", |(_, q)| q);
+    let mut mechanism = "PLAIN";
+    for pair in query.split('&').filter(|p| !p.is_empty()) {
+        match pair.split_once('=') {
+            Some(("sasl", v)) => {
+                mechanism = match v.to_ascii_uppercase().as_str() {
+                    "PLAIN" => "PLAIN",
+                    "SCRAM-SHA-256" => "SCRAM-SHA-256",
+                    "SCRAM-SHA-512" => "SCRAM-SHA-512",
+                    _ => {
+                        return Err(DriverError::Config(format!(
+                            "`{display}`: sasl={v}: expected PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512"
+                        )));
+                    }
+                }
+            }
+            _ => {
+                return Err(DriverError::Config(format!(
+                    "`{display}`: unknown option `{pair}` (known: sasl=PLAIN|SCRAM-SHA-256|SCRAM-SHA-512)"
+                )));
+            }
+        }
+    }
+    Ok(mechanism)
+}
+
+/// SASL credentials from a URL's `user:password@` (percent-decoded).
+#[cfg(feature = "client")]
+fn credentials(userinfo: &str, display: &str) -> Result<(String, String), DriverError> {
+    let Some((user, password)) = userinfo.split_once(':') else {
+        return Err(DriverError::Config(format!(
+            "`{display}`: credentials are user:password@ (SASL)"
+        )));
+    };
+    use msgbench_core::redact::unescape;
+    Ok((unescape(user), unescape(password)))
+}
+
 #[cfg(feature = "client")]
 impl KafkaDriver {
-    /// A driver for `kafka://host:port[,host:port...]` or `kafka+ssl://...`.
+    /// A driver for `kafka://[user:password@]host:port[,host:port...][?sasl=MECHANISM]` or
+    /// `kafka+ssl://...`.
     pub fn new(
         url: &str,
         plan: &KafkaPlan,
@@ -146,12 +190,18 @@ impl KafkaDriver {
                 )));
             }
         };
+        let display = msgbench_core::redact::url(url);
         let servers = rest.split(['/', '?']).next().unwrap_or("");
+        let mechanism = mechanism(rest, &display)?;
+        let (sasl, servers) = match servers.rsplit_once('@') {
+            Some((userinfo, servers)) => (Some(credentials(userinfo, &display)?), servers),
+            None => (None, servers),
+        };
         let mut list = Vec::new();
         for s in servers.split(',') {
-            if s.is_empty() || s.contains('@') {
+            if s.is_empty() {
                 return Err(DriverError::Config(format!(
-                    "`{url}`: expected kafka://host:port[,host:port...] (credentials are not supported)"
+                    "`{display}`: expected kafka://[user:password@]host:port[,host:port...]"
                 )));
             }
             list.push(
@@ -184,8 +234,19 @@ impl KafkaDriver {
             // within a second, and a benchmark measures recovery, so this one does too.
             .set("reconnect.backoff.ms", "100")
             .set("reconnect.backoff.max.ms", "1000");
+        if let Some((user, password)) = &sasl {
+            base.set(
+                "security.protocol",
+                if ssl { "sasl_ssl" } else { "sasl_plaintext" },
+            )
+            .set("sasl.mechanisms", mechanism)
+            .set("sasl.username", user)
+            .set("sasl.password", password);
+        }
         if ssl {
-            base.set("security.protocol", "ssl");
+            if sasl.is_none() {
+                base.set("security.protocol", "ssl");
+            }
             if let Some(ca) = &tls.ca_file {
                 base.set("ssl.ca.location", ca.display().to_string());
             }
@@ -446,7 +507,7 @@ fn no_source_addrs() -> DriverError {
 pub const INFO: msgbench_core::registration::DriverInfo = msgbench_core::registration::DriverInfo {
     name: "kafka",
     schemes: &["kafka", "kafka+ssl"],
-    about: "Apache Kafka (librdkafka): acks 0/1/all, idempotence, linger, batch size, compression, round-robin/keyed/sticky partitioning, fan-out and group consumers, latest/earliest, commit modes, topic creation, integrity per partition, TLS",
+    about: "Apache Kafka (librdkafka): acks 0/1/all, idempotence, linger, batch size, compression, round-robin/keyed/sticky partitioning, fan-out and group consumers, latest/earliest, commit modes, topic creation, integrity per partition, TLS, SASL (PLAIN, SCRAM: kafka://user:password@host?sasl=SCRAM-SHA-512)",
     caps: msgbench_core::driver::Capabilities {
         acks: true,
         queue_groups: true,
@@ -505,10 +566,21 @@ mod tests {
         );
         assert_eq!(driver("kafka://a,b:1/").unwrap().servers, "a:9092,b:1");
         assert!(driver("kafka+ssl://localhost:9093").is_ok());
-        assert!(matches!(
-            driver("kafka://u:p@h:1"),
-            Err(DriverError::Config(_))
-        ));
+        let d = driver("kafka+ssl://bench:s%40cret@h:1,h:2?sasl=scram-sha-256").unwrap();
+        assert_eq!(d.servers, "h:1,h:2");
+        let get = |k| d.base.get(k).map(str::to_string);
+        assert_eq!(get("security.protocol").as_deref(), Some("sasl_ssl"));
+        assert_eq!(get("sasl.mechanisms").as_deref(), Some("SCRAM-SHA-256"));
+        assert_eq!(get("sasl.password").as_deref(), Some("s@cret"));
+        let d = driver("kafka://u:p@h:1").unwrap();
+        assert_eq!(d.base.get("sasl.mechanisms"), Some("PLAIN"));
+        for bad in [
+            "kafka://u@h:1",
+            "kafka://u:p@h:1?sasl=GSSAPI",
+            "kafka://h:1?x=1",
+        ] {
+            assert!(matches!(driver(bad), Err(DriverError::Config(_))), "{bad}");
+        }
         assert!(matches!(driver("kafka://"), Err(DriverError::Config(_))));
         assert!(matches!(driver("nats://h:1"), Err(DriverError::Config(_))));
     }
