@@ -237,6 +237,12 @@ fn queues_compete_and_topics_fan_out() {
     );
     let i = &r["integrity"];
     assert_eq!((u(&i["delivered"]), u(&i["duplicated"])), (3000, 0), "{i}");
+    // Artemis offers SHARED-SUBS: no warning that the group may not be shared.
+    let events = r["events"].as_array().expect("the report's events");
+    assert!(
+        !events.iter().any(|e| e.to_string().contains("SHARED-SUBS")),
+        "{events:?}"
+    );
     let rt = scenario(
         &d,
         "rt.toml",

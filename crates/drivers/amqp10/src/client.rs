@@ -294,7 +294,7 @@ impl Endpoint {
             frames::put_open(&mut w.wbuf, container_id, host, idle_ms);
             w.flush().await.map_err(|e| io(e, "the AMQP open"))?;
         }
-        let (mut max_frame, mut idle_ms) = (frames::MAX_FRAME, None);
+        let (mut max_frame, mut idle_ms, mut shared_subs) = (frames::MAX_FRAME, None, false);
         loop {
             match read_frame(&mut w)
                 .await
@@ -303,9 +303,9 @@ impl Endpoint {
                 Performative::Open {
                     max_frame: m,
                     idle_ms: i,
+                    shared_subs: s,
                 } => {
-                    max_frame = m;
-                    idle_ms = i;
+                    (max_frame, idle_ms, shared_subs) = (m, i, s);
                     if !self.pipeline {
                         frames::put_begin(&mut w.wbuf, 0, crate::conn::INCOMING_WINDOW);
                         w.flush().await.map_err(|e| io(e, "the AMQP begin"))?;
@@ -319,13 +319,10 @@ impl Endpoint {
                     if watch {
                         w.watch(self.keep_alive, b"");
                     }
-                    return Ok(Conn::new(
-                        w,
-                        max_frame,
-                        idle_ms,
-                        next_outgoing_id,
-                        incoming_window,
-                    ));
+                    let mut conn =
+                        Conn::new(w, max_frame, idle_ms, next_outgoing_id, incoming_window);
+                    conn.shared_subs = shared_subs;
+                    return Ok(conn);
                 }
                 Performative::Close(err) | Performative::End(err) => {
                     return Err(self.closed_with(err.as_ref()));

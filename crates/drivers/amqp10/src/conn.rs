@@ -190,6 +190,8 @@ pub struct Conn {
     polite: bool,
     sent_end: bool,
     sent_close: bool,
+    /// The broker offered `SHARED-SUBS` in its open (see [`frames::Performative::Open`]).
+    pub(crate) shared_subs: bool,
 }
 
 impl Conn {
@@ -222,6 +224,7 @@ impl Conn {
             scratch: BytesMut::new(),
             serving: None,
             polite: false,
+            shared_subs: false,
             sent_end: false,
             sent_close: false,
         }

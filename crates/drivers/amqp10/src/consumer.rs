@@ -95,6 +95,9 @@ pub(crate) async fn start(
         d,
     });
     let live = sub.open().await?;
+    if sub.link_name.is_some() && !live.0.shared_subs {
+        warn_unshared(&sub);
+    }
     Ok(Amqp10Consumer {
         label: format!("consumer {}", spec.id),
         sub,
@@ -104,6 +107,27 @@ pub(crate) async fn start(
         backoff: Backoff::default(),
         range: None,
     })
+}
+
+/// A queue group on a topic asks for a shared subscription, which a broker that does not
+/// offer `SHARED-SUBS` may not honour: ActiveMQ Classic gives each consumer every message,
+/// which the report would show as duplicates. Said once per run.
+fn warn_unshared(sub: &Sub) {
+    static SAID: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+    if SAID.swap(true, std::sync::atomic::Ordering::Relaxed) {
+        return;
+    }
+    sub.d.events.emit(
+        msgbench_core::driver::DriverEventKind::Warning,
+        format!(
+            "{}: the broker does not offer shared subscriptions (no SHARED-SUBS in its open), \
+             so the consumers of a queue group on topic `{}` may each get every message \
+             (counted as duplicates); on ActiveMQ Classic use a queue (--address \
+             'queue://{{topic}}') or a virtual topic for competing consumers",
+            sub.ep.display(),
+            sub.address
+        ),
+    );
 }
 
 /// The AMQP 1.0 consumer.

@@ -445,6 +445,10 @@ pub enum Performative {
         /// for that long, so we owe it a frame (an empty one if need be) sooner. `None` when
         /// absent or 0 (no time-out).
         idle_ms: Option<u32>,
+        /// `offered-capabilities` names `SHARED-SUBS`: the peer shares a subscription among
+        /// receivers that attach with one link name and the `shared` capability (the JMS
+        /// mapping's extension; Qpid JMS refuses shared subscriptions to a peer without it).
+        shared_subs: bool,
     },
     /// `begin` (spec 2.7.2): the peer's half of the session.
     Begin {
@@ -583,7 +587,23 @@ impl Performative {
                 let max_frame = uint(f.read()?).unwrap_or(u32::MAX);
                 f.read()?;
                 let idle_ms = uint(f.read()?).filter(|&ms| ms > 0);
-                Performative::Open { max_frame, idle_ms }
+                f.read()?;
+                f.read()?;
+                let shared_subs = match f.read()? {
+                    Value::Array(mut a) => {
+                        let mut found = false;
+                        while !a.is_empty() {
+                            found |= a.read()?.as_str() == Some("SHARED-SUBS");
+                        }
+                        found
+                    }
+                    v => v.as_str() == Some("SHARED-SUBS"),
+                };
+                Performative::Open {
+                    max_frame,
+                    idle_ms,
+                    shared_subs,
+                }
             }
             BEGIN => {
                 f.read()?;
@@ -772,6 +792,43 @@ mod tests {
         };
         let parts = read_message(&f.slice(payload_at..), true).unwrap();
         assert_eq!((&parts.body[..], parts.text), (&b"DELIVERED"[..], true));
+    }
+
+    /// A broker's open says whether it shares subscriptions (Artemis offers `SHARED-SUBS`
+    /// with other capabilities; msgbench's own open, like ActiveMQ Classic's, offers none).
+    #[test]
+    fn an_open_says_whether_subscriptions_are_shared() {
+        let mut buf = BytesMut::new();
+        put_frame(&mut buf, AMQP, 0, |e| {
+            e.list(OPEN)
+                .str("broker")
+                .str("localhost")
+                .uint(65536)
+                .ushort(65535)
+                .uint(30000)
+                .null()
+                .null()
+                .symbols(&["ANONYMOUS-RELAY".into(), "SHARED-SUBS".into()])
+                .end();
+        });
+        put_open(&mut buf, "msgbench", "localhost", 0);
+        let f = one(&mut buf);
+        assert_eq!(
+            Performative::parse(&f).unwrap(),
+            Performative::Open {
+                max_frame: 65536,
+                idle_ms: Some(30000),
+                shared_subs: true
+            }
+        );
+        let f = one(&mut buf);
+        assert!(matches!(
+            Performative::parse(&f).unwrap(),
+            Performative::Open {
+                shared_subs: false,
+                ..
+            }
+        ));
     }
 
     #[test]

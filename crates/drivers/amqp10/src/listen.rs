@@ -256,6 +256,7 @@ pub async fn handshake(
             Performative::Open {
                 max_frame: m,
                 idle_ms: i,
+                ..
             } => {
                 (max_frame, idle_ms) = (m, i);
                 let host = w
