@@ -270,6 +270,46 @@ fn clients_fail_over_to_the_next_server() {
     assert_fails_over(&d.0, &url, "it.failover", &first, &mut second);
 }
 
+/// A two-node cluster given by one node's URL: the clients learn the other node from the
+/// server's INFO (`connect_urls`), and when their node is killed a second in they reconnect
+/// there, resubscribe and go on.
+#[test]
+fn clients_fail_over_to_a_server_the_cluster_announced() {
+    let d = TempDir::new("nats-discovered");
+    let (a, ca, b, cb) = (free_port(), free_port(), free_port(), free_port());
+    let node = |port: u16, own: u16, other: u16| {
+        start_server_with(
+            port,
+            &d.0,
+            &[
+                "--cluster_name",
+                "it",
+                "--cluster",
+                &format!("nats://127.0.0.1:{own}"),
+                "--routes",
+                &format!("nats://127.0.0.1:{other}"),
+            ],
+        )
+    };
+    let _survivor = Killed(node(a, ca, cb));
+    let mut doomed = Killed(node(b, cb, ca));
+    // The route between the nodes, so that the doomed node announces the survivor.
+    let routed = (0..100).any(|_| {
+        std::thread::sleep(Duration::from_millis(100));
+        std::fs::read_to_string(d.0.join(format!("nats-{b}.log")))
+            .is_ok_and(|l| l.contains("Route connection created"))
+    });
+    assert!(routed, "the two nats-servers did not form a cluster");
+    let url = format!("nats://127.0.0.1:{b}");
+    assert_fails_over(
+        &d.0,
+        &url,
+        "it.discovered",
+        &format!("127.0.0.1:{a}"),
+        &mut doomed,
+    );
+}
+
 /// `tls://` starts TLS after the server's INFO: verified against a CA, refused without it,
 /// taken with `--insecure`; a plain URL against a TLS-only server says what to use instead.
 #[test]

@@ -161,8 +161,9 @@ fn identity(query: &str) -> Result<Option<Arc<crate::nkey::Identity>>, DriverErr
 /// is held.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct Route {
-    /// Client index: the server is `addrs[index % addrs.len()]`. A failed reconnection moves
-    /// it on, so a client whose server died fails over to the next one in the list.
+    /// Client index: the server is `addrs[index % addrs.len()]`. Failed reconnections move
+    /// the client on from there (`Conn::hop`), so a client whose server died fails over to
+    /// the next one in the list, or to one the cluster announced.
     pub index: u64,
     /// Local address to connect from (`None`: the system's choice).
     pub source: Option<IpAddr>,
@@ -196,6 +197,13 @@ pub struct Conn {
     ready: bool,
     /// The server's `-ERR`s, reported without flooding.
     pub errors: crate::server_errors::ServerErrors,
+    /// Servers the cluster announced (INFO `connect_urls`) that the URL does not list: a
+    /// client whose server dies moves on to them too, as NATS clients do, so a run given one
+    /// node of a cluster rides out that node's loss.
+    discovered: Vec<String>,
+    /// Failed reconnections since the client's own server: the next attempt goes to the
+    /// server this many places after it, over the listed then the discovered servers.
+    hop: u64,
 }
 
 fn io_err(e: impl std::fmt::Display) -> io::Error {
@@ -225,6 +233,8 @@ impl Conn {
             info: Info::default(),
             ready: false,
             errors: Default::default(),
+            discovered: Vec::new(),
+            hop: 0,
         };
         // Every server of a list is tried once, from the client's own, as NATS clients do: a
         // cluster with one node down still takes the run. The error is the first server's.
@@ -251,7 +261,7 @@ impl Conn {
             None => msgbench_net::classify(&e),
         };
         DriverError::Connect {
-            target: if self.ep.addrs.len() > 1 {
+            target: if self.several() {
                 format!("{} ({})", self.ep.display, self.addr())
             } else {
                 self.ep.display.clone()
@@ -261,10 +271,32 @@ impl Conn {
         }
     }
 
-    /// `host:port` of this client's server.
+    /// `host:port` of this client's server: its own of the URL's list, or after failed
+    /// reconnections (`hop`) the ones after it, the cluster's announced servers included.
     fn addr(&self) -> &str {
-        let a = &self.ep.addrs;
-        &a[(self.route.index % a.len() as u64) as usize]
+        let listed = &self.ep.addrs;
+        let own = (self.route.index % listed.len() as u64) as usize;
+        let n = listed.len() + self.discovered.len();
+        let at = (own + (self.hop % n as u64) as usize) % n;
+        match listed.get(at) {
+            Some(a) => a,
+            None => &self.discovered[at - listed.len()],
+        }
+    }
+
+    /// Whether reconnections may go to several servers (events then name the one reached).
+    fn several(&self) -> bool {
+        self.ep.addrs.len() + self.discovered.len() > 1
+    }
+
+    /// Notes the servers a (clustered) server announced. Announcements add; a server that
+    /// left the cluster stays a candidate, which costs a failed attempt at worst.
+    fn learn(&mut self, urls: &[String]) {
+        for u in urls {
+            if !self.ep.addrs.contains(u) && !self.discovered.contains(u) {
+                self.discovered.push(u.clone());
+            }
+        }
     }
 
     async fn handshake(&mut self) -> io::Result<()> {
@@ -282,7 +314,10 @@ impl Conn {
         let limit = self.timeout;
         let fut = async {
             match self.read_raw().await? {
-                ServerOp::Info(info) => self.info = info,
+                ServerOp::Info(info) => {
+                    self.learn(&info.connect_urls);
+                    self.info = info;
+                }
                 other => {
                     return Err(io_err(format!(
                         "expected INFO from the server, got {other:?}"
@@ -410,7 +445,11 @@ impl Conn {
                 self.wire.wbuf.extend_from_slice(b"PONG\r\n");
                 None
             }
-            ServerOp::Pong | ServerOp::Ok | ServerOp::Info(_) => None,
+            ServerOp::Pong | ServerOp::Ok => None,
+            ServerOp::Info(info) => {
+                self.learn(&info.connect_urls);
+                None
+            }
             ServerOp::Err(e) => {
                 self.errors.seen(&e, &self.name, &self.events);
                 None
@@ -483,7 +522,7 @@ impl Conn {
     pub async fn try_reconnect(&mut self) -> Result<(), DriverError> {
         match self.handshake().await.map_err(|e| self.connect_error(e)) {
             Ok(()) => {
-                let to = if self.ep.addrs.len() > 1 {
+                let to = if self.several() {
                     format!(" ({})", self.addr())
                 } else {
                     String::new()
@@ -492,7 +531,7 @@ impl Conn {
                 Ok(())
             }
             Err(e) => {
-                self.route.index = self.route.index.wrapping_add(1);
+                self.hop = self.hop.wrapping_add(1);
                 Err(e)
             }
         }

@@ -79,6 +79,10 @@ pub struct Info {
     /// mode).
     #[serde(default)]
     pub nonce: Option<String>,
+    /// The cluster's other servers clients may use (`host:port`), announced by a clustered
+    /// server at connect and again, in an INFO of its own, when the cluster changes.
+    #[serde(default)]
+    pub connect_urls: Vec<String>,
 }
 
 /// Why input could not be parsed.
