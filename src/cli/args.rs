@@ -337,8 +337,9 @@ pub enum ServerArg {
     /// answers the handshake itself frame by frame, as amqpprox does, then replays it upstream
     /// and relays bytes; what a client sends before connection.open-ok is held, never relayed.
     AmqpProxy,
-    /// WebSocket broadcast: every message (from a client or relayed --from a broker) goes to
-    /// every other client; with --gateway, a JSON gateway routing by stream (rango's shape).
+    /// WebSocket broadcast: every binary message (from a client or relayed --from a broker)
+    /// goes to every other client; a client's text messages are requests (a subscribe, --hello),
+    /// counted and not relayed; with --gateway, a JSON gateway routing by stream (rango's shape).
     WsBroadcast,
     /// HTTP/1.1 and h2c server answering 200 to every request (for the HTTP driver's tests and
     /// for measuring the client side).
@@ -437,8 +438,8 @@ Exit codes: 0 the run completed (and every threshold passed); 1 it could not run
 target, refused connection, every producer failed, a results file that cannot be written); 2
 usage error (bad flag, URL, scenario or threshold); 3 verdict failed: a threshold failed, or, without thresholds, nothing
 was delivered where deliveries were expected, nothing was confirmed where the protocol confirms
-(every publish refused or unanswered, every HTTP response an error), or a connection workload
-opened no connection;
+(every publish refused or unanswered, every HTTP response an error), producers sent nothing at
+all (e.g. a peer granting no AMQP 1.0 credit), or a connection workload opened no connection;
 130 interrupted (Ctrl-C, SIGTERM, SIGHUP).";
 
 const VALIDATE_EXAMPLES: &str = "\

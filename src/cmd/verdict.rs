@@ -4,11 +4,13 @@
 //! Exit codes, documented in `run --help` and docs/GUIDE.md ("Verdicts"):
 //! 0 success; 1 could not run; 2 usage error; 3 verdict failed (a threshold failed, or without
 //! thresholds nothing was delivered where deliveries were expected, nothing was confirmed
-//! where confirmations were expected, or a connection workload opened no connection at all);
+//! where confirmations were expected, producers sent nothing at all, or a connection workload
+//! opened no connection at all);
 //! 130 interrupted.
 
 use crate::cli::args::VerdictArgs;
 use anyhow::{Context, Result};
+use msgbench_metrics::EventKind;
 use msgbench_report::RunReport;
 use std::path::Path;
 
@@ -95,6 +97,30 @@ pub fn conclude(report: &RunReport, interrupted: bool) -> Conclusion {
             )),
         };
     }
+    // Producers that sent nothing at all (a peer granting no AMQP 1.0 credit, a broker
+    // blocking every publish from the start) measured nothing: expected is 0 then, so the
+    // delivery rule above cannot see it.
+    if report.thresholds.is_empty()
+        && report.connections.is_none()
+        && runs_producers(report)
+        && report.phases.iter().all(|p| p.counters.sent == 0)
+    {
+        let last = report
+            .events
+            .iter()
+            .rev()
+            .find(|e| matches!(e.kind, EventKind::Warning | EventKind::Error))
+            .map(|e| format!("; the last warning: {}", e.detail))
+            .unwrap_or_default();
+        return Conclusion {
+            code: EXIT_VERDICT,
+            reason: Some(format!(
+                "nothing was sent: no producer got one message out (held back by the system \
+                 under test's flow control, or every send failed: the report counts the \
+                 errors){last}"
+            )),
+        };
+    }
     // Where the protocol confirms (acks, HTTP responses), a run in which every answer was a
     // refusal or never came measured nothing but the failures: it does not pass quietly
     // either (a broker refusing every publish, a server answering 503 to every request).
@@ -140,6 +166,24 @@ pub fn conclude(report: &RunReport, interrupted: bool) -> Conclusion {
     Conclusion {
         code: EXIT_OK,
         reason: None,
+    }
+}
+
+/// Whether this process ran producers: the plan has some, and a segment of a split run is not
+/// the consumers' (a segment split by tasks may hold none, so it is left to the merged file).
+fn runs_producers(report: &RunReport) -> bool {
+    let plan = &report.begin.plan;
+    let planned = plan
+        .get("producers_per_topic")
+        .and_then(|v| v.as_u64())
+        .is_some_and(|n| n > 0);
+    match plan.get("segment").filter(|s| !s.is_null()) {
+        None => planned,
+        Some(seg) => {
+            planned
+                && seg.get("split").and_then(|v| v.as_str()) == Some("roles")
+                && seg.get("index").and_then(|v| v.as_u64()) == Some(0)
+        }
     }
 }
 

@@ -439,7 +439,8 @@ fn proton_sends_into_a_listening_consumer() {
 }
 
 /// A listening receiver that grants no credit: the producer reports the stall once, and each
-/// send that waited the connect timeout counts as a timeout; nothing is sent, nothing lost.
+/// send that waited the connect timeout fails (a send error: nothing in doubt, nothing lost);
+/// a run that sent nothing fails its verdict (exit 3), quoting the stall.
 #[test]
 fn a_peer_granting_no_credit_is_a_reported_stall() {
     let Some(py) = proton_python() else { return };
@@ -447,14 +448,36 @@ fn a_peer_granting_no_credit_is_a_reported_stall() {
     let port = free_port();
     let rx = proton_receiver(&py, port, 1, 8, 0);
     let url = format!("amqp10://127.0.0.1:{port}?bind=consumer");
-    let r = run(
-        &d,
-        &url,
-        &["-c", "0", "-d", "3s", "--connect-timeout", "1s"],
+    let o = msgbench(
+        &d.0,
+        &[
+            "run",
+            &url,
+            "--warmup",
+            "0s",
+            "--no-output",
+            "-c",
+            "0",
+            "-d",
+            "3s",
+            "--connect-timeout",
+            "1s",
+            "--format",
+            "json",
+            "--quiet",
+        ],
     );
+    assert_eq!(o.status.code(), Some(3), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("nothing was sent") && stderr(&o).contains("granted no credit"),
+        "{}",
+        stderr(&o)
+    );
+    let r: Value = serde_json::from_slice(&o.stdout).unwrap();
     let c = &measure(&r)["counters"];
     assert_eq!(u(&c["sent"]), 0, "{c}");
-    assert!(u(&c["errors"]["timeout"]) >= 1, "{c}");
+    assert_eq!(u(&c["errors"]["timeout"]), 0, "not in doubt: {c}");
+    assert!(u(&c["errors"]["send"]) >= 1, "{c}");
     let events = r["events"].as_array().unwrap();
     let stalls: Vec<&Value> = events
         .iter()

@@ -3,7 +3,7 @@
 
 use crate::live::fmt_ns;
 use crate::model::{PhaseReport, RunReport};
-use msgbench_metrics::{LatencySummary, Phase};
+use msgbench_metrics::{EventKind, LatencySummary, Phase};
 use std::io::Write;
 
 fn stage_row(out: &mut dyn Write, name: &str, s: &LatencySummary) -> std::io::Result<()> {
@@ -406,6 +406,65 @@ fn warnings(out: &mut dyn Write, r: &RunReport) -> std::io::Result<()> {
         for w in &r.warnings {
             writeln!(out, "warning: {w}")?;
         }
+    }
+    notable_events(out, r)
+}
+
+/// How many kinds of event [`notable_events`] shows.
+const EVENTS_SHOWN: usize = 6;
+
+/// The events that explain the counts above (a broker's refusal, a close code, a stall): errors,
+/// warnings and lost connections, alike ones (differing only in numbers: client, address,
+/// count) shown once with how many there were, the first [`EVENTS_SHOWN`] kinds. The counts say
+/// how many things failed; these say why, which a quiet run would otherwise show only in
+/// the results file.
+fn notable_events(out: &mut dyn Write, r: &RunReport) -> std::io::Result<()> {
+    let mut shown: Vec<(String, &crate::records::EventRecord, u64)> = Vec::new();
+    let mut kinds = 0usize;
+    for e in &r.events {
+        if !matches!(
+            e.kind,
+            EventKind::Error | EventKind::Warning | EventKind::Disconnected
+        ) || r.warnings.contains(&e.detail)
+        {
+            continue;
+        }
+        let key: String = e
+            .detail
+            .split(|c: char| c.is_ascii_digit())
+            .collect::<Vec<_>>()
+            .join("#");
+        match shown.iter_mut().find(|(k, _, _)| *k == key) {
+            Some((_, _, n)) => *n += 1,
+            None => {
+                kinds += 1;
+                if shown.len() < EVENTS_SHOWN {
+                    shown.push((key, e, 1));
+                }
+            }
+        }
+    }
+    if shown.is_empty() {
+        return Ok(());
+    }
+    writeln!(out)?;
+    writeln!(out, "events (alike ones once; all are in the results file)")?;
+    for (_, e, n) in &shown {
+        let times = if *n > 1 {
+            format!(" ×{n}")
+        } else {
+            String::new()
+        };
+        writeln!(
+            out,
+            "  [{:>7.1}s] {}{times}: {}",
+            e.at_s,
+            e.kind.name(),
+            e.detail
+        )?;
+    }
+    if kinds > shown.len() {
+        writeln!(out, "  … and {} other kinds", kinds - shown.len())?;
     }
     Ok(())
 }

@@ -123,3 +123,58 @@ fn tcp_counters_are_reported_per_message() {
     );
     assert!(page.contains("<p>per message sent or received: 1.00"));
 }
+
+/// The text report says why things failed, not only how many: error, warning and lost
+/// connection events, alike ones (differing in numbers) once with their count, a few kinds.
+#[test]
+fn text_report_shows_the_events_that_explain_the_counts() {
+    use msgbench_metrics::EventKind;
+    use msgbench_report::EventRecord;
+    let mut r = fixture();
+    let ev = |at_s: f64, kind: EventKind, detail: &str| EventRecord {
+        at_s,
+        kind,
+        detail: detail.into(),
+    };
+    for i in 0..3 {
+        r.events.push(ev(
+            1.5 + i as f64,
+            EventKind::Error,
+            &format!("amqp10 producer {i}: rejected: amqp:resource-limit-exceeded"),
+        ));
+    }
+    r.events.push(ev(
+        2.0,
+        EventKind::Disconnected,
+        "consumer 0: closed: code 1009 (message too big)",
+    ));
+    r.events
+        .push(ev(2.1, EventKind::Reconnected, "consumer 0: reconnected"));
+    let shown = |r: &RunReport| {
+        let mut out = Vec::new();
+        render(r, Format::Text, &mut out).unwrap();
+        String::from_utf8(out).unwrap()
+    };
+    let text = shown(&r);
+    let block = text.split_once("events (").expect("an events block").1;
+    assert!(
+        block.contains("error ×3: amqp10 producer 0: rejected: amqp:resource-limit-exceeded"),
+        "{block}"
+    );
+    assert!(
+        block.contains("disconnected: consumer 0: closed: code 1009 (message too big)"),
+        "{block}"
+    );
+    assert!(!block.contains("reconnected"), "{block}");
+    for i in 0..10 {
+        r.events.push(ev(
+            3.0,
+            EventKind::Warning,
+            &format!("kind {}", "x".repeat(i)),
+        ));
+    }
+    let text = shown(&r);
+    assert!(text.contains("… and 6 other kinds"), "{text}");
+    // A report without such events has no block (the golden file holds one).
+    assert!(!shown(&fixture()).contains("events ("));
+}

@@ -21,8 +21,9 @@
 //!   (`msgbench serve http`, the HTTP driver tests' target).
 //! - [`time`]: a time reference for segmented runs (`msgbench serve time`) and the client that
 //!   measures a host's clock offset against it.
-//! - [`ws`]: a WebSocket broadcast server (`msgbench serve ws-broadcast`): every message a client
-//!   sends, or that is relayed from a broker, goes to every other client; `ws://` or `wss://`.
+//! - [`ws`]: a WebSocket broadcast server (`msgbench serve ws-broadcast`): every binary message a
+//!   client sends, or that is relayed from a broker, goes to every other client (a client's text
+//!   messages are requests, not relayed); `ws://` or `wss://`.
 //! - [`ws_gateway`]: the same server as a JSON gateway (`ws-broadcast --gateway rango|envelope`):
 //!   relayed messages wrapped per stream and sent only to the clients subscribed to it.
 //! - [`server`]: the one interface `msgbench serve` runs any of them through (status line,

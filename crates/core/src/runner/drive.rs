@@ -194,6 +194,11 @@ impl MessageRun<'_> {
                     "drain timed out after {drain:?} with {} messages still short of a stage",
                     t.live()
                 ),
+                _ if now >= deadline && got >= expected && !self.producers_done => format!(
+                    "drain timed out after {drain:?} waiting for producers that had not \
+                     finished (blocked in a send?); every expected delivery arrived ({got} of \
+                     {expected})"
+                ),
                 _ if now >= deadline => format!(
                     "drain timed out after {drain:?} with {got} of {expected} expected deliveries"
                 ),

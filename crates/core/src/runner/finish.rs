@@ -48,10 +48,24 @@ impl MessageRun<'_> {
         ] {
             let (_, stuck) = stall::join_or_abort(set, grace, shutdown.reached(2)).await;
             if stuck > 0 {
+                let (in_send, longest) = match what {
+                    "producers" => self.stalls.in_send(now_ns()),
+                    _ => (0, Duration::ZERO),
+                };
+                let how = if in_send > 0 {
+                    format!(
+                        "{in_send} of them blocked in a send for {} s, which the system under \
+                         test never took (flow control: no AMQP 1.0 link credit, a RabbitMQ \
+                         memory or disk alarm, a full Artemis address)",
+                        longest.as_secs()
+                    )
+                } else {
+                    "blocked in the client".to_string()
+                };
                 let why = format!(
                     "{what}: {stuck} still running {grace:?} after the end (or at a second \
-                     interrupt), blocked in the client: stopped by force; what they recorded \
-                     since their last interval is missing"
+                     interrupt), {how}: stopped by force; what they recorded since their last \
+                     interval is missing"
                 );
                 observer.event(&run_event(
                     self.t0,

@@ -82,6 +82,20 @@ impl StallWatch {
     }
 }
 
+impl StallWatch {
+    /// How many producers are inside `send` at `now_ns`, and the longest any of them has been.
+    pub fn in_send(&self, now_ns: u64) -> (usize, Duration) {
+        self.busy
+            .iter()
+            .map(|(_, b)| b.get())
+            .filter(|&since| since != 0)
+            .fold((0, Duration::ZERO), |(n, longest), since| {
+                let d = Duration::from_nanos(now_ns.saturating_sub(since));
+                (n + 1, longest.max(d))
+            })
+    }
+}
+
 /// Waits up to `grace` for every task of `set` to end, or until `cut` (a further Ctrl-C), then
 /// aborts the rest; returns how many had to be aborted. Whatever an aborted task had not yet
 /// handed over is lost, which the caller reports.
@@ -137,6 +151,9 @@ mod tests {
         let m = w.check(130 * S).expect("moving again");
         assert!(m.contains("sending again (blocked for about 30 s)"), "{m}");
         assert_eq!(w.check(131 * S), None);
+        assert_eq!(w.in_send(131 * S), (0, Duration::ZERO));
+        b.set(125 * S);
+        assert_eq!(w.in_send(131 * S), (1, Duration::from_secs(6)));
     }
 
     #[tokio::test]

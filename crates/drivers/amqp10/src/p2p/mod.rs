@@ -24,8 +24,8 @@
 //!
 //! Faults: a port in use is a connect error naming the address; a peer that speaks another
 //! protocol is refused and counted as an error event; a peer granting no credit for the
-//! connect timeout is reported once as a stall and each send that waited that long counts as a
-//! timeout (nothing goes missing: the message was not sent). A peer leaving mid-run is a
+//! connect timeout is reported once as a stall and each send that waited that long fails, a
+//! send error (nothing goes missing or in doubt: the message was not sent). A peer leaving mid-run is a
 //! `disconnected` event; its unsettled messages are reported in doubt at once.
 //!
 //! Limits: no TLS (`amqp10s://`), no connection workloads, no request/reply; a lost peer is not

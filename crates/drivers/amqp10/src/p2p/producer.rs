@@ -10,7 +10,8 @@
 //! (fan-out) or to the next one with credit (a queue group). A send encodes the transfer into
 //! the connection's write buffer (written at 64 KiB, and whenever the runner waits): no lock,
 //! no allocation. It waits only for credit, at most the connect timeout; a peer that grants
-//! none for that long is reported once as a stall and the send counts as a timeout.
+//! none for that long is reported once as a stall and the send fails (a send error, not a
+//! message in doubt: it never left).
 //!
 //! Unsettled transfers: each message is acked once every link it went on has settled it
 //! (`pending` holds, in token order, how many outcomes each still waits for).
@@ -459,12 +460,12 @@ impl P2pProducer {
                         DriverEventKind::Warning,
                         format!(
                             "{}: stalled: {why} for {limit:?}; every send that waits that long \
-                             counts as a timeout",
+                             fails (the message is not sent)",
                             self.label
                         ),
                     );
                 }
-                Err(DriverError::Timeout(format!(
+                Err(DriverError::Send(format!(
                     "{}: {why} within {limit:?}",
                     self.label
                 )))
