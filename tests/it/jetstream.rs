@@ -334,6 +334,68 @@ fn missing_stream_and_no_jetstream() {
     );
 }
 
+/// An existing stream is used as it is, and a run asking for other settings is told so (it
+/// would otherwise measure a file stream while asking for a memory one); a subject another
+/// stream captures is refused naming that stream.
+#[test]
+fn an_existing_streams_other_settings_are_reported() {
+    let d = TempDir::new("js-settings");
+    let js = Js::start(&d.0, true);
+    let run = |query: &str, topic: &str| {
+        msgbench(
+            &d.0,
+            &[
+                "run",
+                &js.url(query),
+                "--topic",
+                topic,
+                "--messages",
+                "200",
+                "--warmup",
+                "0s",
+                "--no-output",
+                "--format",
+                "json",
+                "--quiet",
+            ],
+        )
+    };
+    let warned = |o: &std::process::Output| -> Vec<String> {
+        let r: Value = serde_json::from_slice(&o.stdout).unwrap();
+        r["events"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|e| e["detail"].as_str().unwrap().contains("exists with"))
+            .map(|e| e["detail"].as_str().unwrap().to_string())
+            .collect()
+    };
+    let o = run("?storage=file&max_bytes=256MiB", "js.set");
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    assert!(warned(&o).is_empty(), "created as asked");
+    let o = run("?storage=file&max_bytes=256MiB", "js.set");
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    assert!(warned(&o).is_empty(), "found as asked: {:?}", warned(&o));
+    let o = run("?storage=memory&max_bytes=1MiB", "js.set");
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let w = warned(&o);
+    assert_eq!(w.len(), 1, "once per run, not per client: {w:?}");
+    assert!(
+        w[0].contains("`MSGBENCH_js_set` exists with storage file, max_bytes 268435456")
+            && w[0].contains("asks for storage memory, max_bytes 1048576"),
+        "{w:?}"
+    );
+    // A stream of another name that would capture the same subject.
+    let o = run("?stream=OTHER", "js.set");
+    assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("subject `js.set` is already captured by stream `MSGBENCH_js_set`")
+            && stderr(&o).contains("?stream=MSGBENCH_js_set"),
+        "{}",
+        stderr(&o)
+    );
+}
+
 /// The server is killed mid-run and restarted on the same store: the run goes on, producers
 /// and consumers reconnect (stream and durable consumer found again), every message is
 /// delivered or counted lost, every lost one was reported in doubt or refused, and the report

@@ -58,6 +58,18 @@ pub enum JsError {
         /// The server's words.
         description: String,
     },
+    /// The stream to create would capture a subject another stream already captures.
+    #[error(
+        "JetStream subject `{subject}` is already captured by stream `{holder}` (this run would create `{stream}`): add ?stream={holder} to use it, or remove it (`nats stream rm {holder}`)"
+    )]
+    SubjectTaken {
+        /// The subject.
+        subject: String,
+        /// The stream this run would create.
+        stream: String,
+        /// The stream that has it.
+        holder: String,
+    },
     /// No answer in time.
     #[error("JetStream {0}: no answer within 5s")]
     Timeout(String),
@@ -181,6 +193,10 @@ pub fn write_request(out: &mut bytes::BytesMut, subject: &str, reply: &str, payl
 /// Makes sure stream `stream` exists and captures `topic`: with `create`, creates it (file or
 /// memory storage, limits retention, `max_bytes` with the oldest messages discarded) or adds
 /// `topic` to an existing stream's subjects; without, only checks it exists.
+///
+/// An existing stream is used as it is: when its storage, size limit or replicas differ from
+/// what this run asks, the answer says how (the run would otherwise measure another stream
+/// than the one asked for, and say nothing).
 pub async fn ensure_stream(
     api: &mut ApiInbox,
     conn: &mut Conn,
@@ -188,7 +204,7 @@ pub async fn ensure_stream(
     stream: &str,
     topic: &str,
     stash: &mut VecDeque<ServerOp>,
-) -> Result<(), JsError> {
+) -> Result<Option<String>, JsError> {
     // Two rounds at most: a stream another client created between our look and our create is
     // looked at again.
     for _ in 0..2 {
@@ -201,7 +217,64 @@ pub async fn ensure_stream(
             r => return r,
         }
     }
-    ensure_once(api, conn, o, stream, topic, stash).await
+    match ensure_once(api, conn, o, stream, topic, stash).await {
+        Err(e @ JsError::Api { err_code, .. }) if err_code == SUBJECTS_OVERLAP => {
+            // Name the stream in the way: what the user needs to choose between them.
+            let names = api
+                .request(conn, "STREAM.NAMES", &json!({ "subject": topic }), stash)
+                .await;
+            let holder = names.ok().and_then(|v| {
+                v["streams"]
+                    .as_array()?
+                    .iter()
+                    .filter_map(Value::as_str)
+                    .find(|n| *n != stream)
+                    .map(str::to_string)
+            });
+            Err(match holder {
+                Some(holder) => JsError::SubjectTaken {
+                    subject: topic.into(),
+                    stream: stream.into(),
+                    holder,
+                },
+                None => e,
+            })
+        }
+        r => r,
+    }
+}
+
+/// How existing stream `stream` (its `config`) differs from what `o` asks: storage, a size
+/// limit asked for, replicas; `None` when it does not.
+fn settings_differ(o: &JsOptions, stream: &str, cfg: &Value) -> Option<String> {
+    let mut has = Vec::new();
+    let mut asked = Vec::new();
+    let storage = cfg["storage"].as_str().unwrap_or("file");
+    if storage != o.storage.as_str() {
+        has.push(format!("storage {storage}"));
+        asked.push(format!("storage {}", o.storage.as_str()));
+    }
+    if let Some(want) = o.max_bytes
+        && let Some(max) = cfg["max_bytes"].as_i64()
+        && max != want as i64
+    {
+        has.push(format!("max_bytes {max}"));
+        asked.push(format!("max_bytes {want}"));
+    }
+    let replicas = cfg["num_replicas"].as_u64().unwrap_or(1);
+    if replicas != u64::from(o.replicas) {
+        has.push(format!("replicas {replicas}"));
+        asked.push(format!("replicas {}", o.replicas));
+    }
+    (!has.is_empty()).then(|| {
+        format!(
+            "JetStream stream `{stream}` exists with {} where this run asks for {}: it is \
+             used as it is (remove it with `nats stream rm {stream}`, or name another with \
+             ?stream=NAME)",
+            has.join(", "),
+            asked.join(", ")
+        )
+    })
 }
 
 async fn ensure_once(
@@ -211,7 +284,7 @@ async fn ensure_once(
     stream: &str,
     topic: &str,
     stash: &mut VecDeque<ServerOp>,
-) -> Result<(), JsError> {
+) -> Result<Option<String>, JsError> {
     let info = match api
         .request(conn, &format!("STREAM.INFO.{stream}"), &json!({}), stash)
         .await
@@ -238,23 +311,24 @@ async fn ensure_once(
         return api
             .request(conn, &format!("STREAM.CREATE.{stream}"), &cfg, stash)
             .await
-            .map(|_| ());
+            .map(|_| None);
     };
     let mut cfg = info["config"].clone();
+    let differ = settings_differ(o, stream, &cfg);
     let subjects = cfg["subjects"].as_array().cloned().unwrap_or_default();
     let covered = subjects
         .iter()
         .filter_map(Value::as_str)
         .any(|s| subject_covers(s, topic));
     if covered || !o.create {
-        return Ok(());
+        return Ok(differ);
     }
     let mut subjects = subjects;
     subjects.push(topic.into());
     cfg["subjects"] = Value::Array(subjects);
     api.request(conn, &format!("STREAM.UPDATE.{stream}"), &cfg, stash)
         .await
-        .map(|_| ())
+        .map(|_| differ)
 }
 
 /// What a consumer is, fixed at set-up so that creating it again (after a reconnection) asks

@@ -64,9 +64,10 @@ pub fn delivered_count(ack: &[u8]) -> Option<u64> {
 }
 
 impl JsConsumer {
-    /// Makes sure the stream and the consumer exist (idempotent).
-    pub(super) async fn setup(&mut self) -> Result<(), DriverError> {
-        ensure_stream(
+    /// Makes sure the stream and the consumer exist (idempotent); says how an existing stream
+    /// differs from what was asked (see [`ensure_stream`]).
+    pub(super) async fn setup(&mut self) -> Result<Option<String>, DriverError> {
+        let differ = ensure_stream(
             &mut self.api,
             &mut self.conn,
             &self.opts,
@@ -79,7 +80,7 @@ impl JsConsumer {
             .create(&mut self.api, &mut self.conn, &self.opts, &mut self.stash)
             .await?;
         self.requested = 0;
-        Ok(())
+        Ok(differ)
     }
 
     /// Asks for another batch when less than half a batch is owed.
@@ -234,7 +235,7 @@ impl Consumer for JsConsumer {
             }
             if self.needs_setup {
                 match self.setup().await {
-                    Ok(()) => self.needs_setup = false,
+                    Ok(_) => self.needs_setup = false,
                     Err(e) => {
                         self.events.emit(
                             DriverEventKind::Error,

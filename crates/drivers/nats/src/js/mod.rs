@@ -50,6 +50,8 @@ pub struct JetStreamDriver {
     opts: Arc<JsOptions>,
     /// Whether a consumer has said when deliveries lost with a connection come back.
     told_redelivery_wait: Arc<AtomicBool>,
+    /// Whether an existing stream's other settings were reported (once per run).
+    told_settings: AtomicBool,
 }
 
 impl JetStreamDriver {
@@ -65,6 +67,7 @@ impl JetStreamDriver {
             core: NatsDriver::new(url, tls, events, connect_timeout)?,
             opts,
             told_redelivery_wait: Arc::default(),
+            told_settings: AtomicBool::new(false),
         })
     }
 
@@ -72,6 +75,19 @@ impl JetStreamDriver {
     pub fn with_keep_alive(mut self, every: Duration) -> Self {
         self.core.keep_alive = every;
         self
+    }
+
+    /// Reports, once per run, an existing stream whose settings differ from those asked for.
+    fn tell_settings(&self, differ: Option<String>) {
+        if let Some(m) = differ
+            && !self
+                .told_settings
+                .swap(true, std::sync::atomic::Ordering::Relaxed)
+        {
+            self.core
+                .events
+                .emit(msgbench_core::driver::DriverEventKind::Warning, m);
+        }
     }
 
     /// The parsed options.
@@ -147,7 +163,9 @@ impl Driver for JetStreamDriver {
         topics.dedup();
         for topic in &topics {
             let stream = self.opts.stream_of(topic);
-            ensure_stream(&mut api, &mut conn, &self.opts, &stream, topic, &mut stash).await?;
+            let differ =
+                ensure_stream(&mut api, &mut conn, &self.opts, &stream, topic, &mut stash).await?;
+            self.tell_settings(differ);
         }
         let one_subject = topics.len() == 1;
         if one_subject {
@@ -237,7 +255,8 @@ impl Driver for JetStreamDriver {
             told_redelivery_wait: self.told_redelivery_wait.clone(),
         };
         // The consumer exists when this returns: messages published from now on reach it.
-        c.setup().await?;
+        let differ = c.setup().await?;
+        self.tell_settings(differ);
         Ok(c)
     }
 

@@ -195,7 +195,7 @@ impl JsOptions {
                     )
                 }
                 // Who the connection is: read by the connection (`crate::conn`).
-                "nkey" | "creds" => {}
+                "nkey" | "creds" | "tls_first" => {}
                 "ack_wait" => o.ack_wait = dur(k, v)?,
                 "expires" => o.expires = dur(k, v)?,
                 other => {
