@@ -96,6 +96,11 @@
 #     runs) (`env` exports it as MSGBENCH_IT_PEER_PYTHON once it imports all four), curl (package 'curl') and nghttp
 #     (package 'nghttp2-client', HTTP/2). Like the brokers, one that cannot be installed fails
 #     `up`; run by hand without them, the tests that need one say they were skipped.
+#   A current nats-server (v2.15.2, built once with Go from its module into $STATE/gobin/,
+#     when Go is installed): Debian's 2.9 predates TLS handshake_first, which
+#     tests/it/nats.rs tries msgbench's ?tls_first against (`env` exports it as
+#     MSGBENCH_IT_NATS_SERVER_CURRENT once built). Optional: without Go or the module, `up`
+#     says so and that test says it was skipped.
 # State (PID files, configs, logs, certificates) lives in
 # ${MSGBENCH_BROKERS_DIR:-$HOME/.cache/msgbench-brokers}.
 # Set MSGBENCH_NO_INSTALL=1 to forbid installing packages.
@@ -948,6 +953,23 @@ ephemeral_ports_note() {
     "an outgoing connection may hold one when its broker binds; choose ports below $lo"
 }
 
+# nats_current: builds the current nats-server once (optional: a failure is said, not fatal).
+NATS_CURRENT_VERSION=v2.15.2
+NATS_CURRENT=$STATE/gobin/nats-server-$NATS_CURRENT_VERSION
+nats_current() {
+  [ -x "$NATS_CURRENT" ] && return 0
+  command -v go >/dev/null 2>&1 || { log "note: no Go: the nats-server $NATS_CURRENT_VERSION test will be skipped"; return 0; }
+  log "building nats-server $NATS_CURRENT_VERSION with Go (once)"
+  mkdir -p "$STATE/gobin"
+  if GOBIN="$STATE/gobin" GOFLAGS=-mod=mod go install "github.com/nats-io/nats-server/v2@$NATS_CURRENT_VERSION" \
+      >"$STATE/nats-current-build.log" 2>&1 && [ -x "$STATE/gobin/nats-server" ]; then
+    mv "$STATE/gobin/nats-server" "$NATS_CURRENT"
+  else
+    log "note: could not build nats-server $NATS_CURRENT_VERSION (see $STATE/nats-current-build.log): its test will be skipped"
+  fi
+  return 0
+}
+
 case "${1:-}" in
   up)
     if [ "${2:-}" = kafka ]; then kafka_up || { log "FAILED to start: kafka"; exit 1; }; exit 0; fi
@@ -962,6 +984,7 @@ case "${1:-}" in
     kafka_up || failed+=(kafka)
     libzmq_up || failed+=(python3-zmq)
     peers_up || failed+=(third-party-clients)
+    nats_current
     if [ "${#failed[@]}" -gt 0 ]; then log "FAILED to start: ${failed[*]}"; exit 1; fi ;;
   down)
     if [ "${2:-}" = kafka ]; then stop kafka; exit 0; fi
@@ -1011,6 +1034,7 @@ case "${1:-}" in
     echo "export MSGBENCH_IT_HTTPS_URL=https://127.0.0.1:$NGINX_TLS_PORT/"
     echo "export MSGBENCH_IT_HTTPS_CA=$(printf %q "$TLS/ca.pem")"
     if libzmq_python_ok; then echo "export MSGBENCH_IT_LIBZMQ_PYTHON=$SYS_PYTHON"; fi
-    if peer_python_ok; then echo "export MSGBENCH_IT_PEER_PYTHON=$SYS_PYTHON"; fi ;;
+    if peer_python_ok; then echo "export MSGBENCH_IT_PEER_PYTHON=$SYS_PYTHON"; fi
+    if [ -x "$NATS_CURRENT" ]; then echo "export MSGBENCH_IT_NATS_SERVER_CURRENT=$(printf %q "$NATS_CURRENT")"; fi ;;
   *) echo "usage: $0 up [kafka]|down [kafka]|status|env|restart-rabbitmq [SECONDS]|restart-artemis [SECONDS]|kill-restart NAME [SECONDS]|pause NAME SECONDS|rabbitmqctl ARGS..." >&2; exit 2 ;;
 esac

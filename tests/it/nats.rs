@@ -11,7 +11,12 @@ fn start_server(port: u16, dir: &std::path::Path) -> Child {
 }
 
 fn start_server_with(port: u16, dir: &std::path::Path, extra: &[&str]) -> Child {
-    let mut child = Command::new("nats-server")
+    start_binary_with("nats-server", port, dir, extra)
+}
+
+/// As [`start_server_with`], with the nats-server binary `bin`.
+fn start_binary_with(bin: &str, port: u16, dir: &std::path::Path, extra: &[&str]) -> Child {
+    let mut child = Command::new(bin)
         .args([
             "-a",
             "127.0.0.1",
@@ -24,7 +29,7 @@ fn start_server_with(port: u16, dir: &std::path::Path, extra: &[&str]) -> Child 
         .stdout(Stdio::null())
         .stderr(Stdio::null())
         .spawn()
-        .expect("nats-server on PATH (scripts/brokers.sh up installs it)");
+        .unwrap_or_else(|e| panic!("{bin}: {e} (scripts/brokers.sh up installs nats-server)"));
     for _ in 0..100 {
         if std::net::TcpStream::connect(("127.0.0.1", port)).is_ok() {
             return child;
@@ -363,6 +368,76 @@ fn tls_after_the_servers_info() {
     let o = msgbench(&d.0, &["run", &plain, "-n", "10", "--no-output"]);
     assert_eq!(o.status.code(), Some(1));
     assert!(stderr(&o).contains("tls://"), "{}", stderr(&o));
+}
+
+/// `?tls_first` against nats-server 2.10+ with `handshake_first` (the TLS handshake before the
+/// server's INFO): every message delivered; without it, the run stops with a hint instead of
+/// waiting out the connect timeout in silence. Debian's nats-server (2.9) predates the option:
+/// `scripts/brokers.sh up` builds a current one with Go when it can
+/// (`MSGBENCH_IT_NATS_SERVER_CURRENT`).
+#[test]
+fn tls_first_with_a_handshake_first_server() {
+    let Ok(bin) = std::env::var("MSGBENCH_IT_NATS_SERVER_CURRENT") else {
+        eprintln!("skipped: no nats-server 2.10+ (scripts/brokers.sh up builds one with Go)");
+        return;
+    };
+    let d = TempDir::new("nats-tls-first");
+    let (ca, cert, key) = test_certs();
+    let port = free_port();
+    let conf = d.path("tls-first.conf");
+    std::fs::write(
+        &conf,
+        format!(
+            "tls {{\n  cert_file: {:?}\n  key_file: {:?}\n  handshake_first: true\n}}\n",
+            cert.display().to_string(),
+            key.display().to_string()
+        ),
+    )
+    .unwrap();
+    let _server = Killed(start_binary_with(
+        &bin,
+        port,
+        &d.0,
+        &["-c", conf.to_str().unwrap()],
+    ));
+    let url = format!("tls://localhost:{port}?tls_first");
+    let r = run_json(
+        &d.0,
+        &[
+            "run",
+            &url,
+            "--topic",
+            "it.tlsfirst",
+            "-n",
+            "5000",
+            "-c",
+            "2",
+            "--warmup",
+            "0s",
+            "--no-output",
+            "--ca-file",
+            &ca,
+        ],
+    );
+    let i = &r["integrity"];
+    assert_eq!((u(&i["delivered"]), u(&i["lost"])), (10_000, 0), "{i}");
+    let url = format!("tls://localhost:{port}");
+    let o = msgbench(
+        &d.0,
+        &[
+            "run",
+            &url,
+            "-n",
+            "10",
+            "--no-output",
+            "--ca-file",
+            &ca,
+            "--connect-timeout",
+            "2s",
+        ],
+    );
+    assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
+    assert!(stderr(&o).contains("add ?tls_first"), "{}", stderr(&o));
 }
 
 /// Consumers at connection scale: they connect at `--connect-rate` from the `--source-addrs`

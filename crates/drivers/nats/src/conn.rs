@@ -25,6 +25,9 @@ pub struct Endpoint {
     pub addrs: Vec<String>,
     /// TLS connector, for `tls://` URLs.
     pub tls: Option<msgbench_net::Tls>,
+    /// `?tls_first`: the TLS handshake comes first, before the server's INFO (nats-server 2.10+
+    /// with `handshake_first`, which otherwise waits in silence), instead of after it.
+    pub tls_first: bool,
     user: Option<String>,
     pass: Option<String>,
     token: Option<String>,
@@ -58,7 +61,14 @@ impl Endpoint {
             Some(tls().map_err(|m| DriverError::Config(format!("TLS: {m}")))?)
         };
         let rest = rest.replace(&format!(",{scheme}://"), ",");
-        let identity = identity(rest.split_once('?').map_or("", |(_, q)| q))?;
+        let query = rest.split_once('?').map_or("", |(_, q)| q);
+        let identity = identity(query)?;
+        let tls_first = tls_first(query)?;
+        if tls_first && tls.is_none() {
+            return Err(DriverError::Config(format!(
+                "`{display}`: tls_first needs TLS: use tls:// (or nats+js+tls://)"
+            )));
+        }
         let rest = rest.split(['/', '?']).next().unwrap_or("");
         let (creds, hostports) = match rest.rsplit_once('@') {
             Some((c, h)) => (Some(c), h),
@@ -91,6 +101,7 @@ impl Endpoint {
         Ok(Endpoint {
             addrs,
             tls,
+            tls_first,
             user,
             pass,
             token,
@@ -155,6 +166,31 @@ fn identity(query: &str) -> Result<Option<Arc<crate::nkey::Identity>>, DriverErr
         found = Some(Arc::new(crate::nkey::Identity::load(v, creds)?));
     }
     Ok(found)
+}
+
+/// What a TLS client that heard no INFO is told.
+const TLS_FIRST_HINT: &str = "a server with TLS handshake_first (nats-server 2.10+) waits for the \
+                              client's TLS handshake before its INFO: add ?tls_first to the URL";
+
+/// Whether the query asks for the TLS handshake first (`tls_first`, `tls_first=1|true`; `0` or
+/// `false` say no).
+fn tls_first(query: &str) -> Result<bool, DriverError> {
+    let mut first = false;
+    for p in query.split('&') {
+        let (k, v) = p.split_once('=').unwrap_or((p, "1"));
+        if k == "tls_first" {
+            first = match v {
+                "1" | "true" => true,
+                "0" | "false" => false,
+                _ => {
+                    return Err(DriverError::Config(format!(
+                        "tls_first={v}: expected 1, true, 0 or false"
+                    )));
+                }
+            };
+        }
+    }
+    Ok(first)
 }
 
 /// Which of the endpoint's servers a client uses, from which local address, and how its socket
@@ -312,8 +348,30 @@ impl Conn {
         // counts them as lost); replaying them could duplicate what did go out before the cut.
         self.wire.attach(connected.map_err(io::Error::other)?);
         let limit = self.timeout;
+        // Whether the server said anything: Send across the await, hence atomic.
+        let heard = std::sync::atomic::AtomicBool::new(false);
         let fut = async {
-            match self.read_raw().await? {
+            if let (true, Some(tls)) = (self.ep.tls_first, &self.ep.tls) {
+                let plain = self.wire.take().ok_or_else(|| io_err("connection lost"))?;
+                let secure = msgbench_net::upgrade_tls(plain, tls, &target.host, self.timeout);
+                self.wire.attach(secure.await.map_err(|e| {
+                    io_err(format!(
+                        "{e} (with ?tls_first the TLS handshake comes first: does the server \
+                         have handshake_first on? Without it, drop ?tls_first)"
+                    ))
+                })?);
+            }
+            let first = self.read_raw().await;
+            heard.store(true, std::sync::atomic::Ordering::Relaxed);
+            let first = match first {
+                // Closed before its INFO: a handshake_first server gives up on a client that
+                // does not start TLS.
+                Err(e) if self.ep.tls.is_some() && !self.ep.tls_first => {
+                    return Err(io::Error::new(e.kind(), format!("{e} ({TLS_FIRST_HINT})")));
+                }
+                r => r?,
+            };
+            match first {
                 ServerOp::Info(info) => {
                     self.learn(&info.connect_urls);
                     self.info = info;
@@ -328,6 +386,8 @@ impl Conn {
                 &self.ep.tls,
                 self.info.tls_required || self.info.tls_available,
             ) {
+                // Already over TLS.
+                (Some(_), _) if self.ep.tls_first => {}
                 (Some(tls), true) => {
                     let plain = self.wire.take().ok_or_else(|| io_err("connection lost"))?;
                     let secure = msgbench_net::upgrade_tls(plain, tls, &target.host, self.timeout);
@@ -378,6 +438,16 @@ impl Conn {
         };
         let r = match tokio::time::timeout(limit, fut).await {
             Ok(r) => r,
+            Err(_)
+                if !heard.load(std::sync::atomic::Ordering::Relaxed)
+                    && self.ep.tls.is_some()
+                    && !self.ep.tls_first =>
+            {
+                Err(io::Error::new(
+                    io::ErrorKind::TimedOut,
+                    format!("no INFO from the server ({TLS_FIRST_HINT})"),
+                ))
+            }
             Err(_) => Err(io::Error::new(
                 io::ErrorKind::TimedOut,
                 "no answer to the NATS handshake",
@@ -633,5 +703,14 @@ mod tests {
         let e = plain("nats://u:p@a:1,nats://b:2/x").unwrap();
         assert_eq!((e.addrs.len(), e.user.as_deref()), (2, Some("u")));
         assert_eq!(plain("nats://[::1]").unwrap().addrs, ["[::1]:4222"]);
+        // TLS first (nats-server's handshake_first): a flag or a boolean, over TLS only.
+        let first = |url: &str| Endpoint::parse(url, insecure).map(|e| e.tls_first);
+        assert!(!first("tls://a:1").unwrap());
+        assert!(first("tls://a:1?tls_first").unwrap());
+        assert!(first("nats+js+tls://a:1?stream=S&tls_first=true").unwrap());
+        assert!(!first("tls://a:1?tls_first=0").unwrap());
+        assert!(first("tls://a:1?tls_first=maybe").is_err());
+        let e = plain("nats://a:1?tls_first").unwrap_err().to_string();
+        assert!(e.contains("tls_first needs TLS"), "{e}");
     }
 }

@@ -18,7 +18,8 @@
 //! backoff (`reconnected` event); subscriptions are replayed. Messages buffered at the cut are
 //! lost and show up in the integrity counts. `tls://host:4222` (or `nats+tls://`) switches to
 //! TLS after the server's INFO, as NATS servers expect, verifying the server (`--ca-file`,
-//! `--cert`/`--key` for a client certificate, `--insecure`). A URL may list several
+//! `--cert`/`--key` for a client certificate, `--insecure`); `?tls_first` does the handshake
+//! before the INFO, for servers with `handshake_first` (nats-server 2.10+). A URL may list several
 //! servers (`nats://a:4222,b:4222`): clients are shared out round robin, so producers and
 //! consumers on different servers need those servers clustered; a client whose server dies
 //! fails over, trying the next server of the list at each reconnection attempt.
