@@ -99,6 +99,8 @@ pub enum Packet {
         /// MQTT 5 server keep alive (property 0x13), seconds: the keep-alive the client must
         /// use instead of the one it asked for.
         server_keep_alive: Option<u16>,
+        /// MQTT 5 Shared Subscription Available (property 0x2A); true if absent.
+        shared_subs: bool,
         /// MQTT 5 reason string, if the server sent one.
         reason: Option<String>,
     },
@@ -551,7 +553,7 @@ pub fn parse(
             let session_present = b.u8()? & 1 == 1;
             let code = b.u8()?;
             let (mut receive_max, mut max_packet, mut reason) = (65_535u16, 0u32, None);
-            let (mut max_qos, mut server_keep_alive) = (2u8, None);
+            let (mut max_qos, mut server_keep_alive, mut shared_subs) = (2u8, None, true);
             if v5 && !b.b.is_empty() {
                 b.props(|id, p| {
                     Ok(match id {
@@ -565,6 +567,10 @@ pub fn parse(
                         }
                         0x13 => {
                             server_keep_alive = Some(p.u16()?);
+                            true
+                        }
+                        0x2a => {
+                            shared_subs = p.u8()? != 0;
                             true
                         }
                         0x27 => {
@@ -586,6 +592,7 @@ pub fn parse(
                 max_packet,
                 max_qos,
                 server_keep_alive,
+                shared_subs,
                 reason,
             }
         }
@@ -926,6 +933,16 @@ mod tests {
             Packet::ConnAck {
                 max_qos: 2,
                 server_keep_alive: None,
+                shared_subs: true,
+                ..
+            }
+        ));
+        // Shared Subscription Available 0: the broker takes no $share filters.
+        let mut b = BytesMut::from(&[0x20, 5, 0, 0, 2, 0x2a, 0][..]);
+        assert!(matches!(
+            parse(&mut b, Version::V5, MAX_REMAINING).unwrap().unwrap(),
+            Packet::ConnAck {
+                shared_subs: false,
                 ..
             }
         ));

@@ -137,6 +137,8 @@ pub struct Conn {
     pub session_present: bool,
     /// MQTT 5 maximum QoS the server supports (2 for 3.1.1, which cannot say).
     pub max_qos: u8,
+    /// Whether the server takes `$share` filters (MQTT 5 CONNACK; 3.1.1 cannot say).
+    pub shared_subs: bool,
     /// Pauses between reconnection attempts (50 ms doubling to 2 s), kept across losses: a
     /// connection lost within a second of opening counts as a failed attempt, so a broker
     /// that accepts the connection and drops it at the first PUBLISH (a topic the ACL
@@ -170,6 +172,7 @@ impl Conn {
             server_max_packet: 0,
             session_present: false,
             max_qos: 2,
+            shared_subs: true,
             backoff: msgbench_net::Backoff::new(Duration::from_millis(50), Duration::from_secs(2)),
             opened: std::time::Instant::now(),
         };
@@ -253,6 +256,7 @@ impl Conn {
                     max_packet,
                     max_qos,
                     server_keep_alive,
+                    shared_subs,
                     reason,
                 } => {
                     if code != 0 {
@@ -269,6 +273,7 @@ impl Conn {
                     self.receive_max = receive_max.max(1);
                     self.server_max_packet = max_packet;
                     self.max_qos = max_qos;
+                    self.shared_subs = shared_subs;
                     // The server's keep-alive replaces ours (MQTT 5, 3.2.2.3.14): pinging at
                     // our own period, a connection idle longer than its is closed.
                     if let Some(k) = server_keep_alive {

@@ -197,6 +197,16 @@ impl Driver for MqttDriver {
             )
             .await?;
         let filter = match &spec.group {
+            // A broker that says it takes no shared subscriptions would refuse the filter
+            // (or, lenient, treat it as a topic of that name and deliver nothing).
+            Some(_) if !conn.shared_subs => {
+                return Err(DriverError::Config(
+                    "the broker does not offer shared subscriptions (its CONNACK says Shared \
+                     Subscription Available 0), which a queue group needs ($share/GROUP/...): \
+                     run without --queue-group"
+                        .into(),
+                ));
+            }
             Some(g) => format!("$share/{g}/{}", spec.topic),
             None => spec.topic.clone(),
         };
