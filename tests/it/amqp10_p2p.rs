@@ -438,6 +438,53 @@ fn proton_sends_into_a_listening_consumer() {
     assert_eq!(count_events(&r, "error"), 0, "{}", r["events"]);
 }
 
+/// The brokered client against an AMQP 1.0 server that attaches its sender and never grants
+/// credit (Qpid Proton here; a rhea server did the same): the producer is held in its first
+/// send for the whole run. The run still ends soon after its drain (the held producer gets a
+/// short grace, not two connect timeouts) and fails its verdict, naming the flow control.
+#[test]
+fn a_broker_granting_no_credit_fails_the_run_promptly() {
+    let Some(py) = proton_python() else { return };
+    let d = TempDir::new("amqp10-nocredit");
+    let port = free_port();
+    let rx = proton_receiver(&py, port, 1, 30, 0);
+    let url = format!("amqp10://127.0.0.1:{port}");
+    let started = std::time::Instant::now();
+    let o = msgbench(
+        &d.0,
+        &[
+            "run",
+            &url,
+            "-c",
+            "0",
+            "--rate",
+            "100",
+            "-d",
+            "2s",
+            "--warmup",
+            "0s",
+            "--drain",
+            "1s",
+            "--no-output",
+            "--format",
+            "json",
+            "--quiet",
+        ],
+    );
+    let took = started.elapsed();
+    assert_eq!(o.status.code(), Some(3), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("nothing was sent") && stderr(&o).contains("blocked in a send"),
+        "{}",
+        stderr(&o)
+    );
+    // 2 s measured, 1 s drain, a 2 s grace, start and connect: was 25 s (a 22 s grace).
+    assert!(took < Duration::from_secs(12), "took {took:?}");
+    let r: Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(u(&measure(&r)["counters"]["sent"]), 0);
+    drop(rx);
+}
+
 /// A listening receiver that grants no credit: the producer reports the stall once, and each
 /// send that waited the connect timeout fails (a send error: nothing in doubt, nothing lost);
 /// a run that sent nothing fails its verdict (exit 3), quoting the stall.
