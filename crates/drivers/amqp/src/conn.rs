@@ -2,10 +2,12 @@
 //! synchronous methods for provisioning, buffered writes, frame reads, heartbeats and close.
 //! All state lives in the struct, so the async methods are cancel-safe.
 
+// Percent-decoding of URL parts (`%40` is `@`), shared with the other drivers.
 use crate::codec::{self, Frame};
 use amq_protocol::protocol::{AMQPClass, basic, channel, confirm, connection};
 use amq_protocol::types::{AMQPValue, FieldTable, LongString, ShortString};
 use msgbench_core::driver::{ConnectFailure, DriverError, EventSink};
+use msgbench_core::redact::unescape;
 use msgbench_net::{NetError, Target, Tls, Wire};
 use std::future::poll_fn;
 use std::io;
@@ -33,25 +35,6 @@ pub struct Endpoint {
     pub display: String,
     /// Send channel.open before connection.open-ok arrives (see `ClientPlan::pipeline_handshake`).
     pub pipeline: bool,
-}
-
-fn unescape(s: &str) -> String {
-    let b = s.as_bytes();
-    let mut out = Vec::with_capacity(b.len());
-    let mut i = 0;
-    while i < b.len() {
-        if b[i] == b'%'
-            && i + 2 < b.len()
-            && let Ok(v) = u8::from_str_radix(&s[i + 1..i + 3], 16)
-        {
-            out.push(v);
-            i += 3;
-            continue;
-        }
-        out.push(b[i]);
-        i += 1;
-    }
-    String::from_utf8_lossy(&out).into_owned()
 }
 
 impl Endpoint {

@@ -12,10 +12,12 @@
 //! password, the error condition and description of a refused connection. Credentials never
 //! appear in them.
 
+// Percent-decoding of URL parts (`%40` is `@`), shared with the other drivers.
 use crate::conn::{CHUNK, Conn};
 use crate::frames::{self, AmqpError, Performative};
 use bytes::BytesMut;
 use msgbench_core::driver::{ConnectFailure, DriverError};
+use msgbench_core::redact::unescape;
 use msgbench_core::scenario::TlsPlan;
 use msgbench_net::Wire;
 use std::net::IpAddr;
@@ -43,28 +45,6 @@ pub struct Endpoint {
     /// Data connections announce this as their idle time-out and drop a connection on which
     /// the peer was silent for two of them ([`Wire::watch`]); 0: neither.
     pub keep_alive: Duration,
-}
-
-/// Percent-decoding of URL userinfo (`%40` → `@`); invalid escapes stay as they are.
-fn unescape(s: &str) -> String {
-    let b = s.as_bytes();
-    let mut out = Vec::with_capacity(b.len());
-    let mut i = 0;
-    while i < b.len() {
-        if b[i] == b'%'
-            && i + 3 <= b.len()
-            && let Some(v) = s
-                .get(i + 1..i + 3)
-                .and_then(|h| u8::from_str_radix(h, 16).ok())
-        {
-            out.push(v);
-            i += 3;
-            continue;
-        }
-        out.push(b[i]);
-        i += 1;
-    }
-    String::from_utf8_lossy(&out).into_owned()
 }
 
 impl Endpoint {
