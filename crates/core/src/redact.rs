@@ -429,6 +429,18 @@ fn percent_decode(s: &str) -> Option<String> {
 mod tests {
     use super::*;
 
+    /// URL parts decoded for the drivers (credentials, vhosts): escapes decoded, anything
+    /// malformed kept as written, never a panic on a multi-byte character after a `%`.
+    #[test]
+    fn unescape_decodes_escapes_and_keeps_the_rest() {
+        assert_eq!(unescape("us%40er:p%2Fw"), "us@er:p/w");
+        assert_eq!(unescape("%2f"), "/");
+        for kept in ["a%2", "%", "%+f", "%aé", "é%", "plain"] {
+            assert_eq!(unescape(kept), kept);
+        }
+        assert_eq!(unescape("%zz%41"), "%zzA");
+    }
+
     #[test]
     fn urls_lose_user_info_and_credential_parameters() {
         let cases = [
