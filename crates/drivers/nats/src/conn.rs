@@ -366,7 +366,11 @@ impl Conn {
             let first = match first {
                 // Closed before its INFO: a handshake_first server gives up on a client that
                 // does not start TLS.
-                Err(e) if self.ep.tls.is_some() && !self.ep.tls_first => {
+                Err(e)
+                    if e.kind() == io::ErrorKind::UnexpectedEof
+                        && self.ep.tls.is_some()
+                        && !self.ep.tls_first =>
+                {
                     return Err(io::Error::new(e.kind(), format!("{e} ({TLS_FIRST_HINT})")));
                 }
                 r => r?,
