@@ -172,9 +172,7 @@ impl Driver for MqttDriver {
             topics: spec.topics.iter().map(|t| Bytes::from(t.clone())).collect(),
             qos: self.client.qos,
             retain: self.client.retain,
-            tokens: vec![FREE; 65_536],
-            next_pid: 0,
-            in_flight: 0,
+            ids: PacketIds::new(),
             acks: VecDeque::new(),
             release_pending: false,
             downgraded: false,
@@ -267,7 +265,87 @@ fn ping_period(keep_alive: Duration) -> Duration {
     }
 }
 
+/// A producer's QoS 1/2 packet ids and the runner's token of the message under each.
+///
+/// Ids cycle through a table that starts at 64 and doubles, up to MQTT's 65,535, only when
+/// every id in it is in flight. A full-size table is 512 KiB per connection: with a window of
+/// one or a few messages that was most of the generator's memory, and the kernel zeroing its
+/// pages a good part of a short run's CPU.
+struct PacketIds {
+    /// Token in flight under each id (`FREE` if none); index 0 is unused (id 0 is invalid).
+    tokens: Vec<u64>,
+    /// The id taken last.
+    last: u16,
+    in_flight: u32,
+}
+
 const FREE: u64 = u64::MAX;
+
+impl PacketIds {
+    const FIRST: usize = 64;
+
+    fn new() -> Self {
+        Self {
+            tokens: vec![FREE; Self::FIRST + 1],
+            last: 0,
+            in_flight: 0,
+        }
+    }
+
+    fn in_flight(&self) -> u32 {
+        self.in_flight
+    }
+
+    /// A free id for `token`; `None` only with 65,535 messages in flight.
+    fn take(&mut self, token: u64) -> Option<u16> {
+        let ids = self.tokens.len() - 1;
+        if self.in_flight as usize >= ids {
+            if ids >= u16::MAX as usize {
+                return None;
+            }
+            self.tokens
+                .resize((2 * ids + 1).min(u16::MAX as usize + 1), FREE);
+            self.last = ids as u16;
+        }
+        let ids = self.tokens.len() - 1;
+        for _ in 0..ids {
+            self.last = if self.last as usize >= ids {
+                1
+            } else {
+                self.last + 1
+            };
+            let slot = &mut self.tokens[self.last as usize];
+            if *slot == FREE {
+                *slot = token;
+                self.in_flight += 1;
+                return Some(self.last);
+            }
+        }
+        None
+    }
+
+    /// The token under `id`, which is free again; `None` if nothing of ours is in flight
+    /// under it (a duplicate acknowledgement, or an id the broker made up).
+    fn release(&mut self, id: u16) -> Option<u64> {
+        let slot = self.tokens.get_mut(id as usize)?;
+        if *slot == FREE {
+            return None;
+        }
+        self.in_flight -= 1;
+        Some(std::mem::replace(slot, FREE))
+    }
+
+    /// Frees every id; the highest token that was in flight, if any was.
+    fn release_all(&mut self) -> Option<u64> {
+        if self.in_flight == 0 {
+            return None;
+        }
+        let up_to = self.tokens.iter().copied().filter(|t| *t != FREE).max();
+        self.tokens.fill(FREE);
+        self.in_flight = 0;
+        up_to
+    }
+}
 
 /// The sending side: one connection; QoS 1/2 packet ids map to the runner's tokens.
 pub struct MqttProducer {
@@ -275,10 +353,7 @@ pub struct MqttProducer {
     topics: Vec<Bytes>,
     qos: u8,
     retain: bool,
-    /// Token of the message in flight under each packet id (`FREE` if none).
-    tokens: Vec<u64>,
-    next_pid: u16,
-    in_flight: u32,
+    ids: PacketIds,
     acks: VecDeque<Ack>,
     /// A PUBREL waits in the write buffer: the next ack poll must write it, or its PUBCOMP
     /// never comes.
@@ -321,11 +396,8 @@ impl MqttProducer {
     }
 
     fn complete(&mut self, pid: u16, ok: bool) {
-        let slot = &mut self.tokens[pid as usize];
-        if *slot != FREE {
-            self.acks.push_back(Ack::One { token: *slot, ok });
-            *slot = FREE;
-            self.in_flight -= 1;
+        if let Some(token) = self.ids.release(pid) {
+            self.acks.push_back(Ack::One { token, ok });
         }
     }
 
@@ -333,13 +405,8 @@ impl MqttProducer {
     /// resends nothing), so it is in doubt now rather than when its acknowledgement time-out
     /// runs out, which a producer with nothing left to send would otherwise wait for.
     fn abandon_in_flight(&mut self) {
-        if self.in_flight > 0 {
-            let up_to = self.tokens.iter().copied().filter(|t| *t != FREE).max();
-            if let Some(up_to) = up_to {
-                self.acks.push_back(Ack::InDoubt { up_to });
-            }
-            self.tokens.fill(FREE);
-            self.in_flight = 0;
+        if let Some(up_to) = self.ids.release_all() {
+            self.acks.push_back(Ack::InDoubt { up_to });
         }
     }
 
@@ -372,17 +439,6 @@ impl MqttProducer {
         self.last_write = Instant::now();
         Ok(())
     }
-
-    /// A free packet id (none is free only if 65,535 messages are in flight).
-    fn take_pid(&mut self) -> Option<u16> {
-        for _ in 0..u16::MAX {
-            self.next_pid = self.next_pid.wrapping_add(1).max(1);
-            if self.tokens[self.next_pid as usize] == FREE {
-                return Some(self.next_pid);
-            }
-        }
-        None
-    }
 }
 
 impl Producer for MqttProducer {
@@ -409,7 +465,7 @@ impl Producer for MqttProducer {
         let mut pid = 0;
         if self.qos > 0 {
             // The broker's receive maximum bounds what may be unacknowledged.
-            while self.in_flight >= self.conn.receive_max as u32 {
+            while self.ids.in_flight() >= self.conn.receive_max as u32 {
                 self.write_out().await?;
                 match self.conn.read_packet().await {
                     Ok(p) => self.on_packet(p),
@@ -419,12 +475,10 @@ impl Producer for MqttProducer {
                     }
                 }
             }
-            pid = match self.take_pid() {
+            pid = match self.ids.take(msg.token) {
                 Some(p) => p,
                 None => return Err(DriverError::Send("no free MQTT packet id".into())),
             };
-            self.tokens[pid as usize] = msg.token;
-            self.in_flight += 1;
         }
         let topic = &self.topics[msg.stream as usize];
         let version = self.conn.version();
@@ -817,6 +871,50 @@ mod tests {
 
     fn due(b: &mut AckBatch, written: bool) -> bool {
         b.due(&mut Context::from_waker(Waker::noop()), written)
+    }
+
+    #[test]
+    fn packet_ids_cycle_grow_only_when_all_are_in_flight_and_stop_at_65535() {
+        let mut ids = PacketIds::new();
+        // A window of one cycles through the first table without growing it.
+        for t in 0..1_000u64 {
+            let id = ids.take(t).unwrap();
+            assert_eq!(id as u64, t % 64 + 1);
+            assert_eq!(ids.release(id), Some(t));
+            assert_eq!(ids.release(id), None, "a duplicate ack completes nothing");
+        }
+        assert_eq!(ids.tokens.len(), 65);
+        assert_eq!(
+            ids.release(60_000),
+            None,
+            "an id beyond the table is not ours"
+        );
+
+        // A full table doubles; ids in flight stay distinct and keep their tokens.
+        let taken: Vec<u16> = (0..100u64).map(|t| ids.take(t).unwrap()).collect();
+        assert_eq!(ids.tokens.len(), 129);
+        let mut distinct = taken.clone();
+        distinct.sort_unstable();
+        distinct.dedup();
+        assert_eq!(distinct.len(), 100);
+        assert_eq!(ids.release(taken[70]), Some(70));
+        assert_eq!(ids.in_flight(), 99);
+        assert_eq!(ids.release_all(), Some(99));
+        assert_eq!(ids.in_flight(), 0);
+        assert_eq!(ids.release_all(), None);
+
+        // 65,535 in flight is MQTT's limit.
+        for t in 0..65_535u64 {
+            assert!(ids.take(t).is_some(), "id for message {t}");
+        }
+        assert_eq!(ids.take(70_000), None);
+        assert_eq!(ids.tokens.len(), 65_536);
+        let freed = ids.release(12_345).unwrap();
+        assert_eq!(
+            ids.take(7),
+            Some(12_345),
+            "the one free id, whatever its token was ({freed})"
+        );
     }
 
     #[tokio::test]
