@@ -1012,16 +1012,16 @@ bench_window() {
   for kind in mqtt-qos1 nats-rr; do
     local args
     if [ "$kind" = mqtt-qos1 ]; then
-      echo "== MQTT QoS 1 via Mosquitto: 10 publishers on 10 topics, one message in flight each, 100 B, no subscribers, 5 s ($RUNS runs per mode)"
-      args=("$MSGBENCH_IT_MQTT_URL" --qos 1 --topics 10 --topic 'bench/win/{i}' -p 10 -c 0 --max-in-flight 1)
+      echo "== MQTT QoS 1 via Mosquitto: 10 publishers, one per topic, one message in flight each, 100 B, no subscribers, 5 s, default workers (one, the broker being local) ($RUNS runs per mode; target <= 6 CPU-s per million)"
+      args=("$MSGBENCH_IT_MQTT_URL" --qos 1 --topics 10 --topic 'bench/win/{i}' -p 1 -c 0 --max-in-flight 1)
     else
-      echo "== NATS request/reply via nats-server: 10 requesters with one request in flight each, 10 responders (msgbench's consumers), 100 B, 5 s ($RUNS runs per mode; CPU-s per million round trips)"
-      args=("$MSGBENCH_IT_NATS_URL" --request-reply --topics 10 --topic 'bench.rr.{i}' -p 10 -c 1 --max-in-flight 1)
+      echo "== NATS request/reply via nats-server: 10 requesters with one request in flight each, 10 responders (msgbench's consumers), 100 B, 5 s, default workers ($RUNS runs per mode; CPU-s per million round trips)"
+      args=("$MSGBENCH_IT_NATS_URL" --request-reply --topics 10 --topic 'bench.rr.{i}' -p 1 -c 1 --max-in-flight 1)
     fi
     local rd=() rc=() bd=() bcp=()
     for _ in $(seq "$RUNS"); do
       for io in readiness batched; do
-        read -r rate cpu < <(measure_sent "${args[@]}" --size 100 --workers 2 --io "$io" --warmup 1s --duration 5s)
+        read -r rate cpu < <(measure_sent "${args[@]}" --size 100 --io "$io" --warmup 1s --duration 5s)
         printf '  %-9s %s msgs/s, %s CPU-s per million\n' "$io:" "$rate" "$cpu"
         if [ "$io" = readiness ]; then rd+=("$rate"); rc+=("$cpu"); else bd+=("$rate"); bcp+=("$cpu"); fi
       done
