@@ -39,6 +39,10 @@ pub(super) const LEAD_NS: u64 = 10_000_000;
 /// Connection failures reported one by one before they are only counted.
 const FAILURES_REPORTED: u32 = 10;
 
+/// The longest a timed storm's measure phase waits for the attempts in flight at its end
+/// (never longer than the connect time-out, which answers them anyway).
+const LATE_ANSWERS_MAX: Duration = Duration::from_secs(5);
+
 /// A connection workload from its preparation on.
 pub(super) struct ConnectionRun<'p, D: Driver> {
     driver: Arc<D>,
@@ -81,6 +85,9 @@ pub(super) struct ConnectionRun<'p, D: Driver> {
     arrivals: ArrivalSchedule,
     /// A timed storm's end.
     measure_end: Option<u64>,
+    /// How long after a timed storm's end its measure phase still waits for the attempts in
+    /// flight then (see [`Self::measure_step`]).
+    late_grace_ns: u64,
     /// Attempts (hold) or cycles (storm) to make; `u64::MAX`: until the time is up.
     limit: u64,
     launched: u64,
@@ -219,6 +226,7 @@ impl<'p, D: Driver> ConnectionRun<'p, D> {
             topic: plan.topics[0].clone(),
             phase: Phase::Measure,
             measure_end,
+            late_grace_ns: plan.connect_timeout.min(LATE_ANSWERS_MAX).as_nanos() as u64,
             limit,
             launched: 0,
             answered: 0,
@@ -418,9 +426,17 @@ impl<'p, D: Driver> ConnectionRun<'p, D> {
         let over = if self.hold_mode {
             self.hold_end.is_some_and(|e| now >= e) || self.interrupted
         } else {
+            // A timed storm's attempts still in flight at its end were made in it: their
+            // answers (among them its slowest) are its own, so the phase waits for them, up
+            // to a grace; what is still unanswered then is the drain's. A journey's users,
+            // which may be mid-journey, are not waited for.
+            let late_over = self.journey_mode
+                || self
+                    .measure_end
+                    .is_some_and(|e| now >= e.saturating_add(self.late_grace_ns));
             (done_launching && all_answered)
                 || self.interrupted
-                || self.measure_end.is_some_and(|e| now >= e)
+                || (self.measure_end.is_some_and(|e| now >= e) && (all_answered || late_over))
         };
         if over {
             self.begin_drain(now, observer);
@@ -544,12 +560,23 @@ impl<'p, D: Driver> ConnectionRun<'p, D> {
             Some(c) if self.phase == Phase::Measure => c.next_due(),
             _ => u64::MAX,
         };
+        // The ends of the measure phase, while in it (once past, they would wake the loop
+        // at once, over and over, all through the drain). Past a timed storm's end, answers
+        // wake the loop and its grace bounds the wait.
+        let measure_ends = match (self.phase, self.measure_end) {
+            (Phase::Measure, Some(e)) if now >= e => e.saturating_add(self.late_grace_ns),
+            (Phase::Measure, Some(e)) => e,
+            _ => u64::MAX,
+        }
+        .min(match (self.phase, self.hold_end) {
+            (Phase::Measure, Some(e)) => e,
+            _ => u64::MAX,
+        });
         self.next_tick
             .min(next_attempt)
             .min(storm)
             .min(churn)
-            .min(self.hold_end.unwrap_or(u64::MAX))
-            .min(self.measure_end.unwrap_or(u64::MAX))
+            .min(measure_ends)
             .min(draining)
             .max(now)
     }
