@@ -848,6 +848,74 @@ fn persistent_sessions() {
     }
 }
 
+/// A persistent session the broker kept across a cut connection gets what was in flight again
+/// (PUBLISH with DUP, as MQTT requires of the client): nothing is left in doubt and every
+/// message is acknowledged and delivered, on both protocol versions. Unpaced with a window of
+/// 1,000, hundreds are in flight when the connections are reset; Mosquitto keeps the sessions.
+#[test]
+fn a_kept_session_gets_its_unacknowledged_messages_again_after_a_cut() {
+    let url = need!(MQTT);
+    let upstream = url.trim_start_matches("mqtt://").to_string();
+    let d = TempDir::new("mqtt-resend");
+    for v in ["3.1.1", "5"] {
+        let proxy = util::faultproxy::FaultProxy::start(&upstream);
+        let via = format!("mqtt://{}", proxy.addr());
+        let id = format!("it-resend-{}-{v}-{{role}}-{{i}}", std::process::id());
+        let topic = format!("it/resend/{}/{v}", std::process::id());
+        let r = std::thread::scope(|s| {
+            s.spawn(|| {
+                std::thread::sleep(Duration::from_millis(1500));
+                proxy.reset_all();
+            });
+            run_json(
+                &d.0,
+                &[
+                    "run",
+                    &via,
+                    "--persistent-session",
+                    "--client-id",
+                    &id,
+                    "--qos",
+                    "1",
+                    "--mqtt-version",
+                    v,
+                    "--topic",
+                    &topic,
+                    "--max-in-flight",
+                    "1000",
+                    "--duration",
+                    "3s",
+                    "--warmup",
+                    "0s",
+                    "--drain",
+                    "5s",
+                    "--no-output",
+                ],
+            )
+        });
+        let (sent, acked) = (phase_sum(&r, "sent"), phase_sum(&r, "acked"));
+        let reconnected = r["events"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|e| e["kind"] == "reconnected")
+            .map(|e| e["detail"].as_str().unwrap_or(""))
+            .collect::<Vec<_>>();
+        let ctx = format!("{v}: {} {}", r["integrity"], r["events"]);
+        assert!(
+            reconnected.len() >= 2 && reconnected.iter().all(|d| d.contains("session kept")),
+            "{ctx}"
+        );
+        assert!(sent >= 3_000, "{ctx}");
+        assert_eq!(
+            acked, sent,
+            "every message acknowledged, none in doubt: {ctx}"
+        );
+        assert_eq!(u(&r["integrity"]["delivered"]), sent, "{ctx}");
+        assert_eq!(u(&r["integrity"]["lost"]), 0, "{ctx}");
+    }
+}
+
 /// Messages a persistent session kept while its subscriber was away arrive before the SUBACK
 /// of its next SUBSCRIBE (Mosquitto sends them straight after the CONNACK, HiveMQ before the
 /// SUBACK): they are delivered, acknowledged and counted (as foreign: another run's), on both

@@ -173,6 +173,9 @@ impl Driver for MqttDriver {
             qos: self.client.qos,
             retain: self.client.retain,
             ids: PacketIds::new(),
+            // A session the broker keeps must get its unacknowledged messages again after a
+            // reconnection (MQTT 3.1.1 §4.4, MQTT 5 §4.4), so they are kept.
+            kept: (self.client.persistent_session && self.client.qos > 0).then(Vec::new),
             acks: VecDeque::new(),
             release_pending: false,
             downgraded: false,
@@ -296,6 +299,20 @@ impl PacketIds {
         self.in_flight
     }
 
+    /// The size of the table (ids 1..capacity).
+    fn capacity(&self) -> usize {
+        self.tokens.len()
+    }
+
+    /// (token, id) of every message in flight.
+    fn in_flight_ids(&self) -> impl Iterator<Item = (u64, u16)> + '_ {
+        self.tokens
+            .iter()
+            .enumerate()
+            .filter(|(_, t)| **t != FREE)
+            .map(|(id, t)| (*t, id as u16))
+    }
+
     /// A free id for `token`; `None` only with 65,535 messages in flight.
     fn take(&mut self, token: u64) -> Option<u16> {
         let ids = self.tokens.len() - 1;
@@ -354,6 +371,10 @@ pub struct MqttProducer {
     qos: u8,
     retain: bool,
     ids: PacketIds,
+    /// With a persistent session: the encoded PUBLISH of each packet id in flight, to be sent
+    /// again (DUP set) when the broker kept the session across a reconnection; empty once
+    /// PUBREC came (a PUBREL is sent again instead). Buffers are reused.
+    kept: Option<Vec<Vec<u8>>>,
     acks: VecDeque<Ack>,
     /// A PUBREL waits in the write buffer: the next ack poll must write it, or its PUBCOMP
     /// never comes.
@@ -388,6 +409,9 @@ impl MqttProducer {
                 } else {
                     codec::put_ack(&mut self.conn.wire.wbuf, codec::PUBREL, pid);
                     self.release_pending = true;
+                    if let Some(b) = self.kept.as_mut().and_then(|k| k.get_mut(pid as usize)) {
+                        b.clear();
+                    }
                 }
             }
             Packet::PubComp { pid } => self.complete(pid, true),
@@ -410,10 +434,47 @@ impl MqttProducer {
         }
     }
 
-    /// Marks the connection lost and its messages in flight in doubt.
+    /// Marks the connection lost and its messages in flight in doubt, unless a persistent
+    /// session may bring them back (see [`MqttProducer::resume`]).
     fn lose(&mut self, e: &std::io::Error) {
         self.conn.lost(e);
-        self.abandon_in_flight();
+        if self.kept.is_none() {
+            self.abandon_in_flight();
+        }
+    }
+
+    /// Reconnects; with a persistent session the broker kept, what was in flight is sent
+    /// again in its original order, PUBLISH with DUP set or PUBREL (the protocol requires
+    /// it, and a strict broker waits for it); otherwise it is in doubt.
+    async fn reconnect(&mut self) -> Result<(), DriverError> {
+        if self.kept.is_none() {
+            self.abandon_in_flight();
+        }
+        self.conn.try_reconnect().await?;
+        let Some(kept) = self.kept.as_ref() else {
+            return Ok(());
+        };
+        if !self.conn.session_present {
+            self.abandon_in_flight();
+            return Ok(());
+        }
+        let mut again: Vec<(u64, u16)> = self.ids.in_flight_ids().collect();
+        again.sort_unstable();
+        let wbuf = &mut self.conn.wire.wbuf;
+        for (_, pid) in again {
+            match kept.get(pid as usize) {
+                Some(b) if !b.is_empty() => {
+                    wbuf.extend_from_slice(b);
+                    let at = wbuf.len() - b.len();
+                    wbuf[at] |= 0x08;
+                }
+                _ => {
+                    codec::put_ack(wbuf, codec::PUBREL, pid);
+                    self.release_pending = true;
+                }
+            }
+        }
+        self.write_out().await
     }
 
     /// Takes what the broker sent without waiting.
@@ -444,8 +505,7 @@ impl MqttProducer {
 impl Producer for MqttProducer {
     async fn send(&mut self, msg: Outbound<'_>) -> Result<(), DriverError> {
         if !self.conn.is_connected() {
-            self.abandon_in_flight();
-            self.conn.try_reconnect().await?;
+            self.reconnect().await?;
         }
         let topic = &self.topics[msg.stream as usize];
         let max = self.conn.server_max_packet as usize;
@@ -482,6 +542,7 @@ impl Producer for MqttProducer {
         }
         let topic = &self.topics[msg.stream as usize];
         let version = self.conn.version();
+        let start = self.conn.wire.wbuf.len();
         codec::put_publish(
             &mut self.conn.wire.wbuf,
             version,
@@ -492,6 +553,14 @@ impl Producer for MqttProducer {
             false,
             pid,
         );
+        if let Some(kept) = self.kept.as_mut() {
+            if kept.len() <= pid as usize {
+                kept.resize_with(self.ids.capacity(), Vec::new);
+            }
+            let b = &mut kept[pid as usize];
+            b.clear();
+            b.extend_from_slice(&self.conn.wire.wbuf[start..]);
+        }
         if self.conn.wire.wbuf.len() >= WRITE_BATCH {
             self.write_out().await?;
             self.service_reads();
@@ -503,6 +572,11 @@ impl Producer for MqttProducer {
     /// runner calls `idle` at least once per tick while it waits).
     async fn idle(&mut self) -> Result<(), DriverError> {
         if !self.conn.is_connected() {
+            // Kept messages in flight wait for this reconnection (a full window sends
+            // nothing that would reconnect); otherwise the next send reconnects.
+            if self.kept.is_some() && self.ids.in_flight() > 0 {
+                self.reconnect().await?;
+            }
             return Ok(());
         }
         if self.conn.wire.wbuf.is_empty()
