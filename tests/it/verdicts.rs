@@ -481,3 +481,36 @@ fn injected_latency_is_judged() {
     assert!(out.contains("pass  e2e.p50 >= 20ms"), "{out}");
     assert!(out.contains("FAIL  e2e.p99 < 5ms"), "{out}");
 }
+
+/// A drain that times out while deliveries are still arriving says so: what it counts lost
+/// may only be late (here a consumer that takes 2 ms a message, 3,000 messages, a 1 s drain).
+#[test]
+fn a_drain_timed_out_with_deliveries_still_arriving_says_they_may_only_be_late() {
+    let d = TempDir::new("drain-late");
+    let o = msgbench(
+        &d.0,
+        &[
+            "run",
+            "mem://drain-late",
+            "-n",
+            "3000",
+            "--processing",
+            "2ms",
+            "--warmup",
+            "0s",
+            "--drain",
+            "1s",
+            "--no-output",
+            "--quiet",
+            "--format",
+            "json",
+        ],
+    );
+    let r: serde_json::Value = serde_json::from_slice(&o.stdout).expect("a JSON report");
+    assert!(u(&r["integrity"]["lost"]) > 0, "{}", r["integrity"]);
+    let w = r["warnings"].to_string();
+    assert!(
+        w.contains("still arriving") && w.contains("longer --drain"),
+        "{w}"
+    );
+}

@@ -21,6 +21,10 @@ use msgbench_metrics::{Counters, ErrorKind, Phase, Snapshot};
 use std::time::Duration;
 use tokio::sync::mpsc;
 
+/// Deliveries this recent at the drain's deadline mean they were still arriving (see the
+/// drain's time-out warning).
+const STILL_ARRIVING_NS: u64 = 1_000_000_000;
+
 impl MessageRun<'_> {
     /// The load starts: the first phase begins (call at `t0`).
     pub fn begin(&mut self, observer: &mut dyn Observer) {
@@ -198,6 +202,14 @@ impl MessageRun<'_> {
                     "drain timed out after {drain:?} waiting for producers that had not \
                      finished (blocked in a send?); every expected delivery arrived ({got} of \
                      {expected})"
+                ),
+                // Deliveries still coming at the deadline: what is counted lost may only be
+                // late (a slow consumer's or broker's backlog), which the warning must say.
+                _ if now >= deadline && got > 0 && now.saturating_sub(self.last_got.1) < STILL_ARRIVING_NS => format!(
+                    "drain timed out after {drain:?} with {got} of {expected} expected deliveries, \
+                     and deliveries were still arriving (the last {} ms before it ended): those \
+                     counted lost may only be late; a longer --drain would wait for them",
+                    now.saturating_sub(self.last_got.1) / 1_000_000
                 ),
                 _ if now >= deadline => format!(
                     "drain timed out after {drain:?} with {got} of {expected} expected deliveries"
