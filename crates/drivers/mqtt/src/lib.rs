@@ -425,9 +425,10 @@ impl MqttProducer {
         }
     }
 
-    /// The connection is gone: what is in flight on it will never be acknowledged (msgbench
-    /// resends nothing), so it is in doubt now rather than when its acknowledgement time-out
-    /// runs out, which a producer with nothing left to send would otherwise wait for.
+    /// The connection is gone and no kept session will bring back what was in flight on it
+    /// (see [`MqttProducer::reconnect`]): it is in doubt now rather than when its
+    /// acknowledgement time-out runs out, which a producer with nothing left to send would
+    /// otherwise wait for.
     fn abandon_in_flight(&mut self) {
         if let Some(up_to) = self.ids.release_all() {
             self.acks.push_back(Ack::InDoubt { up_to });
@@ -435,7 +436,7 @@ impl MqttProducer {
     }
 
     /// Marks the connection lost and its messages in flight in doubt, unless a persistent
-    /// session may bring them back (see [`MqttProducer::resume`]).
+    /// session may bring them back (see [`MqttProducer::reconnect`]).
     fn lose(&mut self, e: &std::io::Error) {
         self.conn.lost(e);
         if self.kept.is_none() {
