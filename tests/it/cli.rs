@@ -483,3 +483,59 @@ fn demo_without_target() {
     assert!(stderr(&o).contains("no target given"));
     assert!(stdout(&o).contains("end-to-end"));
 }
+
+/// An ack that comes back after a phase boundary, for a message sent before it, is counted in
+/// the phase the message was sent in and in that phase's last interval: no interval record of
+/// its own (before, each boundary left a 1 ms sliver of the old phase in the next second, a
+/// second live row for the same time).
+#[test]
+fn acks_across_a_phase_boundary_close_in_the_phase_they_belong_to() {
+    let d = TempDir::new("boundary");
+    let file = d.path("r.jsonl");
+    // Every round trip takes 30 ms, so each boundary falls while one is outstanding.
+    let report = run_json(
+        &d.0,
+        &[
+            "run",
+            "mem://?delay=30ms",
+            "--request-reply",
+            "-p",
+            "1",
+            "-c",
+            "1",
+            "--max-in-flight",
+            "1",
+            "--warmup",
+            "1s",
+            "--duration",
+            "2s",
+            "--tick",
+            "1s",
+            "-o",
+            file.to_str().unwrap(),
+        ],
+    );
+    let text = std::fs::read_to_string(&file).unwrap();
+    let intervals: Vec<serde_json::Value> = text
+        .lines()
+        .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap())
+        .filter(|v| v["type"] == "interval")
+        .collect();
+    let seen: Vec<(u64, String)> = intervals
+        .iter()
+        .map(|v| (u(&v["index"]), v["phase"].as_str().unwrap().to_string()))
+        .collect();
+    for (i, v) in intervals.iter().enumerate() {
+        let span = v["end_s"].as_f64().unwrap() - v["start_s"].as_f64().unwrap();
+        let last = i + 1 == intervals.len();
+        assert!(
+            span > 0.5 || (last && v["phase"] == "drain"),
+            "interval {} of the {} phase spans only {span} s: {seen:?}",
+            v["index"],
+            v["phase"]
+        );
+    }
+    // Every round trip answered before the drain ended, and counted once.
+    let m = measure(&report);
+    assert_eq!(u(&m["counters"]["acked"]), u(&m["counters"]["sent"]));
+}

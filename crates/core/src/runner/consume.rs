@@ -181,7 +181,7 @@ impl ConsumerTask {
     fn tick(&self, a: &mut Acct, now: u64) {
         let cur = self.state.phase_at(now);
         if cur != a.phase {
-            let k = a.ticker.recording();
+            let k = a.ticker.closing(self.state.scheduled_end_ns(a.phase));
             self.flush(a, k);
             a.phase = cur;
         }

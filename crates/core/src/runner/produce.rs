@@ -83,6 +83,19 @@ impl Ticker {
     pub fn recording(&self) -> u64 {
         (self.next_ns - self.t0_ns) / self.tick_ns - 1
     }
+
+    /// Index of the interval to close a phase that ended at `end_ns` in: the one being
+    /// recorded, or the phase's last interval when the task noticed the change only in a later
+    /// one (its ack or delivery of the old phase came after the boundary). Otherwise that
+    /// remainder became an interval record of its own, a sliver of the old phase inside the
+    /// next interval: a second row for the same second in the live view.
+    pub fn closing(&self, end_ns: u64) -> u64 {
+        let r = self.recording();
+        if end_ns == u64::MAX || end_ns <= self.t0_ns {
+            return r;
+        }
+        r.min((end_ns - 1 - self.t0_ns) / self.tick_ns)
+    }
 }
 
 enum Flow {
@@ -284,6 +297,12 @@ impl<P: Producer> Sending<P> {
         self.task.flush_snapshot(&mut self.rec, phase, interval);
     }
 
+    /// Sends what was recorded in the phase the loop was in, as it leaves that phase.
+    fn close_phase(&mut self) {
+        let end = self.task.state.scheduled_end_ns(self.phase);
+        self.flush(self.phase, self.ticker.closing(end));
+    }
+
     /// An idle moment: the client may do its housekeeping (keep-alives, reading).
     async fn idle(&mut self) {
         if let Err(e) = self.p.idle().await {
@@ -378,7 +397,7 @@ impl<P: Producer> Sending<P> {
         }
         let cur = self.task.state.phase_at(self.last_ns);
         if cur != self.phase {
-            self.flush(self.phase, self.ticker.recording());
+            self.close_phase();
             self.phase = cur;
         }
         if self.phase == Phase::Drain {
@@ -514,7 +533,7 @@ impl<P: Producer> Sending<P> {
     fn at_send_time(&mut self, sent_ns: u64) -> Option<()> {
         let cur = self.task.state.phase_at(sent_ns);
         if cur != self.phase {
-            self.flush(self.phase, self.ticker.recording());
+            self.close_phase();
             self.phase = cur;
             if cur == Phase::Drain {
                 return None;
@@ -597,7 +616,7 @@ impl<P: Producer> Sending<P> {
     /// (those never confirmed are in doubt: counted, never silently dropped), the client
     /// closes, and the last snapshot goes out.
     async fn wind_down(mut self) {
-        self.flush(self.phase, self.ticker.recording());
+        self.close_phase();
         if let Err(e) = self.p.flush().await {
             self.rec.record_error(e.kind());
         }
@@ -632,5 +651,26 @@ async fn sleep_until_ns(timer: &mut Option<PreciseTimer>, at: u64, pacing: super
     match timer {
         Some(t) => t.wait_until(at, pacing).await,
         None => tokio::time::sleep_until(to_instant(at)).await,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Ticker;
+
+    #[test]
+    fn a_phase_is_closed_in_its_last_interval() {
+        // 1 s ticks from t0 = 10 s; the task is recording interval 2 (12..13 s).
+        let mut t = Ticker::new(10_000_000_000, 1_000_000_000);
+        assert_eq!(t.due(12_500_000_000), Some(1));
+        assert_eq!(t.recording(), 2);
+        // A phase that ended on the tick at 11 s closes in interval 0, the one it filled.
+        assert_eq!(t.closing(11_000_000_000), 0);
+        // One that ended inside interval 1 closes there.
+        assert_eq!(t.closing(11_500_000_000), 1);
+        // One that ends later than what is being recorded, or whose end is not known,
+        // closes in the interval being recorded.
+        assert_eq!(t.closing(14_000_000_000), 2);
+        assert_eq!(t.closing(u64::MAX), 2);
     }
 }

@@ -62,6 +62,16 @@ impl RunState {
         self.measure_end_ns.store(measure_end_ns, Ordering::Relaxed);
     }
 
+    /// When `p` is scheduled to end (monotonic ns); `u64::MAX` when that is not known in
+    /// advance (the drain, a measure phase that ends on a count).
+    pub fn scheduled_end_ns(&self, p: Phase) -> u64 {
+        match p {
+            Phase::Warmup => self.warmup_end_ns.load(Ordering::Relaxed),
+            Phase::Measure => self.measure_end_ns.load(Ordering::Relaxed),
+            Phase::Drain => u64::MAX,
+        }
+    }
+
     /// Moves to `p`.
     pub fn set_phase(&self, p: Phase) {
         let v = match p {
