@@ -263,6 +263,46 @@ fn mqtt5_shared_subscription() {
     assert_eq!(u(&i["duplicated"]), 0, "{i}");
 }
 
+/// MQTT 3.1.1 has no shared subscriptions; Mosquitto takes `$share` there as an extension, and
+/// the group shares the messages. A group through which nothing arrived says that a broker
+/// without the extension takes the filter for a topic name (aedes and amqtt do), since the run
+/// otherwise ends with everything lost and no clue why.
+#[test]
+fn shared_subscription_over_3_1_1_and_the_hint_when_nothing_arrives() {
+    let d = TempDir::new("mqtt-share-v3");
+    let url = need!(MQTT);
+    let hint = "MQTT 3.1.1 has no shared subscriptions";
+    let group = ["--qos", "1", "-c", "2", "--queue-group", "g3", "-n", "2000"];
+    let mut args = run_args(&url, &["--topic", "it/share-v3"]);
+    args.extend(group);
+    let r = run_json(&d.0, &args);
+    let i = &r["integrity"];
+    assert_eq!(u(&i["delivered"]), 2000, "{i}");
+    assert_eq!(u(&i["duplicated"]), 0, "{i}");
+    assert!(!r["events"].to_string().contains(hint), "{}", r["events"]);
+    // The group listens where nobody publishes: nothing arrives, and the hint is given.
+    let mut args = run_args(
+        &url,
+        &[
+            "--topic",
+            "it/share-v3",
+            "--subscribe",
+            "it/share-v3-elsewhere",
+        ],
+    );
+    args.extend(group);
+    args.extend(["--drain", "1s", "--format", "json", "-q"]);
+    let o = msgbench(&d.0, &args);
+    assert_eq!(o.status.code(), Some(3), "{}", stderr(&o));
+    let r: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(u(&r["integrity"]["delivered"]), 0);
+    let told =
+        r["events"].as_array().unwrap().iter().any(|e| {
+            e["kind"] == "warning" && e["detail"].as_str().is_some_and(|d| d.contains(hint))
+        });
+    assert!(told, "{}", r["events"]);
+}
+
 /// A wildcard subscription receives the messages of every topic.
 #[test]
 fn wildcard_subscription_covers_all_topics() {

@@ -115,14 +115,20 @@ impl MessageRun<'_> {
             self.producer_failed(why, observer);
         }
         while let Ok(e) = events.try_recv() {
-            // Refusals reported as the clients closed are still the run's (the
-            // disconnections of the closing itself are not).
-            if let crate::driver::DriverEventKind::Refused(n) = e.kind {
-                self.extra.errors.add(msgbench_metrics::ErrorKind::Nack, n);
-            }
+            // Refusals reported as the clients closed are still the run's, and so are the
+            // warnings drivers give as they close (what a client saw over the whole run); the
+            // disconnections of the closing itself are not.
+            let kind = match e.kind {
+                crate::driver::DriverEventKind::Refused(n) => {
+                    self.extra.errors.add(msgbench_metrics::ErrorKind::Nack, n);
+                    EventKind::Event
+                }
+                crate::driver::DriverEventKind::Warning => EventKind::Warning,
+                _ => EventKind::Event,
+            };
             observer.event(&RunEvent {
                 at_s: secs(self.t0, now_ns()),
-                kind: EventKind::Event,
+                kind,
                 detail: e.detail,
             });
         }

@@ -36,8 +36,8 @@ use bytes::Bytes;
 use codec::{Packet, Version};
 use conn::{Conn, Endpoint, Route, Settings};
 use msgbench_core::driver::{
-    Ack, Capabilities, Consumer, ConsumerSpec, Delivery, Driver, DriverError, EventSink, Outbound,
-    Producer, ProducerSpec, Session, SessionSpec,
+    Ack, Capabilities, Consumer, ConsumerSpec, Delivery, Driver, DriverError, DriverEventKind,
+    EventSink, Outbound, Producer, ProducerSpec, Session, SessionSpec,
 };
 use msgbench_core::scenario::{ClientPlan, TlsPlan};
 use std::collections::VecDeque;
@@ -208,7 +208,7 @@ impl Driver for MqttDriver {
                         .into(),
                 ));
             }
-            Some(g) => format!("$share/{g}/{}", spec.topic),
+            Some(_) => filter_of(spec),
             None => spec.topic.clone(),
         };
         conn.check_qos(self.client.qos)?;
@@ -220,12 +220,16 @@ impl Driver for MqttDriver {
             conn.wire.shrink();
         }
         let keep_alive = conn.keep_alive();
+        let share_on_v3 = (spec.group.is_some() && self.version == Version::V311)
+            .then(|| (filter_of(spec), self.events.clone()));
         Ok(MqttConsumer {
             conn,
             keep_alive,
             ping: Box::pin(tokio::time::sleep(ping_period(keep_alive))),
             acks: AckBatch::new(self.client.ack_every),
             meta: spec.meta,
+            share_on_v3,
+            received_any: false,
         })
     }
 
@@ -256,6 +260,14 @@ impl Driver for MqttDriver {
     /// property, so a responder could not know where to answer).
     fn sessions_request(&self) -> bool {
         self.version == Version::V5
+    }
+}
+
+/// The filter a consumer of a queue group subscribes to: `$share/GROUP/TOPIC`.
+fn filter_of(spec: &ConsumerSpec) -> String {
+    match &spec.group {
+        Some(g) => format!("$share/{g}/{}", spec.topic),
+        None => spec.topic.clone(),
     }
 }
 
@@ -645,6 +657,11 @@ pub struct MqttConsumer {
     acks: AckBatch,
     /// Put each message's topic name in `Meta::topic` ([`ConsumerSpec::meta`]).
     meta: bool,
+    /// A shared subscription over MQTT 3.1.1, where `$share` is an extension some brokers
+    /// lack: its filter, and where to say so if nothing arrived through it.
+    share_on_v3: Option<(String, EventSink)>,
+    /// Whether anything was delivered (see `share_on_v3`).
+    received_any: bool,
 }
 
 /// Longest an acknowledgement waits for others to share its write, when consumers batch them
@@ -753,13 +770,32 @@ impl Consumer for MqttConsumer {
                 self.conn.reconnect().await;
             }
             match std::future::poll_fn(|cx| self.poll_delivery(cx)).await {
-                Ok(d) => return Ok(Some(d)),
+                Ok(d) => {
+                    self.received_any = true;
+                    return Ok(Some(d));
+                }
                 Err(e) => self.conn.lost(&e),
             }
         }
     }
 
+    /// Disconnects; a shared subscription over MQTT 3.1.1 that delivered nothing says why
+    /// that may be (aedes and amqtt take `$share/...` for a topic name there: the run then
+    /// ends with everything lost and no other clue).
     async fn close(mut self) -> Result<(), DriverError> {
+        if let Some((filter, events)) = &self.share_on_v3
+            && !self.received_any
+        {
+            events.emit(
+                DriverEventKind::Warning,
+                format!(
+                    "nothing arrived through the shared subscription `{filter}`: MQTT 3.1.1 has \
+                     no shared subscriptions, and a broker without that extension (aedes, \
+                     amqtt) takes the filter for a topic of that name; MQTT 5 has them \
+                     (--mqtt-version 5)"
+                ),
+            );
+        }
         self.conn.disconnect().await;
         Ok(())
     }
