@@ -221,6 +221,13 @@ pub fn write(r: &RunReport, out: &mut dyn Write) -> std::io::Result<()> {
             i.expected,
             i.lost as f64 * 100.0 / i.expected.max(1) as f64
         )?;
+        let reconnects: u64 = r.phases.iter().map(|p| p.counters.reconnects).sum();
+        if reconnects > 0 {
+            writeln!(
+                out,
+                "  but clients reconnected {reconnects} times: a subscriber away from a system that keeps nothing for it (a clean MQTT session, an auto-delete queue, core NATS) misses what is published meanwhile; persistent sessions or durable queues tell that apart from the system's own loss"
+            )?;
+        }
     }
     if let Some(line) = backlog_line(r) {
         writeln!(out)?;

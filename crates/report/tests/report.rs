@@ -178,3 +178,25 @@ fn text_report_shows_the_events_that_explain_the_counts() {
     // A report without such events has no block (the golden file holds one).
     assert!(!shown(&fixture()).contains("events ("));
 }
+
+/// Loss in a run where clients reconnected is not put on the system under test alone: a
+/// subscriber that was away may have missed what was published meanwhile.
+#[test]
+fn loss_with_reconnections_names_the_outage_as_a_possible_cause() {
+    let shown = |r: &RunReport| {
+        let mut out = Vec::new();
+        render(r, Format::Text, &mut out).unwrap();
+        String::from_utf8(out).unwrap()
+    };
+    let mut r = fixture();
+    r.integrity.lost = 7;
+    let text = shown(&r);
+    assert!(text.contains("LOST 7 of"), "{text}");
+    assert!(!text.contains("reconnected"), "{text}");
+    r.phases[0].counters.reconnects = 2;
+    let text = shown(&r);
+    assert!(
+        text.contains("but clients reconnected 2 times: a subscriber away"),
+        "{text}"
+    );
+}

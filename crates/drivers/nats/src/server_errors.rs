@@ -23,8 +23,9 @@ pub struct ServerErrors {
     /// Publish refusals are resolved by the client's own acks ([`ServerErrors::claim`]):
     /// reported, but not counted again as refused operations.
     claimed: bool,
-    /// Publish refusals not yet taken by [`ServerErrors::take_refusals`].
-    refusals: u64,
+    /// The subjects of the publish refusals not yet taken by [`ServerErrors::take_refusals`],
+    /// oldest first (empty when the `-ERR` did not name one).
+    refusals: Vec<String>,
 }
 
 /// Whether an `-ERR` refuses a publish (the message went nowhere).
@@ -32,12 +33,21 @@ pub fn refuses_publish(e: &str) -> bool {
     e.contains("Permissions Violation for Publish")
 }
 
+/// The subject a publish refusal names: nats-server writes
+/// `Permissions Violation for Publish to "SUBJECT"` (Go's `%q`; subjects need no escapes).
+/// Empty if it names none.
+pub fn refused_subject(e: &str) -> &str {
+    e.split_once("Publish to \"")
+        .and_then(|(_, rest)| rest.rsplit_once('"'))
+        .map_or("", |(subject, _)| subject)
+}
+
 impl ServerErrors {
     /// One `-ERR` from the server on connection `name`.
     pub fn seen(&mut self, e: &str, name: &str, events: &EventSink) {
         let now = now_ns();
         if self.claimed && refuses_publish(e) {
-            self.refusals += 1;
+            self.refusals.push(refused_subject(e).to_string());
         }
         if e == self.last {
             self.pending += 1;
@@ -59,9 +69,15 @@ impl ServerErrors {
         self.claimed = true;
     }
 
-    /// Publish refusals seen since the last call (only counted once [claimed](Self::claim)).
-    pub fn take_refusals(&mut self) -> u64 {
+    /// The subjects of the publish refusals seen since the last call, oldest first (only kept
+    /// once [claimed](Self::claim)).
+    pub fn take_refusals(&mut self) -> Vec<String> {
         std::mem::take(&mut self.refusals)
+    }
+
+    /// Whether publish refusals are waiting to be taken.
+    pub fn has_refusals(&self) -> bool {
+        !self.refusals.is_empty()
     }
 
     /// Reports the repeats not yet reported (the connection is going).
@@ -122,5 +138,19 @@ mod tests {
             "{got:?}"
         );
         assert_eq!(got[2].kind, DriverEventKind::Error);
+    }
+
+    #[test]
+    fn a_claimed_refusal_names_its_subject() {
+        let (sink, _rx) = EventSink::channel();
+        let mut s = ServerErrors::default();
+        s.claim();
+        s.seen("Permissions Violation for Publish to \"a.b\"", "p0", &sink);
+        s.seen("Permissions Violation for Publish to \"c\"", "p0", &sink);
+        s.seen("Slow Consumer", "p0", &sink);
+        assert!(s.has_refusals());
+        assert_eq!(s.take_refusals(), ["a.b", "c"]);
+        assert!(!s.has_refusals());
+        assert_eq!(refused_subject("Permissions Violation for Publish"), "");
     }
 }

@@ -167,10 +167,13 @@ impl Driver for JetStreamDriver {
                 ensure_stream(&mut api, &mut conn, &self.opts, &stream, topic, &mut stash).await?;
             self.tell_settings(differ);
         }
-        let one_subject = topics.len() == 1;
-        if one_subject {
-            conn.errors.claim();
-        }
+        conn.errors.claim();
+        let queue_of: Vec<usize> = spec
+            .topics
+            .iter()
+            .enumerate()
+            .map(|(i, t)| spec.topics.iter().position(|u| u == t).unwrap_or(i))
+            .collect();
         Ok(JsProducer {
             conn,
             api,
@@ -183,7 +186,8 @@ impl Driver for JetStreamDriver {
             acks: VecDeque::new(),
             last_token: None,
             refusal_reported: false,
-            outstanding: one_subject.then(VecDeque::new),
+            outstanding: vec![VecDeque::new(); spec.topics.len()],
+            queue_of,
         })
     }
 

@@ -32,13 +32,16 @@ pub struct JsProducer {
     pub(super) last_token: Option<u64>,
     /// A refusal was reported as an event already (once per producer: they come per message).
     pub(super) refusal_reported: bool,
-    /// A producer of one subject: the tokens it sent on this connection that have no
-    /// PubAck yet, oldest first. NATS refuses a publish the user may not make with an `-ERR`
-    /// that names no message, and then no PubAck ever comes; as permissions go by subject,
-    /// the refused one is the oldest outstanding, which is resolved as refused at once
-    /// instead of waiting out the ack timeout to be counted in doubt. (A producer of several
-    /// subjects cannot tell which was refused: its refusals are counted as core NATS's are.)
-    pub(super) outstanding: Option<VecDeque<u64>>,
+    /// The tokens sent on this connection that have no PubAck yet, oldest first, one queue
+    /// per distinct subject. NATS refuses a publish the user may not make with an `-ERR` that
+    /// names the subject but no message, and then no PubAck ever comes; PubAcks of one subject
+    /// come in order, so the refused one is that subject's oldest outstanding, which is
+    /// resolved as refused at once instead of waiting out the ack timeout to be counted in
+    /// doubt.
+    pub(super) outstanding: Vec<VecDeque<u64>>,
+    /// The queue of `outstanding` each stream's subject uses (streams naming one subject
+    /// share one).
+    pub(super) queue_of: Vec<usize>,
 }
 
 impl JsProducer {
@@ -59,21 +62,60 @@ impl JsProducer {
 
     /// Resolves the publishes the server refused with `-ERR` (see `outstanding`).
     fn take_refusals(&mut self) {
-        let n = self.conn.errors.take_refusals();
-        let Some(out) = self.outstanding.as_mut() else {
+        if !self.conn.errors.has_refusals() {
             return;
-        };
-        for _ in 0..n {
-            if let Some(token) = out.pop_front() {
+        }
+        for subject in self.conn.errors.take_refusals() {
+            let named = self
+                .subjects
+                .iter()
+                .position(|s| s[..] == *subject.as_bytes());
+            let q = match named {
+                Some(stream) => self.queue_of[stream],
+                // Not one of the messages' subjects (an API call's): no message of ours.
+                None if !subject.is_empty() => continue,
+                // No subject named (a server that words it otherwise): the oldest of all.
+                None => match (0..self.outstanding.len())
+                    .filter_map(|q| self.outstanding[q].front().map(|&t| (t, q)))
+                    .min()
+                {
+                    Some((_, q)) => q,
+                    None => continue,
+                },
+            };
+            if let Some(token) = self.outstanding[q].pop_front() {
                 self.acks.push_back(Ack::One { token, ok: false });
             }
+        }
+    }
+
+    /// A PubAck (or a refusal) came for `token`: it and the older ones of its subject, which
+    /// will get none, are no longer outstanding.
+    fn settle(&mut self, token: u64) {
+        let q = if self.outstanding.len() == 1 {
+            0
+        } else {
+            // The runner sends its streams in turn, so this is nearly always the queue.
+            let guess = self.queue_of[(token % self.queue_of.len() as u64) as usize];
+            let holds = |q: &VecDeque<u64>| q.binary_search(&token).is_ok();
+            match holds(&self.outstanding[guess]) {
+                true => guess,
+                false => match self.outstanding.iter().position(holds) {
+                    Some(q) => q,
+                    None => return,
+                },
+            }
+        };
+        let out = &mut self.outstanding[q];
+        while out.front().is_some_and(|&t| t <= token) {
+            out.pop_front();
         }
     }
 
     /// The connection is gone: PubAcks for what it carried will never come.
     fn cut(&mut self, e: &std::io::Error) {
         self.conn.lost(e);
-        if let Some(out) = self.outstanding.as_mut() {
+        for out in &mut self.outstanding {
             out.clear();
         }
         if let Some(up_to) = self.last_token.take() {
@@ -113,12 +155,7 @@ impl JsProducer {
                 format!("{}: JetStream refused a publish: {why}", self.name),
             );
         }
-        if let Some(out) = self.outstanding.as_mut() {
-            // PubAcks of one subject come in order: those before `token` will get none.
-            while out.front().is_some_and(|&t| t <= token) {
-                out.pop_front();
-            }
-        }
+        self.settle(token);
         self.acks.push_back(Ack::One { token, ok });
     }
 
@@ -179,9 +216,7 @@ impl Producer for JsProducer {
             msg.payload,
         );
         self.last_token = Some(msg.token);
-        if let Some(out) = self.outstanding.as_mut() {
-            out.push_back(msg.token);
-        }
+        self.outstanding[self.queue_of[msg.stream as usize]].push_back(msg.token);
         if self.conn.wire.wbuf.len() >= WRITE_BATCH {
             self.write_out().await?;
             self.service_reads();
