@@ -80,8 +80,8 @@
 #     127.0.0.1:${MSGBENCH_KAFKA_PORT:-19092}, its controller on the port after it, SSL on
 #     ${MSGBENCH_KAFKA_TLS_PORT:-19094} (advertised as localhost; client cert optional), a
 #     plaintext listener on ${MSGBENCH_KAFKA_PROXIED_PORT:-19096} that advertises the port after
-#     it (where the fault-matrix test puts its proxy), SASL PLAIN (user bench, password
-#     bench-secret) on ${MSGBENCH_KAFKA_SASL_PORT:-19098}, storage
+#     it (where the fault-matrix test puts its proxy), SASL PLAIN, SCRAM-SHA-256 and
+#     SCRAM-SHA-512 (user bench, password bench-secret) on ${MSGBENCH_KAFKA_SASL_PORT:-19098}, storage
 #     formatted on first start in $STATE/kafka/data/ (kept across `up`s: topics survive), a
 #     1 GiB heap, no group join delay, topics created on demand. Starting takes several seconds.
 # Peer libraries (installed, nothing to start or stop):
@@ -842,8 +842,11 @@ listeners=PLAINTEXT://127.0.0.1:$KAFKA_PORT,CONTROLLER://127.0.0.1:$KAFKA_CONTRO
 advertised.listeners=PLAINTEXT://127.0.0.1:$KAFKA_PORT,SSL://localhost:$KAFKA_TLS_PORT,PROXIED://127.0.0.1:$((KAFKA_PROXIED_PORT + 1)),SASL://127.0.0.1:$KAFKA_SASL_PORT
 controller.listener.names=CONTROLLER
 listener.security.protocol.map=PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT,SSL:SSL,PROXIED:PLAINTEXT,SASL:SASL_PLAINTEXT
-sasl.enabled.mechanisms=PLAIN
+sasl.enabled.mechanisms=PLAIN,SCRAM-SHA-256,SCRAM-SHA-512
 listener.name.sasl.plain.sasl.jaas.config=org.apache.kafka.common.security.plain.PlainLoginModule required user_bench="bench-secret";
+# SCRAM users live in the cluster's metadata: \`up\` adds bench's once the broker answers.
+listener.name.sasl.scram-sha-256.sasl.jaas.config=org.apache.kafka.common.security.scram.ScramLoginModule required;
+listener.name.sasl.scram-sha-512.sasl.jaas.config=org.apache.kafka.common.security.scram.ScramLoginModule required;
 ssl.keystore.type=PEM
 ssl.keystore.location=$KAFKA/server-keystore.pem
 ssl.truststore.type=PEM
@@ -917,6 +920,18 @@ LOG4J
   if ! wait_port "$KAFKA_TLS_PORT" 30 "$pid"; then
     log "kafka did not open its SSL listener 127.0.0.1:$KAFKA_TLS_PORT (see $STATE/kafka.log)"; stop kafka; return 1
   fi
+  # The SCRAM credentials of user bench (the same password as PLAIN's), one mechanism per
+  # request (Kafka refuses two changes of one user's credentials in one); setting them again
+  # on a later `up` changes nothing.
+  local mech
+  : >"$KAFKA/scram.log"
+  for mech in SCRAM-SHA-256 SCRAM-SHA-512; do
+    if ! kafka_java org.apache.kafka.tools.ConfigCommand --bootstrap-server "127.0.0.1:$KAFKA_PORT" \
+        --alter --entity-type users --entity-name bench --add-config "$mech=[password=bench-secret]" \
+        >>"$KAFKA/scram.log" 2>&1; then
+      log "kafka: adding the $mech user failed (see $KAFKA/scram.log); $mech logins will fail"
+    fi
+  done
   log "kafka up on kafka://127.0.0.1:$KAFKA_PORT and kafka+ssl://localhost:$KAFKA_TLS_PORT (pid $pid, $((SECONDS - t0)) s)"
 }
 
