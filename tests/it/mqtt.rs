@@ -956,6 +956,66 @@ fn a_kept_session_gets_its_unacknowledged_messages_again_after_a_cut() {
     }
 }
 
+/// A paced producer whose broker refuses it for a second (every connection reset, every
+/// reconnection refused) sends each scheduled message once it is back, measured from the time
+/// it was due: all 2,000 are sent, the failed attempts count as connect errors but take no
+/// message's place, and the outage shows in the send delay and the end-to-end latency (a
+/// client that dropped them would report a schedule kept and no outage at all). The consumer
+/// reads from the broker directly.
+#[test]
+fn messages_due_while_the_broker_refused_are_sent_late_not_dropped() {
+    let url = need!(MQTT);
+    let upstream = url.trim_start_matches("mqtt://").to_string();
+    let d = TempDir::new("mqtt-refused");
+    let proxy = util::faultproxy::FaultProxy::start(&upstream);
+    let via = format!("mqtt://{}", proxy.addr());
+    let topic = format!("it/refused/{}", std::process::id());
+    let r = std::thread::scope(|s| {
+        s.spawn(|| {
+            std::thread::sleep(Duration::from_millis(1500));
+            proxy.refuse(proxy.accepted()..u64::MAX);
+            proxy.reset_all();
+            std::thread::sleep(Duration::from_millis(1000));
+            proxy.refuse(0..0);
+        });
+        run_json(
+            &d.0,
+            &[
+                "run",
+                &via,
+                "--consume-from",
+                &url,
+                "--qos",
+                "1",
+                "--topic",
+                &topic,
+                "--rate",
+                "500",
+                "-n",
+                "2000",
+                "--warmup",
+                "0s",
+                "--drain",
+                "5s",
+                "--no-output",
+            ],
+        )
+    });
+    let m = measure(&r);
+    let ctx = format!("{} {} {}", m["counters"], r["integrity"], r["events"]);
+    assert_eq!(phase_sum(&r, "sent"), 2000, "{ctx}");
+    assert!(u(&m["counters"]["errors"]["connect"]) >= 1, "{ctx}");
+    assert!(u(&m["send_delay"]["max"]) >= 500_000_000, "{ctx}");
+    assert!(u(&m["e2e"]["max"]) >= 500_000_000, "{ctx}");
+    let i = &r["integrity"];
+    assert_eq!(u(&i["expected"]), 2000, "{ctx}");
+    assert_eq!(
+        u(&i["expected"]),
+        u(&i["delivered"]) + u(&i["lost"]),
+        "{ctx}"
+    );
+}
+
 /// Messages a persistent session kept while its subscriber was away arrive before the SUBACK
 /// of its next SUBSCRIBE (Mosquitto sends them straight after the CONNACK, HiveMQ before the
 /// SUBACK): they are delivered, acknowledged and counted (as foreign: another run's), on both

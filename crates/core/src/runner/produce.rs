@@ -249,6 +249,8 @@ impl ProducerTask {
             measured: 0,
             phase: self.state.phase_at(self.t0_ns),
             consecutive_errors: 0,
+            failing_since_ns: 0,
+            retry: None,
             last_ns: self.t0_ns,
             task: self,
             p,
@@ -279,11 +281,17 @@ struct Sending<P: Producer> {
     /// The next message's token (also the number sent so far).
     token: u64,
     stream: u32,
-    /// Messages sent (or attempted) in the measure phase, against the quota.
+    /// Messages sent in the measure phase, against the quota.
     measured: u64,
     /// The phase being recorded.
     phase: Phase,
     consecutive_errors: u32,
+    /// When the sends began failing (0 while they go through): a count-bounded run gives up
+    /// on a producer that cannot send for [`GIVE_UP_NS`].
+    failing_since_ns: u64,
+    /// The intended time of a paced message whose send failed: it is sent again, still
+    /// measured from that time, instead of taking the next one's place.
+    retry: Option<u64>,
     /// When the last send happened.
     last_ns: u64,
 }
@@ -321,6 +329,8 @@ impl<P: Producer> Sending<P> {
             }
             let intended = if self.unpaced {
                 None
+            } else if let Some(at) = self.retry.take() {
+                Some(at)
             } else {
                 match self.pace().await {
                     Some(at) => at,
@@ -380,7 +390,10 @@ impl<P: Producer> Sending<P> {
             match r {
                 Ok(()) => self.sent(intended_ns, sent_ns, len),
                 Err(e) => {
-                    if self.send_failed(e).await.is_none() {
+                    if intended.is_some() {
+                        self.retry = intended;
+                    }
+                    if self.send_failed(e, sent_ns).await.is_none() {
                         return;
                     }
                 }
@@ -561,6 +574,7 @@ impl<P: Producer> Sending<P> {
     #[inline]
     fn sent(&mut self, intended_ns: u64, sent_ns: u64, len: usize) {
         self.consecutive_errors = 0;
+        self.failing_since_ns = 0;
         self.rec.record_send(intended_ns, sent_ns, len);
         if let Some(s) = self.task.tagger.as_ref().and_then(Tagger::ack_stage) {
             let st = self.rec.stage(s);
@@ -587,22 +601,32 @@ impl<P: Producer> Sending<P> {
 
     /// A send that failed: counted; a fatal error ends the producer, any other pauses it
     /// (doubling up to 128 ms) so a dead connection does not become a busy loop while the
-    /// driver reconnects underneath.
-    async fn send_failed(&mut self, e: crate::driver::DriverError) -> Option<()> {
+    /// driver reconnects underneath, and the same message is tried again (a paced one keeps
+    /// its intended time, so the outage shows in its latency and in those queued behind it,
+    /// as it would for any client that holds on to its messages). A failed attempt is not a
+    /// message: it counts toward no quota; a count-bounded run instead gives up on a producer
+    /// none of whose sends has gone through for [`GIVE_UP_NS`], so a broker that never comes
+    /// back still ends the run, with its report.
+    async fn send_failed(&mut self, e: crate::driver::DriverError, at: u64) -> Option<()> {
         self.rec.record_error(e.kind());
         if let Some(t) = &self.task.tagger {
             t.unsent(self.token);
         }
-        if self.phase == Phase::Measure {
-            // Attempts count toward a message quota, so a count-bounded run ends even when
-            // sends keep failing.
-            self.measured += 1;
+        if self.failing_since_ns == 0 {
+            self.failing_since_ns = at;
         }
-        if e.is_fatal() {
-            let _ = self
-                .task
-                .fatal
-                .send(format!("producer {} stopped: {e}", self.task.id));
+        let given_up = self.task.quota.is_some() && at - self.failing_since_ns >= GIVE_UP_NS;
+        if e.is_fatal() || given_up {
+            let why = if given_up {
+                format!(
+                    "producer {} stopped: no send went through for {} s (last error: {e})",
+                    self.task.id,
+                    GIVE_UP_NS / 1_000_000_000
+                )
+            } else {
+                format!("producer {} stopped: {e}", self.task.id)
+            };
+            let _ = self.task.fatal.send(why);
             return None;
         }
         self.consecutive_errors = self.consecutive_errors.saturating_add(1);
@@ -646,6 +670,10 @@ impl<P: Producer> Sending<P> {
             .flush_snapshot(&mut self.rec, phase, self.ticker.recording());
     }
 }
+
+/// How long a producer of a count-bounded run goes on trying when no send goes through (a
+/// broker that does not come back) before it stops: long enough for a broker to restart.
+const GIVE_UP_NS: u64 = 60_000_000_000;
 
 async fn sleep_until_ns(timer: &mut Option<PreciseTimer>, at: u64, pacing: super::timer::Pacing) {
     match timer {
