@@ -234,3 +234,26 @@ fn a_pipelined_handshake_stalls_at_a_strict_proxy() {
     let (_, _, held) = proxy.stop();
     assert!(held > 0, "the proxy held nothing");
 }
+
+/// pika's asynchronous publisher through the proxy to the sink: every publish confirmed. pika
+/// turns publisher confirms on only when the server's `connection.start` lists the
+/// `publisher_confirms` capability, and the proxy answers that frame itself before it has
+/// reached the upstream: with the empty server properties it sent before, pika refused
+/// `confirm_delivery` through it (found with RabbitMQ's Java client, which showed the table).
+#[test]
+fn pika_confirms_through_the_proxy() {
+    let Some(py) = crate::thirdparty::peer_python("pika", "python3-pika") else {
+        return;
+    };
+    let d = TempDir::new("proxy-pika");
+    let sink = Server::amqp_sink("amqp", &[]);
+    let proxy = Proxy::start(&d.0, &sink.url, &[]);
+    let ran = crate::thirdparty::run(
+        Command::new(&py)
+            .arg(crate::thirdparty::fixture("peer_pika.py"))
+            .args([&crate::thirdparty::port_of(&proxy.url), "confirms"]),
+    );
+    crate::thirdparty::assert_pika_confirms(ran.json(), "msgbench amqp-proxy", &ran.context());
+    let (relayed, failed, _) = proxy.stop();
+    assert_eq!((relayed, failed), (1, 0));
+}

@@ -25,7 +25,7 @@ use util::*;
 /// The longest any peer may take before it counts as hung (each needs a few seconds at most).
 const PEER_LIMIT: Duration = Duration::from_secs(60);
 
-fn fixture(name: &str) -> PathBuf {
+pub(crate) fn fixture(name: &str) -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
         .join("tests/fixtures")
         .join(name)
@@ -150,7 +150,7 @@ fn have_tool(bin: &str, package: &str) -> bool {
 }
 
 /// What a finished peer printed.
-struct Ran {
+pub(crate) struct Ran {
     ok: bool,
     stdout: String,
     stderr: String,
@@ -158,7 +158,7 @@ struct Ran {
 }
 
 impl Ran {
-    fn context(&self) -> String {
+    pub(crate) fn context(&self) -> String {
         format!(
             "{}\nstdout:\n{}\nstderr:\n{}",
             self.what, self.stdout, self.stderr
@@ -166,7 +166,7 @@ impl Ran {
     }
 
     /// Requires success and returns the JSON object on the last line of stdout.
-    fn json(&self) -> Value {
+    pub(crate) fn json(&self) -> Value {
         assert!(self.ok, "the peer failed: {}", self.context());
         let line = self.stdout.lines().last().unwrap_or_default();
         serde_json::from_str(line)
@@ -176,7 +176,7 @@ impl Ran {
 
 /// Runs `cmd` to its end; a peer still running after [`PEER_LIMIT`] is killed and fails the
 /// test as hung (a server that stops answering must not hang the suite).
-fn run(cmd: &mut Command) -> Ran {
+pub(crate) fn run(cmd: &mut Command) -> Ran {
     let what = format!("{cmd:?}");
     let mut child = cmd
         .stdin(Stdio::null())
@@ -223,7 +223,7 @@ fn run(cmd: &mut Command) -> Ran {
     ran
 }
 
-fn port_of(url: &str) -> String {
+pub(crate) fn port_of(url: &str) -> String {
     url.rsplit(':').next().unwrap().to_string()
 }
 
@@ -251,8 +251,9 @@ fn take(v: &mut Value, key: &str) -> Value {
 
 /// What pika's asynchronous publisher sees: every one of 2000 pipelined publishes (one larger
 /// than frame-max, in several body frames) confirmed exactly once, delivery tags 1..=2000 in
-/// order, no nack; topology declared (a server-named `amq.gen-` queue); clean closes.
-fn assert_pika_confirms(mut seen: Value, ctx: &str) {
+/// order, no nack; topology declared (a server-named `amq.gen-` queue); clean closes; the
+/// server (`product`) saying it takes publisher confirms.
+pub(crate) fn assert_pika_confirms(mut seen: Value, product: &str, ctx: &str) {
     let frames = take(&mut seen, "ack_frames").as_u64().unwrap();
     let multiple = take(&mut seen, "multiple_acks").as_u64().unwrap();
     // Batched acks (`multiple`) are the sink's documented way; each must move forward.
@@ -271,7 +272,7 @@ fn assert_pika_confirms(mut seen: Value, ctx: &str) {
             "out_of_order": 0,
             "queue_generated": true,
             "queue_counts": [0, 0],
-            "server_product": "msgbench amqp-sink",
+            "server_product": product,
             "publisher_confirms": true,
             "channel_closed": [0, "Normal shutdown"],
             "connection_closed": ["ConnectionClosedByClient", 200],
@@ -289,7 +290,7 @@ fn amqp_sink_with_pika_publisher_confirms() {
     let ran = run(Command::new(&py)
         .arg(fixture("peer_pika.py"))
         .args([&port_of(&sink.url), "confirms"]));
-    assert_pika_confirms(ran.json(), &ran.context());
+    assert_pika_confirms(ran.json(), "msgbench amqp-sink", &ran.context());
 }
 
 #[test]
@@ -305,7 +306,7 @@ fn amqp_sink_over_tls_with_pika() {
         "confirms",
         &ca,
     ]));
-    assert_pika_confirms(ran.json(), &ran.context());
+    assert_pika_confirms(ran.json(), "msgbench amqp-sink", &ran.context());
 }
 
 /// The rest of what the sink documents, as pika's blocking client sees it: consume-ok and

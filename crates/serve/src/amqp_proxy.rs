@@ -7,6 +7,8 @@
 //! - The client's handshake is read **one frame at a time**, and each answer is sent only after
 //!   the frame it answers: `connection.start` after the protocol header, `tune` after
 //!   `start-ok`, `open-ok` only once the upstream connection is open.
+//! - Its `connection.start` names it and lists a RabbitMQ broker's capabilities
+//!   (`CAPABILITIES`), which clients check before using an extension (publisher confirms).
 //! - Bytes a client sends before it has `connection.open-ok` (a pipelined `channel.open`) are
 //!   **held, never forwarded** — as a proxy that replays the handshake upstream does — and
 //!   counted ([`ProxyStats::held_bytes`]). A client that pipelines past `open` stalls here.
@@ -35,6 +37,53 @@ const FRAME_MAX: u32 = 131_072;
 const CHANNEL_MAX: u16 = 2047;
 /// How long upstream may take to connect and complete its handshake.
 const UPSTREAM_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// What the proxy's `connection.start` says of the broker behind it, before it has reached it:
+/// a RabbitMQ-compatible one's capabilities. Clients check them before using an extension
+/// (pika refuses `confirm_delivery` on a broker without `publisher_confirms`); an empty table,
+/// sent before, made such clients give up features the upstream has.
+const CAPABILITIES: [&str; 9] = [
+    "publisher_confirms",
+    "exchange_exchange_bindings",
+    "basic.nack",
+    "consumer_cancel_notify",
+    "connection.blocked",
+    "consumer_priorities",
+    "authentication_failure_close",
+    "per_consumer_qos",
+    "direct_reply_to",
+];
+
+/// The server-properties field table of the proxy's `connection.start`: product, version,
+/// platform and [`CAPABILITIES`].
+fn server_properties() -> Vec<u8> {
+    fn name(t: &mut Vec<u8>, n: &str) {
+        t.push(n.len() as u8);
+        t.extend_from_slice(n.as_bytes());
+    }
+    fn long_string(t: &mut Vec<u8>, n: &str, v: &str) {
+        name(t, n);
+        t.push(b'S');
+        t.extend_from_slice(&(v.len() as u32).to_be_bytes());
+        t.extend_from_slice(v.as_bytes());
+    }
+    let mut caps = Vec::new();
+    for c in CAPABILITIES {
+        name(&mut caps, c);
+        caps.extend_from_slice(&[b't', 1]);
+    }
+    let mut t = Vec::new();
+    long_string(&mut t, "product", "msgbench amqp-proxy");
+    long_string(&mut t, "version", env!("CARGO_PKG_VERSION"));
+    long_string(&mut t, "platform", "Rust");
+    name(&mut t, "capabilities");
+    t.push(b'F');
+    t.extend_from_slice(&(caps.len() as u32).to_be_bytes());
+    t.extend_from_slice(&caps);
+    let mut table = (t.len() as u32).to_be_bytes().to_vec();
+    table.extend_from_slice(&t);
+    table
+}
 
 /// Where the proxy forwards to: `amqp://host:port` or `amqps://host:port` (TLS upstream,
 /// verified with `tls`).
@@ -284,8 +333,9 @@ async fn serve(mut client: TcpStream, cfg: &ProxyConfig, stats: &ProxyStats) -> 
         client.write_all(PROTOCOL_HEADER).await?;
         return Err(bad("not AMQP 0-9-1"));
     }
-    // connection.start: 0-9, no server properties, PLAIN and AMQPLAIN, en_US.
-    let mut start = vec![0, 9, 0, 0, 0, 0];
+    // connection.start: 0-9, its server properties, PLAIN and AMQPLAIN, en_US.
+    let mut start = vec![0, 9];
+    start.extend_from_slice(&server_properties());
     for s in [&b"PLAIN AMQPLAIN"[..], b"en_US"] {
         start.extend_from_slice(&(s.len() as u32).to_be_bytes());
         start.extend_from_slice(s);
@@ -414,6 +464,25 @@ mod tests {
         assert_eq!(a.u16().unwrap(), 7);
         assert_eq!(a.u32().unwrap(), 2 << 16);
         assert!(a.u16().is_err());
+    }
+
+    #[test]
+    fn the_start_advertises_a_rabbitmq_brokers_capabilities() {
+        use amq_protocol::types::{AMQPValue, parsing::parse_field_table};
+        let raw = server_properties();
+        let (rest, table) = parse_field_table(&raw[..]).expect("a field table");
+        assert!(rest.is_empty());
+        let product = table.inner().get("product").cloned();
+        assert_eq!(
+            product,
+            Some(AMQPValue::LongString("msgbench amqp-proxy".into()))
+        );
+        let Some(AMQPValue::FieldTable(caps)) = table.inner().get("capabilities") else {
+            panic!("no capabilities: {table:?}");
+        };
+        for c in CAPABILITIES {
+            assert_eq!(caps.inner().get(c), Some(&AMQPValue::Boolean(true)), "{c}");
+        }
     }
 
     #[test]

@@ -127,6 +127,7 @@ pub struct KafkaDriver {
 /// The first librdkafka whose SCRAM login Kafka 4.x accepts (`0xMMmmrrxx`): before 2.6.1 the
 /// client-final message repeated the client's nonce, which the 4.x brokers, checking it as
 /// RFC 5802 says, refuse as invalid credentials.
+#[cfg(feature = "client")]
 const SCRAM_FIXED_IN: i32 = 0x0206_01ff;
 
 /// What to add to a login refused as invalid credentials over SCRAM when the linked librdkafka

@@ -83,8 +83,8 @@ async fn publish_will(shared: &Shared, will: &Will, from: u64) {
 }
 
 enum Handshake {
-    /// CONNECT, its will, and the maximum packet size it asks for.
-    Connect(codec::Connect, Option<Box<Will>>, Option<u32>),
+    /// CONNECT, its will, and its MQTT 5 properties the codec does not read.
+    Connect(codec::Connect, Option<Box<Will>>, wire::ClientProps),
     /// CONNECT with a protocol level other than 4 or 5.
     BadLevel,
     Fail,
@@ -100,12 +100,12 @@ async fn read_connect<R: AsyncRead + Unpin>(
             return Handshake::BadLevel;
         }
         // Read before the codec consumes the packet: it skips the will and the properties.
-        let extras = complete_packet(buf)
-            .map(|n| (parse_will(&buf[..n]), wire::client_max_packet(&buf[..n])));
+        let extras =
+            complete_packet(buf).map(|n| (parse_will(&buf[..n]), wire::client_props(&buf[..n])));
         match codec::parse(buf, Version::V311, max) {
             Ok(Some(Packet::Connect(c))) => {
                 return match extras {
-                    Some((Ok(will), max_out)) => Handshake::Connect(c, will.map(Box::new), max_out),
+                    Some((Ok(will), props)) => Handshake::Connect(c, will.map(Box::new), props),
                     _ => Handshake::Fail,
                 };
             }
@@ -184,8 +184,8 @@ pub(crate) async fn serve<R, W>(
         r = tokio::time::timeout(CONNECT_TIMEOUT, read_connect(&mut rd, &mut buf, max)) => r,
         _ = shutdown.wait_for(|s| *s) => return,
     };
-    let (connect, will, max_out) = match hs {
-        Ok(Handshake::Connect(c, will, max_out)) => (c, will, max_out),
+    let (connect, will, props) = match hs {
+        Ok(Handshake::Connect(c, will, props)) => (c, will, props),
         Ok(Handshake::BadLevel) => {
             // 3.1.1-style CONNACK, return code 1: unacceptable protocol version.
             let _ = wr.write_all(&[0x20, 2, 0, 1]).await;
@@ -206,6 +206,15 @@ pub(crate) async fn serve<R, W>(
     } else {
         connect.client_id.clone()
     };
+    let max_out = props.max_packet;
+    // How long the session outlives the connection: 3.1.1 keeps a persistent one for good;
+    // MQTT 5 says with the session expiry interval, whatever Clean Start says (which only
+    // discards an existing session) [MQTT-3.1.2-23].
+    let expiry_s = match version {
+        Version::V5 => props.session_expiry,
+        _ if connect.clean => 0,
+        _ => u32::MAX,
+    };
     let (tx, rx) = mpsc::channel(shared.config.queue_depth);
     let ctl = Arc::new(ConnCtl::new());
     let att = shared
@@ -214,6 +223,7 @@ pub(crate) async fn serve<R, W>(
             &shared.router,
             &client_id,
             connect.clean,
+            expiry_s,
             conn_id,
             ctl.clone(),
             tx.clone(),
@@ -282,19 +292,19 @@ pub(crate) async fn serve<R, W>(
     else {
         return;
     };
-    if will.delay == 0 || !att.session.persistent {
-        // MQTT 5: the will waits for its delay or the end of the session, whichever comes
-        // first; a clean session ends with its connection.
+    // MQTT 5: the will waits for its delay or the end of the session, whichever comes first; a
+    // session that expires with its connection lets it go at once.
+    let delay = will.delay.min(att.session.expiry_s());
+    if delay == 0 {
         publish_will(&shared, &will, att.session.id).await;
         return;
     }
-    // A persistent session: after the delay, unless a new connection resumed the session
-    // meanwhile [MQTT-3.1.3-9].
+    // After the delay, unless a new connection resumed the session meanwhile [MQTT-3.1.3-9].
     let resumed = att.session.resumed.load(Relaxed);
     let session = att.session.clone();
     tokio::spawn(async move {
         tokio::select! {
-            () = tokio::time::sleep(Duration::from_secs(u64::from(will.delay))) => {
+            () = tokio::time::sleep(Duration::from_secs(u64::from(delay))) => {
                 if session.resumed.load(Relaxed) == resumed {
                     publish_will(&shared, &will, session.id).await;
                 }
@@ -602,11 +612,23 @@ impl Reader {
             }
             Packet::Subscribe { pid, filters } => self.subscribe(pid, filters).await?,
             Packet::Unsubscribe { pid, filters } => {
-                for f in &filters {
-                    self.shared.router.unsubscribe(&self.session, f);
-                }
                 let mut b = BytesMut::with_capacity(8 + filters.len());
-                codec::put_unsuback(&mut b, self.version, pid, filters.len());
+                if self.version == Version::V5 {
+                    // A reason code per filter: 0x11 "no subscription existed" where none did.
+                    b.put_u8(0xb0);
+                    put_varint(&mut b, 3 + filters.len());
+                    b.put_u16(pid);
+                    b.put_u8(0);
+                    for f in &filters {
+                        let existed = self.shared.router.unsubscribe(&self.session, f);
+                        b.put_u8(if existed { 0x00 } else { 0x11 });
+                    }
+                } else {
+                    for f in &filters {
+                        self.shared.router.unsubscribe(&self.session, f);
+                    }
+                    codec::put_unsuback(&mut b, self.version, pid, filters.len());
+                }
                 self.send(Out::Raw(b.freeze())).await?;
             }
             Packet::PingReq => self.send(Out::Raw(Bytes::from_static(&[0xd0, 0]))).await?,

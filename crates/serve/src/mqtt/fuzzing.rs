@@ -5,9 +5,7 @@
 
 use super::conn::connect_level;
 use super::router::{parse_filter, valid_topic};
-use super::wire::{
-    client_max_packet, complete_packet, parse_will, publish_props, subscribe_options,
-};
+use super::wire::{client_props, complete_packet, parse_will, publish_props, subscribe_options};
 use bytes::BytesMut;
 use msgbench_driver_mqtt::codec::{self, Packet, Version};
 
@@ -24,8 +22,7 @@ pub fn broker_reads(wire: &[u8]) {
     if connect_level(&buf).is_some_and(|l| l != 4 && l != 5) {
         return;
     }
-    let extras =
-        complete_packet(&buf).map(|n| (parse_will(&buf[..n]), client_max_packet(&buf[..n])));
+    let extras = complete_packet(&buf).map(|n| (parse_will(&buf[..n]), client_props(&buf[..n])));
     let version = match codec::parse(&mut buf, Version::V311, MAX_PACKET) {
         Ok(Some(Packet::Connect(c))) => c.version,
         _ => return,

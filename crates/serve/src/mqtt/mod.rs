@@ -20,16 +20,19 @@
 //! - Retained messages (an empty retained payload deletes), sent with the retain flag to new
 //!   non-shared subscriptions; live deliveries carry retain = 0 (MQTT 5: unless the
 //!   subscription asks for retain as published).
-//! - Persistent sessions (3.1.1 clean session = 0, MQTT 5 clean start = 0): subscriptions survive
+//! - Persistent sessions (3.1.1 clean session = 0; MQTT 5 a session expiry interval above 0,
+//!   whatever Clean Start says, which only discards an existing session): subscriptions survive
 //!   disconnects and are restored with CONNACK session-present = 1; up to
 //!   [`BrokerConfig::queue_depth`] QoS ≥ 1 messages are kept while the client is away and sent on
-//!   reconnect (QoS 0 is dropped while offline, as the protocol allows). Sessions live in memory
-//!   until the broker stops.
+//!   reconnect (QoS 0 is dropped while offline, as the protocol allows). Sessions live in memory,
+//!   a 3.1.1 one until the broker stops, an MQTT 5 one until its expiry interval has passed
+//!   offline (looked at when clients connect, at most once a second).
 //! - Will messages, published when a connection ends without DISCONNECT (broken, timed out,
 //!   closed for a protocol error, taken over), at their QoS and retained when asked; MQTT 5:
 //!   also after DISCONNECT with reason 0x04, with their properties, and the will delay interval
-//!   honoured for a persistent session (not published if a connection resumes the session within
-//!   it; a clean session ends with its connection, so its will goes out at once).
+//!   honoured up to the session's expiry (not published if a connection resumes the session
+//!   within it; a session that ends with its connection sends its will at once).
+//! - MQTT 5 UNSUBACK reason codes per filter: success, or 0x11 where no subscription existed.
 //! - MQTT 5 PUBLISH properties forwarded unaltered to MQTT 5 subscribers, retained messages
 //!   included: payload format indicator, content type, response topic, correlation data, user
 //!   properties (in order); the message expiry interval counted down, and a message that
@@ -54,8 +57,7 @@
 //!   commits a protocol error and is disconnected.
 //! - The receive maximum of an MQTT 5 client is not enforced: the broker may have up to 65,535
 //!   QoS ≥ 1 messages unacknowledged towards any client (real clients default to that).
-//! - MQTT 5 session expiry is not read: clean start = 0 means "keep the session until the broker
-//!   stops", clean start = 1 means "end it with the connection".
+//! - A session expiry interval sent with DISCONNECT is not read: the CONNECT's holds.
 //! - No persistence to disk and no retransmission: messages in flight when a connection drops
 //!   are not re-sent (messages still queued for a persistent session are kept).
 //!

@@ -7,9 +7,9 @@
 use super::router::Router;
 use bytes::Bytes;
 use std::collections::{HashMap, VecDeque};
-use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering::Relaxed};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 use tokio::sync::{mpsc, watch};
 
 /// Locks, ignoring poisoning (every critical section leaves its data consistent).
@@ -85,8 +85,9 @@ impl PidBits {
 pub(crate) struct Session {
     /// Unique per session (never reused), the key for de-duplicating deliveries.
     pub id: u64,
-    /// Survives disconnects.
-    pub persistent: bool,
+    /// How long it outlives its connection, seconds (0: it ends with it; `u32::MAX`: never
+    /// expires): the session expiry interval of the CONNECT that last took it.
+    expiry_s: AtomicU32,
     /// Messages kept while offline, at most.
     depth: usize,
     pub sink: Mutex<Sink>,
@@ -148,9 +149,24 @@ impl ConnCtl {
     }
 }
 
+impl Session {
+    /// How long the session outlives its connection, seconds (`u32::MAX`: for good).
+    pub fn expiry_s(&self) -> u32 {
+        self.expiry_s.load(Relaxed)
+    }
+}
+
 struct Entry {
     session: Arc<Session>,
     live: Option<(u64, Arc<ConnCtl>)>,
+    /// When an offline session ends (`None`: never, or online).
+    expires_at: Option<Instant>,
+}
+
+impl Entry {
+    fn expired(&self, now: Instant) -> bool {
+        self.live.is_none() && self.expires_at.is_some_and(|t| t <= now)
+    }
 }
 
 /// Client id → session.
@@ -158,6 +174,9 @@ pub(crate) struct Sessions {
     map: Mutex<HashMap<String, Entry>>,
     next_id: AtomicU64,
     depth: usize,
+    /// When offline sessions are next looked at for expiry (at most once a second, as clients
+    /// connect and disconnect).
+    next_sweep: Mutex<Instant>,
 }
 
 /// A connection's share of its session after CONNECT.
@@ -175,17 +194,40 @@ impl Sessions {
             map: Mutex::new(HashMap::new()),
             next_id: AtomicU64::new(1),
             depth,
+            next_sweep: Mutex::new(Instant::now()),
         }
+    }
+
+    /// Ends the offline sessions whose expiry passed (their subscriptions stop taking
+    /// messages), at most once a second.
+    fn sweep(&self, router: &Router, map: &mut HashMap<String, Entry>, now: Instant) {
+        {
+            let mut next = lock(&self.next_sweep);
+            if now < *next {
+                return;
+            }
+            *next = now + Duration::from_secs(1);
+        }
+        map.retain(|_, e| {
+            let keep = !e.expired(now);
+            if !keep {
+                router.drop_session(&e.session);
+            }
+            keep
+        });
     }
 
     /// Binds connection `conn` (queue `tx`) to the session of `client_id`, closing any connection
     /// holding it first and waiting (up to 5 s) for that one to detach, so its queued messages
-    /// are kept in order. `clean` discards an existing session.
+    /// are kept in order. `clean` discards an existing session; `expiry_s` is how long the
+    /// session is to outlive this connection (see [`Session::expiry_s`]).
+    #[allow(clippy::too_many_arguments)]
     pub async fn attach(
         &self,
         router: &Router,
         client_id: &str,
         clean: bool,
+        expiry_s: u32,
         conn: u64,
         ctl: Arc<ConnCtl>,
         tx: mpsc::Sender<Out>,
@@ -200,19 +242,24 @@ impl Sessions {
             let _ = tokio::time::timeout(Duration::from_secs(5), done.wait_for(|d| *d)).await;
         }
         let mut map = lock(&self.map);
+        let now = Instant::now();
+        self.sweep(router, &mut map, now);
         if let Some((_, old)) = map.get_mut(client_id).and_then(|e| e.live.take()) {
             // Did not detach in time: it will find itself replaced and leave the session alone.
             old.close.send_replace(true);
         }
         let (session, present) = match map.remove(client_id) {
-            Some(e) if !clean && e.session.persistent => (e.session, true),
+            Some(e) if !clean && e.session.expiry_s() > 0 && !e.expired(now) => {
+                e.session.expiry_s.store(expiry_s, Relaxed);
+                (e.session, true)
+            }
             old => {
                 if let Some(e) = old {
                     router.drop_session(&e.session);
                 }
                 let s = Arc::new(Session {
                     id: self.next_id.fetch_add(1, Relaxed),
-                    persistent: !clean,
+                    expiry_s: AtomicU32::new(expiry_s),
                     depth: self.depth,
                     sink: Mutex::new(Sink::Gone),
                     filters: Mutex::new(HashMap::new()),
@@ -235,6 +282,7 @@ impl Sessions {
             Entry {
                 session: session.clone(),
                 live: Some((conn, ctl)),
+                expires_at: None,
             },
         );
         drop(map);
@@ -247,9 +295,9 @@ impl Sessions {
         }
     }
 
-    /// Unbinds connection `conn` after its reader and writer stopped. A persistent session goes
-    /// offline keeping the QoS ≥ 1 messages still in `rx`; a clean one ends. Does nothing to a
-    /// session another connection has taken over.
+    /// Unbinds connection `conn` after its reader and writer stopped. A session with an expiry
+    /// goes offline until it passes, keeping the QoS ≥ 1 messages still in `rx`; one without
+    /// ends. Does nothing to a session another connection has taken over.
     pub fn detach(
         &self,
         router: &Router,
@@ -267,7 +315,10 @@ impl Sessions {
             return;
         }
         entry.live = None;
-        if session.persistent {
+        let expiry_s = session.expiry_s();
+        if expiry_s > 0 {
+            entry.expires_at = (expiry_s != u32::MAX)
+                .then(|| Instant::now() + Duration::from_secs(u64::from(expiry_s)));
             *lock(&session.qos2) = qos2;
             let mut sink = lock(&session.sink);
             let mut q = VecDeque::new();

@@ -84,6 +84,28 @@ impl Client {
         ka: u16,
         level: Option<u8>,
     ) -> (Client, u8, bool) {
+        let expiry = if clean { 0 } else { u32::MAX };
+        Client::try_open_expiring(addr, v, id, clean, ka, level, expiry).await
+    }
+
+    /// MQTT 5: connects asking for session expiry `expiry` (seconds) whatever `clean` says.
+    async fn open_expiring(addr: SocketAddr, id: &str, clean: bool, expiry: u32) -> (Client, bool) {
+        let (mut c, code, present) =
+            Client::try_open_expiring(addr, Version::V5, id, clean, 0, None, expiry).await;
+        assert_eq!(code, 0);
+        c.pid = 1;
+        (c, present)
+    }
+
+    async fn try_open_expiring(
+        addr: SocketAddr,
+        v: Version,
+        id: &str,
+        clean: bool,
+        ka: u16,
+        level: Option<u8>,
+        expiry: u32,
+    ) -> (Client, u8, bool) {
         let sock = TcpStream::connect(addr).await.unwrap();
         sock.set_nodelay(true).unwrap();
         let (rd, wr) = sock.into_split();
@@ -104,7 +126,7 @@ impl Client {
                 clean,
                 username: Some("anyone"),
                 password: Some("anything"),
-                session_expiry: if clean { 0 } else { u32::MAX },
+                session_expiry: expiry,
             },
         );
         if let Some(l) = level {
@@ -146,6 +168,20 @@ impl Client {
             .await
             .expect("no packet in time")
             .expect("connection closed")
+    }
+
+    /// The next packet as it came, bytes for bytes (for what the codec does not keep).
+    async fn recv_raw(&mut self) -> Vec<u8> {
+        loop {
+            if let Some(n) = wire::complete_packet(&self.rbuf) {
+                return self.rbuf.split_to(n).to_vec();
+            }
+            let n = timeout(T, self.rd.read_buf(&mut self.rbuf))
+                .await
+                .expect("no packet in time")
+                .unwrap();
+            assert!(n > 0, "connection closed");
+        }
     }
 
     async fn recv_publish(&mut self) -> Publish {
@@ -340,6 +376,13 @@ async fn wildcards_and_invalid_filters() {
     assert_eq!(exact.recv().await, Packet::UnsubAck { pid: 77 });
     publ.publish("w/a", b"gone", 1, false).await;
     exact.quiet().await;
+
+    // MQTT 5: a reason code per filter, 0x11 where no subscription existed.
+    let mut five = Client::connect(s.addr, Version::V5, "five").await;
+    assert_eq!(five.subscribe(&[("u/a", 1)]).await, vec![1]);
+    five.write(|b, v| codec::put_unsubscribe(b, v, 78, &["u/a", "u/never"]))
+        .await;
+    assert_eq!(five.recv_raw().await, [0xb0, 5, 0, 78, 0, 0x00, 0x11]);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -447,6 +490,44 @@ async fn persistent_session_keeps_subscriptions_and_queues_messages() {
     assert!(!present);
     publ.publish("p/t", b"nobody", 1, false).await;
     sub.quiet().await;
+}
+
+/// MQTT 5: the session expiry interval, not Clean Start, says whether a session outlives its
+/// connection [MQTT-3.1.2-23]; Clean Start = 1 only discards an existing one. Found with Paho
+/// v5 and the HiveMQ client, whose sessions started clean were gone at their next connect.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mqtt5_session_expiry_decides_what_outlives_the_connection() {
+    let s = server().await;
+    let mut publ = Client::connect(s.addr, Version::V5, "pub-x").await;
+    // Clean Start = 1 with an expiry: kept, and what came meanwhile is queued.
+    let (mut sub, present) = Client::open_expiring(s.addr, "x1", true, 300).await;
+    assert!(!present);
+    assert_eq!(sub.subscribe(&[("x/t", 1)]).await, vec![1]);
+    sub.disconnect().await;
+    s.wait_open(1).await;
+    publ.publish("x/t", b"kept", 1, false).await;
+    publ.ping().await;
+    let (mut sub, present) = Client::open_expiring(s.addr, "x1", false, 300).await;
+    assert!(present, "a session started clean with an expiry is kept");
+    let p = sub.recv_publish().await;
+    assert_eq!(pl(&p), b"kept");
+    sub.write(|b, _| codec::put_ack(b, codec::PUBACK, p.pid))
+        .await;
+    sub.disconnect().await;
+    s.wait_open(1).await;
+    // Clean Start = 0 without an expiry: the session ends with the connection.
+    let (sub, _) = Client::open_expiring(s.addr, "x2", false, 0).await;
+    drop(sub);
+    s.wait_open(1).await;
+    let (_sub, present) = Client::open_expiring(s.addr, "x2", false, 300).await;
+    assert!(!present, "expiry 0 ends the session with its connection");
+    // An expiry that passed while the client was away ends it too.
+    let (mut sub, _) = Client::open_expiring(s.addr, "x3", false, 1).await;
+    assert_eq!(sub.subscribe(&[("x/t", 1)]).await, vec![1]);
+    sub.disconnect().await;
+    tokio::time::sleep(Duration::from_millis(1_500)).await;
+    let (_sub, present) = Client::open_expiring(s.addr, "x3", false, 300).await;
+    assert!(!present, "expired after 1 s");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -263,33 +263,46 @@ pub(crate) fn parse_will(p: &[u8]) -> Result<Option<Will>, ()> {
     inner().ok_or(())
 }
 
-/// The maximum packet size an MQTT 5 CONNECT `p` (complete, well-formed) asks for: the broker
-/// must not send it anything larger [MQTT-3.1.2-24]. `None` when absent (3.1.1: always).
-pub(crate) fn client_max_packet(p: &[u8]) -> Option<u32> {
-    let mut c = Cursor(p);
-    c.u8()?;
-    c.varint()?;
-    c.bin()?;
-    if c.u8()? != 5 {
-        return None;
-    }
-    c.u8()?;
-    c.u16()?;
-    let n = c.varint()?;
-    let mut props = Cursor(c.take(n)?);
-    let mut max = None;
-    while !props.0.is_empty() {
-        match props.u8()? {
-            0x27 => max = Some(props.u32()?),
-            0x11 => drop(props.u32()?),
-            0x21 | 0x22 => drop(props.u16()?),
-            0x17 | 0x19 => drop(props.u8()?),
-            0x15 | 0x16 => drop(props.bin()?),
-            0x26 => drop((props.bin()?, props.bin()?)),
-            _ => return None,
+/// What an MQTT 5 CONNECT asks of the broker beyond what the codec reads.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(crate) struct ClientProps {
+    /// The maximum packet size: the broker must not send it anything larger
+    /// [MQTT-3.1.2-24]. `None` when absent.
+    pub max_packet: Option<u32>,
+    /// The session expiry interval, seconds (0 when absent: the session ends with the network
+    /// connection; `u32::MAX`: it never expires) [MQTT-3.1.2-11].
+    pub session_expiry: u32,
+}
+
+/// The [`ClientProps`] of a CONNECT `p` (complete, well-formed); the defaults for 3.1.1.
+pub(crate) fn client_props(p: &[u8]) -> ClientProps {
+    let read = || -> Option<ClientProps> {
+        let mut c = Cursor(p);
+        c.u8()?;
+        c.varint()?;
+        c.bin()?;
+        if c.u8()? != 5 {
+            return None;
         }
-    }
-    max
+        c.u8()?;
+        c.u16()?;
+        let n = c.varint()?;
+        let mut props = Cursor(c.take(n)?);
+        let mut out = ClientProps::default();
+        while !props.0.is_empty() {
+            match props.u8()? {
+                0x27 => out.max_packet = Some(props.u32()?),
+                0x11 => out.session_expiry = props.u32()?,
+                0x21 | 0x22 => drop(props.u16()?),
+                0x17 | 0x19 => drop(props.u8()?),
+                0x15 | 0x16 => drop(props.bin()?),
+                0x26 => drop((props.bin()?, props.bin()?)),
+                _ => return None,
+            }
+        }
+        Some(out)
+    };
+    read().unwrap_or_default()
 }
 
 /// The remaining length of a PUBLISH (MQTT 5: with `props` bytes of properties).
@@ -436,11 +449,15 @@ mod unit {
             parse_will(&connect(0b0010_0010)).is_err(),
             "will retain without will"
         );
-        assert_eq!(client_max_packet(&connect(0b0000_0010)), None, "3.1.1");
+        assert_eq!(
+            client_props(&connect(0b0000_0010)),
+            ClientProps::default(),
+            "3.1.1"
+        );
     }
 
     #[test]
-    fn client_max_packet_read() {
+    fn client_props_read() {
         // CONNECT 5 with session expiry 60, receive maximum 10, maximum packet size 1024.
         let mut b = vec![0x10, 0, 0, 4, b'M', b'Q', b'T', b'T', 5, 2, 0, 10];
         let props = [0x11, 0, 0, 0, 60, 0x21, 0, 10, 0x27, 0, 0, 4, 0];
@@ -448,7 +465,13 @@ mod unit {
         b.extend_from_slice(&props);
         b.extend_from_slice(&[0, 1, b'c']);
         b[1] = (b.len() - 2) as u8;
-        assert_eq!(client_max_packet(&b), Some(1024));
+        assert_eq!(
+            client_props(&b),
+            ClientProps {
+                max_packet: Some(1024),
+                session_expiry: 60
+            }
+        );
         assert_eq!(publish_size(true, 3, 10, 1, 0), 1 + 1 + 2 + 3 + 2 + 1 + 10);
         assert_eq!(publish_size(false, 3, 200, 0, 0), 1 + 2 + 2 + 3 + 200);
     }
