@@ -35,6 +35,10 @@ const FRAME_METHOD: u8 = 1;
 const FRAME_END: u8 = 0xCE;
 const FRAME_MAX: u32 = 131_072;
 const CHANNEL_MAX: u16 = 2047;
+/// The heartbeat the proxy proposes in its `connection.tune`, seconds: RabbitMQ's default, so
+/// a client negotiates through the proxy what it would with the broker (0, proposed before,
+/// left heartbeats off unless the client asked for them). The client's choice goes upstream.
+const HEARTBEAT_S: u16 = 60;
 /// How long upstream may take to connect and complete its handshake.
 const UPSTREAM_TIMEOUT: Duration = Duration::from_secs(10);
 
@@ -346,7 +350,7 @@ async fn serve(mut client: TcpStream, cfg: &ProxyConfig, stats: &ProxyStats) -> 
     let mut tune = Vec::new();
     tune.extend_from_slice(&CHANNEL_MAX.to_be_bytes());
     tune.extend_from_slice(&FRAME_MAX.to_be_bytes());
-    tune.extend_from_slice(&0u16.to_be_bytes());
+    tune.extend_from_slice(&HEARTBEAT_S.to_be_bytes());
     client.write_all(&method(10, 30, &tune)).await?;
     let tune_ok = from_client.method(&mut client).await?;
     expect(&tune_ok, (10, 31), "connection.tune-ok")?;
