@@ -588,6 +588,48 @@ fn nkey_users_sign_the_servers_nonce() {
     assert!(e.contains("nkey=") && e.contains("checksum"), "{e}");
 }
 
+/// Decentralized JWT authentication, as NGS and Synadia Cloud use: nats-server in operator
+/// mode (the fixtures' operator, its accounts preloaded in a memory resolver) checks the user
+/// JWT of a `.creds` file and the nonce signed with its seed. Core NATS and JetStream (the
+/// account allows it) take every message; a user of an account the operator never signed,
+/// and a client with no credentials, are refused at connect with the server's words.
+#[test]
+fn creds_files_log_in_to_an_operator_mode_server() {
+    let d = TempDir::new("nats-creds");
+    let fixtures =
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/nats-operator");
+    let conf = std::fs::read_to_string(fixtures.join("operator.conf")).unwrap();
+    let s = Js::start_conf(&d.0, free_port(), true, &conf);
+    let creds = fixtures.join("user.creds").display().to_string();
+    for url in [
+        format!("nats://127.0.0.1:{}?creds={creds}", s.port),
+        format!(
+            "nats+js://127.0.0.1:{}?stream=CREDS&storage=memory&creds={creds}",
+            s.port
+        ),
+    ] {
+        let r = run_json(
+            &d.0,
+            &[
+                "run", &url, "--topic", "creds", "--rate", "2000", "-n", "500", "-c", "1",
+                "--warmup", "0s",
+            ],
+        );
+        let i = &r["integrity"];
+        assert_eq!((u(&i["delivered"]), u(&i["lost"])), (500, 0), "{url}: {i}");
+    }
+    let stranger = fixtures.join("stranger.creds").display().to_string();
+    for url in [
+        format!("nats://127.0.0.1:{}?creds={stranger}", s.port),
+        format!("nats://127.0.0.1:{}", s.port),
+    ] {
+        let o = msgbench(&d.0, &["run", &url, "-n", "10", "--no-output"]);
+        let e = stderr(&o);
+        assert_eq!(o.status.code(), Some(1), "{url}: {e}");
+        assert!(e.contains("Authorization Violation"), "{url}: {e}");
+    }
+}
+
 /// A list of servers whose first is down when the run starts: clients try the next one, as
 /// NATS clients do, and the run takes every message (core NATS and JetStream).
 #[test]
