@@ -539,3 +539,43 @@ fn acks_across_a_phase_boundary_close_in_the_phase_they_belong_to() {
     let m = measure(&report);
     assert_eq!(u(&m["counters"]["acked"]), u(&m["counters"]["sent"]));
 }
+
+/// Every second of the run has its interval record, the drain's last included: a drain that
+/// runs to its deadline (nothing more arrives) ends just after a tick, before that tick's
+/// grace, and its last full second used to have no record at all.
+#[test]
+fn a_drain_that_times_out_keeps_its_last_interval() {
+    let d = TempDir::new("drain-last");
+    let file = d.path("r.jsonl");
+    let o = msgbench(
+        &d.0,
+        &[
+            "run",
+            "mem://?drop_every=1",
+            "--rate",
+            "100",
+            "--duration",
+            "2s",
+            "--warmup",
+            "0s",
+            "--drain",
+            "1s",
+            "--tick",
+            "1s",
+            "-q",
+            "-o",
+            file.to_str().unwrap(),
+        ],
+    );
+    assert_eq!(o.status.code(), Some(3), "all lost: {}", stderr(&o));
+    let text = std::fs::read_to_string(&file).unwrap();
+    let seen: Vec<(u64, String)> = text
+        .lines()
+        .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap())
+        .filter(|v| v["type"] == "interval")
+        .map(|v| (u(&v["index"]), v["phase"].as_str().unwrap().to_string()))
+        .collect();
+    let indexes: Vec<u64> = seen.iter().map(|(i, _)| *i).collect();
+    assert_eq!(&indexes[..3], [0, 1, 2], "{seen:?}");
+    assert_eq!(seen[2].1, "drain", "{seen:?}");
+}

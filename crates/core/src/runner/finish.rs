@@ -168,6 +168,16 @@ impl MessageRun<'_> {
     fn close_intervals(&mut self, end: u64, observer: &mut dyn Observer) {
         let phase = self.phases.phase();
         let last = interval_before(end, self.t0, self.tick_ns, self.emitted);
+        // A run that ends within a tick's grace after a boundary ends before the tick that
+        // would close the interval before (its CPU and loop lag, and with them its record): an
+        // idle drain's last second went missing from the results file. Close it here.
+        if last > 0 && self.emitted.is_none_or(|e| last - 1 > e) {
+            let prev = last - 1;
+            let ended_in = self
+                .phases
+                .phase_before(self.t0 + (prev + 1) * self.tick_ns);
+            self.sample_cpu(prev, ended_in);
+        }
         self.sample_cpu(last, phase);
         self.agg.end_phase(phase, secs(self.t0, end));
         for iv in self.agg.take_all_intervals() {
