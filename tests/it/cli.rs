@@ -484,6 +484,16 @@ fn demo_without_target() {
     assert!(stdout(&o).contains("end-to-end"));
 }
 
+/// The `interval` records of a results file, in order.
+fn interval_records(file: &std::path::Path) -> Vec<serde_json::Value> {
+    std::fs::read_to_string(file)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap())
+        .filter(|v| v["type"] == "interval")
+        .collect()
+}
+
 /// An ack that comes back after a phase boundary, for a message sent before it, is counted in
 /// the phase the message was sent in and in that phase's last interval: no interval record of
 /// its own (before, each boundary left a 1 ms sliver of the old phase in the next second, a
@@ -515,12 +525,7 @@ fn acks_across_a_phase_boundary_close_in_the_phase_they_belong_to() {
             file.to_str().unwrap(),
         ],
     );
-    let text = std::fs::read_to_string(&file).unwrap();
-    let intervals: Vec<serde_json::Value> = text
-        .lines()
-        .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap())
-        .filter(|v| v["type"] == "interval")
-        .collect();
+    let intervals = interval_records(&file);
     let seen: Vec<(u64, String)> = intervals
         .iter()
         .map(|v| (u(&v["index"]), v["phase"].as_str().unwrap().to_string()))
@@ -568,11 +573,8 @@ fn a_drain_that_times_out_keeps_its_last_interval() {
         ],
     );
     assert_eq!(o.status.code(), Some(3), "all lost: {}", stderr(&o));
-    let text = std::fs::read_to_string(&file).unwrap();
-    let seen: Vec<(u64, String)> = text
-        .lines()
-        .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap())
-        .filter(|v| v["type"] == "interval")
+    let seen: Vec<(u64, String)> = interval_records(&file)
+        .iter()
         .map(|v| (u(&v["index"]), v["phase"].as_str().unwrap().to_string()))
         .collect();
     let indexes: Vec<u64> = seen.iter().map(|(i, _)| *i).collect();

@@ -69,7 +69,12 @@ impl Client {
 
     /// Connects and returns CONNACK's session-present flag (asserting acceptance).
     async fn open(addr: SocketAddr, v: Version, id: &str, clean: bool, ka: u16) -> (Client, bool) {
-        let (mut c, code, present) = Client::try_open(addr, v, id, clean, ka, None).await;
+        Client::accepted(Client::try_open(addr, v, id, clean, ka, None).await)
+    }
+
+    /// What `try_open` returned, asserting the CONNACK accepted: the client and its
+    /// session-present flag.
+    fn accepted((mut c, code, present): (Client, u8, bool)) -> (Client, bool) {
         assert_eq!(code, 0);
         c.pid = 1;
         (c, present)
@@ -90,11 +95,9 @@ impl Client {
 
     /// MQTT 5: connects asking for session expiry `expiry` (seconds) whatever `clean` says.
     async fn open_expiring(addr: SocketAddr, id: &str, clean: bool, expiry: u32) -> (Client, bool) {
-        let (mut c, code, present) =
-            Client::try_open_expiring(addr, Version::V5, id, clean, 0, None, expiry).await;
-        assert_eq!(code, 0);
-        c.pid = 1;
-        (c, present)
+        Client::accepted(
+            Client::try_open_expiring(addr, Version::V5, id, clean, 0, None, expiry).await,
+        )
     }
 
     async fn try_open_expiring(
