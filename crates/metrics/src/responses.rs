@@ -22,6 +22,15 @@ pub struct ResponseSummary {
     /// Of them, those the server ended in good order (keep-alive limits, GOAWAY).
     #[serde(default, skip_serializing_if = "is_zero")]
     pub server_closes: u64,
+    /// Requests sent again on a new connection because the server closed their kept-alive
+    /// one as they went out, before any response (idempotent methods only, RFC 9112
+    /// §9.3.1.1); each is counted once, by its final answer.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub resent: u64,
+    /// Of `no_response`, the requests that race caught and that were not sent again (their
+    /// method is not idempotent).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub closed_unanswered: u64,
 }
 
 /// Responses with one status code.
@@ -51,6 +60,8 @@ impl ResponseSummary {
         self.no_response += o.no_response;
         self.connections += o.connections;
         self.server_closes += o.server_closes;
+        self.resent += o.resent;
+        self.closed_unanswered += o.closed_unanswered;
     }
 
     /// One line for humans: `200 ×9000, 503 ×12; 3 without response; 50 connections`.
@@ -67,6 +78,21 @@ impl ResponseSummary {
         }
         if self.no_response > 0 {
             let _ = write!(s, "; {} without response", self.no_response);
+            if self.closed_unanswered > 0 {
+                let _ = write!(
+                    s,
+                    " ({} as the server closed a kept-alive connection: not idempotent, not \
+                     sent again)",
+                    self.closed_unanswered
+                );
+            }
+        }
+        if self.resent > 0 {
+            let _ = write!(
+                s,
+                "; {} sent again after the server closed a kept-alive connection under them",
+                self.resent
+            );
         }
         let plural = if self.connections == 1 { "" } else { "s" };
         let _ = write!(s, "; {} connection{plural}", self.connections);
@@ -107,5 +133,24 @@ mod tests {
             "200 ×15, 429 ×3, 503 ×2; 1 without response; 6 connections"
         );
         assert_eq!(of(&[], 0, 1).line(), "no responses; 1 connection");
+    }
+
+    #[test]
+    fn the_keep_alive_race_is_told_apart() {
+        let mut a = of(&[(200, 7)], 2, 3);
+        (a.server_closes, a.resent, a.closed_unanswered) = (2, 1, 1);
+        let mut b = a.clone();
+        b.add(&a);
+        assert_eq!((b.resent, b.closed_unanswered), (2, 2));
+        assert_eq!(
+            a.line(),
+            "200 ×7; 2 without response (1 as the server closed a kept-alive connection: not \
+             idempotent, not sent again); 1 sent again after the server closed a kept-alive \
+             connection under them; 3 connections (2 closed by the server)"
+        );
+        // Files written before these counts existed still read.
+        let old = r#"{"statuses":[],"connections":1}"#;
+        let read: ResponseSummary = serde_json::from_str(old).unwrap();
+        assert_eq!((read.resent, read.closed_unanswered), (0, 0));
     }
 }

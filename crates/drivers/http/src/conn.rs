@@ -16,7 +16,7 @@
 
 use crate::body::Payload;
 use crate::endpoint::Endpoint;
-use crate::h1::{Client, Event};
+use crate::h1::{Client, Event, Request as H1Request};
 use crate::stats::HttpStats;
 use hyper::body::{Body, Incoming};
 use hyper::client::conn::http2;
@@ -30,7 +30,7 @@ use std::io;
 use std::net::IpAddr;
 use std::pin::Pin;
 use std::sync::Arc;
-use std::task::{Context, Poll};
+use std::task::{Context, Poll, ready};
 use std::time::Duration;
 
 /// A [`Stream`] through [`TokioIo`], which turns tokio's I/O traits into hyper's (HTTP/2).
@@ -59,6 +59,12 @@ pub(crate) enum Error {
     Abandoned,
     /// An HTTP/2 failure, as hyper reports it.
     Hyper(Arc<hyper::Error>),
+    /// The server closed a kept-alive connection as the request went out, before any byte of
+    /// its answer, and the request was not sent again: its method (named) is not idempotent.
+    ClosedIdle(Arc<str>),
+    /// The request was to be sent again after [`Error::ClosedIdle`]'s race, but no new
+    /// connection opened (the connect error).
+    Reopen(Arc<str>),
 }
 
 impl Error {
@@ -85,6 +91,16 @@ impl fmt::Display for Error {
             ),
             Error::Abandoned => f.write_str("request abandoned with its connection"),
             Error::Hyper(e) => e.fmt(f),
+            Error::ClosedIdle(method) => write!(
+                f,
+                "the server closed the kept-alive connection as the request went out, before \
+                 any response (not sent again: {method} is not idempotent, RFC 9112 §9.3.1.1)"
+            ),
+            Error::Reopen(e) => write!(
+                f,
+                "the server closed the kept-alive connection as the request went out, and no \
+                 new connection opened to send it again: {e}"
+            ),
         }
     }
 }
@@ -111,6 +127,16 @@ enum Live {
         tx: http2::SendRequest<Payload>,
         conn: http2::Connection<Io, Payload, TokioExecutor>,
     },
+}
+
+/// A connection on its way (boxed: it is stored while the request it will carry waits).
+type Opening = Pin<Box<dyn Future<Output = Result<(Live, bool), DriverError>> + Send>>;
+
+/// An HTTP/1.1 request caught by the keep-alive race ([`Event::Stale`]), waiting for the new
+/// connection it will be written on.
+struct Resend {
+    opening: Opening,
+    request: H1Request,
 }
 
 /// Why [`Conn::poll_ready`] could not hand out the connection.
@@ -154,6 +180,61 @@ pub(crate) struct Conn {
     /// Report disconnects and reconnects as events (producers; not the thousands of sessions
     /// of a connection workload, whose drops the runner counts itself).
     report: bool,
+    /// Send a request caught by the keep-alive race again on a new connection when RFC 9112
+    /// allows it (producers; a session is one connection, whose end the runner counts).
+    resend_stale: bool,
+    /// The request being sent again, while its new connection opens.
+    resend: Option<Resend>,
+}
+
+/// Opens a connection to `ep`: TCP (NODELAY), TLS for https://, then for HTTP/2 the handshake
+/// (the client preface and SETTINGS are written; hyper does not wait for the server's). All
+/// within `timeout`. With it, whether the connection is TLS without a protocol agreed by ALPN
+/// (HTTP/1.1).
+async fn open(
+    ep: Arc<Endpoint>,
+    source: Option<IpAddr>,
+    timeout: Duration,
+) -> Result<(Live, bool), DriverError> {
+    let work = async {
+        let stream = msgbench_net::connect(&ep.target, source, ep.tls.as_ref(), timeout)
+            .await
+            .map_err(|e| DriverError::Connect {
+                target: ep.display.clone(),
+                reason: alpn_hint(e.detail, ep.http2),
+                cause: e.cause,
+            })?;
+        if !ep.http2 {
+            let unagreed = ep.tls.is_some() && stream.alpn_protocol().is_none();
+            return Ok((Live::H1(Client::new(stream)), unagreed));
+        }
+        if ep.tls.is_some() && stream.alpn_protocol() != Some(b"h2") {
+            return Err(DriverError::Connect {
+                target: ep.display.clone(),
+                reason: "the server did not agree to HTTP/2 in the TLS handshake (ALPN h2); \
+                         without --http2 the run uses HTTP/1.1"
+                    .into(),
+                cause: ConnectFailure::Rejected,
+            });
+        }
+        let (tx, conn) = http2::Builder::new(TokioExecutor::new())
+            .handshake(TokioIo::new(stream))
+            .await
+            .map_err(|e| DriverError::Connect {
+                target: ep.display.clone(),
+                reason: format!("HTTP handshake failed: {e}"),
+                cause: ConnectFailure::Rejected,
+            })?;
+        Ok((Live::H2 { tx, conn }, false))
+    };
+    match tokio::time::timeout(timeout, work).await {
+        Ok(r) => r,
+        Err(_) => Err(DriverError::Connect {
+            target: ep.display.clone(),
+            reason: format!("no HTTP connection within {timeout:?}"),
+            cause: ConnectFailure::Timeout,
+        }),
+    }
 }
 
 /// How a connection ended.
@@ -190,6 +271,8 @@ impl Conn {
             answered: false,
             http2_only: false,
             report,
+            resend_stale: report,
+            resend: None,
         }
     }
 
@@ -208,11 +291,17 @@ impl Conn {
         self.timeout
     }
 
-    /// Opens a connection: TCP (NODELAY), TLS for https://, then for HTTP/2 the handshake
-    /// (the client preface and SETTINGS are written; hyper does not wait for the server's).
-    /// All within the connect timeout.
+    /// Opens a connection (see [`open`]) within the connect timeout, replacing the current
+    /// one, if any.
     pub async fn connect(&mut self) -> Result<(), DriverError> {
         self.drop_live(Error::Abandoned);
+        if let Some(resend) = self.resend.take() {
+            self.done = Some(Done {
+                token: resend.request.token(),
+                generation: self.generation,
+                outcome: Outcome::Failed(Error::Abandoned),
+            });
+        }
         if let Some(g) = self.ended_busy.take()
             && self.lost_gen < g
         {
@@ -225,50 +314,14 @@ impl Conn {
                 Error::Http2Only
             )));
         }
-        let ep = self.ep.clone();
-        let work = async {
-            let stream =
-                msgbench_net::connect(&ep.target, self.source, ep.tls.as_ref(), self.timeout)
-                    .await
-                    .map_err(|e| DriverError::Connect {
-                        target: ep.display.clone(),
-                        reason: alpn_hint(e.detail, ep.http2),
-                        cause: e.cause,
-                    })?;
-            if !ep.http2 {
-                let unagreed = ep.tls.is_some() && stream.alpn_protocol().is_none();
-                return Ok((Live::H1(Client::new(stream)), unagreed));
-            }
-            if ep.tls.is_some() && stream.alpn_protocol() != Some(b"h2") {
-                return Err(DriverError::Connect {
-                    target: ep.display.clone(),
-                    reason: "the server did not agree to HTTP/2 in the TLS handshake (ALPN h2); \
-                             without --http2 the run uses HTTP/1.1"
-                        .into(),
-                    cause: ConnectFailure::Rejected,
-                });
-            }
-            let (tx, conn) = http2::Builder::new(TokioExecutor::new())
-                .handshake(TokioIo::new(stream))
-                .await
-                .map_err(|e| DriverError::Connect {
-                    target: ep.display.clone(),
-                    reason: format!("HTTP handshake failed: {e}"),
-                    cause: ConnectFailure::Rejected,
-                })?;
-            Ok((Live::H2 { tx, conn }, false))
-        };
-        let live = match tokio::time::timeout(self.timeout, work).await {
-            Ok(r) => r?,
-            Err(_) => {
-                return Err(DriverError::Connect {
-                    target: self.ep.display.clone(),
-                    reason: format!("no HTTP connection within {:?}", self.timeout),
-                    cause: ConnectFailure::Timeout,
-                });
-            }
-        };
-        (self.live, self.unagreed) = (Some(live.0), live.1);
+        let live = open(self.ep.clone(), self.source, self.timeout).await?;
+        self.install(live);
+        Ok(())
+    }
+
+    /// Makes a newly opened connection the live one.
+    fn install(&mut self, (live, unagreed): (Live, bool)) {
+        (self.live, self.unagreed) = (Some(live), unagreed);
         self.stats.connection_opened();
         if self.lost_gen == self.generation && self.generation > 0 && self.report {
             self.events.emit(
@@ -277,7 +330,58 @@ impl Conn {
             );
         }
         self.generation += 1;
-        Ok(())
+    }
+
+    /// Whether the request of an [`Event::Stale`] is sent again: RFC 9112 §9.3.1.1 allows it
+    /// for idempotent requests and for requests none of whose bytes went out.
+    fn resends(&self, nothing_written: bool) -> bool {
+        self.resend_stale && (self.ep.replayable || nothing_written)
+    }
+
+    /// Starts sending request `token` of the connection just closed again, on a new one. The
+    /// server's close counts as an orderly one: the request is not lost.
+    fn start_resend(&mut self, token: u64) {
+        let Some(Live::H1(client)) = self.live.take() else {
+            return;
+        };
+        self.stats.server_closed();
+        self.stats.add_resent();
+        self.resend = Some(Resend {
+            opening: Box::pin(open(self.ep.clone(), self.source, self.timeout)),
+            request: client.into_request(token),
+        });
+    }
+
+    /// Drives the opening of the connection a request is sent again on: `Ready(None)` once
+    /// it is open and carries the request, `Ready(Some)` if it did not open (the request fails
+    /// with [`Error::Reopen`]).
+    fn poll_resend(&mut self, cx: &mut Context<'_>) -> Poll<Option<End>> {
+        let Some(resend) = self.resend.as_mut() else {
+            return Poll::Ready(None);
+        };
+        let opened = ready!(resend.opening.as_mut().poll(cx));
+        let Some(Resend { request, .. }) = self.resend.take() else {
+            return Poll::Ready(None);
+        };
+        match opened {
+            Ok(live) => {
+                self.install(live);
+                if let Some(Live::H1(client)) = self.live.as_mut() {
+                    client.resend(request);
+                }
+                Poll::Ready(None)
+            }
+            Err(e) => {
+                let error = Error::Reopen(e.to_string().into());
+                self.done = Some(Done {
+                    token: request.token(),
+                    generation: self.generation,
+                    outcome: Outcome::Failed(error.clone()),
+                });
+                self.lose(self.generation, &error);
+                Poll::Ready(Some(End::Failed(error)))
+            }
+        }
     }
 
     /// Drives the connection: writes the pending request and reads what arrived (HTTP/1.1,
@@ -286,10 +390,25 @@ impl Conn {
     /// during this poll, accounted for as the type's docs say. HTTP/2 exchanges still in
     /// flight resolve on their own (streams below a GOAWAY's last stream id even complete).
     pub fn poll_drive(&mut self, cx: &mut Context<'_>, busy: bool) -> Option<End> {
+        if self.resend.is_some() {
+            match self.poll_resend(cx) {
+                Poll::Pending => return None,
+                Poll::Ready(Some(end)) => return Some(end),
+                Poll::Ready(None) => {}
+            }
+        }
         let r = match self.live.as_mut() {
             None => return None,
             Some(Live::H1(client)) => match client.poll_event(cx) {
                 Poll::Pending => return None,
+                Poll::Ready(Event::Stale {
+                    token,
+                    nothing_written,
+                }) if self.resends(nothing_written) => {
+                    self.start_resend(token);
+                    // Polls the opening (and, once open, the new connection).
+                    return self.poll_drive(cx, busy);
+                }
                 Poll::Ready(event) => return self.h1_event(event),
             },
             Some(Live::H2 { conn, .. }) => Pin::new(conn).poll(cx),
@@ -335,6 +454,19 @@ impl Conn {
             Event::Closed => {
                 self.ended(false);
                 Some(End::Orderly)
+            }
+            // Not sent again (see `resends`): the request is lost with the connection.
+            Event::Stale { token, .. } => {
+                self.live = None;
+                let error = if self.resend_stale {
+                    self.stats.add_closed_unanswered();
+                    Error::ClosedIdle(self.ep.method_name.clone())
+                } else {
+                    Error::Closed
+                };
+                self.done = done(token, Outcome::Failed(error.clone()));
+                self.lose(generation, &error);
+                Some(End::Failed(error))
             }
             Event::Failed { token, error } => {
                 self.live = None;
@@ -476,13 +608,16 @@ impl Conn {
 
     /// HTTP/1.1: whether a request was submitted whose outcome has not been taken.
     pub fn h1_outstanding(&self) -> bool {
-        self.done.is_some() || matches!(&self.live, Some(Live::H1(c)) if c.is_busy())
+        self.done.is_some()
+            || self.resend.is_some()
+            || matches!(&self.live, Some(Live::H1(c)) if c.is_busy())
     }
 
     /// HTTP/1.1: gives up on the outstanding request, which will have no outcome (its owner
     /// accounts for it); the connection cannot carry another until it is replaced.
     pub fn forget_request(&mut self) {
         self.done = None;
+        self.resend = None;
         if let Some(Live::H1(client)) = self.live.as_mut() {
             client.forget();
         }
@@ -500,6 +635,7 @@ impl Conn {
     /// then shuts the socket down; HTTP/2 sends GOAWAY (from hyper's connection task, once
     /// every handle is gone). Outcomes not taken yet are dropped.
     pub async fn close(&mut self) {
+        self.resend = None;
         let limit = Duration::from_secs(1);
         match self.live.take() {
             None => {}

@@ -13,6 +13,7 @@ use msgbench_core::driver::DriverError;
 use msgbench_core::redact;
 use msgbench_core::scenario::TlsPlan;
 use msgbench_net::{Target, Tls};
+use std::sync::Arc;
 
 use crate::HttpOptions;
 use crate::body::Payload;
@@ -43,6 +44,12 @@ pub(crate) struct Endpoint {
     headers: HeaderMap,
     /// Whether requests carry the runner's payload as their body.
     with_body: bool,
+    /// The method, for messages.
+    pub method_name: Arc<str>,
+    /// Whether a request may be sent again when the keep-alive race closed its connection
+    /// under it (RFC 9112 §9.3.1.1): its method is idempotent (GET, HEAD, PUT, DELETE,
+    /// OPTIONS, TRACE), or it carries an `Idempotency-Key` header.
+    pub replayable: bool,
 }
 
 fn config(msg: String) -> DriverError {
@@ -158,16 +165,19 @@ impl Endpoint {
             headers.iter().map(|(n, v)| (n.as_str(), v.as_bytes())),
             with_body,
         );
+        let replayable = method.is_idempotent() || headers.contains_key("idempotency-key");
         Ok(Endpoint {
             target,
             tls,
             http2: opts.http2,
             display,
             h1,
+            method_name: method.as_str().into(),
             method,
             uri,
             headers,
             with_body,
+            replayable,
         })
     }
 

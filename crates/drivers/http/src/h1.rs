@@ -98,6 +98,29 @@ pub(crate) enum Event {
     /// The connection failed (drop the client); the request in flight, if any, got no
     /// complete response.
     Failed { token: Option<u64>, error: Error },
+    /// The server closed (or reset) a connection that had already carried a response while
+    /// request `token` went out, before any byte of its answer: the race of every kept-alive
+    /// connection, where the server closes what it sees as idle just as a request arrives.
+    /// The request is still held ([`Client::into_request`]) so that its owner can send it
+    /// again on a new connection (RFC 9112 §9.3.1.1 allows it for idempotent requests, and
+    /// for any request none of whose bytes were written: `nothing_written`); else it is
+    /// failed with [`Error::ClosedIdle`].
+    Stale { token: u64, nothing_written: bool },
+}
+
+/// A request taken off a connection that closed under it, to be written again on another.
+#[derive(Debug)]
+pub(crate) struct Request {
+    token: u64,
+    head_only: bool,
+    bytes: Vec<u8>,
+}
+
+impl Request {
+    /// The runner's token of the request.
+    pub fn token(&self) -> u64 {
+        self.token
+    }
 }
 
 /// One HTTP/1.1 connection.
@@ -116,6 +139,11 @@ pub(crate) struct Client {
     parser: Parser,
     /// The request in flight: its token, and whether it was a HEAD.
     in_flight: Option<(u64, bool)>,
+    /// A response has been completed on this connection: a close under the next request may
+    /// be the keep-alive race ([`Event::Stale`]).
+    reused: bool,
+    /// Bytes have arrived since the request in flight was queued.
+    heard: bool,
 }
 
 impl Client {
@@ -131,6 +159,8 @@ impl Client {
             end: 0,
             parser: Parser::new(),
             in_flight: None,
+            reused: false,
+            heard: false,
         }
     }
 
@@ -146,7 +176,27 @@ impl Client {
         template.encode(payload, &mut self.wbuf);
         self.written = 0;
         self.unsent = true;
+        self.heard = false;
         self.in_flight = Some((token, template.head_only));
+    }
+
+    /// Takes the request of an [`Event::Stale`] off the connection (which is dropped).
+    pub fn into_request(self, token: u64) -> Request {
+        Request {
+            token,
+            head_only: self.in_flight.is_some_and(|(_, h)| h),
+            bytes: self.wbuf,
+        }
+    }
+
+    /// Queues `request`, taken off another connection, as [`Client::send`] does.
+    pub fn resend(&mut self, request: Request) {
+        debug_assert!(self.in_flight.is_none(), "one request at a time");
+        self.wbuf = request.bytes;
+        self.written = 0;
+        self.unsent = true;
+        self.heard = false;
+        self.in_flight = Some((request.token, request.head_only));
     }
 
     /// Forgets the request in flight, which will get no outcome: the caller gives up on it and
@@ -168,7 +218,7 @@ impl Client {
         if self.unsent
             && let Poll::Ready(Err(e)) = self.poll_write(cx)
         {
-            return Poll::Ready(self.fail(Error::io(e)));
+            return Poll::Ready(self.broken(Error::io(e)));
         }
         loop {
             if self.start < self.end {
@@ -190,6 +240,7 @@ impl Client {
                         }
                         if let Some(r) = done {
                             self.in_flight = None;
+                            self.reused = true;
                             // Unread request bytes, or bytes beyond the response: the
                             // connection is out of step with the server, use it no more.
                             let last = r.last || self.unsent || self.start < self.end;
@@ -210,9 +261,12 @@ impl Client {
             let n = rb.filled().len();
             match r {
                 Poll::Pending => return Poll::Pending,
-                Poll::Ready(Err(e)) => return Poll::Ready(self.fail(Error::io(e))),
+                Poll::Ready(Err(e)) => return Poll::Ready(self.broken(Error::io(e))),
                 Poll::Ready(Ok(())) if n == 0 => return Poll::Ready(self.eof()),
-                Poll::Ready(Ok(())) => self.end += n,
+                Poll::Ready(Ok(())) => {
+                    self.end += n;
+                    self.heard = true;
+                }
             }
         }
     }
@@ -254,6 +308,9 @@ impl Client {
 
     /// The server closed the connection.
     fn eof(&mut self) -> Event {
+        if let Some(stale) = self.stale() {
+            return stale;
+        }
         match self.in_flight.take() {
             None => Event::Closed,
             Some((token, _)) => match self.parser.eof() {
@@ -268,6 +325,35 @@ impl Client {
                 },
             },
         }
+    }
+
+    /// The socket failed: a reset or broken pipe under a request on a reused connection that
+    /// has not answered it is the keep-alive race (a server that closes with our request
+    /// unread in its buffer resets the connection instead of closing it).
+    fn broken(&mut self, error: Error) -> Event {
+        if let Error::Io(e) = &error
+            && matches!(
+                e.kind(),
+                io::ErrorKind::ConnectionReset
+                    | io::ErrorKind::BrokenPipe
+                    | io::ErrorKind::ConnectionAborted
+                    | io::ErrorKind::UnexpectedEof
+            )
+            && let Some(stale) = self.stale()
+        {
+            return stale;
+        }
+        self.fail(error)
+    }
+
+    /// [`Event::Stale`] if the connection's end caught the request in flight as the
+    /// keep-alive race does: a reused connection, nothing of the answer received.
+    fn stale(&self) -> Option<Event> {
+        let (token, _) = self.in_flight?;
+        (self.reused && !self.heard).then_some(Event::Stale {
+            token,
+            nothing_written: self.written == 0,
+        })
     }
 
     fn fail(&mut self, error: Error) -> Event {
@@ -431,6 +517,68 @@ mod tests {
             Event::Failed {
                 token: None,
                 error: Error::Parse(_),
+            } => {}
+            ev => panic!("{ev:?}"),
+        }
+    }
+
+    #[tokio::test]
+    async fn a_close_under_a_request_on_a_reused_connection_is_the_keep_alive_race() {
+        let (mut c, mut server) = pair().await;
+        let get = template("GET");
+        request(&mut c, &mut server, 1, &get, b"").await;
+        server
+            .write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n")
+            .await
+            .unwrap();
+        expect_response(&mut c, 1, 200, false).await;
+        // The server has read the next request and closes as if it had found the
+        // connection idle: the request is held for sending again, whole.
+        request(&mut c, &mut server, 2, &get, b"").await;
+        drop(server);
+        match next(&mut c).await {
+            Event::Stale {
+                token: 2,
+                nothing_written: false,
+            } => {}
+            ev => panic!("{ev:?}"),
+        }
+        let held = c.into_request(2);
+        assert_eq!(held.token(), 2);
+        let (mut c, mut server) = pair().await;
+        c.resend(held);
+        let polled = poll_fn(|cx| Poll::Ready(c.poll_event(cx))).await;
+        assert!(polled.is_pending(), "{polled:?}");
+        let mut expect = Vec::new();
+        get.encode(b"", &mut expect);
+        let mut got = vec![0; expect.len()];
+        server.read_exact(&mut got).await.unwrap();
+        assert_eq!(got, expect);
+        // A new connection closed the same way is not the race: the request fails.
+        drop(server);
+        match next(&mut c).await {
+            Event::Failed {
+                token: Some(2),
+                error: Error::Closed,
+            } => {}
+            ev => panic!("{ev:?}"),
+        }
+
+        // Part of an answer before the close: not the race either.
+        let (mut c, mut server) = pair().await;
+        request(&mut c, &mut server, 3, &get, b"").await;
+        server
+            .write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n")
+            .await
+            .unwrap();
+        expect_response(&mut c, 3, 200, false).await;
+        request(&mut c, &mut server, 4, &get, b"").await;
+        server.write_all(b"HTTP/1.1 200").await.unwrap();
+        drop(server);
+        match next(&mut c).await {
+            Event::Failed {
+                token: Some(4),
+                error: Error::Closed,
             } => {}
             ev => panic!("{ev:?}"),
         }

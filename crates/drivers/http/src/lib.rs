@@ -43,7 +43,13 @@
 //! ends a connection in good order (keep-alive limits, `Connection: close` or an HTTP/1.0
 //! response, a body delimited by the close, HTTP/2 GOAWAY) is not an error: the next request
 //! opens a new connection, counted in [`HttpStats::server_closes`]; that connect then counts in
-//! the request's latency, as it would for any client. An HTTP/1.1 request still unanswered
+//! the request's latency, as it would for any client. The one race of keep-alive, a server
+//! closing a connection it found idle just as a request goes out on it (the connection had
+//! answered before, nothing of this request's answer came), is what RFC 9112 §9.3.1.1 lets a
+//! client retry: an idempotent request is sent again, once, on a new connection, counted in
+//! [`HttpStats::resent`] and not as a loss; any other is a nack counted in
+//! [`HttpStats::closed_unanswered`] (sessions of connection workloads never resend: a session
+//! is its one connection). An HTTP/1.1 request still unanswered
 //! when the runner gives up on it (ack timeout) costs its connection: the next send closes it
 //! and opens another.
 //!

@@ -46,6 +46,8 @@ pub struct HttpStats {
     no_response: AtomicU64,
     connections: AtomicU64,
     server_closes: AtomicU64,
+    resent: AtomicU64,
+    closed_unanswered: AtomicU64,
     next_report_ns: AtomicU64,
     reported_5xx: AtomicU64,
 }
@@ -58,6 +60,8 @@ impl Default for HttpStats {
             no_response: AtomicU64::new(0),
             connections: AtomicU64::new(0),
             server_closes: AtomicU64::new(0),
+            resent: AtomicU64::new(0),
+            closed_unanswered: AtomicU64::new(0),
             next_report_ns: AtomicU64::new(0),
             reported_5xx: AtomicU64::new(0),
         }
@@ -121,6 +125,19 @@ impl HttpStats {
         self.server_closes.load(Relaxed)
     }
 
+    /// Requests sent again on a new connection because the server closed their kept-alive
+    /// one as they went out, before any response (idempotent requests; RFC 9112 §9.3.1.1).
+    /// Each is counted once among the responses, by its final answer.
+    pub fn resent(&self) -> u64 {
+        self.resent.load(Relaxed)
+    }
+
+    /// Of [`HttpStats::no_response`], the requests the same race caught that were not sent
+    /// again: their method is not idempotent.
+    pub fn closed_unanswered(&self) -> u64 {
+        self.closed_unanswered.load(Relaxed)
+    }
+
     /// One response with status `code`, counted at once.
     fn add(&self, code: u16) {
         match code.checked_sub(FIRST) {
@@ -137,6 +154,14 @@ impl HttpStats {
         self.server_closes.fetch_add(1, Relaxed);
     }
 
+    pub(crate) fn add_resent(&self) {
+        self.resent.fetch_add(1, Relaxed);
+    }
+
+    pub(crate) fn add_closed_unanswered(&self) {
+        self.closed_unanswered.fetch_add(1, Relaxed);
+    }
+
     /// The counts as the run's results file carries them (exact once the run is over).
     pub fn summary(&self) -> ResponseSummary {
         ResponseSummary {
@@ -149,6 +174,8 @@ impl HttpStats {
             no_response: self.no_response(),
             connections: self.connections(),
             server_closes: self.server_closes(),
+            resent: self.resent(),
+            closed_unanswered: self.closed_unanswered(),
         }
     }
 

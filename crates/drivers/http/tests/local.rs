@@ -400,13 +400,58 @@ async fn a_server_dying_mid_exchange_fails_that_request_and_the_producer_reconne
     );
     assert_eq!(m.histograms.publish.len(), 30);
     assert_eq!(stats.no_response(), 10);
+    // The client cannot tell this server from the keep-alive race (a close as the request
+    // goes out, before any answer); a POST is not sent again.
+    assert_eq!(stats.closed_unanswered(), 10);
+    assert_eq!(stats.resent(), 0);
     assert_eq!(stats.count(200), 30);
     assert_eq!(stats.connections(), 10);
     assert_eq!(accepted.load(Relaxed), 10);
-    let lost =
-        obs.mentioning("connection lost: connection closed before the response was complete");
+    let lost = obs.mentioning(
+        "connection lost: the server closed the kept-alive connection as the request went out, \
+         before any response (not sent again: POST is not idempotent",
+    );
     assert_eq!(lost.len(), 10, "{:?}", obs.events);
     assert_eq!(obs.mentioning(": reconnected").len(), 9, "{:?}", obs.events);
+    task.abort();
+
+    // The first request of a connection cut the same way is not that race: a plain loss.
+    let (url, _, task) = raw_server(Raw::CutAfter(0)).await;
+    let (out, obs, stats) = run(&plan(&url, 1, 3, 1), opts("GET", false)).await;
+    let m = measure(out.as_ref().expect("the run completes"));
+    assert_eq!((m.counters.acked, m.counters.nacked), (0, 3));
+    assert_eq!((stats.no_response(), stats.resent()), (3, 0));
+    let lost =
+        obs.mentioning("connection lost: connection closed before the response was complete");
+    assert_eq!(lost.len(), 3, "{:?}", obs.events);
+    task.abort();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_idempotent_request_caught_by_a_keep_alive_close_is_sent_again() {
+    // Each connection answers 3 requests, then reads the 4th and closes without a byte of
+    // answer, as Apache does to kept-alive connections when its workers are busy: a GET is
+    // sent again on a new connection (RFC 9112 §9.3.1.1) and nothing is lost.
+    let (url, accepted, task) = raw_server(Raw::CutAfter(3)).await;
+    let (out, obs, stats) = run(&plan(&url, 1, 40, 1), opts("GET", false)).await;
+    let m = measure(out.as_ref().expect("the run completes"));
+    assert_eq!(
+        (m.counters.sent, m.counters.acked, m.counters.nacked),
+        (40, 40, 0)
+    );
+    assert_eq!(m.counters.errors.total(), 0, "{:?}", m.counters.errors);
+    assert_eq!(m.histograms.publish.len(), 40, "one latency per request");
+    assert_eq!(stats.count(200), 40);
+    // 14 connections answer 3 + ... + 3 + 1; the first 13 each cut one request off.
+    assert_eq!((stats.resent(), stats.no_response()), (13, 0));
+    assert_eq!((stats.connections(), stats.server_closes()), (14, 13));
+    assert_eq!(accepted.load(Relaxed), 14);
+    assert!(obs.driver_events().is_empty(), "{:?}", obs.events);
+    let line = stats.summary().line();
+    assert!(
+        line.contains("13 sent again after the server closed a kept-alive connection"),
+        "{line}"
+    );
     task.abort();
 }
 
