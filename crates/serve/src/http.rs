@@ -55,6 +55,7 @@ pub struct HttpServer {
     delay: Option<Duration>,
     counts: Arc<ServerCounts>,
     tls: Option<tokio_rustls::TlsAcceptor>,
+    max_streams: u32,
 }
 
 impl Default for HttpServer {
@@ -65,6 +66,7 @@ impl Default for HttpServer {
             delay: None,
             counts: Arc::new(ServerCounts::default()),
             tls: None,
+            max_streams: MAX_CONCURRENT_STREAMS,
         }
     }
 }
@@ -91,6 +93,14 @@ impl HttpServer {
     /// Answers each request this long after its body arrived (a slow backend; zero = at once).
     pub fn with_delay(mut self, delay: Duration) -> HttpServer {
         self.delay = (!delay.is_zero()).then_some(delay);
+        self
+    }
+
+    /// Allows HTTP/2 clients this many concurrent streams per connection instead of
+    /// [`MAX_CONCURRENT_STREAMS`] (the limit of nginx, 128, or Apache, 100, to see how a
+    /// client lives with it).
+    pub fn with_max_streams(mut self, streams: u32) -> HttpServer {
+        self.max_streams = streams;
         self
     }
 
@@ -121,9 +131,7 @@ impl HttpServer {
     /// the request in progress; HTTP/2: GOAWAY) and cut after two seconds.
     pub async fn serve(self, listener: TcpListener, stop: impl Future<Output = ()> + Send) {
         let mut builder = auto::Builder::new(TokioExecutor::new());
-        builder
-            .http2()
-            .max_concurrent_streams(MAX_CONCURRENT_STREAMS);
+        builder.http2().max_concurrent_streams(self.max_streams);
         let builder = Arc::new(builder);
         let answer = self.answer();
         let tls = self.tls.clone();

@@ -17,6 +17,7 @@
 use crate::body::Payload;
 use crate::endpoint::Endpoint;
 use crate::h1::{Client, Event, Request as H1Request};
+use crate::h2limit::{Limit, Sniff};
 use crate::stats::HttpStats;
 use hyper::body::{Body, Incoming};
 use hyper::client::conn::http2;
@@ -33,8 +34,9 @@ use std::sync::Arc;
 use std::task::{Context, Poll, ready};
 use std::time::Duration;
 
-/// A [`Stream`] through [`TokioIo`], which turns tokio's I/O traits into hyper's (HTTP/2).
-type Io = TokioIo<Stream>;
+/// A [`Stream`] through [`TokioIo`], which turns tokio's I/O traits into hyper's (HTTP/2), read
+/// through [`Sniff`] for the server's stream limit.
+type Io = TokioIo<Sniff<Stream>>;
 
 /// The response head on its way (hyper's future is unnameable, hence the box).
 type ResponseFut = Pin<Box<dyn Future<Output = hyper::Result<Response<Incoming>>> + Send>>;
@@ -126,6 +128,8 @@ enum Live {
     H2 {
         tx: http2::SendRequest<Payload>,
         conn: http2::Connection<Io, Payload, TokioExecutor>,
+        /// The server's stream limit, once its SETTINGS are read.
+        limit: Limit,
     },
 }
 
@@ -217,15 +221,16 @@ async fn open(
                 cause: ConnectFailure::Rejected,
             });
         }
+        let (sniff, limit) = Sniff::new(stream);
         let (tx, conn) = http2::Builder::new(TokioExecutor::new())
-            .handshake(TokioIo::new(stream))
+            .handshake(TokioIo::new(sniff))
             .await
             .map_err(|e| DriverError::Connect {
                 target: ep.display.clone(),
                 reason: format!("HTTP handshake failed: {e}"),
                 cause: ConnectFailure::Rejected,
             })?;
-        Ok((Live::H2 { tx, conn }, false))
+        Ok((Live::H2 { tx, conn, limit }, false))
     };
     match tokio::time::timeout(timeout, work).await {
         Ok(r) => r,
@@ -601,6 +606,16 @@ impl Conn {
         })
     }
 
+    /// HTTP/2: how many requests the live connection carries at once — the server's
+    /// `SETTINGS_MAX_CONCURRENT_STREAMS` (see [`crate::h2limit`]); `None` for HTTP/1.1 or
+    /// with no connection.
+    pub fn h2_streams(&self) -> Option<usize> {
+        match &self.live {
+            Some(Live::H2 { limit, .. }) => Some(limit.streams()),
+            _ => None,
+        }
+    }
+
     /// HTTP/1.1: the outcome of the last request, once it has one.
     pub fn take_done(&mut self) -> Option<Done> {
         self.done.take()
@@ -642,7 +657,7 @@ impl Conn {
             Some(Live::H1(mut client)) => {
                 let _ = tokio::time::timeout(limit, poll_fn(|cx| client.poll_close(cx))).await;
             }
-            Some(Live::H2 { tx, conn }) => {
+            Some(Live::H2 { tx, conn, .. }) => {
                 drop(tx);
                 let _ = tokio::time::timeout(limit, conn).await;
             }

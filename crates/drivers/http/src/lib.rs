@@ -17,9 +17,10 @@
 //!   A larger window is refused at connect time: the runner would stamp requests that can
 //!   only wait for the one before them, and their latency would include that wait.
 //! - **HTTP/2** ([`HttpOptions::http2`]) runs on hyper 1.x's connection-level API: many
-//!   concurrent streams per connection, up to the window (and the server's
-//!   `SETTINGS_MAX_CONCURRENT_STREAMS`; requests beyond it queue in the client and their wait
-//!   counts as latency). Over cleartext (`http://`) with prior knowledge (h2c); over TLS
+//!   concurrent streams per connection, up to the window and the server's
+//!   `SETTINGS_MAX_CONCURRENT_STREAMS` (read off the wire by `h2limit`, since hyper would
+//!   queue what is beyond it: a request is sent only when a stream is free, and a window above
+//!   the limit is said once as a warning). Over cleartext (`http://`) with prior knowledge (h2c); over TLS
 //!   (`https://`) agreed by ALPN (`h2`) in the handshake — a server that does not agree is a
 //!   connect error, not a silent fallback to HTTP/1.1.
 //!
@@ -64,6 +65,7 @@
 //! - `conn`: one connection driven inline by its owner, HTTP/1.1 or HTTP/2; `Exchange`, one
 //!   HTTP/2 request on its way.
 //! - `h1`: the HTTP/1.1 client (`h1::parse`: response framing).
+//! - `h2limit`: the server's HTTP/2 stream limit, read from its first SETTINGS frame.
 //! - `fuzzing` (hidden): entry points for the fuzz targets into the private parsers.
 //! - [`stats`]: [`HttpStats`], responses by status.
 //! - [`body`]: the body type of HTTP/2 requests and of the built-in server's answers (the
@@ -78,6 +80,7 @@ mod endpoint;
 #[doc(hidden)]
 pub mod fuzzing;
 mod h1;
+mod h2limit;
 pub mod options;
 pub mod stats;
 
@@ -88,8 +91,8 @@ use conn::{Conn, Done, End, Exchange, NotReady, Outcome};
 use endpoint::Endpoint;
 use futures_util::stream::{FuturesUnordered, Stream as _};
 use msgbench_core::driver::{
-    Ack, Capabilities, Consumer, ConsumerSpec, Delivery, Driver, DriverError, EventSink, Outbound,
-    Producer, ProducerSpec, Session, SessionSpec,
+    Ack, Capabilities, Consumer, ConsumerSpec, Delivery, Driver, DriverError, DriverEventKind,
+    EventSink, Outbound, Producer, ProducerSpec, Session, SessionSpec,
 };
 use msgbench_core::scenario::TlsPlan;
 use stats::Tally;
@@ -207,6 +210,7 @@ impl Driver for HttpDriver {
             in_flight,
             acks: VecDeque::new(),
             buf: BytesMut::new(),
+            window: spec.max_in_flight,
         })
     }
 
@@ -294,6 +298,8 @@ pub struct HttpProducer {
     /// HTTP/2 request bodies are cut from this buffer (see `Endpoint::request`).
     buf: BytesMut,
     tally: TallyGuard,
+    /// The runner's window: requests it may have in flight on this producer.
+    window: usize,
 }
 
 impl HttpProducer {
@@ -351,6 +357,56 @@ impl HttpProducer {
     }
 }
 
+impl HttpProducer {
+    /// HTTP/2: waits (bounded by the connect timeout) until the connection has a stream free
+    /// under the server's limit, taking the responses that free one as acks. A request the
+    /// server cannot take yet is not sent: hyper would queue it, it would count as sent, and
+    /// its wait in msgbench would count as the server's latency.
+    async fn stream_slot(&mut self) -> Result<(), DriverError> {
+        let (InFlight::Many(set), Some(limit)) = (&self.in_flight, self.conn.h2_streams()) else {
+            return Ok(());
+        };
+        if set.len() < limit {
+            return Ok(());
+        }
+        if self.tally.stats.first_stream_limit() {
+            self.conn.events().emit(
+                DriverEventKind::Warning,
+                format!(
+                    "{}: the server allows {limit} concurrent streams per connection \
+                     (SETTINGS_MAX_CONCURRENT_STREAMS) and the window is {}: each producer \
+                     keeps at most {limit} requests in flight, the next one waiting for a \
+                     free stream before it is sent; add producers (connections) for more",
+                    self.conn.ep.display, self.window
+                ),
+            );
+        }
+        let limit_time = self.conn.timeout();
+        let wait = poll_fn(|cx| {
+            loop {
+                let free = match (&self.in_flight, self.conn.h2_streams()) {
+                    (InFlight::Many(set), Some(limit)) => set.len() < limit,
+                    _ => true,
+                };
+                if free {
+                    return Poll::Ready(());
+                }
+                match self.poll_exchanges(cx) {
+                    Poll::Ready(Some(ack)) => self.acks.push_back(ack),
+                    Poll::Ready(None) => return Poll::Ready(()),
+                    Poll::Pending => return Poll::Pending,
+                }
+            }
+        });
+        tokio::time::timeout(limit_time, wait).await.map_err(|_| {
+            DriverError::Timeout(format!(
+                "{}: no stream freed within {limit_time:?} (the server's limit: {limit})",
+                self.conn.ep.display
+            ))
+        })
+    }
+}
+
 impl Producer for HttpProducer {
     async fn send(&mut self, msg: Outbound<'_>) -> Result<(), DriverError> {
         if let InFlight::One = self.in_flight
@@ -374,6 +430,7 @@ impl Producer for HttpProducer {
                     .abandon("no response within the ack timeout; closed to send the next request");
             }
         }
+        self.stream_slot().await?;
         self.ready().await?;
         match &mut self.in_flight {
             InFlight::One => self.conn.submit_h1(msg.token, msg.payload)?,

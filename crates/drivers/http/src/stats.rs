@@ -17,7 +17,7 @@ use msgbench_core::clock::now_ns;
 use msgbench_core::driver::{DriverEventKind, EventSink};
 use msgbench_metrics::{ResponseSummary, StatusCount};
 use std::fmt::Write as _;
-use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
 
 /// Status codes counted one by one: 100..=599. Others (600..=999, which hyper accepts) share
 /// one counter.
@@ -48,6 +48,7 @@ pub struct HttpStats {
     server_closes: AtomicU64,
     resent: AtomicU64,
     closed_unanswered: AtomicU64,
+    stream_limit_said: AtomicBool,
     next_report_ns: AtomicU64,
     reported_5xx: AtomicU64,
 }
@@ -62,6 +63,7 @@ impl Default for HttpStats {
             server_closes: AtomicU64::new(0),
             resent: AtomicU64::new(0),
             closed_unanswered: AtomicU64::new(0),
+            stream_limit_said: AtomicBool::new(false),
             next_report_ns: AtomicU64::new(0),
             reported_5xx: AtomicU64::new(0),
         }
@@ -160,6 +162,11 @@ impl HttpStats {
 
     pub(crate) fn add_closed_unanswered(&self) {
         self.closed_unanswered.fetch_add(1, Relaxed);
+    }
+
+    /// True the first time it is called: the HTTP/2 stream limit is said once per run.
+    pub(crate) fn first_stream_limit(&self) -> bool {
+        !self.stream_limit_said.swap(true, Relaxed)
     }
 
     /// The counts as the run's results file carries them (exact once the run is over).

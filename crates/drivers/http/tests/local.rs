@@ -127,6 +127,29 @@ async fn http2_streams_run_concurrently_on_each_connection() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn http2_requests_beyond_the_servers_stream_limit_wait_unsent() {
+    // 8 streams per connection, 50 ms per answer, a window of 64: a request goes out only
+    // when a stream is free, so none waits for more than one answer before it is sent. Queued
+    // in the client instead (hyper's way), the last of each 64 would wait 7 rounds (350 ms).
+    let srv = Served::start(
+        HttpServer::new()
+            .with_delay(Duration::from_millis(50))
+            .with_max_streams(8),
+    )
+    .await;
+    let (out, obs, stats) = run(&plan(&srv.url, 1, 160, 64), opts("GET", true)).await;
+    let m = measure(out.as_ref().expect("run"));
+    assert_eq!((m.counters.sent, m.counters.acked), (160, 160));
+    assert_eq!(stats.count(200), 160);
+    let max = m.histograms.publish.max();
+    assert!(max < 200_000_000, "a request waited {max} ns");
+    let said = obs.mentioning("the server allows 8 concurrent streams per connection");
+    assert_eq!(said.len(), 1, "said once: {:?}", obs.events);
+    assert!(said[0].detail.contains("the window is 64"), "{:?}", said[0]);
+    srv.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn http2_unpaced_window_of_one_hundred() {
     let srv = Served::start(HttpServer::new()).await;
     let (out, _, stats) = run(&plan(&srv.url, 3, 6000, 100), opts("POST", true)).await;
