@@ -286,3 +286,99 @@ fn server_dying_mid_run() {
     assert!(u(&i["lost"]) > 0, "the outage lost messages: {i}");
     assert!(u(&i["delivered"]) > 0, "{i}");
 }
+
+/// nginx as a WebSocket proxy with a 1 s `proxy_read_timeout` (its default is 60 s, an AWS
+/// ALB's idle time-out the same): a receiver whose feed is quieter than that is cut by the
+/// proxy unless it pings. With `--keep-alive 300ms` the receivers' pings (answered by the
+/// upstream server through nginx) keep them connected through a run whose messages come
+/// every 2 s; with `--keep-alive 0` nginx cuts them.
+#[test]
+fn quiet_receivers_behind_a_proxy_stay_connected_by_their_pings() {
+    need!("MSGBENCH_IT_HTTP_URL");
+    let nginx = [
+        "/usr/sbin/nginx",
+        "/usr/local/sbin/nginx",
+        "/usr/local/nginx/sbin/nginx",
+    ]
+    .into_iter()
+    .find(|p| std::path::Path::new(p).exists())
+    .expect("nginx, installed by scripts/brokers.sh");
+    let upstream = Server::ws_broadcast(&[]);
+    let d = TempDir::new("ws-behind-nginx");
+    let port = free_port();
+    let dir = d.0.display();
+    let conf = format!(
+        "daemon off;\npid {dir}/nginx.pid;\nerror_log {dir}/error.log warn;\nevents {{}}\n\
+         http {{\n  access_log off;\n  client_body_temp_path {dir}/body;\n  \
+         proxy_temp_path {dir}/proxy;\n  fastcgi_temp_path {dir}/fcgi;\n  \
+         uwsgi_temp_path {dir}/uwsgi;\n  scgi_temp_path {dir}/scgi;\n  server {{\n    \
+         listen 127.0.0.1:{port};\n    location / {{\n      proxy_pass http://{up}/;\n      \
+         proxy_http_version 1.1;\n      proxy_set_header Upgrade $http_upgrade;\n      \
+         proxy_set_header Connection \"upgrade\";\n      proxy_read_timeout 1s;\n    }}\n  }}\n}}\n",
+        up = upstream.url.trim_start_matches("ws://"),
+    );
+    std::fs::write(d.path("nginx.conf"), conf).unwrap();
+    let mut proxy = Killed(
+        Command::new(nginx)
+            .args([
+                "-p",
+                &dir.to_string(),
+                "-e",
+                &format!("{dir}/error.log"),
+                "-c",
+            ])
+            .arg(d.path("nginx.conf"))
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+    for _ in 0..200 {
+        if std::net::TcpStream::connect(("127.0.0.1", port)).is_ok() {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(25));
+    }
+    let direct = format!("{}/", upstream.url);
+    let proxied = format!("ws://127.0.0.1:{port}/");
+    let run = |keep_alive: &str| {
+        run_json(
+            &d.0,
+            &[
+                "run",
+                &direct,
+                "--consume-from",
+                &proxied,
+                "-c",
+                "3",
+                "--rate",
+                "0.5",
+                "--duration",
+                "5s",
+                "--warmup",
+                "1s",
+                "--drain",
+                "1s",
+                "--keep-alive",
+                keep_alive,
+            ],
+        )
+    };
+    let pinged = run("300ms");
+    assert_eq!(
+        count_events(&pinged, "disconnected"),
+        0,
+        "{}",
+        pinged["events"]
+    );
+    let i = &pinged["integrity"];
+    assert!(u(&i["expected"]) >= 6, "{i}");
+    assert_eq!(u(&i["delivered"]), u(&i["expected"]), "{i}");
+    let quiet = run("0s");
+    assert!(
+        count_events(&quiet, "disconnected") >= 3,
+        "nginx cut the receivers that did not ping: {}",
+        quiet["events"]
+    );
+    proxy.kill();
+}

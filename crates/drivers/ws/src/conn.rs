@@ -2,6 +2,7 @@
 //! reads with the control frames answered (ping → pong, close → close), reconnection and the
 //! closing handshake. All state lives in the struct, so the async methods are cancel-safe.
 
+use crate::alive::{KeepAlive, Tick};
 use crate::codec::{self, Frame};
 use bytes::BytesMut;
 use msgbench_core::driver::{ConnectFailure, DriverError, EventSink};
@@ -159,6 +160,8 @@ pub struct Conn {
     backoff: Backoff,
     /// When the last handshake completed.
     opened: Instant,
+    /// Pings on a quiet connection, fails a dead one ([`Conn::keep_alive`]).
+    alive: Option<KeepAlive>,
 }
 
 impl Conn {
@@ -187,6 +190,7 @@ impl Conn {
             mask: seed | 1,
             backoff: Backoff::new(Duration::from_millis(100), Duration::from_secs(2)),
             opened: Instant::now(),
+            alive: None,
         };
         c.handshake().await?;
         Ok(c)
@@ -267,6 +271,9 @@ impl Conn {
         }
         self.wire.shrink();
         self.opened = Instant::now();
+        if let Some(alive) = self.alive.as_mut() {
+            alive.restart();
+        }
         Ok(())
     }
 
@@ -296,8 +303,16 @@ impl Conn {
         self.wire.flush().await
     }
 
+    /// Pings the server when it has sent nothing for `period`, and fails the connection when
+    /// it sends nothing for another (see [`crate::alive`]); the reads of [`Conn::poll_data`]
+    /// with `flush` drive it. Zero leaves the connection without.
+    pub fn keep_alive(&mut self, period: Duration) {
+        self.alive = (!period.is_zero()).then(|| KeepAlive::new(period));
+    }
+
     /// The next data frame (text, binary or continuation); pings are answered, pongs skipped,
-    /// a close is answered and becomes an error carrying its code. Cancel-safe.
+    /// a close is answered and becomes an error carrying its code. Cancel-safe. With `flush`,
+    /// the keep-alive (if any) runs while nothing arrives.
     pub fn poll_data(&mut self, cx: &mut Context<'_>, flush: bool) -> Poll<io::Result<Frame>> {
         loop {
             let mut broken = None;
@@ -311,8 +326,34 @@ impl Conn {
                         None => e,
                     }));
                 }
-                Poll::Pending => return Poll::Pending,
+                Poll::Pending => {
+                    let Some(alive) = self.alive.as_mut().filter(|_| flush) else {
+                        return Poll::Pending;
+                    };
+                    match alive.poll(cx) {
+                        Tick::Wait => return Poll::Pending,
+                        Tick::Ping => {
+                            // Written by the next turn's flush.
+                            self.put(codec::OP_PING, b"msgbench");
+                            continue;
+                        }
+                        Tick::Dead => {
+                            let period = alive.period();
+                            return Poll::Ready(Err(io::Error::new(
+                                io::ErrorKind::TimedOut,
+                                format!(
+                                    "nothing from the server for {:?}, a ping unanswered \
+                                     (two keep-alive periods)",
+                                    period * 2
+                                ),
+                            )));
+                        }
+                    }
+                }
             };
+            if let Some(alive) = self.alive.as_mut() {
+                alive.heard();
+            }
             match f.opcode {
                 codec::OP_PING => {
                     let p = f.payload.clone();

@@ -27,17 +27,23 @@
 //! - Pings are answered with pongs; a close from the server is answered, reported with its
 //!   code as a `disconnected` event, and the client reconnects with backoff (and subscribes
 //!   again). Refused upgrades say what the server answered.
+//! - Receiving connections (consumers, held sessions) keep themselves alive ([`alive`]): one
+//!   that heard nothing for the client's keep-alive period (`--keep-alive`, 30 s by default;
+//!   0 turns it off) pings the server, so that proxies do not close it as idle, and one that
+//!   heard nothing for two periods is failed and reconnected.
 //!
 //! WebSocket has no acknowledgements: publish latency is not measured; end-to-end latency is
 //! (the stamp travels in the message). Text frames are accepted on receive; msgbench's own
 //! messages carry a binary stamp, so producers always send binary frames.
 //!
 //! # Layout
+//! - [`alive`]: the keep-alive of receiving connections.
 //! - [`codec`]: frames and the upgrade handshake (shared with `msgbench serve ws-broadcast`).
 //! - [`conn`]: one client connection.
 //! - this file: the `Driver`, `Producer`, `Consumer` and `Session` implementations.
 #![deny(missing_docs)]
 
+pub mod alive;
 pub mod codec;
 pub mod conn;
 pub mod options;
@@ -225,6 +231,7 @@ impl Driver for WsDriver {
         // while the ramp goes on: the handshake's go now).
         conn.wire.lean();
         conn.wire.shrink();
+        conn.keep_alive(self.client.keep_alive);
         let mut c = WsConsumer {
             conn,
             message: Message::default(),
@@ -246,7 +253,7 @@ impl Driver for WsDriver {
     }
 
     async fn session(&self, spec: &SessionSpec) -> Result<WsSession, DriverError> {
-        let conn = self
+        let mut conn = self
             .connect(
                 "conn",
                 &spec.topic,
@@ -259,6 +266,7 @@ impl Driver for WsDriver {
                 SESSION_CHUNK,
             )
             .await?;
+        conn.keep_alive(self.client.keep_alive);
         Ok(WsSession {
             conn,
             opcode: self.opcode(),
