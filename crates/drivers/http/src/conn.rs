@@ -184,9 +184,12 @@ pub(crate) struct Conn {
     /// Report disconnects and reconnects as events (producers; not the thousands of sessions
     /// of a connection workload, whose drops the runner counts itself).
     report: bool,
-    /// Send a request caught by the keep-alive race again on a new connection when RFC 9112
-    /// allows it (producers; a session is one connection, whose end the runner counts).
-    resend_stale: bool,
+    /// A producer's slot, which keeps to the server's keep-alive rules: a request caught by
+    /// the keep-alive race is sent again on a new connection when RFC 9112 allows it, and a
+    /// connection idle for longer than the server's `Keep-Alive: timeout` allows is replaced
+    /// before a request goes out on it. (A session is one connection, whose end the runner
+    /// counts.)
+    producer: bool,
     /// The request being sent again, while its new connection opens.
     resend: Option<Resend>,
 }
@@ -276,7 +279,7 @@ impl Conn {
             answered: false,
             http2_only: false,
             report,
-            resend_stale: report,
+            producer: report,
             resend: None,
         }
     }
@@ -340,7 +343,7 @@ impl Conn {
     /// Whether the request of an [`Event::Stale`] is sent again: RFC 9112 §9.3.1.1 allows it
     /// for idempotent requests and for requests none of whose bytes went out.
     fn resends(&self, nothing_written: bool) -> bool {
-        self.resend_stale && (self.ep.replayable || nothing_written)
+        self.producer && (self.ep.replayable || nothing_written)
     }
 
     /// Starts sending request `token` of the connection just closed again, on a new one. The
@@ -463,7 +466,7 @@ impl Conn {
             // Not sent again (see `resends`): the request is lost with the connection.
             Event::Stale { token, .. } => {
                 self.live = None;
-                let error = if self.resend_stale {
+                let error = if self.producer {
                     self.stats.add_closed_unanswered();
                     Error::ClosedIdle(self.ep.method_name.clone())
                 } else {
@@ -555,6 +558,11 @@ impl Conn {
         let r = match self.live.as_mut() {
             None => return Poll::Ready(Err(NotReady::Gone)),
             Some(Live::H1(client)) if client.is_busy() => return Poll::Pending,
+            Some(Live::H1(client)) if self.producer && client.past_idle_limit() => {
+                // The server said it closes the connection about now: ended in its name.
+                self.ended(false);
+                return Poll::Ready(Err(NotReady::Gone));
+            }
             Some(Live::H1(_)) => return Poll::Ready(Ok(())),
             Some(Live::H2 { tx, .. }) => tx.poll_ready(cx),
         };

@@ -13,6 +13,7 @@
 pub(crate) mod parse;
 
 use crate::conn::Error;
+use msgbench_core::clock::now_ns;
 use msgbench_net::Stream;
 use parse::{MAX_HEAD, Parser};
 use std::io;
@@ -144,6 +145,24 @@ pub(crate) struct Client {
     reused: bool,
     /// Bytes have arrived since the request in flight was queued.
     heard: bool,
+    /// How long the connection may stay idle and still be reused, from the server's last
+    /// `Keep-Alive: timeout` ([`reuse_within`]); 0 when it said none.
+    idle_limit_ns: u64,
+    /// When the last response was complete (read only with an `idle_limit_ns`).
+    answered_ns: u64,
+}
+
+/// How long after a response a connection whose server said `Keep-Alive: timeout=idle_s` is
+/// still reused: a second less (half for a timeout of 2 s or less), so that a request does not
+/// go out just as the server closes the connection (the keep-alive race, [`Event::Stale`]):
+/// undici, Node.js's client, keeps the same second.
+fn reuse_within(idle_s: u32) -> u64 {
+    let t = idle_s as u64 * 1_000_000_000;
+    if t > 2_000_000_000 {
+        t - 1_000_000_000
+    } else {
+        t / 2
+    }
 }
 
 impl Client {
@@ -161,6 +180,8 @@ impl Client {
             in_flight: None,
             reused: false,
             heard: false,
+            idle_limit_ns: 0,
+            answered_ns: 0,
         }
     }
 
@@ -197,6 +218,14 @@ impl Client {
         self.unsent = true;
         self.heard = false;
         self.in_flight = Some((request.token, request.head_only));
+    }
+
+    /// Whether the connection has been idle longer than its server's `Keep-Alive: timeout`
+    /// lets it be reused (see [`reuse_within`]): replace it instead.
+    pub fn past_idle_limit(&self) -> bool {
+        self.idle_limit_ns > 0
+            && self.in_flight.is_none()
+            && now_ns().saturating_sub(self.answered_ns) >= self.idle_limit_ns
     }
 
     /// Forgets the request in flight, which will get no outcome: the caller gives up on it and
@@ -241,6 +270,10 @@ impl Client {
                         if let Some(r) = done {
                             self.in_flight = None;
                             self.reused = true;
+                            self.idle_limit_ns = reuse_within(r.idle_s);
+                            if self.idle_limit_ns > 0 {
+                                self.answered_ns = now_ns();
+                            }
                             // Unread request bytes, or bytes beyond the response: the
                             // connection is out of step with the server, use it no more.
                             let last = r.last || self.unsent || self.start < self.end;

@@ -50,7 +50,10 @@
 //! client retry: an idempotent request is sent again, once, on a new connection, counted in
 //! [`HttpStats::resent`] and not as a loss; any other is a nack counted in
 //! [`HttpStats::closed_unanswered`] (sessions of connection workloads never resend: a session
-//! is its one connection). An HTTP/1.1 request still unanswered
+//! is its one connection). The race is also kept out of reach where the server says when it
+//! closes idle connections (`Keep-Alive: timeout=N`: Apache, Node.js, lighttpd): a producer's
+//! connection idle for longer than that, less a second (half for 2 s or less), is replaced
+//! before the next request rather than reused. An HTTP/1.1 request still unanswered
 //! when the runner gives up on it (ack timeout) costs its connection: the next send closes it
 //! and opens another.
 //!

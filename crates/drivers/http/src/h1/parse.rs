@@ -24,6 +24,9 @@ pub(crate) struct Response {
     /// The connection ends after it, in good order (`Connection: close`, HTTP/1.0 without
     /// keep-alive, a body delimited by the end of the connection, 101).
     pub last: bool,
+    /// The server's `Keep-Alive: timeout=N` (seconds it keeps an idle connection open;
+    /// Apache, Node.js and lighttpd say it), 0 without one.
+    pub idle_s: u32,
 }
 
 /// Where the parser is in the byte stream of a chunked body.
@@ -169,7 +172,7 @@ fn parse_head(buf: &[u8], head_only: bool) -> Result<Option<(usize, Head)>, Erro
         return Ok(Some((len, Head::Interim)));
     }
     let http10 = resp.version == Some(0);
-    let (mut close, mut keep_alive) = (false, false);
+    let (mut close, mut keep_alive, mut idle_s) = (false, false, 0);
     let (mut length, mut encoded, mut chunked) = (None::<u64>, false, false);
     for h in resp.headers.iter() {
         let name = h.name.as_bytes();
@@ -190,6 +193,16 @@ fn parse_head(buf: &[u8], head_only: bool) -> Result<Option<(usize, Head)>, Erro
             for token in h.value.split(|&b| b == b',').map(trim) {
                 close |= token.eq_ignore_ascii_case(b"close");
                 keep_alive |= token.eq_ignore_ascii_case(b"keep-alive");
+            }
+        } else if name.eq_ignore_ascii_case(b"keep-alive") {
+            for param in h.value.split(|&b| b == b',').map(trim) {
+                if let Some(v) = param
+                    .split_at_checked(8)
+                    .filter(|(k, _)| k.eq_ignore_ascii_case(b"timeout="))
+                    .and_then(|(_, v)| decimal(trim(v)))
+                {
+                    idle_s = v.min(u32::MAX as u64) as u32;
+                }
             }
         }
     }
@@ -212,7 +225,12 @@ fn parse_head(buf: &[u8], head_only: bool) -> Result<Option<(usize, Head)>, Erro
     };
     let last =
         close || (http10 && !keep_alive) || status == 101 || matches!(body, Some(Body::UntilClose));
-    Ok(Some((len, Head::Final(Response { status, last }, body))))
+    let response = Response {
+        status,
+        last,
+        idle_s,
+    };
+    Ok(Some((len, Head::Final(response, body))))
 }
 
 fn trim(mut s: &[u8]) -> &[u8] {
@@ -335,11 +353,16 @@ mod tests {
         Response {
             status,
             last: false,
+            idle_s: 0,
         }
     }
 
     fn last(status: u16) -> Response {
-        Response { status, last: true }
+        Response {
+            status,
+            last: true,
+            idle_s: 0,
+        }
     }
 
     fn parse_error(wire: &[u8]) -> String {
@@ -465,6 +488,21 @@ mod tests {
     }
 
     #[test]
+    fn the_keep_alive_timeout_is_read() {
+        for (header, idle_s) in [
+            ("Keep-Alive: timeout=5, max=100", 5),
+            ("keep-alive: max=3,TIMEOUT=15", 15),
+            ("Keep-Alive: timeout = x", 0),
+            ("Keep-Alive: max=100", 0),
+            ("Keep-Alive: timeout=99999999999", u32::MAX),
+        ] {
+            let wire = format!("HTTP/1.1 200 OK\r\n{header}\r\nContent-Length: 0\r\n\r\n");
+            let (got, _) = whole(wire.as_bytes()).unwrap();
+            assert_eq!(got[0].idle_s, idle_s, "{header}");
+        }
+    }
+
+    #[test]
     fn connection_close_and_http10_end_the_connection() {
         for (head, end) in [
             ("HTTP/1.1 200 OK\r\nConnection: close\r\n", true),
@@ -481,6 +519,7 @@ mod tests {
             let expect = Response {
                 status: 200,
                 last: end,
+                idle_s: 0,
             };
             assert_eq!(
                 whole(wire.as_bytes()).unwrap(),
