@@ -164,6 +164,9 @@ pub enum Packet {
     Disconnect {
         /// Reason code (0 = normal).
         code: u8,
+        /// MQTT 5: the session expiry interval a client's DISCONNECT sets in place of its
+        /// CONNECT's (seconds), if it carries one.
+        session_expiry: Option<u32>,
     },
 }
 
@@ -664,9 +667,22 @@ pub fn parse(
         11 => Packet::UnsubAck { pid: b.u16()? },
         12 => Packet::PingReq,
         13 => Packet::PingResp,
-        14 => Packet::Disconnect {
-            code: if b.b.is_empty() { 0 } else { b.u8()? },
-        },
+        14 => {
+            let code = if b.b.is_empty() { 0 } else { b.u8()? };
+            let mut session_expiry = None;
+            if v5 && !b.b.is_empty() {
+                b.props(|id, p| {
+                    Ok(id == 0x11 && {
+                        session_expiry = Some(p.u32()?);
+                        true
+                    })
+                })?;
+            }
+            Packet::Disconnect {
+                code,
+                session_expiry,
+            }
+        }
         other => return perr(format!("unsupported packet type {other}")),
     };
     Ok(Some(pkt))
@@ -906,7 +922,10 @@ mod tests {
             assert_eq!(roundtrip(version, put_pingresp), Packet::PingResp);
             assert_eq!(
                 roundtrip(version, put_disconnect),
-                Packet::Disconnect { code: 0 }
+                Packet::Disconnect {
+                    code: 0,
+                    session_expiry: None
+                }
             );
         }
     }

@@ -748,7 +748,7 @@ impl MqttConsumer {
                     codec::put_ack(&mut self.conn.wire.wbuf, codec::PUBCOMP, pid);
                     self.acks.owe();
                 }
-                Poll::Ready(Ok(Packet::Disconnect { code })) => {
+                Poll::Ready(Ok(Packet::Disconnect { code, .. })) => {
                     return Poll::Ready(Err(std::io::Error::other(format!(
                         "the broker disconnected us (reason code 0x{code:02x})"
                     ))));
@@ -849,7 +849,7 @@ impl Session for MqttSession {
         loop {
             tokio::select! {
                 p = self.conn.read_packet() => match p {
-                    Ok(Packet::Disconnect { code }) => {
+                    Ok(Packet::Disconnect { code, .. }) => {
                         return DriverError::Receive(format!("the broker disconnected us (reason code 0x{code:02x})"));
                     }
                     Ok(p) => count_delivery(&mut self.received, &p),
@@ -929,7 +929,7 @@ impl Session for MqttSession {
                         return Ok(());
                     }
                 }
-                Packet::Disconnect { code } => {
+                Packet::Disconnect { code, .. } => {
                     return Err(DriverError::Receive(format!(
                         "the broker disconnected us (reason code 0x{code:02x})"
                     )));

@@ -632,7 +632,21 @@ impl Reader {
                 self.send(Out::Raw(b.freeze())).await?;
             }
             Packet::PingReq => self.send(Out::Raw(Bytes::from_static(&[0xd0, 0]))).await?,
-            Packet::Disconnect { code } => return Err(Stop::Disconnect(code)),
+            Packet::Disconnect {
+                code,
+                session_expiry,
+            } => {
+                if let Some(expiry_s) = session_expiry {
+                    // A session that was to end with its connection cannot be kept by the
+                    // DISCONNECT: a protocol error [MQTT-3.14.2-2], which ends the connection
+                    // as one (the will goes out).
+                    if self.session.expiry_s() == 0 && expiry_s > 0 {
+                        return Err(Stop::Abort);
+                    }
+                    self.session.set_expiry_s(expiry_s);
+                }
+                return Err(Stop::Disconnect(code));
+            }
             // A second CONNECT, or packets only a server sends.
             _ => return Err(Stop::Abort),
         }

@@ -26,7 +26,9 @@
 //!   [`BrokerConfig::queue_depth`] QoS ≥ 1 messages are kept while the client is away and sent on
 //!   reconnect (QoS 0 is dropped while offline, as the protocol allows). Sessions live in memory,
 //!   a 3.1.1 one until the broker stops, an MQTT 5 one until its expiry interval has passed
-//!   offline (looked at when clients connect, at most once a second).
+//!   offline (looked at when clients connect, at most once a second); an MQTT 5 DISCONNECT
+//!   may set a new interval (0: the session ends with the connection), unless the CONNECT's
+//!   was 0, which it cannot lengthen (a protocol error: the will goes out).
 //! - Will messages, published when a connection ends without DISCONNECT (broken, timed out,
 //!   closed for a protocol error, taken over), at their QoS and retained when asked; MQTT 5:
 //!   also after DISCONNECT with reason 0x04, with their properties, and the will delay interval
@@ -57,7 +59,6 @@
 //!   commits a protocol error and is disconnected.
 //! - The receive maximum of an MQTT 5 client is not enforced: the broker may have up to 65,535
 //!   QoS ≥ 1 messages unacknowledged towards any client (real clients default to that).
-//! - A session expiry interval sent with DISCONNECT is not read: the CONNECT's holds.
 //! - No persistence to disk and no retransmission: messages in flight when a connection drops
 //!   are not re-sent (messages still queued for a persistent session are kept).
 //!

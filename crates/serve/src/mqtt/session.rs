@@ -154,6 +154,12 @@ impl Session {
     pub fn expiry_s(&self) -> u32 {
         self.expiry_s.load(Relaxed)
     }
+
+    /// Sets the session expiry interval from an MQTT 5 DISCONNECT (it replaces the
+    /// CONNECT's, and holds from the end of the connection on).
+    pub fn set_expiry_s(&self, expiry_s: u32) {
+        self.expiry_s.store(expiry_s, Relaxed);
+    }
 }
 
 struct Entry {

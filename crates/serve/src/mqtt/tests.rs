@@ -533,6 +533,52 @@ async fn mqtt5_session_expiry_decides_what_outlives_the_connection() {
     assert!(!present, "expired after 1 s");
 }
 
+/// An MQTT 5 DISCONNECT may carry a new session expiry interval (Paho and the HiveMQ client
+/// send one): 0 ends a session the CONNECT would have kept; a CONNECT's 0 cannot be
+/// lengthened there (a protocol error [MQTT-3.14.2-2]: the session still ends).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mqtt5_disconnect_sets_the_session_expiry() {
+    let s = server().await;
+    // DISCONNECT, reason 0, properties: session expiry interval (0x11) of 4 bytes.
+    let disconnect = |expiry: u32| {
+        let mut p = vec![0xe0, 7, 0, 5, 0x11];
+        p.extend_from_slice(&expiry.to_be_bytes());
+        p
+    };
+    let (mut sub, _) = Client::open_expiring(s.addr, "d1", true, 300).await;
+    assert_eq!(sub.subscribe(&[("d/t", 1)]).await, vec![1]);
+    sub.write(|b, _| b.extend_from_slice(&disconnect(0))).await;
+    sub.closed(T).await;
+    s.wait_open(0).await;
+    let (_sub, present) = Client::open_expiring(s.addr, "d1", false, 300).await;
+    assert!(!present, "DISCONNECT's expiry 0 ended the session");
+
+    // And the other way: kept for 300 s though the CONNECT said 1.
+    let (mut sub, _) = Client::open_expiring(s.addr, "d2", true, 1).await;
+    assert_eq!(sub.subscribe(&[("d/t", 1)]).await, vec![1]);
+    sub.write(|b, _| b.extend_from_slice(&disconnect(300)))
+        .await;
+    sub.closed(T).await;
+    tokio::time::sleep(Duration::from_millis(1_500)).await;
+    let (_sub2, present) = Client::open_expiring(s.addr, "d2", false, 300).await;
+    assert!(
+        present,
+        "DISCONNECT's expiry 300 outlasted the CONNECT's 1 s"
+    );
+
+    let (mut sub, _) = Client::open_expiring(s.addr, "d3", true, 0).await;
+    assert_eq!(sub.subscribe(&[("d/t", 1)]).await, vec![1]);
+    sub.write(|b, _| b.extend_from_slice(&disconnect(300)))
+        .await;
+    sub.closed(T).await;
+    s.wait_open(2).await;
+    let (_sub3, present) = Client::open_expiring(s.addr, "d3", false, 300).await;
+    assert!(
+        !present,
+        "a CONNECT's expiry 0 is not lengthened by DISCONNECT"
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn mqtt5_and_311_interoperate() {
     let s = server().await;
