@@ -361,3 +361,35 @@ s.listen(0, '127.0.0.1', () => console.log(s.address().port));
     );
     assert_eq!(count_events(&r, "disconnected"), 0, "{}", r["events"]);
 }
+
+/// nginx ends an HTTP/2 connection after `keepalive_requests` (1,000 by default; 100 here)
+/// with a GOAWAY: the streams above its last stream id were not processed and are refused.
+/// Those requests are sent again on a new connection (RFC 9113 §8.7), so none is lost.
+#[test]
+fn http2_requests_refused_by_a_goaway_are_sent_again() {
+    need!("MSGBENCH_IT_HTTP_URL");
+    let d = TempDir::new("http2-goaway");
+    let (_nginx, port) = own_nginx(
+        &d.0,
+        "http2",
+        "    keepalive_requests 100;\n    location / { return 200 \"ok\\n\"; }",
+    )
+    .expect("nginx (scripts/brokers.sh installs it)");
+    let url = format!("http://127.0.0.1:{port}/");
+    let r = run_json(
+        &d.0,
+        &[
+            "run", &url, "--http2", "-p", "2", "-n", "3000", "--warmup", "0s",
+        ],
+    );
+    let m = measure(&r);
+    assert_eq!(u(&m["counters"]["acked"]), 3000, "{m}");
+    assert_eq!(u(&m["counters"]["nacked"]), 0, "{m}");
+    let resp = &r["responses"];
+    assert!(u(&resp["connections"]) >= 30, "{resp}");
+    assert!(
+        u(&resp["resent"]) > 0,
+        "the GOAWAYs refused requests: {resp}"
+    );
+    assert_eq!(count_events(&r, "disconnected"), 0, "{}", r["events"]);
+}

@@ -295,50 +295,16 @@ fn server_dying_mid_run() {
 #[test]
 fn quiet_receivers_behind_a_proxy_stay_connected_by_their_pings() {
     need!("MSGBENCH_IT_HTTP_URL");
-    let nginx = [
-        "/usr/sbin/nginx",
-        "/usr/local/sbin/nginx",
-        "/usr/local/nginx/sbin/nginx",
-    ]
-    .into_iter()
-    .find(|p| std::path::Path::new(p).exists())
-    .expect("nginx, installed by scripts/brokers.sh");
     let upstream = Server::ws_broadcast(&[]);
     let d = TempDir::new("ws-behind-nginx");
-    let port = free_port();
-    let dir = d.0.display();
-    let conf = format!(
-        "daemon off;\npid {dir}/nginx.pid;\nerror_log {dir}/error.log warn;\nevents {{}}\n\
-         http {{\n  access_log off;\n  client_body_temp_path {dir}/body;\n  \
-         proxy_temp_path {dir}/proxy;\n  fastcgi_temp_path {dir}/fcgi;\n  \
-         uwsgi_temp_path {dir}/uwsgi;\n  scgi_temp_path {dir}/scgi;\n  server {{\n    \
-         listen 127.0.0.1:{port};\n    location / {{\n      proxy_pass http://{up}/;\n      \
-         proxy_http_version 1.1;\n      proxy_set_header Upgrade $http_upgrade;\n      \
-         proxy_set_header Connection \"upgrade\";\n      proxy_read_timeout 1s;\n    }}\n  }}\n}}\n",
-        up = upstream.url.trim_start_matches("ws://"),
+    let block = format!(
+        "    location / {{\n      proxy_pass http://{}/;\n      proxy_http_version 1.1;\n      \
+         proxy_set_header Upgrade $http_upgrade;\n      proxy_set_header Connection \"upgrade\";\n      \
+         proxy_read_timeout 1s;\n    }}",
+        upstream.url.trim_start_matches("ws://")
     );
-    std::fs::write(d.path("nginx.conf"), conf).unwrap();
-    let mut proxy = Killed(
-        Command::new(nginx)
-            .args([
-                "-p",
-                &dir.to_string(),
-                "-e",
-                &format!("{dir}/error.log"),
-                "-c",
-            ])
-            .arg(d.path("nginx.conf"))
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap(),
-    );
-    for _ in 0..200 {
-        if std::net::TcpStream::connect(("127.0.0.1", port)).is_ok() {
-            break;
-        }
-        std::thread::sleep(Duration::from_millis(25));
-    }
+    let (mut proxy, port) =
+        own_nginx(&d.0, "", &block).expect("nginx (scripts/brokers.sh installs it)");
     let direct = format!("{}/", upstream.url);
     let proxied = format!("ws://127.0.0.1:{port}/");
     let run = |keep_alive: &str| {

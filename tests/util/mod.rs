@@ -514,3 +514,41 @@ impl Drop for Killed {
         self.kill();
     }
 }
+
+/// An nginx of the test's own (the binary scripts/brokers.sh installs), in `dir`, with one
+/// server block listening on a free port: `server` is the block's body after its `listen`
+/// line. Returns it (killed when dropped) and its port. `None` without nginx.
+pub fn own_nginx(dir: &Path, listen_extra: &str, server: &str) -> Option<(Killed, u16)> {
+    let bin = [
+        "/usr/sbin/nginx",
+        "/usr/local/sbin/nginx",
+        "/usr/local/nginx/sbin/nginx",
+    ]
+    .into_iter()
+    .find(|p| Path::new(p).exists())?;
+    let port = free_port();
+    let d = dir.display();
+    let conf = format!(
+        "daemon off;\npid {d}/nginx.pid;\nerror_log {d}/error.log warn;\nevents {{}}\n\
+         http {{\n  access_log off;\n  client_body_temp_path {d}/body;\n  \
+         proxy_temp_path {d}/proxy;\n  fastcgi_temp_path {d}/fcgi;\n  \
+         uwsgi_temp_path {d}/uwsgi;\n  scgi_temp_path {d}/scgi;\n  server {{\n    \
+         listen 127.0.0.1:{port} {listen_extra};\n{server}\n  }}\n}}\n"
+    );
+    let file = dir.join("nginx.conf");
+    std::fs::write(&file, conf).unwrap();
+    let child = Command::new(bin)
+        .args(["-p", &d.to_string(), "-e", &format!("{d}/error.log"), "-c"])
+        .arg(&file)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    for _ in 0..200 {
+        if std::net::TcpStream::connect(("127.0.0.1", port)).is_ok() {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(25));
+    }
+    Some((Killed(child), port))
+}

@@ -136,11 +136,12 @@ enum Live {
 /// A connection on its way (boxed: it is stored while the request it will carry waits).
 type Opening = Pin<Box<dyn Future<Output = Result<(Live, bool), DriverError>> + Send>>;
 
-/// An HTTP/1.1 request caught by the keep-alive race ([`Event::Stale`]), waiting for the new
-/// connection it will be written on.
-struct Resend {
+/// A connection opened in the background (polled by [`Conn::poll_drive`]): for an HTTP/1.1
+/// request caught by the keep-alive race ([`Event::Stale`]), which it will carry, or for
+/// HTTP/2 requests a server refused unprocessed ([`Conn::h2_unprocessed`]).
+struct Reopen {
     opening: Opening,
-    request: H1Request,
+    request: Option<H1Request>,
 }
 
 /// Why [`Conn::poll_ready`] could not hand out the connection.
@@ -190,8 +191,8 @@ pub(crate) struct Conn {
     /// before a request goes out on it. (A session is one connection, whose end the runner
     /// counts.)
     producer: bool,
-    /// The request being sent again, while its new connection opens.
-    resend: Option<Resend>,
+    /// The connection opening in the background, if any.
+    resend: Option<Reopen>,
 }
 
 /// Opens a connection to `ep`: TCP (NODELAY), TLS for https://, then for HTTP/2 the handshake
@@ -303,12 +304,22 @@ impl Conn {
     /// one, if any.
     pub async fn connect(&mut self) -> Result<(), DriverError> {
         self.drop_live(Error::Abandoned);
-        if let Some(resend) = self.resend.take() {
-            self.done = Some(Done {
-                token: resend.request.token(),
-                generation: self.generation,
-                outcome: Outcome::Failed(Error::Abandoned),
-            });
+        if let Some(reopen) = self.resend.take() {
+            match reopen.request {
+                Some(request) => {
+                    self.done = Some(Done {
+                        token: request.token(),
+                        generation: self.generation,
+                        outcome: Outcome::Failed(Error::Abandoned),
+                    })
+                }
+                // HTTP/2: the connection on its way is the one wanted.
+                None => {
+                    let live = reopen.opening.await?;
+                    self.install(live);
+                    return Ok(());
+                }
+            }
         }
         if let Some(g) = self.ended_busy.take()
             && self.lost_gen < g
@@ -354,10 +365,37 @@ impl Conn {
         };
         self.stats.server_closed();
         self.stats.add_resent();
-        self.resend = Some(Resend {
+        self.resend = Some(Reopen {
             opening: Box::pin(open(self.ep.clone(), self.source, self.timeout)),
-            request: client.into_request(token),
+            request: Some(client.into_request(token)),
         });
+    }
+
+    /// HTTP/2: an exchange sent on connection `generation` was refused unprocessed (see
+    /// [`Outcome::Unprocessed`]). If that is the live connection, it is going away (GOAWAY)
+    /// or refusing streams: a new one starts opening in the background, and the old one is
+    /// left to finish what it took (its streams run in hyper's own tasks).
+    pub fn h2_unprocessed(&mut self, generation: u64) {
+        if generation != self.generation || self.resend.is_some() {
+            return;
+        }
+        if let Some(Live::H2 { .. }) = self.live.take() {
+            self.stats.server_closed();
+            self.resend = Some(Reopen {
+                opening: Box::pin(open(self.ep.clone(), self.source, self.timeout)),
+                request: None,
+            });
+        }
+    }
+
+    /// Starts opening a connection in the background unless one is open or opening.
+    pub fn open_in_background(&mut self) {
+        if self.live.is_none() && self.resend.is_none() && !self.http2_only {
+            self.resend = Some(Reopen {
+                opening: Box::pin(open(self.ep.clone(), self.source, self.timeout)),
+                request: None,
+            });
+        }
     }
 
     /// Drives the opening of the connection a request is sent again on: `Ready(None)` once
@@ -368,24 +406,26 @@ impl Conn {
             return Poll::Ready(None);
         };
         let opened = ready!(resend.opening.as_mut().poll(cx));
-        let Some(Resend { request, .. }) = self.resend.take() else {
+        let Some(Reopen { request, .. }) = self.resend.take() else {
             return Poll::Ready(None);
         };
         match opened {
             Ok(live) => {
                 self.install(live);
-                if let Some(Live::H1(client)) = self.live.as_mut() {
+                if let (Some(Live::H1(client)), Some(request)) = (self.live.as_mut(), request) {
                     client.resend(request);
                 }
                 Poll::Ready(None)
             }
             Err(e) => {
                 let error = Error::Reopen(e.to_string().into());
-                self.done = Some(Done {
-                    token: request.token(),
-                    generation: self.generation,
-                    outcome: Outcome::Failed(error.clone()),
-                });
+                if let Some(request) = request {
+                    self.done = Some(Done {
+                        token: request.token(),
+                        generation: self.generation,
+                        outcome: Outcome::Failed(error.clone()),
+                    });
+                }
                 self.lose(self.generation, &error);
                 Poll::Ready(Some(End::Failed(error)))
             }
@@ -556,6 +596,8 @@ impl Conn {
             return Poll::Ready(Err(NotReady::Gone));
         }
         let r = match self.live.as_mut() {
+            // Opening in the background (its waker registered by `poll_drive`).
+            None if self.resend.is_some() => return Poll::Pending,
             None => return Poll::Ready(Err(NotReady::Gone)),
             Some(Live::H1(client)) if client.is_busy() => return Poll::Pending,
             Some(Live::H1(client)) if self.producer && client.past_idle_limit() => {
@@ -598,10 +640,13 @@ impl Conn {
 
     /// HTTP/2: hands `req` to the connection (call after [`Conn::poll_ready`]); it goes out
     /// when the connection is next driven. `Closed` when there is no connection.
+    /// `resend` is the body to send it again with if it is refused unprocessed (`None` for a
+    /// request that is itself sent again: once only).
     pub fn submit_h2(
         &mut self,
         token: u64,
         req: Request<Payload>,
+        resend: Option<bytes::Bytes>,
     ) -> Result<Exchange, DriverError> {
         let head: ResponseFut = match self.live.as_mut() {
             Some(Live::H2 { tx, .. }) => Box::pin(tx.send_request(req)),
@@ -611,6 +656,7 @@ impl Conn {
             token,
             generation: self.generation,
             state: Stage::Head(head),
+            body: resend,
         })
     }
 
@@ -632,7 +678,7 @@ impl Conn {
     /// HTTP/1.1: whether a request was submitted whose outcome has not been taken.
     pub fn h1_outstanding(&self) -> bool {
         self.done.is_some()
-            || self.resend.is_some()
+            || self.resend.as_ref().is_some_and(|r| r.request.is_some())
             || matches!(&self.live, Some(Live::H1(c)) if c.is_busy())
     }
 
@@ -674,6 +720,20 @@ impl Conn {
     }
 }
 
+/// Whether an HTTP/2 failure says the server did not process the stream: it refused it
+/// (REFUSED_STREAM), or its GOAWAY (the remote's) left it out.
+fn unprocessed(e: &hyper::Error) -> bool {
+    let mut source = std::error::Error::source(e);
+    while let Some(s) = source {
+        if let Some(h2) = s.downcast_ref::<h2::Error>() {
+            return h2.reason() == Some(h2::Reason::REFUSED_STREAM)
+                || (h2.is_go_away() && h2.is_remote());
+        }
+        source = s.source();
+    }
+    false
+}
+
 /// How an exchange ended.
 #[derive(Debug)]
 pub(crate) enum Outcome {
@@ -681,6 +741,11 @@ pub(crate) enum Outcome {
     Status(u16),
     /// No complete response: the request or the connection failed.
     Failed(Error),
+    /// HTTP/2: the server refused the stream without processing it — a GOAWAY whose last
+    /// stream id is below it (nginx after `keepalive_requests`, 1,000 by default), or
+    /// REFUSED_STREAM — so it may be sent again on another connection (RFC 9113 §8.7). Carries
+    /// the request's body.
+    Unprocessed(bytes::Bytes),
 }
 
 enum Stage {
@@ -696,6 +761,9 @@ pub(crate) struct Exchange {
     /// The connection it went out on.
     generation: u64,
     state: Stage,
+    /// The request's body, kept (a reference count) to send it again if it is refused
+    /// unprocessed; `None` once it has been sent again.
+    body: Option<bytes::Bytes>,
 }
 
 /// A finished exchange.
@@ -725,7 +793,11 @@ impl Future for Exchange {
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Done> {
         let this = self.get_mut();
-        let failed = |e| Outcome::Failed(Error::Hyper(Arc::new(e)));
+        // Only a request refused before any answer may go again.
+        let failed = |body: Option<bytes::Bytes>, e: hyper::Error| match body {
+            Some(body) if unprocessed(&e) => Outcome::Unprocessed(body),
+            _ => Outcome::Failed(Error::Hyper(Arc::new(e))),
+        };
         loop {
             match &mut this.state {
                 Stage::Head(head) => match head.as_mut().poll(cx) {
@@ -737,13 +809,18 @@ impl Future for Exchange {
                             body: resp.into_body(),
                         };
                     }
-                    Poll::Ready(Err(e)) => return Poll::Ready(this.finish(failed(e))),
+                    Poll::Ready(Err(e)) => {
+                        let outcome = failed(this.body.take(), e);
+                        return Poll::Ready(this.finish(outcome));
+                    }
                 },
                 Stage::Body { status, body } => match Pin::new(&mut *body).poll_frame(cx) {
                     Poll::Pending => return Poll::Pending,
                     // Data is dropped as it comes: nothing of the response is kept.
                     Poll::Ready(Some(Ok(_frame))) => {}
-                    Poll::Ready(Some(Err(e))) => return Poll::Ready(this.finish(failed(e))),
+                    Poll::Ready(Some(Err(e))) => {
+                        return Poll::Ready(this.finish(failed(None, e)));
+                    }
                     Poll::Ready(None) => {
                         let status = *status;
                         return Poll::Ready(this.finish(Outcome::Status(status)));

@@ -4,7 +4,7 @@
 //! here, at construction, so a wrong option is a [`DriverError::Config`] before anything
 //! connects and the hot path never validates.
 
-use bytes::BytesMut;
+use bytes::{Bytes, BytesMut};
 use hyper::header::{
     CONTENT_LENGTH, CONTENT_TYPE, HOST, HeaderName, HeaderValue, TRANSFER_ENCODING,
 };
@@ -184,14 +184,27 @@ impl Endpoint {
     /// One HTTP/2 request carrying `payload` (dropped for GET and HEAD). `buf` is the caller's
     /// body buffer: the payload is copied into it and split off, so its memory is reused.
     pub fn request(&self, payload: &[u8], buf: &mut BytesMut) -> Request<Payload> {
-        let body = if self.with_body && !payload.is_empty() {
-            if buf.capacity() - buf.len() < payload.len() {
-                buf.reserve(BODY_CHUNK.max(payload.len()));
-            }
-            buf.extend_from_slice(payload);
-            Payload::new(buf.split().freeze())
-        } else {
+        self.request_with(self.body(payload, buf))
+    }
+
+    /// The body of a request carrying `payload`, cut from `buf` (empty for GET and HEAD).
+    pub fn body(&self, payload: &[u8], buf: &mut BytesMut) -> Bytes {
+        if !self.with_body || payload.is_empty() {
+            return Bytes::new();
+        }
+        if buf.capacity() - buf.len() < payload.len() {
+            buf.reserve(BODY_CHUNK.max(payload.len()));
+        }
+        buf.extend_from_slice(payload);
+        buf.split().freeze()
+    }
+
+    /// One HTTP/2 request with `body` (from [`Endpoint::body`]).
+    pub fn request_with(&self, body: Bytes) -> Request<Payload> {
+        let body = if body.is_empty() {
             Payload::empty()
+        } else {
+            Payload::new(body)
         };
         let mut req = Request::new(body);
         *req.method_mut() = self.method.clone();

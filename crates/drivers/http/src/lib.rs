@@ -20,7 +20,10 @@
 //!   concurrent streams per connection, up to the window and the server's
 //!   `SETTINGS_MAX_CONCURRENT_STREAMS` (read off the wire by `h2limit`, since hyper would
 //!   queue what is beyond it: a request is sent only when a stream is free, and a window above
-//!   the limit is said once as a warning). Over cleartext (`http://`) with prior knowledge (h2c); over TLS
+//!   the limit is said once as a warning). A request the server refuses unprocessed (a GOAWAY
+//!   whose last stream id is below it, as nginx sends after `keepalive_requests`, or
+//!   REFUSED_STREAM) is sent again, once, on a new connection (RFC 9113 §8.7), counted in
+//!   [`HttpStats::resent`]. Over cleartext (`http://`) with prior knowledge (h2c); over TLS
 //!   (`https://`) agreed by ALPN (`h2`) in the handshake — a server that does not agree is a
 //!   connect error, not a silent fallback to HTTP/1.1.
 //!
@@ -214,6 +217,7 @@ impl Driver for HttpDriver {
             acks: VecDeque::new(),
             buf: BytesMut::new(),
             window: spec.max_in_flight,
+            unprocessed: VecDeque::new(),
         })
     }
 
@@ -270,7 +274,7 @@ impl TallyGuard {
                 self.tally.response(*code, &self.stats, events);
                 status_ok(*code)
             }
-            Outcome::Failed(_) => {
+            Outcome::Failed(_) | Outcome::Unprocessed(_) => {
                 self.tally.no_response(&self.stats, events);
                 false
             }
@@ -303,6 +307,9 @@ pub struct HttpProducer {
     tally: TallyGuard,
     /// The runner's window: requests it may have in flight on this producer.
     window: usize,
+    /// HTTP/2 requests the server refused unprocessed, with their bodies, waiting for a
+    /// connection to be sent again on ([`Outcome::Unprocessed`]).
+    unprocessed: VecDeque<(u64, bytes::Bytes)>,
 }
 
 impl HttpProducer {
@@ -321,8 +328,44 @@ impl HttpProducer {
     fn busy(&self) -> bool {
         match &self.in_flight {
             InFlight::One => self.conn.h1_outstanding(),
-            InFlight::Many(set) => !set.is_empty(),
+            InFlight::Many(set) => !set.is_empty() || !self.unprocessed.is_empty(),
         }
+    }
+
+    /// HTTP/2: sends the requests refused unprocessed again, on a new connection (opened in
+    /// the background, driven from here). If none can be opened they fail.
+    fn resend_unprocessed(&mut self, cx: &mut Context<'_>) {
+        while let Some((token, body)) = self.unprocessed.pop_front() {
+            self.conn.open_in_background();
+            match self.conn.poll_ready(cx, true) {
+                Poll::Ready(Ok(())) => {
+                    let req = self.conn.ep.request_with(body);
+                    match (&mut self.in_flight, self.conn.submit_h2(token, req, None)) {
+                        (InFlight::Many(set), Ok(ex)) => set.push(ex),
+                        _ => self.give_up_unprocessed(token),
+                    }
+                }
+                Poll::Pending => {
+                    self.unprocessed.push_front((token, body));
+                    return;
+                }
+                // No connection opened: the connect error has been reported.
+                Poll::Ready(Err(NotReady::Gone)) => {
+                    self.give_up_unprocessed(token);
+                    while let Some((token, _)) = self.unprocessed.pop_front() {
+                        self.give_up_unprocessed(token);
+                    }
+                }
+            }
+        }
+    }
+
+    /// A request refused unprocessed that cannot be sent again: a nack without response.
+    fn give_up_unprocessed(&mut self, token: u64) {
+        self.tally
+            .tally
+            .no_response(&self.tally.stats, self.conn.events());
+        self.acks.push_back(Ack::One { token, ok: false });
     }
 
     /// Waits (bounded by the connect timeout) until a connection takes a request, opening one
@@ -438,8 +481,9 @@ impl Producer for HttpProducer {
         match &mut self.in_flight {
             InFlight::One => self.conn.submit_h1(msg.token, msg.payload)?,
             InFlight::Many(set) => {
-                let req = self.conn.ep.request(msg.payload, &mut self.buf);
-                set.push(self.conn.submit_h2(msg.token, req)?);
+                let body = self.conn.ep.body(msg.payload, &mut self.buf);
+                let req = self.conn.ep.request_with(body.clone());
+                set.push(self.conn.submit_h2(msg.token, req, Some(body))?);
             }
         }
         // The request goes out when the connection is driven: now, not when the runner next
@@ -495,9 +539,29 @@ impl HttpProducer {
                 None => return Poll::Ready(None),
             },
             // Responses arrive through hyper's own tasks.
-            InFlight::Many(set) => match ready!(Pin::new(set).poll_next(cx)) {
-                Some(done) => done,
-                None => return Poll::Ready(None),
+            InFlight::Many(_) => loop {
+                self.resend_unprocessed(cx);
+                if let Some(a) = self.acks.pop_front() {
+                    return Poll::Ready(Some(a));
+                }
+                let InFlight::Many(set) = &mut self.in_flight else {
+                    unreachable!("HTTP/2 in flight");
+                };
+                match ready!(Pin::new(set).poll_next(cx)) {
+                    Some(Done {
+                        token,
+                        generation,
+                        outcome: Outcome::Unprocessed(body),
+                    }) => {
+                        self.conn.h2_unprocessed(generation);
+                        self.tally.stats.add_resent();
+                        self.unprocessed.push_back((token, body));
+                    }
+                    Some(done) => break done,
+                    None if self.unprocessed.is_empty() => return Poll::Ready(None),
+                    // Waiting for the connection they go on (its waker is registered).
+                    None => return Poll::Pending,
+                }
             },
         };
         Poll::Ready(Some(self.ack(done)))
@@ -530,7 +594,7 @@ impl Session for HttpSession {
         let conn = &mut self.conn;
         let exchange = if conn.ep.http2 {
             let req = conn.ep.request(payload, &mut self.buf);
-            let mut ex = conn.submit_h2(0, req)?;
+            let mut ex = conn.submit_h2(0, req, None)?;
             tokio::time::timeout(
                 limit,
                 poll_fn(|cx| {
@@ -562,6 +626,10 @@ impl Session for HttpSession {
             Outcome::Status(_) if ok => Ok(()),
             Outcome::Status(code) => Err(DriverError::Send(format!("HTTP status {code}"))),
             Outcome::Failed(e) => Err(DriverError::Send(e.to_string())),
+            // Sessions send nothing again (no body is kept for it): not reached.
+            Outcome::Unprocessed(_) => Err(DriverError::Send(
+                "the server refused the request unprocessed".into(),
+            )),
         }
     }
 
