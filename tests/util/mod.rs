@@ -517,7 +517,8 @@ impl Drop for Killed {
 
 /// An nginx of the test's own (the binary scripts/brokers.sh installs), in `dir`, with one
 /// server block listening on a free port: `server` is the block's body after its `listen`
-/// line. Returns it (killed when dropped) and its port. `None` without nginx.
+/// line. Returns it (killed when dropped) and its port. `None` without nginx. One process
+/// (no master): killing it leaves no worker behind holding the port.
 pub fn own_nginx(dir: &Path, listen_extra: &str, server: &str) -> Option<(Killed, u16)> {
     let bin = [
         "/usr/sbin/nginx",
@@ -529,7 +530,7 @@ pub fn own_nginx(dir: &Path, listen_extra: &str, server: &str) -> Option<(Killed
     let port = free_port();
     let d = dir.display();
     let conf = format!(
-        "daemon off;\npid {d}/nginx.pid;\nerror_log {d}/error.log warn;\nevents {{}}\n\
+        "daemon off;\nmaster_process off;\npid {d}/nginx.pid;\nerror_log {d}/error.log warn;\nevents {{}}\n\
          http {{\n  access_log off;\n  client_body_temp_path {d}/body;\n  \
          proxy_temp_path {d}/proxy;\n  fastcgi_temp_path {d}/fcgi;\n  \
          uwsgi_temp_path {d}/uwsgi;\n  scgi_temp_path {d}/scgi;\n  server {{\n    \

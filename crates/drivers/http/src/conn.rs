@@ -192,7 +192,7 @@ pub(crate) struct Conn {
     /// counts.)
     producer: bool,
     /// The connection opening in the background, if any.
-    resend: Option<Reopen>,
+    reopen: Option<Reopen>,
 }
 
 /// Opens a connection to `ep`: TCP (NODELAY), TLS for https://, then for HTTP/2 the handshake
@@ -281,7 +281,7 @@ impl Conn {
             http2_only: false,
             report,
             producer: report,
-            resend: None,
+            reopen: None,
         }
     }
 
@@ -304,7 +304,7 @@ impl Conn {
     /// one, if any.
     pub async fn connect(&mut self) -> Result<(), DriverError> {
         self.drop_live(Error::Abandoned);
-        if let Some(reopen) = self.resend.take() {
+        if let Some(reopen) = self.reopen.take() {
             match reopen.request {
                 Some(request) => {
                     self.done = Some(Done {
@@ -365,7 +365,7 @@ impl Conn {
         };
         self.stats.server_closed();
         self.stats.add_resent();
-        self.resend = Some(Reopen {
+        self.reopen = Some(Reopen {
             opening: Box::pin(open(self.ep.clone(), self.source, self.timeout)),
             request: Some(client.into_request(token)),
         });
@@ -376,12 +376,12 @@ impl Conn {
     /// or refusing streams: a new one starts opening in the background, and the old one is
     /// left to finish what it took (its streams run in hyper's own tasks).
     pub fn h2_unprocessed(&mut self, generation: u64) {
-        if generation != self.generation || self.resend.is_some() {
+        if generation != self.generation || self.reopen.is_some() {
             return;
         }
         if let Some(Live::H2 { .. }) = self.live.take() {
             self.stats.server_closed();
-            self.resend = Some(Reopen {
+            self.reopen = Some(Reopen {
                 opening: Box::pin(open(self.ep.clone(), self.source, self.timeout)),
                 request: None,
             });
@@ -390,8 +390,8 @@ impl Conn {
 
     /// Starts opening a connection in the background unless one is open or opening.
     pub fn open_in_background(&mut self) {
-        if self.live.is_none() && self.resend.is_none() && !self.http2_only {
-            self.resend = Some(Reopen {
+        if self.live.is_none() && self.reopen.is_none() && !self.http2_only {
+            self.reopen = Some(Reopen {
                 opening: Box::pin(open(self.ep.clone(), self.source, self.timeout)),
                 request: None,
             });
@@ -402,11 +402,11 @@ impl Conn {
     /// it is open and carries the request, `Ready(Some)` if it did not open (the request fails
     /// with [`Error::Reopen`]).
     fn poll_resend(&mut self, cx: &mut Context<'_>) -> Poll<Option<End>> {
-        let Some(resend) = self.resend.as_mut() else {
+        let Some(reopen) = self.reopen.as_mut() else {
             return Poll::Ready(None);
         };
-        let opened = ready!(resend.opening.as_mut().poll(cx));
-        let Some(Reopen { request, .. }) = self.resend.take() else {
+        let opened = ready!(reopen.opening.as_mut().poll(cx));
+        let Some(Reopen { request, .. }) = self.reopen.take() else {
             return Poll::Ready(None);
         };
         match opened {
@@ -438,7 +438,7 @@ impl Conn {
     /// during this poll, accounted for as the type's docs say. HTTP/2 exchanges still in
     /// flight resolve on their own (streams below a GOAWAY's last stream id even complete).
     pub fn poll_drive(&mut self, cx: &mut Context<'_>, busy: bool) -> Option<End> {
-        if self.resend.is_some() {
+        if self.reopen.is_some() {
             match self.poll_resend(cx) {
                 Poll::Pending => return None,
                 Poll::Ready(Some(end)) => return Some(end),
@@ -597,7 +597,7 @@ impl Conn {
         }
         let r = match self.live.as_mut() {
             // Opening in the background (its waker registered by `poll_drive`).
-            None if self.resend.is_some() => return Poll::Pending,
+            None if self.reopen.is_some() => return Poll::Pending,
             None => return Poll::Ready(Err(NotReady::Gone)),
             Some(Live::H1(client)) if client.is_busy() => return Poll::Pending,
             Some(Live::H1(client)) if self.producer && client.past_idle_limit() => {
@@ -678,7 +678,7 @@ impl Conn {
     /// HTTP/1.1: whether a request was submitted whose outcome has not been taken.
     pub fn h1_outstanding(&self) -> bool {
         self.done.is_some()
-            || self.resend.as_ref().is_some_and(|r| r.request.is_some())
+            || self.reopen.as_ref().is_some_and(|r| r.request.is_some())
             || matches!(&self.live, Some(Live::H1(c)) if c.is_busy())
     }
 
@@ -686,7 +686,7 @@ impl Conn {
     /// accounts for it); the connection cannot carry another until it is replaced.
     pub fn forget_request(&mut self) {
         self.done = None;
-        self.resend = None;
+        self.reopen = None;
         if let Some(Live::H1(client)) = self.live.as_mut() {
             client.forget();
         }
@@ -704,7 +704,7 @@ impl Conn {
     /// then shuts the socket down; HTTP/2 sends GOAWAY (from hyper's connection task, once
     /// every handle is gone). Outcomes not taken yet are dropped.
     pub async fn close(&mut self) {
-        self.resend = None;
+        self.reopen = None;
         let limit = Duration::from_secs(1);
         match self.live.take() {
             None => {}

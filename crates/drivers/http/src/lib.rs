@@ -342,7 +342,7 @@ impl HttpProducer {
                     let req = self.conn.ep.request_with(body);
                     match (&mut self.in_flight, self.conn.submit_h2(token, req, None)) {
                         (InFlight::Many(set), Ok(ex)) => set.push(ex),
-                        _ => self.give_up_unprocessed(token),
+                        _ => self.give_up_unprocessed(token, cx),
                     }
                 }
                 Poll::Pending => {
@@ -351,21 +351,23 @@ impl HttpProducer {
                 }
                 // No connection opened: the connect error has been reported.
                 Poll::Ready(Err(NotReady::Gone)) => {
-                    self.give_up_unprocessed(token);
+                    self.give_up_unprocessed(token, cx);
                     while let Some((token, _)) = self.unprocessed.pop_front() {
-                        self.give_up_unprocessed(token);
+                        self.give_up_unprocessed(token, cx);
                     }
                 }
             }
         }
     }
 
-    /// A request refused unprocessed that cannot be sent again: a nack without response.
-    fn give_up_unprocessed(&mut self, token: u64) {
+    /// A request refused unprocessed that cannot be sent again: a nack without response,
+    /// queued for `poll_ack` (whose caller is woken to take it).
+    fn give_up_unprocessed(&mut self, token: u64, cx: &mut Context<'_>) {
         self.tally
             .tally
             .no_response(&self.tally.stats, self.conn.events());
         self.acks.push_back(Ack::One { token, ok: false });
+        cx.waker().wake_by_ref();
     }
 
     /// Waits (bounded by the connect timeout) until a connection takes a request, opening one
@@ -541,9 +543,6 @@ impl HttpProducer {
             // Responses arrive through hyper's own tasks.
             InFlight::Many(_) => loop {
                 self.resend_unprocessed(cx);
-                if let Some(a) = self.acks.pop_front() {
-                    return Poll::Ready(Some(a));
-                }
                 let InFlight::Many(set) = &mut self.in_flight else {
                     unreachable!("HTTP/2 in flight");
                 };
