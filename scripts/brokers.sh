@@ -101,6 +101,9 @@
 #     tests/it/nats.rs tries msgbench's ?tls_first against (`env` exports it as
 #     MSGBENCH_IT_NATS_SERVER_CURRENT once built). Optional: without Go or the module, `up`
 #     says so and that test says it was skipped.
+#   h2spec (v2.2.1, built the same way, optional the same way; `env` exports it as
+#     MSGBENCH_IT_H2SPEC): the HTTP/2 conformance tester tests/it/thirdparty.rs runs against
+#     `msgbench serve http` (h2c and TLS).
 # State (PID files, configs, logs, certificates) lives in
 # ${MSGBENCH_BROKERS_DIR:-$HOME/.cache/msgbench-brokers}.
 # Set MSGBENCH_NO_INSTALL=1 to forbid installing packages.
@@ -987,6 +990,23 @@ nats_current() {
   return 0
 }
 
+# h2spec_build: builds h2spec, the HTTP/2 conformance tester, once (optional, like nats_current).
+H2SPEC_VERSION=v2.2.1+incompatible
+H2SPEC=$STATE/gobin/h2spec-$H2SPEC_VERSION
+h2spec_build() {
+  [ -x "$H2SPEC" ] && return 0
+  command -v go >/dev/null 2>&1 || { log "note: no Go: the h2spec test will be skipped"; return 0; }
+  log "building h2spec $H2SPEC_VERSION with Go (once)"
+  mkdir -p "$STATE/gobin"
+  if GOBIN="$STATE/gobin" GOFLAGS=-mod=mod go install "github.com/summerwind/h2spec/cmd/h2spec@$H2SPEC_VERSION" \
+      >"$STATE/h2spec-build.log" 2>&1 && [ -x "$STATE/gobin/h2spec" ]; then
+    mv "$STATE/gobin/h2spec" "$H2SPEC"
+  else
+    log "note: could not build h2spec $H2SPEC_VERSION (see $STATE/h2spec-build.log): its test will be skipped"
+  fi
+  return 0
+}
+
 case "${1:-}" in
   up)
     if [ "${2:-}" = kafka ]; then kafka_up || { log "FAILED to start: kafka"; exit 1; }; exit 0; fi
@@ -1002,6 +1022,7 @@ case "${1:-}" in
     libzmq_up || failed+=(python3-zmq)
     peers_up || failed+=(third-party-clients)
     nats_current
+    h2spec_build
     if [ "${#failed[@]}" -gt 0 ]; then log "FAILED to start: ${failed[*]}"; exit 1; fi ;;
   down)
     if [ "${2:-}" = kafka ]; then stop kafka; exit 0; fi
@@ -1052,6 +1073,7 @@ case "${1:-}" in
     echo "export MSGBENCH_IT_HTTPS_CA=$(printf %q "$TLS/ca.pem")"
     if libzmq_python_ok; then echo "export MSGBENCH_IT_LIBZMQ_PYTHON=$SYS_PYTHON"; fi
     if peer_python_ok; then echo "export MSGBENCH_IT_PEER_PYTHON=$SYS_PYTHON"; fi
-    if [ -x "$NATS_CURRENT" ]; then echo "export MSGBENCH_IT_NATS_SERVER_CURRENT=$(printf %q "$NATS_CURRENT")"; fi ;;
+    if [ -x "$NATS_CURRENT" ]; then echo "export MSGBENCH_IT_NATS_SERVER_CURRENT=$(printf %q "$NATS_CURRENT")"; fi
+    if [ -x "$H2SPEC" ]; then echo "export MSGBENCH_IT_H2SPEC=$(printf %q "$H2SPEC")"; fi ;;
   *) echo "usage: $0 up [kafka]|down [kafka]|status|env|restart-rabbitmq [SECONDS]|restart-artemis [SECONDS]|kill-restart NAME [SECONDS]|pause NAME SECONDS|rabbitmqctl ARGS..." >&2; exit 2 ;;
 esac

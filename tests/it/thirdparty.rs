@@ -1014,6 +1014,60 @@ fn h2c_with_curl_and_nghttp() {
     }
 }
 
+/// h2spec's HTTP/2 conformance cases against `serve http`: every case passes over TLS with
+/// `h2` agreed by ALPN. On the plain port, which serves HTTP/1.1 and h2c side by side, the one
+/// allowed failure is "Sends invalid connection preface": such bytes are an HTTP/1.1 request
+/// there, answered with 400 and a close (nginx's h2c port does the same). h2spec is built by
+/// `scripts/brokers.sh up` when Go is installed (`MSGBENCH_IT_H2SPEC`).
+#[test]
+fn http2_conformance_with_h2spec() {
+    let Ok(h2spec) = std::env::var("MSGBENCH_IT_H2SPEC") else {
+        eprintln!("skipped: no h2spec (scripts/brokers.sh up builds one with Go)");
+        return;
+    };
+    let h2spec_run = |port: &str, tls: bool| {
+        let mut cmd = Command::new(&h2spec);
+        cmd.args(["-h", "127.0.0.1", "-p", port, "-o", "5"]);
+        if tls {
+            cmd.args(["-t", "-k"]);
+        }
+        let ran = run(&mut cmd);
+        let summary = ran
+            .stdout
+            .lines()
+            .find(|l| l.contains(" tests, "))
+            .unwrap_or_else(|| panic!("no h2spec summary: {}", ran.context()))
+            .to_string();
+        let failed: Vec<String> = ran
+            .stdout
+            .split("Failures:")
+            .nth(1)
+            .unwrap_or("")
+            .lines()
+            .filter_map(|l| l.trim().strip_prefix("× "))
+            .map(str::to_string)
+            .collect();
+        (summary, failed, ran.context())
+    };
+    let tls = Server::https();
+    let (summary, failed, ctx) = h2spec_run(&port_of(&tls.url), true);
+    assert!(failed.is_empty(), "{summary}: {failed:?}\n{ctx}");
+    assert!(summary.contains(" 0 failed"), "{summary}\n{ctx}");
+    let plain = Server::http();
+    let (summary, failed, ctx) = h2spec_run(&port_of(&plain.url), false);
+    assert!(
+        failed
+            .iter()
+            .all(|f| f.ends_with("Sends invalid connection preface")),
+        "{summary}: {failed:?}\n{ctx}"
+    );
+    assert!(failed.len() <= 1, "{summary}: {failed:?}\n{ctx}");
+    assert!(
+        summary.contains(&format!(" {} failed", failed.len())),
+        "{summary}\n{ctx}"
+    );
+}
+
 /// HTTPS with the test CA: curl agrees on HTTP/2 by ALPN and reuses the connection; asked for
 /// HTTP/1.1 it gets HTTP/1.1; certificate verification passes (curl verifies by default).
 #[test]

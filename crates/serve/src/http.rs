@@ -6,7 +6,7 @@
 //! HTTP/1.1 and HTTP/2 with prior knowledge (h2c) on the same port: hyper-util's auto
 //! connection looks at the first bytes of each connection. With a TLS acceptor
 //! ([`HttpServer::with_tls`]) the same over TLS (`https://`), HTTP/2 agreed by ALPN when the
-//! acceptor offers `h2`; a handshake that fails or takes longer than [`TLS_HANDSHAKE`] just
+//! acceptor offers `h2` (and then only HTTP/2 on that connection); a handshake that fails or takes longer than [`TLS_HANDSHAKE`] just
 //! ends that connection.
 
 use bytes::Bytes;
@@ -130,9 +130,7 @@ impl HttpServer {
     /// retried). On stop the listener closes, connections are asked to finish (HTTP/1.1: after
     /// the request in progress; HTTP/2: GOAWAY) and cut after two seconds.
     pub async fn serve(self, listener: TcpListener, stop: impl Future<Output = ()> + Send) {
-        let mut builder = auto::Builder::new(TokioExecutor::new());
-        builder.http2().max_concurrent_streams(self.max_streams);
-        let builder = Arc::new(builder);
+        let builders = Arc::new(Builders::new(self.max_streams));
         let answer = self.answer();
         let tls = self.tls.clone();
         let name = "msgbench http server";
@@ -142,13 +140,17 @@ impl HttpServer {
             stop,
             STOP_GRACE,
             |sock, shutdown| {
-                let (builder, answer, tls) = (builder.clone(), answer.clone(), tls.clone());
+                let (builders, answer, tls) = (builders.clone(), answer.clone(), tls.clone());
                 async move {
                     match tls {
-                        None => connection(builder, TokioIo::new(sock), answer, shutdown).await,
+                        None => {
+                            let io = TokioIo::new(sock);
+                            connection(&builders.either, io, answer, shutdown).await
+                        }
                         Some(acceptor) => {
                             let tls = tokio::time::timeout(TLS_HANDSHAKE, acceptor.accept(sock));
                             if let Ok(Ok(tls)) = tls.await {
+                                let builder = builders.for_alpn(tls.get_ref().1.alpn_protocol());
                                 connection(builder, TokioIo::new(tls), answer, shutdown).await;
                             }
                         }
@@ -168,9 +170,43 @@ pub struct Bound {
     pub listener: TcpListener,
 }
 
+/// How a connection is served: either version, told apart by its first bytes (plain TCP, and
+/// TLS without ALPN), or the one version TLS agreed on. Once ALPN chose `h2` the connection is
+/// HTTP/2 and nothing else (RFC 9113 3.3): a client that then sends something other than the
+/// connection preface gets the connection closed, not an HTTP/1.1 answer to what it sent.
+struct Builders {
+    either: auto::Builder<TokioExecutor>,
+    h1: auto::Builder<TokioExecutor>,
+    h2: auto::Builder<TokioExecutor>,
+}
+
+impl Builders {
+    fn new(max_streams: u32) -> Builders {
+        let builder = || {
+            let mut b = auto::Builder::new(TokioExecutor::new());
+            b.http2().max_concurrent_streams(max_streams);
+            b
+        };
+        Builders {
+            either: builder(),
+            h1: builder().http1_only(),
+            h2: builder().http2_only(),
+        }
+    }
+
+    /// The builder for a TLS connection whose handshake agreed on `alpn`.
+    fn for_alpn(&self, alpn: Option<&[u8]>) -> &auto::Builder<TokioExecutor> {
+        match alpn {
+            Some(b"h2") => &self.h2,
+            Some(b"http/1.1") => &self.h1,
+            _ => &self.either,
+        }
+    }
+}
+
 /// Serves one connection (TCP or TLS) until it ends, finishing gracefully when told to stop.
 async fn connection<S>(
-    builder: Arc<auto::Builder<TokioExecutor>>,
+    builder: &auto::Builder<TokioExecutor>,
     io: TokioIo<S>,
     answer: Answer,
     mut shutdown: watch::Receiver<bool>,
