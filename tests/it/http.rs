@@ -364,7 +364,9 @@ s.listen(0, '127.0.0.1', () => console.log(s.address().port));
 
 /// nginx ends an HTTP/2 connection after `keepalive_requests` (1,000 by default; 100 here)
 /// with a GOAWAY: the streams above its last stream id were not processed and are refused.
-/// Those requests are sent again on a new connection (RFC 9113 §8.7), so none is lost.
+/// Those requests are sent again on a new connection (RFC 9113 §8.7), as are those hyper had
+/// queued and not yet sent when the connection closed, so none is lost (20,000 requests over
+/// some 200 GOAWAYs: before the queued ones were sent again, about one run in three lost some).
 #[test]
 fn http2_requests_refused_by_a_goaway_are_sent_again() {
     need!("MSGBENCH_IT_HTTP_URL");
@@ -379,14 +381,14 @@ fn http2_requests_refused_by_a_goaway_are_sent_again() {
     let r = run_json(
         &d.0,
         &[
-            "run", &url, "--http2", "-p", "2", "-n", "3000", "--warmup", "0s",
+            "run", &url, "--http2", "-p", "2", "-n", "20000", "--warmup", "0s",
         ],
     );
     let m = measure(&r);
-    assert_eq!(u(&m["counters"]["acked"]), 3000, "{m}");
+    assert_eq!(u(&m["counters"]["acked"]), 20000, "{m}");
     assert_eq!(u(&m["counters"]["nacked"]), 0, "{m}");
     let resp = &r["responses"];
-    assert!(u(&resp["connections"]) >= 30, "{resp}");
+    assert!(u(&resp["connections"]) >= 200, "{resp}");
     assert!(
         u(&resp["resent"]) > 0,
         "the GOAWAYs refused requests: {resp}"

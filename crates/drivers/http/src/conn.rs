@@ -642,11 +642,14 @@ impl Conn {
     /// when the connection is next driven. `Closed` when there is no connection.
     /// `resend` is the body to send it again with if it is refused unprocessed (`None` for a
     /// request that is itself sent again: once only).
+    /// Sends an HTTP/2 request. `body` is kept to send it again should the server refuse it
+    /// unprocessed, unless this is already its [`MAX_SENDS`]th time (`sends` counts this one).
     pub fn submit_h2(
         &mut self,
         token: u64,
         req: Request<Payload>,
-        resend: Option<bytes::Bytes>,
+        body: Option<bytes::Bytes>,
+        sends: u8,
     ) -> Result<Exchange, DriverError> {
         let head: ResponseFut = match self.live.as_mut() {
             Some(Live::H2 { tx, .. }) => Box::pin(tx.send_request(req)),
@@ -656,7 +659,8 @@ impl Conn {
             token,
             generation: self.generation,
             state: Stage::Head(head),
-            body: resend,
+            body: body.filter(|_| sends < MAX_SENDS),
+            sends,
         })
     }
 
@@ -721,8 +725,14 @@ impl Conn {
 }
 
 /// Whether an HTTP/2 failure says the server did not process the stream: it refused it
-/// (REFUSED_STREAM), or its GOAWAY (the remote's) left it out.
+/// (REFUSED_STREAM), or its GOAWAY (the remote's) left it out; or the request never left
+/// msgbench: hyper cancels a request still queued for the connection when that connection
+/// closes (after nginx's GOAWAY, requests queued behind the last stream it took), so the
+/// server never saw it.
 fn unprocessed(e: &hyper::Error) -> bool {
+    if e.is_canceled() {
+        return true;
+    }
     let mut source = std::error::Error::source(e);
     while let Some(s) = source {
         if let Some(h2) = s.downcast_ref::<h2::Error>() {
@@ -743,10 +753,17 @@ pub(crate) enum Outcome {
     Failed(Error),
     /// HTTP/2: the server refused the stream without processing it — a GOAWAY whose last
     /// stream id is below it (nginx after `keepalive_requests`, 1,000 by default), or
-    /// REFUSED_STREAM — so it may be sent again on another connection (RFC 9113 §8.7). Carries
-    /// the request's body.
-    Unprocessed(bytes::Bytes),
+    /// REFUSED_STREAM — or the connection closed before the request left (see
+    /// `unprocessed`), so it may be sent again on another connection (RFC 9113 §8.7). Carries
+    /// the request's body and how many times it has been sent.
+    Unprocessed(bytes::Bytes, u8),
 }
+
+/// How many times an HTTP/2 request refused unprocessed is sent in all. Against nginx's
+/// GOAWAY every `keepalive_requests` a request can be refused again on the connection it was
+/// sent again on (that one reached its own limit first); a server that keeps refusing it is
+/// answered by a nack after the fourth time.
+pub(crate) const MAX_SENDS: u8 = 4;
 
 enum Stage {
     Head(ResponseFut),
@@ -762,8 +779,10 @@ pub(crate) struct Exchange {
     generation: u64,
     state: Stage,
     /// The request's body, kept (a reference count) to send it again if it is refused
-    /// unprocessed; `None` once it has been sent again.
+    /// unprocessed; `None` once it has been sent [`MAX_SENDS`] times.
     body: Option<bytes::Bytes>,
+    /// How many times it has been sent, this one included.
+    sends: u8,
 }
 
 /// A finished exchange.
@@ -794,8 +813,9 @@ impl Future for Exchange {
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Done> {
         let this = self.get_mut();
         // Only a request refused before any answer may go again.
+        let sends = this.sends;
         let failed = |body: Option<bytes::Bytes>, e: hyper::Error| match body {
-            Some(body) if unprocessed(&e) => Outcome::Unprocessed(body),
+            Some(body) if unprocessed(&e) => Outcome::Unprocessed(body, sends),
             _ => Outcome::Failed(Error::Hyper(Arc::new(e))),
         };
         loop {

@@ -22,7 +22,7 @@
 //!   queue what is beyond it: a request is sent only when a stream is free, and a window above
 //!   the limit is said once as a warning). A request the server refuses unprocessed (a GOAWAY
 //!   whose last stream id is below it, as nginx sends after `keepalive_requests`, or
-//!   REFUSED_STREAM) is sent again, once, on a new connection (RFC 9113 §8.7), counted in
+//!   REFUSED_STREAM) is sent again on a new connection (RFC 9113 §8.7; up to four sends in all), counted in
 //!   [`HttpStats::resent`]. Over cleartext (`http://`) with prior knowledge (h2c); over TLS
 //!   (`https://`) agreed by ALPN (`h2`) in the handshake — a server that does not agree is a
 //!   connect error, not a silent fallback to HTTP/1.1.
@@ -274,7 +274,7 @@ impl TallyGuard {
                 self.tally.response(*code, &self.stats, events);
                 status_ok(*code)
             }
-            Outcome::Failed(_) | Outcome::Unprocessed(_) => {
+            Outcome::Failed(_) | Outcome::Unprocessed(..) => {
                 self.tally.no_response(&self.stats, events);
                 false
             }
@@ -307,9 +307,10 @@ pub struct HttpProducer {
     tally: TallyGuard,
     /// The runner's window: requests it may have in flight on this producer.
     window: usize,
-    /// HTTP/2 requests the server refused unprocessed, with their bodies, waiting for a
-    /// connection to be sent again on ([`Outcome::Unprocessed`]).
-    unprocessed: VecDeque<(u64, bytes::Bytes)>,
+    /// HTTP/2 requests the server refused unprocessed, with their bodies and how many times
+    /// they were sent, waiting for a connection to be sent again on
+    /// ([`Outcome::Unprocessed`]).
+    unprocessed: VecDeque<(u64, bytes::Bytes, u8)>,
 }
 
 impl HttpProducer {
@@ -335,24 +336,25 @@ impl HttpProducer {
     /// HTTP/2: sends the requests refused unprocessed again, on a new connection (opened in
     /// the background, driven from here). If none can be opened they fail.
     fn resend_unprocessed(&mut self, cx: &mut Context<'_>) {
-        while let Some((token, body)) = self.unprocessed.pop_front() {
+        while let Some((token, body, sends)) = self.unprocessed.pop_front() {
             self.conn.open_in_background();
             match self.conn.poll_ready(cx, true) {
                 Poll::Ready(Ok(())) => {
-                    let req = self.conn.ep.request_with(body);
-                    match (&mut self.in_flight, self.conn.submit_h2(token, req, None)) {
+                    let req = self.conn.ep.request_with(body.clone());
+                    let ex = self.conn.submit_h2(token, req, Some(body), sends + 1);
+                    match (&mut self.in_flight, ex) {
                         (InFlight::Many(set), Ok(ex)) => set.push(ex),
                         _ => self.give_up_unprocessed(token, cx),
                     }
                 }
                 Poll::Pending => {
-                    self.unprocessed.push_front((token, body));
+                    self.unprocessed.push_front((token, body, sends));
                     return;
                 }
                 // No connection opened: the connect error has been reported.
                 Poll::Ready(Err(NotReady::Gone)) => {
                     self.give_up_unprocessed(token, cx);
-                    while let Some((token, _)) = self.unprocessed.pop_front() {
+                    while let Some((token, ..)) = self.unprocessed.pop_front() {
                         self.give_up_unprocessed(token, cx);
                     }
                 }
@@ -485,7 +487,7 @@ impl Producer for HttpProducer {
             InFlight::Many(set) => {
                 let body = self.conn.ep.body(msg.payload, &mut self.buf);
                 let req = self.conn.ep.request_with(body.clone());
-                set.push(self.conn.submit_h2(msg.token, req, Some(body))?);
+                set.push(self.conn.submit_h2(msg.token, req, Some(body), 1)?);
             }
         }
         // The request goes out when the connection is driven: now, not when the runner next
@@ -550,11 +552,11 @@ impl HttpProducer {
                     Some(Done {
                         token,
                         generation,
-                        outcome: Outcome::Unprocessed(body),
+                        outcome: Outcome::Unprocessed(body, sends),
                     }) => {
                         self.conn.h2_unprocessed(generation);
                         self.tally.stats.add_resent();
-                        self.unprocessed.push_back((token, body));
+                        self.unprocessed.push_back((token, body, sends));
                     }
                     Some(done) => break done,
                     None if self.unprocessed.is_empty() => return Poll::Ready(None),
@@ -593,7 +595,7 @@ impl Session for HttpSession {
         let conn = &mut self.conn;
         let exchange = if conn.ep.http2 {
             let req = conn.ep.request(payload, &mut self.buf);
-            let mut ex = conn.submit_h2(0, req, None)?;
+            let mut ex = conn.submit_h2(0, req, None, 1)?;
             tokio::time::timeout(
                 limit,
                 poll_fn(|cx| {
@@ -626,7 +628,7 @@ impl Session for HttpSession {
             Outcome::Status(code) => Err(DriverError::Send(format!("HTTP status {code}"))),
             Outcome::Failed(e) => Err(DriverError::Send(e.to_string())),
             // Sessions send nothing again (no body is kept for it): not reached.
-            Outcome::Unprocessed(_) => Err(DriverError::Send(
+            Outcome::Unprocessed(..) => Err(DriverError::Send(
                 "the server refused the request unprocessed".into(),
             )),
         }
