@@ -160,6 +160,48 @@ fn exchange_and_queue_types() {
     assert_eq!(u(&measure(&r)["counters"]["acked"]), 3000);
 }
 
+/// RabbitMQ streams over AMQP 0-9-1: a stream is a log, so each of 3 consumers reads every
+/// confirmed message (expected = messages × consumers, none lost or doubled) from the stream's
+/// end. What a stream refuses (automatic acks, purging, x-max-length, no prefetch) is refused
+/// before connecting, and a queue group with why; RabbitMQ would close the connection.
+#[test]
+fn stream_queues_are_read_whole_by_every_consumer() {
+    let d = TempDir::new("amqp-stream");
+    let url = need!(AMQP);
+    let stream = ["--queue-type", "stream", "--topic", "it.stream"];
+    let mut args = stream.to_vec();
+    args.extend(["--confirm", "-c", "3", "-n", "3000"]);
+    let r = run_json(&d.0, &run_args(&url, &args));
+    let i = &r["integrity"];
+    let counts = ["expected", "delivered", "lost", "duplicated"].map(|k| u(&i[k]));
+    assert_eq!(counts, [9000, 9000, 0, 0], "{i}");
+    assert_eq!(u(&measure(&r)["counters"]["acked"]), 3000);
+    for (extra, says) in [
+        (
+            &["--auto-ack"][..],
+            "amqp.auto_ack: a stream takes no automatic acknowledgement",
+        ),
+        (&["--purge"], "amqp.purge: a stream cannot be purged"),
+        (
+            &["--max-length", "10"],
+            "amqp.max_length: a stream takes no x-max-length",
+        ),
+        (
+            &["--prefetch", "0"],
+            "amqp.prefetch: a stream's consumers need a prefetch",
+        ),
+        (&["--queue-group", "g"], "queue group `g` on a stream"),
+    ] {
+        let mut args = run_args(&url, &stream);
+        args.extend(["-n", "10"]);
+        args.extend(extra);
+        let out = msgbench(&d.0, &args);
+        let err = stderr(&out);
+        assert!(!out.status.success(), "{extra:?}: {err}");
+        assert!(err.contains(says), "{extra:?}: {err}");
+    }
+}
+
 /// The default exchange routes by queue name; acks can be automatic or batched.
 #[test]
 fn default_exchange_and_ack_modes() {

@@ -522,13 +522,19 @@ impl Conn {
 }
 
 /// basic.qos + basic.consume on the link's channel; returns when the server confirmed the
-/// consumer.
+/// consumer. A `stream` consumer starts at the stream's end (`x-stream-offset` `next`).
 pub async fn start_consuming(
     conn: &mut crate::link::Link,
     queue: &str,
     prefetch: u16,
     no_ack: bool,
+    stream: bool,
 ) -> io::Result<()> {
+    let mut arguments = FieldTable::default();
+    if stream {
+        let next = AMQPValue::LongString("next".into());
+        arguments.insert("x-stream-offset".into(), next);
+    }
     if prefetch > 0 {
         match conn
             .call(AMQPClass::Basic(basic::AMQPMethod::Qos(basic::Qos {
@@ -550,7 +556,7 @@ pub async fn start_consuming(
                 no_ack,
                 exclusive: false,
                 nowait: false,
-                arguments: FieldTable::default(),
+                arguments,
             },
         )))
         .await?

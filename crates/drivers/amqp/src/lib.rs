@@ -12,8 +12,14 @@
 //! - fan-out consumers each get an exclusive, server-named queue bound with the topic, so every
 //!   consumer receives every message;
 //! - a queue group shares one queue `msgbench.<group>.<topic>` (competing consumers);
-//! - `durable`, `queue_type` (classic / quorum) and `max_length` apply to the shared queues;
-//!   `purge` empties them before the run; non-durable ones are auto-deleted after it.
+//! - `durable`, `queue_type` (classic / quorum / stream), `max_length` and `max_length_bytes`
+//!   apply to the shared queues; `purge` empties them before the run; non-durable ones are
+//!   auto-deleted after it.
+//! - with `queue_type = "stream"` (RabbitMQ's streams over AMQP 0-9-1) every consumer reads
+//!   the one stream `msgbench.<topic>` whole (a stream is a log, not a queue: reading takes
+//!   nothing away), from its end (`x-stream-offset` `next`), with a prefetch and manual acks as
+//!   RabbitMQ requires; so consumers are fan-out ones and a queue group is refused. A consumer
+//!   that reconnects starts again at the end: what was appended meanwhile is counted lost.
 //! - closing sends channel.close before connection.close: RabbitMQ confirms the channel close
 //!   only after handling every publish before it, whereas closing the connection at once was
 //!   measured to lose the last ~100 unconfirmed publishes of a 200,000-message run.
@@ -217,15 +223,31 @@ impl Inner {
         purge: bool,
     ) -> Result<String, DriverError> {
         let mut args = FieldTable::default();
+        let stream = shared && self.stream();
         if shared {
-            if self.amqp.queue_type == "quorum" {
-                args.insert(
-                    "x-queue-type".into(),
-                    AMQPValue::LongString("quorum".into()),
-                );
+            if self.amqp.queue_type != "classic" {
+                let kind = self.amqp.queue_type.as_str();
+                args.insert("x-queue-type".into(), AMQPValue::LongString(kind.into()));
             }
             if let Some(n) = self.amqp.max_length {
                 args.insert("x-max-length".into(), AMQPValue::LongLongInt(n as i64));
+            }
+            let bytes = match self.amqp.max_length_bytes {
+                None if stream => {
+                    let segment = options::STREAM_SEGMENT as i64;
+                    args.insert(
+                        "x-stream-max-segment-size-bytes".into(),
+                        AMQPValue::LongLongInt(segment),
+                    );
+                    Some(options::STREAM_RETENTION)
+                }
+                b => b,
+            };
+            if let Some(n) = bytes {
+                args.insert(
+                    "x-max-length-bytes".into(),
+                    AMQPValue::LongLongInt(n as i64),
+                );
             }
         }
         let sub =
@@ -274,7 +296,7 @@ impl Inner {
                 }
             }
         }
-        if shared && purge {
+        if shared && purge && !stream {
             match c
                 .call(AMQPClass::Queue(queue::AMQPMethod::Purge(queue::Purge {
                     queue: ShortString::from(declared.as_str()),
@@ -306,6 +328,8 @@ impl Inner {
             // The default exchange routes by queue name: the topic is the queue.
             (_, true) => spec.topic.clone(),
             (Some(g), false) => format!("msgbench.{g}.{}", spec.topic),
+            // A stream is read whole by each consumer: one per topic, shared by name.
+            (None, false) if self.stream() => format!("msgbench.{}", spec.topic),
             (None, false) => return self.declare_queue(c, "", &spec.topic, false, false).await,
         };
         let mut declared = self.declared.lock().await;
@@ -332,9 +356,15 @@ impl Inner {
         let queue = self
             .consumer_queue(c, spec, first && self.amqp.purge)
             .await?;
-        conn::start_consuming(c, &queue, self.amqp.prefetch, self.amqp.auto_ack)
+        let stream = self.stream();
+        conn::start_consuming(c, &queue, self.amqp.prefetch, self.amqp.auto_ack, stream)
             .await
             .map_err(|e| DriverError::Subscribe(format!("consuming from `{queue}`: {e}")))
+    }
+
+    /// Whether the shared queues are RabbitMQ streams.
+    fn stream(&self) -> bool {
+        self.amqp.queue_type == options::STREAM
     }
 
     async fn setup_producer(&self, c: &mut Link) -> Result<(), DriverError> {
@@ -399,6 +429,11 @@ impl Driver for AmqpDriver {
         short("the routing key", &spec.topic)?;
         if let Some(g) = &spec.group {
             short("the queue name", &format!("msgbench.{g}.{}", spec.topic))?;
+            if d.stream() {
+                return Err(DriverError::Config(format!(
+                    "queue group `{g}` on a stream: every consumer of a stream reads all of it, so consumers cannot compete for its messages (drop --queue-group for fan-out consumers of one stream, or use --queue-type quorum)"
+                )));
+            }
         }
         let mut conn = d.link("sub", spec.id as u64, spec.source).await?;
         d.subscribe(&mut conn, spec, true).await?;

@@ -30,10 +30,12 @@ pub struct AmqpSection {
     pub ack_every: Option<u32>,
     /// Durable exchange and queues.
     pub durable: Option<bool>,
-    /// `classic` or `quorum`.
+    /// `classic`, `quorum` or `stream`.
     pub queue_type: Option<String>,
     /// `x-max-length` of the queues.
     pub max_length: Option<u64>,
+    /// `x-max-length-bytes` of the queues (a stream's retention).
+    pub max_length_bytes: Option<u64>,
     /// Purge the queues before the run.
     pub purge: Option<bool>,
     /// Channels per connection: producers (and, separately, consumers) share connections, this
@@ -63,14 +65,63 @@ pub struct AmqpPlan {
     pub ack_every: u32,
     /// Durable exchange and queues.
     pub durable: bool,
-    /// `classic` or `quorum`.
+    /// `classic`, `quorum` or `stream` (RabbitMQ 3.9+: an append-only log that every
+    /// consumer reads whole from where it starts, `x-stream-offset` `next`; see [`STREAM`]).
     pub queue_type: String,
     /// `x-max-length`.
     pub max_length: Option<u64>,
+    /// `x-max-length-bytes` (for a stream, its retention: [`STREAM_RETENTION`] unless set).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_length_bytes: Option<u64>,
     /// Purge queues before the run.
     pub purge: bool,
     /// Clients per connection, each on its own channel (1 = a connection per client).
     pub channels_per_connection: u16,
+}
+
+/// The queue type of a RabbitMQ stream (`x-queue-type`).
+pub const STREAM: &str = "stream";
+
+/// A stream's retention (`x-max-length-bytes`) when none is given: a benchmark appends fast,
+/// and a stream keeps everything by default, so without a bound repeated runs would fill the
+/// broker's disk. RabbitMQ drops whole segments, so the segments are made 100 MB
+/// ([`STREAM_SEGMENT`]) instead of 500 MB, to keep the disk use near the bound.
+pub const STREAM_RETENTION: u64 = 1 << 30;
+
+/// `x-stream-max-segment-size-bytes` with [`STREAM_RETENTION`].
+pub const STREAM_SEGMENT: u64 = 100_000_000;
+
+/// What a RabbitMQ stream refuses, refused before connecting, with what to do instead (the
+/// broker would close the channel or the whole connection: 406 or 540).
+fn stream_fits(a: &AmqpSection) -> Result<(), PlanError> {
+    if a.auto_ack == Some(true) {
+        return Err(err(
+            "amqp.auto_ack",
+            "a stream takes no automatic acknowledgement (RabbitMQ answers 540 NOT_IMPLEMENTED): drop --auto-ack; consumers ack every --ack-every deliveries",
+        ));
+    }
+    if a.prefetch == Some(0) {
+        return Err(err(
+            "amqp.prefetch",
+            "a stream's consumers need a prefetch (RabbitMQ answers 406 without one): give --prefetch above 0",
+        ));
+    }
+    if a.max_length.is_some() {
+        return Err(err(
+            "amqp.max_length",
+            "a stream takes no x-max-length: its retention is in bytes (--max-length-bytes)",
+        ));
+    }
+    if a.durable == Some(false) {
+        return Err(err("amqp.durable", "a stream is always durable"));
+    }
+    if a.purge == Some(true) {
+        return Err(err(
+            "amqp.purge",
+            "a stream cannot be purged (RabbitMQ answers 540 NOT_IMPLEMENTED); nothing it held before is read anyway: its consumers start at its end",
+        ));
+    }
+    Ok(())
 }
 
 fn err(setting: &'static str, message: impl Into<String>) -> PlanError {
@@ -94,13 +145,16 @@ impl DriverSection for AmqpSection {
             ));
         }
         let queue_type = a.queue_type.clone().unwrap_or_else(|| "classic".into());
-        if !["classic", "quorum"].contains(&queue_type.as_str()) {
+        if !["classic", "quorum", STREAM].contains(&queue_type.as_str()) {
             return Err(err(
                 "amqp.queue_type",
-                format!("`{queue_type}`: use classic or quorum"),
+                format!("`{queue_type}`: use classic, quorum or stream"),
             ));
         }
-        let durable = a.durable.unwrap_or(queue_type == "quorum");
+        if queue_type == STREAM {
+            stream_fits(a)?;
+        }
+        let durable = a.durable.unwrap_or(queue_type != "classic");
         // Redeclaring an exchange with other flags fails (406), so durable runs get their own.
         // Neither is named like the default topic (`msgbench`): Qpid Broker-J resolves a name
         // to an exchange before a queue, and an AMQP 1.0 run's queue `msgbench` (or a default
@@ -141,6 +195,7 @@ impl DriverSection for AmqpSection {
             durable,
             queue_type,
             max_length: a.max_length,
+            max_length_bytes: a.max_length_bytes,
             purge: a.purge.unwrap_or(false),
             channels_per_connection,
         })
@@ -172,12 +227,18 @@ pub struct AmqpArgs {
     /// Durable exchange and queues.
     #[arg(long)]
     pub durable: bool,
-    /// Queue type of shared queues: classic (default) or quorum.
+    /// Queue type of shared queues: classic (default), quorum, or stream (RabbitMQ 3.9+: one
+    /// stream per topic that every consumer reads whole from its end; durable, manual acks,
+    /// no --queue-group).
     #[arg(long)]
     pub queue_type: Option<String>,
     /// x-max-length of shared queues.
     #[arg(long)]
     pub max_length: Option<u64>,
+    /// x-max-length-bytes of shared queues; a stream's retention (default for streams 1 GiB,
+    /// in 100 MB segments).
+    #[arg(long, value_name = "BYTES")]
+    pub max_length_bytes: Option<u64>,
     /// Purge shared queues before the run.
     #[arg(long)]
     pub purge: bool,
@@ -202,6 +263,7 @@ impl AmqpArgs {
             durable: self.durable.then_some(true),
             queue_type: self.queue_type.clone(),
             max_length: self.max_length,
+            max_length_bytes: self.max_length_bytes,
             purge: self.purge.then_some(true),
             channels_per_connection: self.channels,
         }
