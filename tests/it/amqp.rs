@@ -202,6 +202,49 @@ fn stream_queues_are_read_whole_by_every_consumer() {
     }
 }
 
+/// A stream consumer whose connection is cut goes on after the last entry it received (its
+/// `x-stream-offset`): the consumers reach RabbitMQ through a proxy that resets them mid-run,
+/// and each still counts every message once. Starting again at the stream's end (`next`), as
+/// a new consumer does, would lose what was appended while they reconnected.
+#[test]
+fn stream_consumers_resume_after_a_lost_connection() {
+    let d = TempDir::new("amqp-stream-resume");
+    let url = need!(AMQP);
+    let upstream = url.split('@').nth(1).unwrap().split('/').next().unwrap();
+    let proxy = util::faultproxy::FaultProxy::start(upstream);
+    let via = url.replace(upstream, &proxy.addr());
+    let run = spawn_run(
+        &d.0,
+        &[
+            "run",
+            &url,
+            "--consume-from",
+            &via,
+            "--queue-type",
+            "stream",
+            "--topic",
+            "it.stream.resume",
+            "-c",
+            "2",
+            "--rate",
+            "2000",
+            "--warmup",
+            "0s",
+            "--duration",
+            "3s",
+        ],
+    );
+    std::thread::sleep(std::time::Duration::from_millis(1500));
+    proxy.reset_all();
+    let r = finish_json(run);
+    assert!(count_events(&r, "disconnected") >= 2, "{}", r["events"]);
+    let sent = u(&measure(&r)["counters"]["sent"]);
+    assert!(sent >= 4000, "{sent}");
+    let i = &r["integrity"];
+    let counts = ["expected", "delivered", "lost", "duplicated"].map(|k| u(&i[k]));
+    assert_eq!(counts, [sent * 2, sent * 2, 0, 0], "{i}");
+}
+
 /// The default exchange routes by queue name; acks can be automatic or batched.
 #[test]
 fn default_exchange_and_ack_modes() {

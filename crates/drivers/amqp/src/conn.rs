@@ -521,19 +521,33 @@ impl Conn {
     }
 }
 
+/// Where a consumer of a RabbitMQ stream starts reading it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StreamStart {
+    /// At its end: only what is appended from now on (`x-stream-offset` `next`).
+    Next,
+    /// At this offset: a consumer back after a lost connection, at the entry after the last
+    /// one it received, so nothing appended meanwhile is missed or read twice.
+    At(u64),
+}
+
 /// basic.qos + basic.consume on the link's channel; returns when the server confirmed the
-/// consumer. A `stream` consumer starts at the stream's end (`x-stream-offset` `next`).
+/// consumer. A consumer of a stream says where to start (`stream`).
 pub async fn start_consuming(
     conn: &mut crate::link::Link,
     queue: &str,
     prefetch: u16,
     no_ack: bool,
-    stream: bool,
+    stream: Option<StreamStart>,
 ) -> io::Result<()> {
     let mut arguments = FieldTable::default();
-    if stream {
-        let next = AMQPValue::LongString("next".into());
-        arguments.insert("x-stream-offset".into(), next);
+    let start = match stream {
+        None => None,
+        Some(StreamStart::Next) => Some(AMQPValue::LongString("next".into())),
+        Some(StreamStart::At(n)) => Some(AMQPValue::LongLongInt(n as i64)),
+    };
+    if let Some(start) = start {
+        arguments.insert("x-stream-offset".into(), start);
     }
     if prefetch > 0 {
         match conn
