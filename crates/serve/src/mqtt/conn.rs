@@ -6,15 +6,16 @@
 //! the reader only ever waits for writers, and writers only wait for their sockets.
 
 use super::Shared;
+use super::inflight::Inflight;
 use super::router::{Publication, Route, SubOpts, valid_topic};
-use super::session::{ConnCtl, Msg, Out, PidBits, Session};
+use super::session::{ConnCtl, Msg, Out, PidBits, Session, Unacked};
 use super::wire::{self, Props, Will, complete_packet, parse_will};
 use super::{BrokerStats, router::parse_filter};
 use bytes::{BufMut, Bytes, BytesMut};
 use msgbench_driver_mqtt::codec::{self, Packet, Publish, Version};
 use std::collections::VecDeque;
-use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
-use std::sync::{Arc, OnceLock};
+use std::sync::Arc;
+use std::sync::atomic::Ordering::Relaxed;
 use std::time::Duration;
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -242,13 +243,16 @@ pub(crate) async fn serve<R, W>(
     } else {
         codec::put_connack(&mut connack, version, att.present, 0);
     }
-    let inflight = Arc::new(Inflight::default());
+    let inflight = Arc::new(Inflight::new(props.receive_max, expiry_s > 0));
     let mut writer = AbortOnDrop(tokio::spawn(writer(
         wr,
         rx,
         Batch {
             buf: connack,
+            unacked: att.unacked,
             backlog: att.backlog,
+            held: VecDeque::new(),
+            depth: shared.config.queue_depth,
             version,
             next_pid: 1,
             inflight: inflight.clone(),
@@ -280,11 +284,32 @@ pub(crate) async fn serve<R, W>(
         _ = shutdown.wait_for(|s| *s) => Stop::Abort,
     };
     ctl.close.send_replace(true);
-    let rx = (&mut writer.0).await.ok().map(|(rx, _wr)| rx);
-    let Reader { qos2, .. } = reader;
-    shared
-        .sessions
-        .detach(&shared.router, &client_id, conn_id, &att.session, rx, qos2);
+    let (rx, wr) = match (&mut writer.0).await {
+        Ok((rx, wr)) => (Some(rx), Some(wr)),
+        Err(_) => (None, None),
+    };
+    // MQTT 5: a client the broker lets go is told why [MQTT-3.14.4]: another connection took
+    // its session (0x8E), or the broker is stopping (0x8B).
+    let why = if ctl.taken_over.load(Relaxed) {
+        Some(0x8E)
+    } else {
+        (*shutdown.borrow()).then_some(0x8B)
+    };
+    if let (Some(mut wr), Some(code), Version::V5) = (wr, why, version) {
+        let bye = [0xE0, 2, code, 0];
+        let _ = tokio::time::timeout(Duration::from_secs(1), wr.write_all(&bye)).await;
+    }
+    let Reader { qos2, inflight, .. } = reader;
+    let unacked = inflight.take_kept();
+    shared.sessions.detach(
+        &shared.router,
+        &client_id,
+        conn_id,
+        &att.session,
+        rx,
+        qos2,
+        unacked,
+    );
     ctl.done.send_replace(true);
     // The will goes out unless the client said DISCONNECT (MQTT 5: with any reason but 0x04,
     // "disconnect with will message").
@@ -300,8 +325,11 @@ pub(crate) async fn serve<R, W>(
         return;
     }
     // After the delay, unless a new connection resumed the session meanwhile [MQTT-3.1.3-9].
+    // Or at once when the session ends before that: discarded by a new connection's clean
+    // start, or expired [MQTT-3.1.3-9].
     let resumed = att.session.resumed.load(Relaxed);
     let session = att.session.clone();
+    let mut ended = session.ended.subscribe();
     tokio::spawn(async move {
         tokio::select! {
             () = tokio::time::sleep(Duration::from_secs(u64::from(delay))) => {
@@ -309,60 +337,29 @@ pub(crate) async fn serve<R, W>(
                     publish_will(&shared, &will, session.id).await;
                 }
             }
+            () = async { drop(ended.wait_for(|e| *e).await) } => {
+                publish_will(&shared, &will, session.id).await;
+            }
             // (The guard `wait_for` returns is not Send: dropped inside.)
             () = async { drop(shutdown.wait_for(|s| *s).await) } => {}
         }
     });
 }
 
-/// Packet ids of QoS 1/2 messages sent to this client and not yet acknowledged: the writer
-/// claims ids, the reader releases them on PUBACK / PUBCOMP. One bit per id, allocated on the
-/// first QoS ≥ 1 delivery.
-#[derive(Default)]
-struct Inflight(OnceLock<Box<[AtomicU64]>>);
-
-impl Inflight {
-    fn words(&self) -> &[AtomicU64] {
-        // Bit 0 (packet id 0) is never free.
-        self.0.get_or_init(|| {
-            (0..1024)
-                .map(|i| AtomicU64::new(u64::from(i == 0)))
-                .collect()
-        })
-    }
-
-    /// The first free id from `start` on (wrapping); `start` itself if every id is taken, which
-    /// only a client that acknowledges nothing causes.
-    fn claim(&self, start: u16) -> u16 {
-        let words = self.words();
-        let mut p = usize::from(start);
-        for _ in 0..=words.len() {
-            let i = p / 64;
-            let free = !words[i].load(Relaxed) & (!0u64 << (p % 64));
-            if free != 0 {
-                let bit = free.trailing_zeros();
-                words[i].fetch_or(1 << bit, Relaxed);
-                return (i * 64 + bit as usize) as u16;
-            }
-            p = (i + 1) % words.len() * 64;
-        }
-        start
-    }
-
-    fn release(&self, pid: u16) {
-        if let Some(words) = self.0.get()
-            && pid != 0
-        {
-            words[usize::from(pid / 64)].fetch_and(!(1 << (pid % 64)), Relaxed);
-        }
-    }
-}
-
 /// The writer's encoding state.
 struct Batch {
     buf: BytesMut,
-    /// Messages queued while the session was offline; they go first.
+    /// What the session's last connection left unacknowledged: sent again before anything
+    /// else, with the same packet ids [MQTT-4.4.0-1].
+    unacked: VecDeque<Unacked>,
+    /// Messages queued while the session was offline; they go next.
     backlog: VecDeque<Msg>,
+    /// QoS ≥ 1 messages waiting for the client's receive maximum, in order; at most `depth`
+    /// (beyond that they are dropped, as a persistent session's offline queue drops them:
+    /// the writer must go on reading its queue, or the reader would wait on it for the very
+    /// acknowledgements that open the window).
+    held: VecDeque<Msg>,
+    depth: usize,
     version: Version,
     next_pid: u16,
     inflight: Arc<Inflight>,
@@ -375,6 +372,12 @@ struct Batch {
 impl Batch {
     fn put(&mut self, out: Out) {
         match out {
+            // Behind what already waits, in order.
+            Out::Pub(m) if m.qos > 0 && (self.waiting() || !self.inflight.open()) => {
+                if self.held.len() < self.depth {
+                    self.held.push_back(m);
+                }
+            }
             Out::Pub(m) => self.publish(&m),
             Out::Ack(header, pid) => codec::put_ack(&mut self.buf, header, pid),
             Out::Raw(b) => self.buf.extend_from_slice(&b),
@@ -401,12 +404,55 @@ impl Batch {
             return;
         }
         let pid = if m.qos > 0 {
-            let pid = self.inflight.claim(self.next_pid);
+            let pid = self.inflight.claim(self.next_pid, m);
             self.next_pid = pid.checked_add(1).unwrap_or(1);
             pid
         } else {
             0
         };
+        self.encode(m, pid, expiry);
+    }
+
+    /// Sends again what the session's last connection left unacknowledged: each PUBLISH with
+    /// DUP set and its packet id, each PUBREL of a QoS 2 message the client had received.
+    fn resend(&mut self) {
+        while let Some(u) = self.unacked.pop_front() {
+            self.inflight.resume(&u);
+            match &u {
+                Unacked::Publish(pid, m) => {
+                    let expiry = match m.props.as_deref().map(Props::expiry_left) {
+                        Some(Ok(left)) => left,
+                        _ => None,
+                    };
+                    let at = self.buf.len();
+                    self.encode(m, *pid, expiry);
+                    if let Some(first) = self.buf.get_mut(at) {
+                        *first |= 0x08;
+                    }
+                }
+                Unacked::Released(pid) => codec::put_ack(&mut self.buf, codec::PUBREL, *pid),
+            }
+            self.next_pid = u.pid().checked_add(1).unwrap_or(1);
+        }
+    }
+
+    /// Whether QoS ≥ 1 messages wait for the client's receive maximum.
+    fn waiting(&self) -> bool {
+        !(self.backlog.is_empty() && self.held.is_empty())
+    }
+
+    /// Sends what waits (the offline backlog, then the held messages) as far as the receive
+    /// maximum and the batch allow.
+    fn send_waiting(&mut self) {
+        while self.buf.len() < BATCH_BYTES && self.inflight.open() {
+            let Some(m) = self.backlog.pop_front().or_else(|| self.held.pop_front()) else {
+                return;
+            };
+            self.publish(&m);
+        }
+    }
+
+    fn encode(&mut self, m: &Msg, pid: u16, expiry: Option<u32>) {
         match &m.props {
             Some(p) if self.version == Version::V5 => wire::put_publish_v5(
                 &mut self.buf,
@@ -456,24 +502,30 @@ async fn write_loop<W: AsyncWrite + Unpin>(
     b: &mut Batch,
     stats: &BrokerStats,
 ) {
+    b.resend();
     loop {
-        while b.buf.len() < BATCH_BYTES
-            && let Some(m) = b.backlog.pop_front()
-        {
-            b.publish(&m);
-        }
-        if b.backlog.is_empty() {
-            if b.buf.is_empty() {
-                match rx.recv().await {
-                    Some(out) => b.put(out),
-                    None => return,
+        b.send_waiting();
+        if b.buf.is_empty() {
+            let out = if b.waiting() {
+                // At the receive maximum: acknowledgements (read by the reader) open it.
+                tokio::select! {
+                    out = rx.recv() => out,
+                    () = b.inflight.freed() => continue,
                 }
+            } else {
+                rx.recv().await
+            };
+            match out {
+                Some(out) => b.put(out),
+                None => return,
             }
-            while b.buf.len() < BATCH_BYTES
-                && let Ok(out) = rx.try_recv()
-            {
-                b.put(out);
-            }
+        }
+        // The offline backlog goes out before anything new is taken.
+        while b.backlog.is_empty()
+            && b.buf.len() < BATCH_BYTES
+            && let Ok(out) = rx.try_recv()
+        {
+            b.put(out);
         }
         if wr.write_all(&b.buf).await.is_err() {
             return;
@@ -601,6 +653,7 @@ impl Reader {
                 if code >= 0x80 {
                     self.inflight.release(pid);
                 } else {
+                    self.inflight.received(pid);
                     self.send(Out::Ack(codec::PUBREL, pid)).await?;
                 }
             }

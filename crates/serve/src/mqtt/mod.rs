@@ -43,6 +43,13 @@
 //! - MQTT 5 subscription options: no local, retain as published, retain handling 0/1/2.
 //! - MQTT 5 maximum packet size of a client: a message that would exceed it is not sent to that
 //!   client (dropped for it, as the protocol says).
+//! - Retransmission: QoS ≥ 1 messages a persistent session's client had not acknowledged when
+//!   its connection ended are sent again, first, when the session resumes — each PUBLISH with
+//!   DUP set and its packet id, and the PUBREL of each QoS 2 message past PUBREC
+//!   [MQTT-4.4.0-1]. (A clean session keeps only packet ids, so its hot path takes no lock.)
+//! - MQTT 5 receive maximum of a client: at most that many QoS ≥ 1 messages unacknowledged
+//!   towards it; further ones wait in order, up to [`BrokerConfig::queue_depth`] of them
+//!   (beyond, they are dropped, as an offline session's queue drops them). QoS 0 is not held.
 //! - Session takeover: a second connection with a client id in use closes the first.
 //! - Keep-alive: a client silent for 1.5 × its keep-alive is disconnected.
 //! - TLS (`mqtts://`) with [`Broker::with_tls`]; plain TCP otherwise.
@@ -57,10 +64,7 @@
 //! - No MQTT 5 topic aliases and no subscription identifiers: CONNACK advertises neither (no
 //!   topic alias maximum; subscription identifiers available = 0), so a client sending one
 //!   commits a protocol error and is disconnected.
-//! - The receive maximum of an MQTT 5 client is not enforced: the broker may have up to 65,535
-//!   QoS ≥ 1 messages unacknowledged towards any client (real clients default to that).
-//! - No persistence to disk and no retransmission: messages in flight when a connection drops
-//!   are not re-sent (messages still queued for a persistent session are kept).
+//! - No persistence to disk: sessions, queued and retained messages live in memory.
 //!
 //! # Flow control
 //!
@@ -73,6 +77,7 @@
 mod conn;
 #[doc(hidden)]
 pub mod fuzzing;
+mod inflight;
 mod router;
 mod session;
 #[cfg(test)]

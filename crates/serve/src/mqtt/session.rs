@@ -42,6 +42,32 @@ impl Msg {
     }
 }
 
+/// A QoS ≥ 1 delivery to a persistent session's client that the client has not acknowledged:
+/// sent again, with its packet id, when the session resumes on a new connection
+/// [MQTT-4.4.0-1].
+#[derive(Debug, Clone)]
+pub(crate) enum Unacked {
+    /// PUBLISH sent, no PUBACK or PUBREC yet: sent again with DUP set.
+    Publish(u16, Msg),
+    /// QoS 2 past PUBREC (PUBREL sent, no PUBCOMP yet): the PUBREL is sent again.
+    Released(u16),
+}
+
+impl Unacked {
+    /// Its packet id.
+    pub fn pid(&self) -> u16 {
+        match self {
+            Unacked::Publish(pid, _) | Unacked::Released(pid) => *pid,
+        }
+    }
+
+    /// Whether it is still a PUBLISH (not yet received by the client).
+    #[cfg(test)]
+    pub fn is_publish(&self) -> bool {
+        matches!(self, Unacked::Publish(..))
+    }
+}
+
 /// What a connection's writer sends, in queue order.
 #[derive(Debug)]
 pub(crate) enum Out {
@@ -95,9 +121,14 @@ pub(crate) struct Session {
     pub filters: Mutex<HashMap<String, u8>>,
     /// Incoming QoS 2 ids awaiting PUBREL, while no connection holds them.
     qos2: Mutex<Option<PidBits>>,
+    /// Deliveries the client had not acknowledged when its last connection ended.
+    unacked: Mutex<VecDeque<Unacked>>,
     /// Connections that resumed this session (CONNECT with session present = 1): a delayed
     /// will is not published once it changed.
     pub resumed: AtomicU64,
+    /// Set when the session ends (discarded by a clean start, expired, or without expiry at
+    /// its connection's end): a delayed will goes out then, if its delay has not passed.
+    pub ended: watch::Sender<bool>,
 }
 
 impl Session {
@@ -138,6 +169,9 @@ impl Session {
 pub(crate) struct ConnCtl {
     pub close: watch::Sender<bool>,
     pub done: watch::Sender<bool>,
+    /// Set before `close` when another connection took the session over (an MQTT 5 client is
+    /// then told so: DISCONNECT 0x8E).
+    pub taken_over: std::sync::atomic::AtomicBool,
 }
 
 impl ConnCtl {
@@ -145,7 +179,14 @@ impl ConnCtl {
         ConnCtl {
             close: watch::Sender::new(false),
             done: watch::Sender::new(false),
+            taken_over: std::sync::atomic::AtomicBool::new(false),
         }
+    }
+
+    /// Closes the connection because another one takes its session.
+    fn take_over(&self) {
+        self.taken_over.store(true, Relaxed);
+        self.close.send_replace(true);
     }
 }
 
@@ -189,6 +230,8 @@ pub(crate) struct Sessions {
 pub(crate) struct Attached {
     pub session: Arc<Session>,
     pub present: bool,
+    /// Deliveries the last connection left unacknowledged, to send again first.
+    pub unacked: VecDeque<Unacked>,
     /// Messages queued while offline, to send before anything else.
     pub backlog: VecDeque<Msg>,
     pub qos2: Option<PidBits>,
@@ -218,6 +261,7 @@ impl Sessions {
             let keep = !e.expired(now);
             if !keep {
                 router.drop_session(&e.session);
+                e.session.ended.send_replace(true);
             }
             keep
         });
@@ -243,7 +287,7 @@ impl Sessions {
                 .get(client_id)
                 .and_then(|e| e.live.as_ref().map(|(_, c)| c.clone()));
             let Some(holder) = holder else { break };
-            holder.close.send_replace(true);
+            holder.take_over();
             let mut done = holder.done.subscribe();
             let _ = tokio::time::timeout(Duration::from_secs(5), done.wait_for(|d| *d)).await;
         }
@@ -252,7 +296,7 @@ impl Sessions {
         self.sweep(router, &mut map, now);
         if let Some((_, old)) = map.get_mut(client_id).and_then(|e| e.live.take()) {
             // Did not detach in time: it will find itself replaced and leave the session alone.
-            old.close.send_replace(true);
+            old.take_over();
         }
         let (session, present) = match map.remove(client_id) {
             Some(e) if !clean && e.session.expiry_s() > 0 && !e.expired(now) => {
@@ -262,6 +306,7 @@ impl Sessions {
             old => {
                 if let Some(e) = old {
                     router.drop_session(&e.session);
+                    e.session.ended.send_replace(true);
                 }
                 let s = Arc::new(Session {
                     id: self.next_id.fetch_add(1, Relaxed),
@@ -270,7 +315,9 @@ impl Sessions {
                     sink: Mutex::new(Sink::Gone),
                     filters: Mutex::new(HashMap::new()),
                     qos2: Mutex::new(None),
+                    unacked: Mutex::new(VecDeque::new()),
                     resumed: AtomicU64::new(0),
+                    ended: watch::Sender::new(false),
                 });
                 (s, false)
             }
@@ -280,6 +327,7 @@ impl Sessions {
             _ => VecDeque::new(),
         };
         let qos2 = lock(&session.qos2).take();
+        let unacked = std::mem::take(&mut *lock(&session.unacked));
         if present {
             session.resumed.fetch_add(1, Relaxed);
         }
@@ -296,14 +344,17 @@ impl Sessions {
         Attached {
             session,
             present,
+            unacked,
             backlog,
             qos2,
         }
     }
 
     /// Unbinds connection `conn` after its reader and writer stopped. A session with an expiry
-    /// goes offline until it passes, keeping the QoS ≥ 1 messages still in `rx`; one without
-    /// ends. Does nothing to a session another connection has taken over.
+    /// goes offline until it passes, keeping what its client had not acknowledged
+    /// (`unacked`) and the QoS ≥ 1 messages still in `rx`; one without ends. Does nothing to a
+    /// session another connection has taken over.
+    #[allow(clippy::too_many_arguments)]
     pub fn detach(
         &self,
         router: &Router,
@@ -312,6 +363,7 @@ impl Sessions {
         session: &Arc<Session>,
         rx: Option<mpsc::Receiver<Out>>,
         qos2: Option<PidBits>,
+        unacked: VecDeque<Unacked>,
     ) {
         let mut map = lock(&self.map);
         let Some(entry) = map.get_mut(client_id) else {
@@ -326,6 +378,13 @@ impl Sessions {
             entry.expires_at = (expiry_s != u32::MAX)
                 .then(|| Instant::now() + Duration::from_secs(u64::from(expiry_s)));
             *lock(&session.qos2) = qos2;
+            *lock(&session.unacked) = unacked
+                .into_iter()
+                .map(|u| match u {
+                    Unacked::Publish(pid, m) => Unacked::Publish(pid, m.unpinned()),
+                    released => released,
+                })
+                .collect();
             let mut sink = lock(&session.sink);
             let mut q = VecDeque::new();
             if let Some(mut rx) = rx {
@@ -345,6 +404,7 @@ impl Sessions {
         } else {
             map.remove(client_id);
             router.drop_session(session);
+            session.ended.send_replace(true);
         }
         drop(map);
         router.invalidate();

@@ -786,3 +786,6 @@ async fn throughput() {
         s.stats.snapshot()
     );
 }
+
+#[path = "tests_retransmit.rs"]
+mod retransmit;

@@ -272,6 +272,9 @@ pub(crate) struct ClientProps {
     /// The session expiry interval, seconds (0 when absent: the session ends with the network
     /// connection; `u32::MAX`: it never expires) [MQTT-3.1.2-11].
     pub session_expiry: u32,
+    /// The receive maximum: QoS ≥ 1 messages the broker may have unacknowledged towards the
+    /// client at once [MQTT-3.3.4-9]. `None` when absent (65,535) or 0 (not allowed).
+    pub receive_max: Option<u16>,
 }
 
 /// The [`ClientProps`] of a CONNECT `p` (complete, well-formed); the defaults for 3.1.1.
@@ -293,7 +296,8 @@ pub(crate) fn client_props(p: &[u8]) -> ClientProps {
             match props.u8()? {
                 0x27 => out.max_packet = Some(props.u32()?),
                 0x11 => out.session_expiry = props.u32()?,
-                0x21 | 0x22 => drop(props.u16()?),
+                0x21 => out.receive_max = Some(props.u16()?).filter(|&n| n > 0),
+                0x22 => drop(props.u16()?),
                 0x17 | 0x19 => drop(props.u8()?),
                 0x15 | 0x16 => drop(props.bin()?),
                 0x26 => drop((props.bin()?, props.bin()?)),
@@ -469,7 +473,8 @@ mod unit {
             client_props(&b),
             ClientProps {
                 max_packet: Some(1024),
-                session_expiry: 60
+                session_expiry: 60,
+                receive_max: Some(10),
             }
         );
         assert_eq!(publish_size(true, 3, 10, 1, 0), 1 + 1 + 2 + 3 + 2 + 1 + 10);
