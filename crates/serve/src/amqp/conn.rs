@@ -153,6 +153,17 @@ where
                 if conn.phase != phase {
                     phase = conn.phase;
                     if phase == Phase::Done {
+                        if conn.closed_by_peer {
+                            // close-ok tells the client it may close the socket: it does, and
+                            // the sink waits for that (briefly), as RabbitMQ does. Closing first
+                            // raced the client's read of the close-ok (amqp091-go reported
+                            // 501 EOF for a clean close about one time in two).
+                            let mut scratch = [0u8; 256];
+                            let eof = async {
+                                while matches!(io.read(&mut scratch).await, Ok(n) if n > 0) {}
+                            };
+                            let _ = timeout(CLOSE_TIMEOUT, eof).await;
+                        }
                         if tls {
                             let _ = timeout(CLOSE_TIMEOUT, io.shutdown()).await;
                         }

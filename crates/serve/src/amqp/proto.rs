@@ -125,6 +125,9 @@ fn handled(class: u16, method: u16) -> bool {
 pub(crate) struct Conn {
     shared: Arc<Shared>,
     pub phase: Phase,
+    /// The client closed the connection (the sink answered close-ok): the client closes the
+    /// socket, so the sink waits for it to.
+    pub closed_by_peer: bool,
     /// Largest frame accepted (negotiated once tuned).
     frame_max: u32,
     channel_max: u16,
@@ -150,6 +153,7 @@ impl Conn {
             heartbeat: 0,
             shared,
             phase: Phase::Header,
+            closed_by_peer: false,
             channels: Vec::new(),
             dirty: Vec::new(),
             need: 8,
@@ -463,6 +467,7 @@ impl Conn {
                     AMQPClass::Connection(M::CloseOk(connection::CloseOk {})),
                 );
                 self.phase = Phase::Done;
+                self.closed_by_peer = true;
             }
             (_, M::CloseOk(_)) => self.phase = Phase::Done,
             (Phase::StartOk, M::StartOk(s)) => {

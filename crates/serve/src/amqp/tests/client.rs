@@ -278,13 +278,27 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Client<S> {
         frames
     }
 
-    /// Sends connection.close and expects close-ok, then the end of the stream.
-    pub async fn close(mut self) {
+    /// Sends connection.close and expects close-ok; then closes its side, as close-ok says it
+    /// may, and expects the end of the stream. The sink leaves that to the client: nothing,
+    /// not even the end of the stream, comes before (amqp091-go took an early end for an
+    /// error, 501 EOF).
+    pub async fn close(self) {
+        self.close_watching(Duration::from_millis(50)).await;
+    }
+
+    /// [`Client::close`], watching for an early end of the stream for `watch` (zero: not at
+    /// all, for loops of many connections).
+    pub async fn close_watching(mut self, watch: Duration) {
         self.send(&[connection_close()]).await;
         match self.recv_method().await {
             (0, AMQPClass::Connection(connection::AMQPMethod::CloseOk(_))) => {}
             other => panic!("expected connection.close-ok, got {other:?}"),
         }
+        if !watch.is_zero() {
+            let early = timeout(watch, self.next()).await;
+            assert!(early.is_err(), "the sink closed first: {early:?}");
+        }
+        let _ = self.io.shutdown().await;
         self.eof(T).await;
     }
 
