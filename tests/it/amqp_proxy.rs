@@ -203,6 +203,24 @@ fn storms_and_confirms_through_the_proxy_to_a_tls_sink() {
     assert_eq!((failed, held), (0, 0));
 }
 
+/// A login RabbitMQ refuses reaches the client as connection.close 403 through the proxy, not
+/// as an outage (320 "upstream unavailable", which a reconnecting client would retry for
+/// good): msgbench's client, like amqp091-go, does not ask for authentication_failure_close,
+/// so RabbitMQ just closes the socket after start-ok, which AMQP 0-9-1 says means exactly that.
+#[test]
+fn a_refused_login_is_said_through_the_proxy() {
+    let d = TempDir::new("amqp-proxy-login");
+    let proxy = Proxy::start(&d.0, &need!(AMQP), &[]);
+    let url = proxy
+        .url
+        .replace("amqp://", "amqp://guest:not-the-password@");
+    let o = msgbench(&d.0, &["run", &url, "-n", "10", "--no-output"]);
+    let err = stderr(&o);
+    assert!(!o.status.success(), "{err}");
+    assert!(err.contains("403 ACCESS_REFUSED"), "{err}");
+    assert!(!err.contains("upstream unavailable"), "{err}");
+}
+
 /// The opt-in pipelined handshake sends channel.open before open-ok: the strict proxy holds it,
 /// the channel never opens, and the run says why instead of hanging.
 #[test]

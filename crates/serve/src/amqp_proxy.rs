@@ -282,6 +282,16 @@ impl Frames {
     }
 }
 
+/// connection.close with `code` and `text`, as a frame.
+fn connection_close(code: u16, text: &str) -> Vec<u8> {
+    let text = &text.as_bytes()[..text.len().min(255)];
+    let mut args = code.to_be_bytes().to_vec();
+    args.push(text.len() as u8);
+    args.extend_from_slice(text);
+    args.extend_from_slice(&[0, 0, 0, 0]);
+    method(10, 50, &args)
+}
+
 /// Builds a method frame on channel 0.
 fn method(class: u16, id: u16, args: &[u8]) -> Vec<u8> {
     let mut payload = Vec::with_capacity(4 + args.len());
@@ -374,12 +384,9 @@ async fn serve(mut client: TcpStream, cfg: &ProxyConfig, stats: &ProxyStats) -> 
         }
         Err(e) => {
             // Tell the client as a broker would: connection.close 320 (connection-forced).
-            let text = b"upstream unavailable";
-            let mut args = 320u16.to_be_bytes().to_vec();
-            args.push(text.len() as u8);
-            args.extend_from_slice(text);
-            args.extend_from_slice(&[0, 0, 0, 0]);
-            client.write_all(&method(10, 50, &args)).await?;
+            client
+                .write_all(&connection_close(320, "upstream unavailable"))
+                .await?;
             return Err(e);
         }
     };
@@ -423,7 +430,23 @@ async fn upstream_handshake(
     let start = frames.method(&mut up).await?;
     expect(&start, (10, 10), "connection.start from upstream")?;
     up.write_all(&start_ok.encode()).await?;
-    let tune = frames.method(&mut up).await?;
+    let tune = match frames.method(&mut up).await {
+        // A broker that cannot authenticate the client closes the socket (AMQP 0-9-1: it
+        // sends connection.close 403 only to clients advertising
+        // authentication_failure_close): the client is told so, not that the broker is down.
+        Err(e)
+            if matches!(
+                e.kind(),
+                io::ErrorKind::UnexpectedEof | io::ErrorKind::ConnectionReset
+            ) =>
+        {
+            return Ok(Upstream::Refused(connection_close(
+                403,
+                "ACCESS_REFUSED - the upstream broker closed the connection after connection.start-ok: it refused the login (user name, password or mechanism)",
+            )));
+        }
+        r => r?,
+    };
     if tune.method() == Some((10, 50)) {
         return Ok(Upstream::Refused(tune.encode()));
     }
