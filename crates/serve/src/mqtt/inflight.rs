@@ -22,7 +22,7 @@ pub(crate) struct Inflight {
     count: AtomicU32,
     /// The client's receive maximum [MQTT-3.3.4-9]: at most this many at once.
     max: u32,
-    /// Woken when an id is released and `max` is below 65,535 (the writer may be waiting).
+    /// Woken when an id is released at `max` (the writer may be waiting).
     freed: Notify,
     /// A persistent session's unacknowledged messages, oldest first.
     kept: Option<Mutex<VecDeque<Unacked>>>,
@@ -106,7 +106,7 @@ impl Inflight {
             // Not ours (a stray acknowledgement): nothing to count.
             return;
         }
-        self.count.fetch_sub(1, Relaxed);
+        let before = self.count.fetch_sub(1, Relaxed);
         if let Some(kept) = &self.kept {
             let mut kept = lock(kept);
             // Acknowledgements mostly come in order: the oldest is the one.
@@ -114,7 +114,8 @@ impl Inflight {
                 kept.remove(i);
             }
         }
-        if self.max < u32::from(u16::MAX) {
+        if before >= self.max {
+            // The writer may be waiting for this one.
             self.freed.notify_one();
         }
     }
