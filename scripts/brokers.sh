@@ -973,38 +973,31 @@ ephemeral_ports_note() {
     "an outgoing connection may hold one when its broker binds; choose ports below $lo"
 }
 
-# nats_current: builds the current nats-server once (optional: a failure is said, not fatal).
-NATS_CURRENT_VERSION=v2.15.2
-NATS_CURRENT=$STATE/gobin/nats-server-$NATS_CURRENT_VERSION
-nats_current() {
-  [ -x "$NATS_CURRENT" ] && return 0
-  command -v go >/dev/null 2>&1 || { log "note: no Go: the nats-server $NATS_CURRENT_VERSION test will be skipped"; return 0; }
-  log "building nats-server $NATS_CURRENT_VERSION with Go (once)"
+# go_tool NAME VERSION PACKAGE OUT: builds the Go program PACKAGE@VERSION (its binary is
+# called NAME) once into OUT (optional: a failure, or no Go, is said and its test skipped).
+go_tool() {
+  local name=$1 version=$2 pkg=$3 out=$4 log_file=$STATE/$1-build.log
+  [ -x "$out" ] && return 0
+  command -v go >/dev/null 2>&1 || { log "note: no Go: the $name $version test will be skipped"; return 0; }
+  log "building $name $version with Go (once)"
   mkdir -p "$STATE/gobin"
-  if GOBIN="$STATE/gobin" GOFLAGS=-mod=mod go install "github.com/nats-io/nats-server/v2@$NATS_CURRENT_VERSION" \
-      >"$STATE/nats-current-build.log" 2>&1 && [ -x "$STATE/gobin/nats-server" ]; then
-    mv "$STATE/gobin/nats-server" "$NATS_CURRENT"
+  if GOBIN="$STATE/gobin" GOFLAGS=-mod=mod go install "$pkg@$version" >"$log_file" 2>&1 \
+      && [ -x "$STATE/gobin/$name" ]; then
+    mv "$STATE/gobin/$name" "$out"
   else
-    log "note: could not build nats-server $NATS_CURRENT_VERSION (see $STATE/nats-current-build.log): its test will be skipped"
+    log "note: could not build $name $version (see $log_file): its test will be skipped"
   fi
   return 0
 }
 
-# h2spec_build: builds h2spec, the HTTP/2 conformance tester, once (optional, like nats_current).
+# The current nats-server, and h2spec (the HTTP/2 conformance tester).
+NATS_CURRENT_VERSION=v2.15.2
+NATS_CURRENT=$STATE/gobin/nats-server-$NATS_CURRENT_VERSION
 H2SPEC_VERSION=v2.2.1+incompatible
 H2SPEC=$STATE/gobin/h2spec-$H2SPEC_VERSION
-h2spec_build() {
-  [ -x "$H2SPEC" ] && return 0
-  command -v go >/dev/null 2>&1 || { log "note: no Go: the h2spec test will be skipped"; return 0; }
-  log "building h2spec $H2SPEC_VERSION with Go (once)"
-  mkdir -p "$STATE/gobin"
-  if GOBIN="$STATE/gobin" GOFLAGS=-mod=mod go install "github.com/summerwind/h2spec/cmd/h2spec@$H2SPEC_VERSION" \
-      >"$STATE/h2spec-build.log" 2>&1 && [ -x "$STATE/gobin/h2spec" ]; then
-    mv "$STATE/gobin/h2spec" "$H2SPEC"
-  else
-    log "note: could not build h2spec $H2SPEC_VERSION (see $STATE/h2spec-build.log): its test will be skipped"
-  fi
-  return 0
+go_tools() {
+  go_tool nats-server "$NATS_CURRENT_VERSION" github.com/nats-io/nats-server/v2 "$NATS_CURRENT"
+  go_tool h2spec "$H2SPEC_VERSION" github.com/summerwind/h2spec/cmd/h2spec "$H2SPEC"
 }
 
 case "${1:-}" in
@@ -1021,8 +1014,7 @@ case "${1:-}" in
     kafka_up || failed+=(kafka)
     libzmq_up || failed+=(python3-zmq)
     peers_up || failed+=(third-party-clients)
-    nats_current
-    h2spec_build
+    go_tools
     if [ "${#failed[@]}" -gt 0 ]; then log "FAILED to start: ${failed[*]}"; exit 1; fi ;;
   down)
     if [ "${2:-}" = kafka ]; then stop kafka; exit 0; fi

@@ -468,21 +468,7 @@ mod tests {
             .with_priority(3)
             .with_correlation_id(ShortString::from("abc"))
             .with_message_id(ShortString::from("m"));
-        let mut h = BytesMut::new();
-        put_frame(
-            &mut h,
-            &AMQPFrame::Header(
-                1,
-                amq_protocol::frame::AMQPContentHeader {
-                    class_id: 60,
-                    body_size: 0,
-                    properties: props,
-                },
-            ),
-        );
-        let Some(Frame::Header(1, 0, Some(props))) = parse(&mut h, 4096).unwrap() else {
-            panic!("header")
-        };
+        let props = header_props(props);
         assert_eq!(correlation_id(&props), Some(&b"abc"[..]));
         assert_eq!(correlation_id(&props[..props.len() - 3]), None, "cut short");
         let t = PublishTemplate::new(1, "", "q", false, false);
@@ -495,33 +481,34 @@ mod tests {
         ));
     }
 
+    /// The property bytes [`Frame::Header`] carries for a content header with `props`.
+    fn header_props(props: basic::AMQPProperties) -> Bytes {
+        let mut h = BytesMut::new();
+        let header = amq_protocol::frame::AMQPContentHeader {
+            class_id: 60,
+            body_size: 0,
+            properties: props,
+        };
+        put_frame(&mut h, &AMQPFrame::Header(1, header));
+        let Some(Frame::Header(1, 0, Some(props))) = parse(&mut h, 4096).unwrap() else {
+            panic!("header")
+        };
+        props
+    }
+
     /// A stream delivery's offset is found in its headers table past other entries of every
     /// fixed and sized type, after content-type and content-encoding; absent, cut short, or of
     /// another type, it is not invented.
     #[test]
     fn a_stream_deliverys_offset_is_read_from_its_headers() {
         let header = |headers: FieldTable| {
-            let props = basic::AMQPProperties::default()
-                .with_content_type(ShortString::from("application/octet-stream"))
-                .with_content_encoding(ShortString::from("identity"))
-                .with_headers(headers)
-                .with_delivery_mode(2);
-            let mut h = BytesMut::new();
-            put_frame(
-                &mut h,
-                &AMQPFrame::Header(
-                    1,
-                    amq_protocol::frame::AMQPContentHeader {
-                        class_id: 60,
-                        body_size: 0,
-                        properties: props,
-                    },
-                ),
-            );
-            let Some(Frame::Header(1, 0, Some(props))) = parse(&mut h, 4096).unwrap() else {
-                panic!("header")
-            };
-            props
+            header_props(
+                basic::AMQPProperties::default()
+                    .with_content_type(ShortString::from("application/octet-stream"))
+                    .with_content_encoding(ShortString::from("identity"))
+                    .with_headers(headers)
+                    .with_delivery_mode(2),
+            )
         };
         let mut t = FieldTable::default();
         t.insert("a-bool".into(), AMQPValue::Boolean(true));
