@@ -85,7 +85,8 @@
 #     formatted on first start in $STATE/kafka/data/ (kept across `up`s: topics survive), a
 #     1 GiB heap, no group join delay, topics created on demand. Starting takes several seconds.
 # Peer libraries (installed, nothing to start or stop):
-#   librdkafka-dev (Debian 12: librdkafka 2.0.2), which the Kafka driver is built against.
+#   A C compiler, make, pkg-config, libssl-dev and zlib1g-dev, with which the Kafka driver builds
+#   librdkafka (the source the rdkafka-sys crate bundles).
 #   libzmq 4.3.4, the reference ZeroMQ implementation, through pyzmq (package 'python3-zmq') for
 #     the system Python /usr/bin/python3 (`env` exports it as MSGBENCH_IT_LIBZMQ_PYTHON once it
 #     imports zmq): tests/it/libzmq.rs relays msgbench's ZeroMQ traffic through it.
@@ -878,17 +879,19 @@ kafka_java() { # kafka_java CLASS ARGS...: runs a Kafka class with our jars
   java -Xmx1g -Xms256m -cp "$KAFKA/libs/*" -Dlog4j2.configurationFile="$KAFKA/log4j2.properties" "$@"
 }
 
-# librdkafka_dev: the C client msgbench's Kafka driver links (dynamically) at build time; `up`
-# installs it because the test script builds after starting the brokers.
-librdkafka_dev() {
-  pkg-config --exists rdkafka 2>/dev/null && return 0
+# kafka_build_deps: what building librdkafka from the source rdkafka-sys bundles needs (the
+# Kafka driver links it statically); `up` installs it because the test script builds after
+# starting the brokers.
+kafka_build_deps() {
+  need_pkg cc build-essential || return 1
+  need_pkg make make || return 1
   need_pkg pkg-config pkg-config || return 1
-  install_pkg "librdkafka (pkg-config rdkafka)" librdkafka-dev || return 1
-  pkg-config --exists rdkafka || { log "librdkafka-dev is installed but pkg-config cannot find rdkafka"; return 1; }
+  pkg-config --exists openssl 2>/dev/null || install_pkg "OpenSSL's headers (pkg-config openssl)" libssl-dev || return 1
+  pkg-config --exists zlib 2>/dev/null || install_pkg "zlib's headers (pkg-config zlib)" zlib1g-dev || return 1
 }
 
 kafka_up() {
-  librdkafka_dev || return 1
+  kafka_build_deps || return 1
   if running kafka; then log "kafka already running (pid $(cat "$STATE/kafka.pid"))"; return 0; fi
   need_pkg java default-jre-headless || return 1
   local t0=$SECONDS pid port

@@ -174,7 +174,7 @@ pub fn check_scheme(plan: &RunPlan) -> Result<()> {
         let scheme = msgbench_core::registration::scheme(url);
         if cfg!(not(feature = "kafka")) && msgbench_driver_kafka::INFO.answers(url) {
             bail!(
-                "`{scheme}://` needs the Kafka driver, which links librdkafka: build with `--features kafka` (Debian: apt install librdkafka-dev)"
+                "`{scheme}://` needs the Kafka driver, which builds librdkafka from source: build with `--features kafka` (Debian: apt install build-essential pkg-config libssl-dev zlib1g-dev)"
             );
         }
         if !drivers().iter().any(|d| d.answers(url)) {

@@ -37,8 +37,6 @@ use tokio::sync::{mpsc, oneshot};
 const CHANNEL: usize = 8192;
 /// How long one poll waits (bounds how late the thread sees a stop).
 const POLL: Duration = Duration::from_millis(100);
-/// librdkafka 2.2.0, the first to have `fetch.queue.backoff.ms`.
-const FETCH_QUEUE_BACKOFF_SINCE: i32 = 0x0202_00ff;
 /// Timeout of the look-ups made while assigning partitions.
 const LOOKUP_MS: i32 = 5000;
 
@@ -142,10 +140,11 @@ impl GroupContext {
 impl ConsumerContext for GroupContext {
     fn rebalance(
         &self,
-        native_client: &NativeClient,
+        consumer: &BaseConsumer<GroupContext>,
         err: RDKafkaRespErr,
         tpl: &mut TopicPartitionList,
     ) {
+        let native_client = consumer.client().native_client();
         // SAFETY (both calls): a live client handle; the list outlives the call.
         unsafe {
             match err {
@@ -220,11 +219,9 @@ impl KafkaConsumer {
             // messages reach long before the bytes).
             .set("queued.min.messages", "10000000")
             .set("session.timeout.ms", "10000")
-            .set("heartbeat.interval.ms", "1000");
-        if rdkafka::util::get_rdkafka_version().0 >= FETCH_QUEUE_BACKOFF_SINCE {
-            // Older versions wait a fixed second once the buffer is full (see `fetch_buffer`).
-            cfg.set("fetch.queue.backoff.ms", "10");
-        }
+            .set("heartbeat.interval.ms", "1000")
+            // A full buffer pauses fetching this long (librdkafka's default is a second).
+            .set("fetch.queue.backoff.ms", "10");
         let (tx_assigned, rx_assigned) = oneshot::channel();
         let ctx = GroupContext {
             start: plan.start,

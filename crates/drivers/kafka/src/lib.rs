@@ -124,29 +124,6 @@ pub struct KafkaDriver {
     topics: Mutex<HashMap<String, i32>>,
 }
 
-/// The first librdkafka whose SCRAM login Kafka 4.x accepts (`0xMMmmrrxx`): before 2.6.1 the
-/// client-final message repeated the client's nonce, which the 4.x brokers, checking it as
-/// RFC 5802 says, refuse as invalid credentials.
-#[cfg(feature = "client")]
-const SCRAM_FIXED_IN: i32 = 0x0206_01ff;
-
-/// What to add to a login refused as invalid credentials over SCRAM when the linked librdkafka
-/// (`version`) has that bug: with the right password, that is the cause, and nothing else in
-/// the error would say so.
-#[cfg(feature = "client")]
-fn scram_hint(reason: &str, version: i32) -> &'static str {
-    if version < SCRAM_FIXED_IN
-        && reason.contains("invalid credentials")
-        && reason.contains("SCRAM")
-    {
-        "; the librdkafka msgbench is linked with (before 2.6.1) sends a SCRAM proof that \
-         Kafka 4.x brokers refuse as invalid credentials even when the password is right: \
-         use sasl=PLAIN there, or build msgbench against librdkafka 2.6.1 or later"
-    } else {
-        ""
-    }
-}
-
 /// The SASL mechanism of a URL's `?sasl=`: `PLAIN` (the default), `SCRAM-SHA-256` or
 /// `SCRAM-SHA-512`, the mechanisms librdkafka has built in. The only option of the query.
 #[cfg(feature = "client")]
@@ -309,8 +286,7 @@ impl KafkaDriver {
         &self.plan
     }
 
-    fn connect_error(&self, mut reason: String, cause: ConnectFailure) -> DriverError {
-        reason.push_str(scram_hint(&reason, rdkafka::util::get_rdkafka_version().0));
+    fn connect_error(&self, reason: String, cause: ConnectFailure) -> DriverError {
         DriverError::Connect {
             target: self.servers.clone(),
             reason,
@@ -570,16 +546,6 @@ impl msgbench_core::registration::Registered for KafkaDriver {
 #[cfg(feature = "client")]
 mod tests {
     use super::*;
-
-    #[test]
-    fn a_scram_refusal_names_the_librdkafka_bug_only_where_it_applies() {
-        let refused = "SASL authentication error: Authentication failed during authentication \
-                       due to invalid credentials with SASL mechanism SCRAM-SHA-256";
-        assert!(scram_hint(refused, 0x0200_02ff).contains("before 2.6.1"));
-        assert_eq!(scram_hint(refused, 0x0206_01ff), "");
-        let plain = "invalid credentials with SASL mechanism PLAIN";
-        assert_eq!(scram_hint(plain, 0x0200_02ff), "");
-    }
 
     fn driver(url: &str) -> Result<KafkaDriver, DriverError> {
         KafkaDriver::new(

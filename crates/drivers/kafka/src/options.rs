@@ -120,9 +120,8 @@ pub struct KafkaPlan {
     pub start: KafkaStart,
     /// Commit mode.
     pub commit: KafkaCommit,
-    /// `queued.max.messages.kbytes`, in bytes: how far a consumer fetches ahead. Before
-    /// librdkafka 2.2 a consumer whose queue is full stops fetching for a whole second, so
-    /// reading a backlog is capped near this many bytes per second per consumer.
+    /// `queued.max.messages.kbytes`, in bytes: how far a consumer fetches ahead (a full
+    /// buffer pauses its fetches for 10 ms).
     pub fetch_buffer: u64,
 }
 
