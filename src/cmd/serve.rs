@@ -1,4 +1,4 @@
-//! `msgbench serve`: an embedded server, standalone, until Ctrl-C. [`bind`] is the table of
+//! `msgbench serve`: an embedded server, standalone, until Ctrl-C, SIGTERM or SIGHUP. [`bind`] is the table of
 //! how each server is bound from the flags; every server then runs the same way (its banner,
 //! a status line every 10 s, a summary at the end), through `msgbench_serve::server::Server`.
 
@@ -29,9 +29,12 @@ pub fn run(args: ServeArgs) -> Result<ExitCode> {
         } = bind(&args).await?;
         eprintln!("msgbench serve: {banner}");
         let status = server.status().map(|line| status_loop(args.quiet, line));
-        let stop = Box::pin(async {
-            let _ = tokio::signal::ctrl_c().await;
-        });
+        // SIGTERM (how a container or a service manager stops it) and SIGHUP stop it as
+        // Ctrl-C does: clients are told (WebSocket 1001, MQTT 5 DISCONNECT 0x8B) and the summary
+        // is printed.
+        let signals = msgbench_core::shutdown::Shutdown::new();
+        signals.listen_for_signals();
+        let stop = Box::pin(async move { signals.reached(1).await });
         let summary = server
             .serve(stop)
             .await

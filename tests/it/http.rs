@@ -184,9 +184,13 @@ fn bad_http_runs_are_refused() {
 /// nginx on its three listeners: HTTPS agreed as HTTP/1.1 or HTTP/2 by ALPN, and h2c with
 /// prior knowledge, every request answered. nginx's h2c port speaks only HTTP/2: an HTTP/1.1
 /// run there stops at the server's first frame and says to run with --http2, instead of
-/// reconnecting for the whole run to count nothing but failures.
+/// reconnecting for the whole run to count nothing but failures. The other way round, nginx's
+/// plain port speaks no h2c: it answers the HTTP/2 preface with an HTTP/1.1 400, and a run
+/// with --http2 there stops and says so (it had reconnected for the whole run, and warned of
+/// a stream limit the server never sent).
 #[test]
 fn nginx_over_tls_and_h2c_and_an_http2_only_port() {
+    let plain = need!("MSGBENCH_IT_HTTP_URL");
     let https = need!("MSGBENCH_IT_HTTPS_URL");
     let ca = need!("MSGBENCH_IT_HTTPS_CA");
     let h2c = need!("MSGBENCH_IT_HTTP_H2C_URL");
@@ -216,6 +220,19 @@ fn nginx_over_tls_and_h2c_and_an_http2_only_port() {
         "{}",
         stderr(&o)
     );
+    assert!(t0.elapsed().as_secs() < 15, "{:?}", t0.elapsed());
+    let t0 = std::time::Instant::now();
+    let o = msgbench(
+        &d.0,
+        &["run", &plain, "--http2", "--duration", "20s", "--no-output"],
+    );
+    assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
+    let err = stderr(&o);
+    assert!(
+        err.contains("speaks no HTTP/2 with prior knowledge (h2c) here; run without --http2"),
+        "{err}"
+    );
+    assert!(!err.contains("concurrent streams per connection"), "{err}");
     assert!(t0.elapsed().as_secs() < 15, "{:?}", t0.elapsed());
 }
 

@@ -749,69 +749,75 @@ fn ws_broadcast_fails_rfc6455_violations_with_their_close_codes() {
     );
 }
 
-/// The server stopping (Ctrl-C) closes every client with a close frame, 1001 going away, and
+/// The server stopping (Ctrl-C or SIGTERM) closes every client with a close frame, 1001 going away, and
 /// the client completes the handshake.
 #[test]
 fn ws_broadcast_shutdown_closes_websockets_clients_with_1001() {
     let Some(py) = peer_python("websockets", "python3-websockets") else {
         return;
     };
-    let port = free_port();
-    let mut server = Killed(
-        Command::new(bin())
-            .args(["serve", "ws-broadcast", "--quiet", "--listen"])
-            .arg(format!("127.0.0.1:{port}"))
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("starting msgbench serve ws-broadcast"),
-    );
-    let deadline = Instant::now() + Duration::from_secs(5);
-    while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
-        assert!(Instant::now() < deadline, "the server did not listen");
-        std::thread::sleep(Duration::from_millis(25));
-    }
-    let mut peer = Killed(
-        Command::new(&py)
-            .arg(fixture("peer_websockets.py"))
-            .args([&format!("ws://127.0.0.1:{port}/"), "shutdown"])
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap(),
-    );
-    let mut out = std::io::BufReader::new(peer.0.stdout.take().unwrap());
-    let mut line = String::new();
-    std::io::BufRead::read_line(&mut out, &mut line).unwrap();
-    assert_eq!(
-        line.trim(),
-        "ready",
-        "the websockets client did not connect"
-    );
-    // SAFETY: signalling our own child by its PID.
-    unsafe { libc::kill(server.0.id() as i32, libc::SIGINT) };
-    let deadline = Instant::now() + Duration::from_secs(10);
-    let status = loop {
-        if let Some(s) = server.0.try_wait().unwrap() {
-            break s;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "the server did not stop on SIGINT"
+    // SIGTERM too: how a container or a service manager stops a server.
+    for sig in [libc::SIGINT, libc::SIGTERM] {
+        let port = free_port();
+        let mut server = Killed(
+            Command::new(bin())
+                .args(["serve", "ws-broadcast", "--quiet", "--listen"])
+                .arg(format!("127.0.0.1:{port}"))
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .spawn()
+                .expect("starting msgbench serve ws-broadcast"),
         );
-        std::thread::sleep(Duration::from_millis(20));
-    };
-    assert!(status.success(), "serve ws-broadcast exited with {status}");
-    let mut rest = String::new();
-    out.read_to_string(&mut rest).unwrap();
-    let o = finish_stderr(&mut peer.0);
-    let seen: Value = serde_json::from_str(rest.trim())
-        .unwrap_or_else(|e| panic!("no JSON from the client ({e}): {rest}\n{o}"));
-    assert_eq!(
-        seen,
-        json!({"code": 1001, "server_closed_first": true, "close_code": 1001}),
-        "{o}"
-    );
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+            assert!(Instant::now() < deadline, "the server did not listen");
+            std::thread::sleep(Duration::from_millis(25));
+        }
+        let mut peer = Killed(
+            Command::new(&py)
+                .arg(fixture("peer_websockets.py"))
+                .args([&format!("ws://127.0.0.1:{port}/"), "shutdown"])
+                .stdout(Stdio::piped())
+                .stderr(Stdio::piped())
+                .spawn()
+                .unwrap(),
+        );
+        let mut out = std::io::BufReader::new(peer.0.stdout.take().unwrap());
+        let mut line = String::new();
+        std::io::BufRead::read_line(&mut out, &mut line).unwrap();
+        assert_eq!(
+            line.trim(),
+            "ready",
+            "the websockets client did not connect"
+        );
+        // SAFETY: signalling our own child by its PID.
+        unsafe { libc::kill(server.0.id() as i32, sig) };
+        let deadline = Instant::now() + Duration::from_secs(10);
+        let status = loop {
+            if let Some(s) = server.0.try_wait().unwrap() {
+                break s;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "the server did not stop on signal {sig}"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        };
+        assert!(
+            status.success(),
+            "serve ws-broadcast exited with {status} on signal {sig}"
+        );
+        let mut rest = String::new();
+        out.read_to_string(&mut rest).unwrap();
+        let o = finish_stderr(&mut peer.0);
+        let seen: Value = serde_json::from_str(rest.trim())
+            .unwrap_or_else(|e| panic!("no JSON from the client ({e}): {rest}\n{o}"));
+        assert_eq!(
+            seen,
+            json!({"code": 1001, "server_closed_first": true, "close_code": 1001}),
+            "signal {sig}: {o}"
+        );
+    }
 }
 
 /// Waits (up to [`PEER_LIMIT`]) for a child whose stdout was read to its end; its stderr.

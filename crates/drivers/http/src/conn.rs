@@ -57,6 +57,9 @@ pub(crate) enum Error {
     ClosedWithoutAlpn,
     /// The server answered an HTTP/1.1 request with HTTP/2 frames: it speaks only HTTP/2.
     Http2Only,
+    /// The server answered the HTTP/2 connection preface with an HTTP/1.x status line: it
+    /// speaks no HTTP/2 with prior knowledge (h2c) here.
+    Http1Only,
     /// The request went down with a connection dropped by its owner.
     Abandoned,
     /// An HTTP/2 failure, as hyper reports it.
@@ -90,6 +93,10 @@ impl fmt::Display for Error {
             Error::Http2Only => f.write_str(
                 "the server answered in HTTP/2 (a SETTINGS or GOAWAY frame): it speaks only \
                  HTTP/2 here; run with --http2",
+            ),
+            Error::Http1Only => f.write_str(
+                "the server answered the HTTP/2 connection preface with an HTTP/1.x status \
+                 line: it speaks no HTTP/2 with prior knowledge (h2c) here; run without --http2",
             ),
             Error::Abandoned => f.write_str("request abandoned with its connection"),
             Error::Hyper(e) => e.fmt(f),
@@ -182,6 +189,8 @@ pub(crate) struct Conn {
     /// Set when the server turned out to speak only HTTP/2 before it ever answered: the
     /// next connect fails the run instead of trying again what cannot work.
     http2_only: bool,
+    /// The same for a server that answered HTTP/2's connection preface in HTTP/1.x.
+    http1_only: bool,
     /// Report disconnects and reconnects as events (producers; not the thousands of sessions
     /// of a connection workload, whose drops the runner counts itself).
     report: bool,
@@ -279,6 +288,7 @@ impl Conn {
             unagreed: false,
             answered: false,
             http2_only: false,
+            http1_only: false,
             report,
             producer: report,
             reopen: None,
@@ -326,12 +336,12 @@ impl Conn {
         {
             self.stats.server_closed();
         }
-        if self.http2_only {
-            return Err(DriverError::Config(format!(
-                "{}: {}",
-                self.ep.display,
-                Error::Http2Only
-            )));
+        if self.http2_only || self.http1_only {
+            let why = match self.http2_only {
+                true => Error::Http2Only,
+                false => Error::Http1Only,
+            };
+            return Err(DriverError::Config(format!("{}: {why}", self.ep.display)));
         }
         let live = open(self.ep.clone(), self.source, self.timeout).await?;
         self.install(live);
@@ -390,7 +400,7 @@ impl Conn {
 
     /// Starts opening a connection in the background unless one is open or opening.
     pub fn open_in_background(&mut self) {
-        if self.live.is_none() && self.reopen.is_none() && !self.http2_only {
+        if self.live.is_none() && self.reopen.is_none() && !self.http2_only && !self.http1_only {
             self.reopen = Some(Reopen {
                 opening: Box::pin(open(self.ep.clone(), self.source, self.timeout)),
                 request: None,
@@ -459,7 +469,16 @@ impl Conn {
                 }
                 Poll::Ready(event) => return self.h1_event(event),
             },
-            Some(Live::H2 { conn, .. }) => Pin::new(conn).poll(cx),
+            Some(Live::H2 { conn, limit, .. }) => match Pin::new(conn).poll(cx) {
+                Poll::Ready(Err(_)) if limit.answered_http1() => {
+                    self.live = None;
+                    self.http1_only = !self.answered;
+                    let error = Error::Http1Only;
+                    self.lose(self.generation, &error);
+                    return Some(End::Failed(error));
+                }
+                r => r,
+            },
         };
         match r {
             Poll::Pending => None,
@@ -672,6 +691,12 @@ impl Conn {
             Some(Live::H2 { limit, .. }) => Some(limit.streams()),
             _ => None,
         }
+    }
+
+    /// HTTP/2: whether the live connection's limit is the server's own (its SETTINGS were
+    /// read), not the one assumed before them.
+    pub fn h2_limit_known(&self) -> bool {
+        matches!(&self.live, Some(Live::H2 { limit, .. }) if limit.get().is_some())
     }
 
     /// HTTP/1.1: the outcome of the last request, once it has one.

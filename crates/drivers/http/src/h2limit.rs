@@ -9,12 +9,13 @@
 //! its SETTINGS (RFC 9113 §3.4) — and publishes the limit in a [`Limit`]; producers send no
 //! more than that many requests at once. After that first frame the reads pass through
 //! untouched. Later SETTINGS that change the limit are not followed (servers send their
-//! limit once).
+//! limit once). A server that answers the preface with an HTTP/1.x status line instead (one
+//! that speaks only HTTP/1.1 on a cleartext port) is marked too, so the failure can say so.
 
 use std::io;
 use std::pin::Pin;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU32, Ordering::Relaxed};
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering::Relaxed};
 use std::task::{Context, Poll};
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 
@@ -24,17 +25,25 @@ pub const BEFORE_SETTINGS: u32 = 100;
 
 /// A connection's stream limit, shared between its reader and its producer.
 #[derive(Debug, Clone)]
-pub struct Limit(Arc<AtomicU32>);
+pub struct Limit(Arc<Shared>);
+
+#[derive(Debug, Default)]
+struct Shared {
+    /// The limit; 0 until the SETTINGS are read.
+    streams: AtomicU32,
+    /// The server answered with an HTTP/1.x status line.
+    http1: AtomicBool,
+}
 
 impl Limit {
     fn new() -> Limit {
-        Limit(Arc::new(AtomicU32::new(0)))
+        Limit(Arc::new(Shared::default()))
     }
 
     /// The server's limit, or `None` before its SETTINGS were read. A SETTINGS frame without
     /// the setting means no limit (`u32::MAX`).
     pub fn get(&self) -> Option<u32> {
-        match self.0.load(Relaxed) {
+        match self.0.streams.load(Relaxed) {
             0 => None,
             n => Some(n),
         }
@@ -48,7 +57,13 @@ impl Limit {
     fn set(&self, n: u32) {
         // 0 (the server takes no streams for now) would read as "unknown": 1 keeps requests
         // going one at a time, and the server resets what it refuses.
-        self.0.store(n.max(1), Relaxed);
+        self.0.streams.store(n.max(1), Relaxed);
+    }
+
+    /// Whether the server answered the connection preface with an HTTP/1.x status line: it
+    /// does not speak HTTP/2 on this port.
+    pub fn answered_http1(&self) -> bool {
+        self.0.http1.load(Relaxed)
     }
 }
 
@@ -97,6 +112,11 @@ impl<S> Sniff<S> {
                     head[*got..*got + n].copy_from_slice(&bytes[..n]);
                     (*got, bytes) = (*got + n, &bytes[n..]);
                     if *got < 9 {
+                        return;
+                    }
+                    if head.starts_with(b"HTTP/1.") {
+                        self.limit.0.http1.store(true, Relaxed);
+                        self.state = State::Done;
                         return;
                     }
                     let len = u32::from_be_bytes([0, head[0], head[1], head[2]]) as usize;
@@ -243,8 +263,13 @@ mod tests {
         let limit = sniffed(partial, 1);
         assert_eq!(limit.get(), None);
         assert_eq!(limit.streams(), BEFORE_SETTINGS as usize);
-        // Not SETTINGS first (an HTTP/1.1 answer): no limit learnt.
-        assert_eq!(sniffed(b"HTTP/1.1 400 Bad Request\r\n\r\n", 1).get(), None);
+        // Not SETTINGS first (an HTTP/1.1 answer): no limit learnt, and the answer marked.
+        for pieces in [1, 4, 9] {
+            let limit = sniffed(b"HTTP/1.1 400 Bad Request\r\n\r\n", pieces);
+            assert_eq!(limit.get(), None);
+            assert!(limit.answered_http1(), "{pieces}");
+        }
+        assert!(!sniffed(&settings(&[(3, 7)]), 1).answered_http1());
     }
 
     #[test]

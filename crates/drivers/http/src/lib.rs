@@ -419,7 +419,9 @@ impl HttpProducer {
         if set.len() < limit {
             return Ok(());
         }
-        if self.tally.stats.first_stream_limit() {
+        // Said once the server's own limit is known (before its SETTINGS, the limit is
+        // msgbench's assumption, not the server's).
+        if self.conn.h2_limit_known() && self.tally.stats.first_stream_limit() {
             self.conn.events().emit(
                 DriverEventKind::Warning,
                 format!(
