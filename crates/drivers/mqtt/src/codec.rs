@@ -546,6 +546,21 @@ pub fn parse(
         return Ok(None);
     }
     let header = buf[0];
+    // The fixed header's flags are fixed for every packet but PUBLISH: 0010 for PUBREL,
+    // SUBSCRIBE and UNSUBSCRIBE, 0000 for the others; anything else is malformed and ends
+    // the connection [MQTT-2.2.2-2].
+    let flags_ok = match header >> 4 {
+        3 => true,
+        6 | 8 | 10 => header & 0x0f == 0x02,
+        _ => header & 0x0f == 0,
+    };
+    if !flags_ok {
+        return perr(format!(
+            "reserved fixed-header flags 0x{:x} on packet type {}",
+            header & 0x0f,
+            header >> 4
+        ));
+    }
     let mut frame = buf.split_to(total).freeze();
     frame.advance(1 + used);
     let mut b = Body { b: frame };
@@ -636,7 +651,19 @@ pub fn parse(
             let mut filters = Vec::new();
             while !b.b.is_empty() {
                 let f = b.string()?;
-                filters.push((f, b.u8()? & 3));
+                let options = b.u8()?;
+                // QoS 3, and bits reserved in the version (3.1.1: all but the QoS; 5: the top
+                // two, and retain handling 3), make the packet malformed [MQTT-3-8.3-4],
+                // [MQTT-3.8.3-5].
+                let reserved = if v5 {
+                    options & 0xc0 != 0 || options & 0x30 == 0x30
+                } else {
+                    options & 0xfc != 0
+                };
+                if options & 3 == 3 || reserved {
+                    return perr(format!("SUBSCRIBE options byte 0x{options:02x}"));
+                }
+                filters.push((f, options & 3));
             }
             if filters.is_empty() {
                 return perr("SUBSCRIBE without topic filters");
@@ -774,6 +801,44 @@ mod tests {
         let p = parse(&mut b, version, MAX_REMAINING).unwrap().unwrap();
         assert!(b.is_empty());
         p
+    }
+
+    /// The packets the spec says to close the connection on, found with a raw client against
+    /// `serve mqtt` (Mosquitto closes on each): reserved fixed-header flags, and SUBSCRIBE
+    /// options with QoS 3 or reserved bits.
+    #[test]
+    fn reserved_flags_and_subscribe_options_are_malformed() {
+        let bad: [(&[u8], Version); 8] = [
+            (&[0x80, 6, 0, 1, 0, 1, b'a', 1], Version::V311), // SUBSCRIBE flags 0000
+            (&[0x82, 6, 0, 1, 0, 1, b'a', 0x41], Version::V311), // reserved option bits
+            (&[0x82, 6, 0, 1, 0, 1, b'a', 3], Version::V311), // QoS 3
+            (&[0x82, 7, 0, 1, 0, 0, 1, b'a', 3], Version::V5), // QoS 3
+            (&[0x82, 7, 0, 1, 0, 0, 1, b'a', 0x31], Version::V5), // retain handling 3
+            (&[0xa0, 5, 0, 1, 0, 1, b'a'], Version::V311),    // UNSUBSCRIBE flags 0000
+            (&[0x60, 2, 0, 1], Version::V311),                // PUBREL flags 0000
+            (&[0xc1, 0], Version::V311),                      // PINGREQ flags 0001
+        ];
+        for (bytes, version) in bad {
+            let mut b = BytesMut::from(bytes);
+            assert!(
+                parse(&mut b, version, MAX_REMAINING).is_err(),
+                "{bytes:02x?}"
+            );
+        }
+        // The same with the flags and options the spec says: accepted.
+        let good: [(&[u8], Version); 4] = [
+            (&[0x82, 6, 0, 1, 0, 1, b'a', 2], Version::V311),
+            (&[0x82, 7, 0, 1, 0, 0, 1, b'a', 0x2e], Version::V5),
+            (&[0x62, 2, 0, 1], Version::V311),
+            (&[0xc0, 0], Version::V311),
+        ];
+        for (bytes, version) in good {
+            let mut b = BytesMut::from(bytes);
+            assert!(
+                matches!(parse(&mut b, version, MAX_REMAINING), Ok(Some(_))),
+                "{bytes:02x?}"
+            );
+        }
     }
 
     #[test]

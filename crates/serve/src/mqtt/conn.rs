@@ -289,11 +289,16 @@ pub(crate) async fn serve<R, W>(
         Err(_) => (None, None),
     };
     // MQTT 5: a client the broker lets go is told why [MQTT-3.14.4]: another connection took
-    // its session (0x8E), or the broker is stopping (0x8B).
+    // its session (0x8E), the broker is stopping (0x8B), or what the client sent broke the
+    // protocol (the reason of [`Stop::Refuse`]).
     let why = if ctl.taken_over.load(Relaxed) {
         Some(0x8E)
+    } else if *shutdown.borrow() {
+        Some(0x8B)
+    } else if let Stop::Refuse(code) = stop {
+        Some(code)
     } else {
-        (*shutdown.borrow()).then_some(0x8B)
+        None
     };
     if let (Some(mut wr), Some(code), Version::V5) = (wr, why, version) {
         let bye = [0xE0, 2, code, 0];
@@ -545,8 +550,13 @@ async fn write_loop<W: AsyncWrite + Unpin>(
 enum Stop {
     /// DISCONNECT, with its reason code (always 0 in MQTT 3.1.1).
     Disconnect(u8),
-    /// End of stream, I/O error, protocol error, keep-alive expiry or a closed queue.
+    /// End of stream, I/O error, keep-alive expiry or a closed queue.
     Abort,
+    /// A malformed packet or a protocol error: the connection ends as with [`Stop::Abort`]
+    /// (the will goes out), and an MQTT 5 client is told why with DISCONNECT and this reason
+    /// code first (MQTT 5 §4.13.1: 0x81 malformed, 0x82 protocol error, 0x94 topic alias,
+    /// 0xA1 subscription identifier).
+    Refuse(u8),
 }
 
 struct Reader {
@@ -577,14 +587,19 @@ impl Reader {
         loop {
             let mut published = 0;
             loop {
-                if self.version == Version::V5 && self.peek(buf).is_err() {
+                if self.version == Version::V5
+                    && let Err(code) = self.peek(buf)
+                {
                     self.shared.stats.messages_in.fetch_add(published, Relaxed);
-                    return Stop::Abort;
+                    return Stop::Refuse(code);
                 }
                 let p = match codec::parse(buf, self.version, max) {
                     Ok(Some(p)) => p,
                     Ok(None) => break,
-                    Err(_) => return Stop::Abort,
+                    Err(_) => {
+                        self.shared.stats.messages_in.fetch_add(published, Relaxed);
+                        return Stop::Refuse(wire::MALFORMED);
+                    }
                 };
                 if matches!(p, Packet::Publish(_)) {
                     published += 1;
@@ -624,8 +639,8 @@ impl Reader {
 
     /// MQTT 5: reads what the codec skips from a complete PUBLISH (its properties) or SUBSCRIBE
     /// (its subscription options) at the front of `buf`, for [`Reader::handle`] to use once the
-    /// codec has parsed it; `Err` for a protocol error there.
-    fn peek(&mut self, buf: &[u8]) -> Result<(), ()> {
+    /// codec has parsed it; `Err` with the reason code for a protocol error there.
+    fn peek(&mut self, buf: &[u8]) -> Result<(), u8> {
         let kind = buf.first().map(|h| h >> 4);
         if !matches!(kind, Some(3 | 8)) {
             return Ok(());
@@ -694,21 +709,21 @@ impl Reader {
                     // DISCONNECT: a protocol error [MQTT-3.14.2-2], which ends the connection
                     // as one (the will goes out).
                     if self.session.expiry_s() == 0 && expiry_s > 0 {
-                        return Err(Stop::Abort);
+                        return Err(Stop::Refuse(wire::PROTOCOL_ERROR));
                     }
                     self.session.set_expiry_s(expiry_s);
                 }
                 return Err(Stop::Disconnect(code));
             }
             // A second CONNECT, or packets only a server sends.
-            _ => return Err(Stop::Abort),
+            _ => return Err(Stop::Refuse(wire::PROTOCOL_ERROR)),
         }
         Ok(())
     }
 
     async fn publish(&mut self, p: Publish) -> Result<(), Stop> {
         if !valid_topic(&p.topic) || (p.qos > 0 && p.pid == 0) {
-            return Err(Stop::Abort);
+            return Err(Stop::Refuse(wire::PROTOCOL_ERROR));
         }
         if p.qos == 2 {
             let pending = self.qos2.get_or_insert_with(PidBits::new);
@@ -769,7 +784,7 @@ impl Reader {
             let group = parse_filter(f).map(|(g, _)| g.is_some());
             if so.no_local && group == Some(true) {
                 // A protocol error on a shared subscription [MQTT-3.8.3-4].
-                return Err(Stop::Abort);
+                return Err(Stop::Refuse(wire::PROTOCOL_ERROR));
             }
             let existed = if *qos <= 2 {
                 self.shared.router.subscribe(&self.session, f, *qos, so)

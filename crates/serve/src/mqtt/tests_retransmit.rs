@@ -120,3 +120,45 @@ async fn mqtt5_clients_are_told_why_they_are_let_go() {
     ));
     second.closed(T).await;
 }
+
+/// What breaks the protocol ends the connection, and an MQTT 5 client is told why first
+/// (MQTT 5 §4.13.1; found with a raw client: the broker had closed without a word, and had
+/// answered some malformed packets instead of closing): a topic alias the broker never offered
+/// (0x94), a subscription identifier (0xA1), a wildcard in a topic name (0x82), reserved
+/// fixed-header flags (0x81). An MQTT 3.1.1 client with a malformed SUBSCRIBE gets no SUBACK,
+/// only the close.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn protocol_errors_close_with_their_reason() {
+    let s = server().await;
+    let cases: [(&[u8], u8); 4] = [
+        // PUBLISH QoS 0 to "a" with a topic alias property (0x23) of 1.
+        (&[0x30, 7, 0, 1, b'a', 3, 0x23, 0, 1], 0x94),
+        // SUBSCRIBE with a subscription identifier (0x0B) of 5.
+        (&[0x82, 9, 0, 1, 2, 0x0b, 5, 0, 1, b'a', 0], 0xa1),
+        // PUBLISH QoS 0 to "a/#".
+        (&[0x30, 6, 0, 3, b'a', b'/', b'#', 0], 0x82),
+        // PINGREQ with flags 0001.
+        (&[0xc1, 0], 0x81),
+    ];
+    for (bytes, reason) in cases {
+        let mut c = Client::connect(s.addr, Version::V5, "breaker").await;
+        c.write(|b, _| b.extend_from_slice(bytes)).await;
+        match c.recv().await {
+            Packet::Disconnect { code, .. } => assert_eq!(code, reason, "{bytes:02x?}"),
+            other => panic!("{bytes:02x?}: expected DISCONNECT, got {other:?}"),
+        }
+        c.closed(T).await;
+    }
+    for bytes in [
+        &[0x80, 6, 0, 1, 0, 1, b'a', 1][..], // SUBSCRIBE with flags 0000
+        &[0x82, 6, 0, 1, 0, 1, b'a', 0x41][..], // reserved option bits
+        &[0x82, 6, 0, 1, 0, 1, b'a', 3][..], // QoS 3
+    ] {
+        let mut c = Client::connect(s.addr, Version::V311, "breaker").await;
+        c.write(|b, _| b.extend_from_slice(bytes)).await;
+        match timeout(T, c.next()).await.expect("still open") {
+            None => {}
+            Some(p) => panic!("{bytes:02x?}: expected the close, got {p:?}"),
+        }
+    }
+}

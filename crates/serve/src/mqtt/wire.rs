@@ -99,16 +99,17 @@ impl Props {
 }
 
 /// MQTT 5 PUBLISH or will properties split into what is forwarded as it is, the message expiry
-/// interval and (a will's) delay interval. `None` for a malformed list, or one holding a
-/// property a client may not send there: a topic alias (the broker offers none) or a
-/// subscription identifier (server to client only).
+/// interval and (a will's) delay interval. `Err` with the reason code to close with for a
+/// malformed list (0x81), or one holding a property a client may not send there: a topic
+/// alias (0x94: the broker offers none) or a subscription identifier (0x82: server to client
+/// only).
 struct Split {
     keep: Vec<u8>,
     expiry: Option<u32>,
     delay: u32,
 }
 
-fn split_props(raw: &[u8], will: bool) -> Option<Split> {
+fn split_props(raw: &[u8], will: bool) -> Result<Split, u8> {
     let mut s = Split {
         keep: Vec::new(),
         expiry: None,
@@ -117,30 +118,41 @@ fn split_props(raw: &[u8], will: bool) -> Option<Split> {
     let mut c = Cursor(raw);
     while !c.0.is_empty() {
         let start = raw.len() - c.0.len();
-        match c.u8()? {
-            0x01 => drop(c.u8()?),
-            0x03 | 0x08 | 0x09 => drop(c.bin()?),
-            0x26 => drop((c.bin()?, c.bin()?)),
+        match c.u8().ok_or(MALFORMED)? {
+            0x01 => drop(c.u8().ok_or(MALFORMED)?),
+            0x03 | 0x08 | 0x09 => drop(c.bin().ok_or(MALFORMED)?),
+            0x26 => drop((c.bin().ok_or(MALFORMED)?, c.bin().ok_or(MALFORMED)?)),
             0x02 => {
-                s.expiry = Some(c.u32()?);
+                s.expiry = Some(c.u32().ok_or(MALFORMED)?);
                 continue;
             }
             0x18 if will => {
-                s.delay = c.u32()?;
+                s.delay = c.u32().ok_or(MALFORMED)?;
                 continue;
             }
-            _ => return None,
+            0x23 if !will => return Err(TOPIC_ALIAS_INVALID),
+            0x0b if !will => return Err(PROTOCOL_ERROR),
+            _ => return Err(MALFORMED),
         }
         s.keep.extend_from_slice(&raw[start..raw.len() - c.0.len()]);
     }
-    Some(s)
+    Ok(s)
 }
 
-/// The properties of the MQTT 5 PUBLISH `p` (complete) to forward; `Err` if they are malformed
-/// or not allowed (see [`split_props`]), which closes the connection.
-pub(crate) fn publish_props(p: &[u8]) -> Result<Option<Props>, ()> {
-    let inner = || {
-        let mut c = Cursor(p);
+/// MQTT 5 reason codes the broker closes a connection with (DISCONNECT, §3.14.2.1).
+pub(crate) const MALFORMED: u8 = 0x81;
+/// A packet against the protocol's rules.
+pub(crate) const PROTOCOL_ERROR: u8 = 0x82;
+/// A topic alias the broker did not offer.
+pub(crate) const TOPIC_ALIAS_INVALID: u8 = 0x94;
+/// A subscription identifier, which the broker says in CONNACK it does not support.
+pub(crate) const SUBSCRIPTION_IDS_UNSUPPORTED: u8 = 0xa1;
+
+/// The properties of the MQTT 5 PUBLISH `p` (complete) to forward; `Err` with the reason code
+/// if they are malformed or not allowed (see [`split_props`]), which closes the connection.
+pub(crate) fn publish_props(p: &[u8]) -> Result<Option<Props>, u8> {
+    let mut c = Cursor(p);
+    let raw = (|| {
         let qos = (c.u8()? >> 1) & 3;
         c.varint()?;
         c.bin()?;
@@ -148,45 +160,51 @@ pub(crate) fn publish_props(p: &[u8]) -> Result<Option<Props>, ()> {
             c.u16()?;
         }
         let n = c.varint()?;
-        if n == 0 {
-            return Some(None);
-        }
-        let s = split_props(c.take(n)?, false)?;
-        Some(Props::new(s.keep, s.expiry))
-    };
-    inner().ok_or(())
+        c.take(n)
+    })()
+    .ok_or(MALFORMED)?;
+    if raw.is_empty() {
+        return Ok(None);
+    }
+    let s = split_props(raw, false)?;
+    Ok(Props::new(s.keep, s.expiry))
 }
 
 /// The subscription options byte of each topic filter of the MQTT 5 SUBSCRIBE `p` (complete).
-/// `Err` for reserved bits set or retain handling 3 [MQTT-3.8.3-5], and for a subscription
-/// identifier: CONNACK tells clients the broker has none, so one is a protocol error (MQTT 5
-/// §3.2.2.3.12, reason 0xA1).
-pub(crate) fn subscribe_options(p: &[u8]) -> Result<Vec<u8>, ()> {
-    let inner = || {
-        let mut c = Cursor(p);
+/// `Err` with the reason code for reserved bits set or retain handling 3 (malformed,
+/// [MQTT-3.8.3-5]), and for a subscription identifier: CONNACK tells clients the broker has
+/// none, so one is a protocol error (MQTT 5 §3.2.2.3.12, reason 0xA1).
+pub(crate) fn subscribe_options(p: &[u8]) -> Result<Vec<u8>, u8> {
+    let mut c = Cursor(p);
+    let props = (|| {
         c.u8()?;
         c.varint()?;
         c.u16()?; // packet id
         let n = c.varint()?;
-        let mut props = Cursor(c.take(n)?);
-        while !props.0.is_empty() {
-            match props.u8()? {
-                0x26 => drop((props.bin()?, props.bin()?)),
-                _ => return None,
+        c.take(n)
+    })()
+    .ok_or(MALFORMED)?;
+    let mut props = Cursor(props);
+    while !props.0.is_empty() {
+        match props.u8() {
+            Some(0x26) => {
+                props.bin().ok_or(MALFORMED)?;
+                props.bin().ok_or(MALFORMED)?;
             }
+            Some(0x0b) => return Err(SUBSCRIPTION_IDS_UNSUPPORTED),
+            _ => return Err(MALFORMED),
         }
-        let mut opts = Vec::new();
-        while !c.0.is_empty() {
-            c.bin()?;
-            let o = c.u8()?;
-            if o & 0xc0 != 0 || (o >> 4) & 3 == 3 {
-                return None;
-            }
-            opts.push(o);
+    }
+    let mut opts = Vec::new();
+    while !c.0.is_empty() {
+        c.bin().ok_or(MALFORMED)?;
+        let o = c.u8().ok_or(MALFORMED)?;
+        if o & 0xc0 != 0 || (o >> 4) & 3 == 3 {
+            return Err(MALFORMED);
         }
-        Some(opts)
-    };
-    inner().ok_or(())
+        opts.push(o);
+    }
+    Ok(opts)
 }
 
 /// The will message of a CONNECT: published when the connection ends without a DISCONNECT.
@@ -243,7 +261,7 @@ pub(crate) fn parse_will(p: &[u8]) -> Result<Option<Will>, ()> {
         };
         if level == 5 {
             let n = c.varint()?;
-            props = split_props(c.take(n)?, true)?;
+            props = split_props(c.take(n)?, true).ok()?;
         }
         let topic = c.bin()?;
         let payload = c.bin()?;
@@ -387,12 +405,20 @@ mod unit {
             [0x01, 1, 0x26, 0, 1, b'k', 0, 1, b'v', 0x03, 0, 1, b't']
         );
         assert_eq!((s.expiry, s.delay), (Some(60), 0));
-        assert!(split_props(&[0x23, 0, 1], false).is_none(), "topic alias");
-        assert!(split_props(&[0x0b, 1], false).is_none(), "subscription id");
-        assert!(split_props(&[0x18, 0, 0, 0, 5], false).is_none());
+        assert_eq!(
+            split_props(&[0x23, 0, 1], false).err(),
+            Some(0x94),
+            "topic alias"
+        );
+        assert_eq!(
+            split_props(&[0x0b, 1], false).err(),
+            Some(0x82),
+            "subscription id"
+        );
+        assert_eq!(split_props(&[0x18, 0, 0, 0, 5], false).err(), Some(0x81));
         assert_eq!(split_props(&[0x18, 0, 0, 0, 5], true).unwrap().delay, 5);
         assert!(
-            split_props(&[0x03, 0, 9, b'x'], false).is_none(),
+            split_props(&[0x03, 0, 9, b'x'], false).err() == Some(0x81),
             "truncated"
         );
 
@@ -420,9 +446,9 @@ mod unit {
             subscribe_options(&b)
         };
         assert_eq!(sub(0b0010_1101, &[]), Ok(vec![0b0010_1101]));
-        assert!(sub(0b0011_0001, &[]).is_err(), "retain handling 3");
-        assert!(sub(0b0100_0001, &[]).is_err(), "reserved bit");
-        assert!(sub(1, &[0x0b, 5]).is_err(), "subscription identifier");
+        assert_eq!(sub(0b0011_0001, &[]), Err(0x81), "retain handling 3");
+        assert_eq!(sub(0b0100_0001, &[]), Err(0x81), "reserved bit");
+        assert_eq!(sub(1, &[0x0b, 5]), Err(0xa1), "subscription identifier");
         assert_eq!(sub(1, &[0x26, 0, 1, b'k', 0, 0]), Ok(vec![1]));
     }
 
