@@ -38,7 +38,8 @@ use tokio::sync::{broadcast, watch};
 pub struct BroadcastConfig {
     /// Messages a client may fall behind before it skips some.
     pub queue: usize,
-    /// Largest frame accepted from a client.
+    /// Largest message (and so frame) accepted from a client; a larger one closes its
+    /// connection with 1009.
     pub max_frame: u64,
     /// Serve `wss://` with this acceptor (from [`crate::tls::tls_acceptor`]) instead of
     /// `ws://`. Default none.
@@ -269,10 +270,22 @@ async fn serve(shared: Arc<Shared>, sock: TcpStream, shutdown: watch::Receiver<b
     stats.connections_current.fetch_sub(1, Relaxed);
 }
 
-/// Why an upgrade request is refused: (status line, reason).
+/// Why an upgrade request is refused: (status line, reason). What RFC 6455 §4.2.1 requires
+/// of the request: a GET of HTTP/1.1 or later, a Host header, the upgrade tokens, version 13
+/// and a key of 16 base64-encoded bytes.
 fn check_upgrade(h: &codec::Head) -> Result<(), (&'static str, &'static str)> {
     if !h.first.starts_with("GET ") {
         return Err(("400 Bad Request", "WebSocket upgrades are GET requests"));
+    }
+    let version = h.first.rsplit(' ').next().unwrap_or_default();
+    if !version.starts_with("HTTP/") || version < "HTTP/1.1" {
+        return Err((
+            "400 Bad Request",
+            "WebSocket upgrades need HTTP/1.1 or later",
+        ));
+    }
+    if h.header("host").is_none() {
+        return Err(("400 Bad Request", "the Host header is missing"));
     }
     if !h.has_token("upgrade", "websocket") || !h.has_token("connection", "upgrade") {
         return Err(("400 Bad Request", "not a WebSocket upgrade request"));
@@ -283,8 +296,15 @@ fn check_upgrade(h: &codec::Head) -> Result<(), (&'static str, &'static str)> {
             "only WebSocket version 13 is spoken",
         ));
     }
-    if h.header("sec-websocket-key").is_none_or(str::is_empty) {
-        return Err(("400 Bad Request", "Sec-WebSocket-Key is missing"));
+    match h.header("sec-websocket-key") {
+        None | Some("") => return Err(("400 Bad Request", "Sec-WebSocket-Key is missing")),
+        Some(k) if !codec::valid_key(k.trim()) => {
+            return Err((
+                "400 Bad Request",
+                "Sec-WebSocket-Key is not 16 bytes in base64",
+            ));
+        }
+        Some(_) => {}
     }
     Ok(())
 }
@@ -307,6 +327,13 @@ async fn connection(
     // begun and awaits continuation frames.
     let mut text = false;
     let mut fragmented = false;
+    // Set when the frame parse fails on a frame over the size limit (closed with 1009, not
+    // 1002: RFC 6455 §7.4.1).
+    let too_big = std::sync::atomic::AtomicBool::new(false);
+    let parse = |b: &mut bytes::BytesMut| {
+        codec::parse(b, true, shared.max_frame)
+            .inspect_err(|e| too_big.store(matches!(e, codec::FrameError::TooBig(_)), Relaxed))
+    };
     let close_code = loop {
         tokio::select! {
             biased;
@@ -352,10 +379,13 @@ async fn connection(
                 wire.shrink();
                 stats.frames_out.fetch_add(frames, Relaxed);
             }
-            f = poll_fn(|cx| wire.poll_next(cx, false, |b| codec::parse(b, true, shared.max_frame))) => {
+            f = poll_fn(|cx| wire.poll_next(cx, false, parse)) => {
                 let f = match f {
                     Ok(f) => f,
-                    Err(e) if e.kind() == io::ErrorKind::InvalidData => break Some(codec::CLOSE_PROTOCOL),
+                    Err(e) if e.kind() == io::ErrorKind::InvalidData => break Some(match too_big.load(Relaxed) {
+                        true => codec::CLOSE_TOO_BIG,
+                        false => codec::CLOSE_PROTOCOL,
+                    }),
                     Err(_) => return,
                 };
                 match f.opcode {
@@ -378,6 +408,10 @@ async fn connection(
                         // A continuation needs a message begun; a new message, none [RFC 6455 5.4].
                         if (f.opcode == codec::OP_CONT) != fragmented {
                             break Some(codec::CLOSE_PROTOCOL);
+                        }
+                        // The limit holds for a whole message, not only for each of its frames.
+                        if (message.pending_len() + f.payload.len()) as u64 > shared.max_frame {
+                            break Some(codec::CLOSE_TOO_BIG);
                         }
                         fragmented = !f.fin;
                         if f.opcode != codec::OP_CONT {
@@ -491,7 +525,53 @@ mod tests {
         assert!(answer(&v12, addr).await.starts_with("HTTP/1.1 426"));
         let nokey = UPGRADE.replace("Sec-WebSocket-Key", "X-Key");
         assert!(answer(&nokey, addr).await.starts_with("HTTP/1.1 400"));
-        assert_eq!(stats.refused.load(Relaxed), 3);
+        // What RFC 6455 §4.2.1 also requires (found with a raw client): HTTP/1.1 or later, a
+        // Host header, a key of 16 bytes.
+        for bad in [
+            UPGRADE.replace("HTTP/1.1", "HTTP/1.0"),
+            UPGRADE.replace("Host: h\r\n", ""),
+            UPGRADE.replace("dGhlIHNhbXBsZSBub25jZQ==", "abc"),
+        ] {
+            let a = answer(&bad, addr).await;
+            assert!(a.starts_with("HTTP/1.1 400"), "{bad}: {a}");
+        }
+        assert_eq!(stats.refused.load(Relaxed), 6);
+    }
+
+    /// A message over the limit closes the connection with 1009, message too big (RFC 6455
+    /// §7.4.1), whether it comes as one frame or as fragments that are each small enough.
+    #[tokio::test]
+    async fn a_message_over_the_limit_is_closed_with_1009() {
+        let config = BroadcastConfig {
+            max_frame: 1000,
+            ..BroadcastConfig::default()
+        };
+        let b = Broadcast::bind("127.0.0.1:0", config).await.unwrap();
+        let addr = b.local_addr();
+        let (_stop, rx) = tokio::sync::oneshot::channel::<()>();
+        tokio::spawn(b.run(async move {
+            let _ = rx.await;
+        }));
+        let mut whole = BytesMut::new();
+        codec::put_frame(&mut whole, OP_BINARY, &[7; 1001], Some([1, 2, 3, 4]));
+        let mut parts = BytesMut::new();
+        for (i, op) in [OP_BINARY, codec::OP_CONT, codec::OP_CONT]
+            .into_iter()
+            .enumerate()
+        {
+            let start = parts.len();
+            codec::put_frame(&mut parts, op, &[7; 400], Some([1, 2, 3, 4]));
+            if i < 2 {
+                parts[start] &= 0x7f; // not the final fragment
+            }
+        }
+        for frames in [whole, parts] {
+            let mut s = client(addr).await;
+            s.write_all(&frames).await.unwrap();
+            let mut b = [0u8; 4];
+            s.read_exact(&mut b).await.unwrap();
+            assert_eq!(b, [0x88, 0x02, 0x03, 0xF1], "close 1009");
+        }
     }
 
     #[tokio::test]

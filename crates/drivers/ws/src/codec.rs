@@ -245,6 +245,15 @@ pub fn accept_key(key: &str) -> String {
     base64::engine::general_purpose::STANDARD.encode(h.finalize())
 }
 
+/// Whether a `Sec-WebSocket-Key` is what RFC 6455 §4.1 says it must be: 16 bytes, base64.
+pub fn valid_key(key: &str) -> bool {
+    use base64::Engine as _;
+    key.len() == 24
+        && base64::engine::general_purpose::STANDARD
+            .decode(key)
+            .is_ok_and(|k| k.len() == 16)
+}
+
 /// A fresh random `Sec-WebSocket-Key` (16 random bytes, base64).
 pub fn new_key(seed: u64) -> String {
     use base64::Engine as _;

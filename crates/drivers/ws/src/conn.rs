@@ -474,6 +474,11 @@ pub struct Message {
 }
 
 impl Message {
+    /// The bytes of the message begun so far (0 between messages).
+    pub fn pending_len(&self) -> usize {
+        self.parts.as_ref().map_or(0, BytesMut::len)
+    }
+
     /// Feeds one data frame; a whole message comes back when it is complete.
     pub fn feed(&mut self, f: Frame) -> Option<bytes::Bytes> {
         match (f.fin, self.parts.as_mut()) {
