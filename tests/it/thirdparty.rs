@@ -961,6 +961,34 @@ fn http_1_1_with_curl() {
     );
 }
 
+/// An HTTP/1.1 request without a Host header, or with two, is answered 400 and the connection
+/// closed (RFC 9112 §3.2, a MUST; found with a raw client: it had been answered 200); curl with
+/// its Host header removed (`-H "Host:"`) gets the 400 too.
+#[test]
+fn http_1_1_requests_need_one_host() {
+    use std::io::{Read, Write};
+    let server = Server::http();
+    let port = port_of(&server.url);
+    for req in [
+        "GET / HTTP/1.1\r\n\r\n",
+        "GET / HTTP/1.1\r\nHost: a\r\nHost: b\r\n\r\n",
+    ] {
+        let mut s = std::net::TcpStream::connect(format!("127.0.0.1:{port}")).unwrap();
+        s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+        s.write_all(req.as_bytes()).unwrap();
+        let mut answer = String::new();
+        let _ = s.read_to_string(&mut answer);
+        assert!(answer.starts_with("HTTP/1.1 400"), "{req:?}: {answer}");
+        assert!(answer.contains("connection: close"), "{req:?}: {answer}");
+    }
+    if have_tool("curl", "curl") {
+        let ran = run(curl()
+            .args(["-H", "Host:", "-o", "/dev/null", "-w", "%{http_code}"])
+            .arg(format!("http://127.0.0.1:{port}/")));
+        assert_eq!(ran.stdout, "400", "{}", ran.context());
+    }
+}
+
 /// HTTP/2 with prior knowledge (h2c) on the same port: curl (GET, and a POST whose 300 KB body
 /// is larger than HTTP/2's initial 64 KiB window, so it needs the server's WINDOW_UPDATEs), one
 /// request per curl run — curl 7.88 cannot reuse an h2c connection (curl/curl#10634, fixed in

@@ -242,11 +242,16 @@ impl Service<Request<Incoming>> for Answer {
         if req.version() == Version::HTTP_2 {
             self.counts.http2_requests.fetch_add(1, Relaxed);
         }
+        // An HTTP/1.1 request must carry exactly one Host header; the answer to one without,
+        // or with two, is 400 (RFC 9112 §3.2, a MUST; hyper leaves it to the service).
+        let bad_host = req.version() == Version::HTTP_11
+            && req.headers().get_all(hyper::header::HOST).iter().count() != 1;
         Reply {
             body: Some(req.into_body()),
             read: 0,
             answer: self.clone(),
             sleep: None,
+            bad_host,
         }
     }
 }
@@ -260,6 +265,9 @@ pub(crate) struct Reply {
     answer: Answer,
     /// The configured delay, once the body is in (boxed only when a delay is set).
     sleep: Option<Pin<Box<tokio::time::Sleep>>>,
+    /// An HTTP/1.1 request without exactly one Host header: answered 400, and the
+    /// connection closed.
+    bad_host: bool,
 }
 
 impl Future for Reply {
@@ -291,6 +299,16 @@ impl Future for Reply {
                 return Poll::Pending;
             }
             this.sleep = None;
+        }
+        if this.bad_host {
+            let why = Bytes::from_static(b"an HTTP/1.1 request needs exactly one Host header\n");
+            let mut resp = Response::new(Payload::new(why));
+            *resp.status_mut() = StatusCode::BAD_REQUEST;
+            resp.headers_mut().insert(
+                hyper::header::CONNECTION,
+                hyper::header::HeaderValue::from_static("close"),
+            );
+            return Poll::Ready(Ok(resp));
         }
         let mut resp = Response::new(Payload::new(this.answer.body.clone()));
         *resp.status_mut() = this.answer.status;
