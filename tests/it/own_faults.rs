@@ -309,3 +309,58 @@ fn a_second_ctrl_c_cuts_the_drain_short_and_still_reports() {
     assert_eq!(u(&i["expected"]), u(&i["delivered"]) + u(&i["lost"]), "{i}");
     assert!(u(&i["lost"]) > 0, "messages 3 s away were cut off: {i}");
 }
+
+/// A target that goes away for good mid-run (an MQTT broker, msgbench's own, stopped 1.5 s into
+/// a 4 s run at 200 msgs/s): the run still ends on time with its report, and says that the
+/// measure phase sent far fewer messages than its rate scheduled (found against amqtt: the
+/// report had only the sent count and an error count to show for it).
+#[test]
+fn a_target_gone_for_good_is_said_in_the_report() {
+    let d = TempDir::new("own-target-gone");
+    let port = free_port();
+    let mut broker = Killed(
+        Command::new(bin())
+            .args(["serve", "mqtt", "--quiet", "--listen"])
+            .arg(format!("127.0.0.1:{port}"))
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+        assert!(Instant::now() < deadline, "the broker did not listen");
+        std::thread::sleep(Duration::from_millis(25));
+    }
+    let url = format!("mqtt://127.0.0.1:{port}");
+    let child = start(
+        &d.0,
+        &[
+            "run",
+            &url,
+            "--qos",
+            "1",
+            "--rate",
+            "200",
+            "--duration",
+            "4s",
+            "--warmup",
+            "0s",
+            "-o",
+            "r.jsonl",
+        ],
+        None,
+    );
+    std::thread::sleep(Duration::from_millis(1500));
+    let _ = broker.0.kill();
+    let o = wait(child, Duration::from_secs(30));
+    let report = String::from_utf8_lossy(&o.stdout);
+    assert!(
+        report.contains("messages its rate scheduled (200/s for"),
+        "{report}\n{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    let end = last_record(&d.path("r.jsonl"));
+    let warnings = end["warnings"].to_string();
+    assert!(warnings.contains("messages its rate scheduled"), "{end}");
+}

@@ -201,6 +201,7 @@ impl MessageRun<'_> {
         let integrity = self.agg.integrity();
         let all = self.agg.all_counters();
         self.warn_of_counts(&all);
+        self.warn_of_shortfall(&phases);
         let stages = self.stage_ends(&phases, &all);
         self.warn_of_stages(&phases, &stages, unmatched);
         self.warn_of_foreign(&all);
@@ -240,6 +241,35 @@ impl MessageRun<'_> {
                 all.returned
             ));
         }
+    }
+
+    /// A paced run whose measure phase sent clearly fewer messages than its rate scheduled: the
+    /// rate in the report is then not the offered load, and without this only the error
+    /// counts hint why (a target down for most of the run had ended with exit 0 and its sent
+    /// count the only sign). Said for constant and Poisson rates, from 100 scheduled
+    /// messages, below 90%.
+    fn warn_of_shortfall(&mut self, phases: &[PhaseTotals]) {
+        let rate = match self.plan.rate {
+            crate::pacer::RateShape::Constant { rate }
+            | crate::pacer::RateShape::Poisson { rate } => rate,
+            _ => return,
+        };
+        let Some(m) = phases.iter().find(|p| p.phase == Phase::Measure) else {
+            return;
+        };
+        let span = m.end_s - m.start_s;
+        let scheduled = rate * span;
+        let sent = m.counters.sent;
+        if scheduled < 100.0 || sent as f64 >= 0.9 * scheduled {
+            return;
+        }
+        self.warnings.push(format!(
+            "the measure phase sent {sent} of the {scheduled:.0} messages its rate scheduled \
+             ({rate}/s for {span:.2} s, {:.0}%): the rest were held back (failed sends, an \
+             unreachable target, a full window or a saturated generator: see the errors and \
+             events)",
+            100.0 * sent as f64 / scheduled
+        ));
     }
 
     /// Each stage of a multi-stage run and the messages that never reached it (the
