@@ -534,3 +534,49 @@ fn a_peer_granting_no_credit_is_a_reported_stall() {
     assert_eq!(stalls[0]["kind"], "warning");
     drop(rx);
 }
+
+/// A receiver that drains (grants credit with drain set, as Qpid JMS's receive with a
+/// time-out does) hears back at once: msgbench's sender, with nothing waiting to go, gives the
+/// credit back by advancing its delivery count and says so in a flow (spec 2.6.7). It had
+/// never answered, so a draining receiver waited for good (found with rhea).
+#[test]
+fn a_draining_receiver_gets_its_credit_back() {
+    let Some(py) = proton_python() else { return };
+    let d = TempDir::new("p2p-proton-drain");
+    let port = free_port();
+    let mut child = Command::new(&py)
+        .arg(fixture())
+        .args(["drain", &port.to_string(), "15"])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("starting the proton drainer");
+    let mut line = String::new();
+    BufReader::new(child.stdout.as_mut().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    assert_eq!(line.trim(), "listening", "the proton drainer did not start");
+    let rx = Killed(child);
+    let url = format!("amqp10://127.0.0.1:{port}?bind=consumer");
+    let t0 = std::time::Instant::now();
+    let _ = msgbench(
+        &d.0,
+        &[
+            "run",
+            &url,
+            "-c",
+            "0",
+            "--rate",
+            "2",
+            "--duration",
+            "2s",
+            "--warmup",
+            "0s",
+            "--no-output",
+        ],
+    );
+    let seen = receiver_report(rx);
+    assert_eq!(seen["drained"], true, "{seen}");
+    assert!(t0.elapsed().as_secs() < 12, "{:?}", t0.elapsed());
+}

@@ -586,6 +586,7 @@ impl Conn {
                 handle,
                 delivery_count,
                 link_credit,
+                drain,
                 echo,
             } => {
                 let nii = next_incoming_id.unwrap_or(0);
@@ -602,7 +603,15 @@ impl Conn {
                         let count = delivery_count.unwrap_or(0);
                         l.credit = count.wrapping_add(credit).wrapping_sub(l.delivery_count);
                     }
-                    if echo {
+                    if drain && !l.receiver {
+                        // Nothing waits to be sent here (the runner hands messages over one at a
+                        // time, each sent at once): the credit is given back, and the receiver
+                        // told (Qpid JMS's receive with a time-out drains; rhea waited for good).
+                        l.delivery_count = l.delivery_count.wrapping_add(l.credit);
+                        l.credit = 0;
+                        let (count, s) = (l.delivery_count, self.session_flow());
+                        frames::put_drained_flow(&mut self.wire.wbuf, s, id as u32, count);
+                    } else if echo {
                         let (count, credit) = (l.delivery_count, l.credit);
                         let s = self.session_flow();
                         frames::put_flow(&mut self.wire.wbuf, s, Some((id as u32, count, credit)));

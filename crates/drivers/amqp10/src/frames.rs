@@ -207,6 +207,25 @@ pub fn put_flow(buf: &mut BytesMut, s: SessionFlow, link: Option<(u32, u32, u32)
     });
 }
 
+/// A sender's `flow` after a drain (spec 2.6.7): link `handle` with its credit used up
+/// (delivery-count advanced to `count`, link-credit 0) and drain set, so the receiver knows
+/// the drain is done.
+pub fn put_drained_flow(buf: &mut BytesMut, s: SessionFlow, handle: u32, count: u32) {
+    put_frame(buf, AMQP, 0, |e| {
+        e.list(FLOW)
+            .uint(s.next_incoming_id)
+            .uint(s.incoming_window)
+            .uint(s.next_outgoing_id)
+            .uint(u32::MAX)
+            .uint(handle)
+            .uint(count)
+            .uint(0)
+            .null()
+            .bool(true)
+            .end();
+    });
+}
+
 /// One frame of a transfer: the first (`first`: id and tag) or a continuation, `more` when
 /// further frames follow; `body` writes the frame's share of the message.
 pub fn put_transfer(
@@ -488,8 +507,7 @@ pub enum Performative {
         initial_delivery_count: Option<u32>,
     },
     /// `flow` (spec 2.7.4): the peer's session window and, when `handle` is set, one link's
-    /// flow state. Fields not listed (outgoing-window, available, drain, properties) are not
-    /// read.
+    /// flow state. Fields not listed (outgoing-window, available, properties) are not read.
     Flow {
         /// `next-incoming-id`: the next transfer id the peer expects from us; absent when the
         /// peer has not yet seen our `begin` (then it counts from our initial id, 0).
@@ -506,6 +524,9 @@ pub enum Performative {
         /// `link-credit`: how many deliveries, counted from `delivery_count`, the receiver
         /// takes (credit = delivery-count + link-credit - our delivery count, 2.6.7).
         link_credit: Option<u32>,
+        /// `drain`: a receiver asks the sender to use up its credit or give it back
+        /// (advancing delivery-count) and say so in a `flow` (`false` if absent).
+        drain: bool,
         /// `echo`: the peer asks for our flow state back in a `flow` of ours (`false` if
         /// absent).
         echo: bool,
@@ -651,7 +672,7 @@ impl Performative {
                 let delivery_count = uint(f.read()?);
                 let link_credit = uint(f.read()?);
                 f.read()?;
-                f.read()?;
+                let drain = f.read()?.as_bool().unwrap_or(false);
                 let echo = f.read()?.as_bool().unwrap_or(false);
                 Performative::Flow {
                     next_incoming_id,
@@ -659,6 +680,7 @@ impl Performative {
                     handle,
                     delivery_count,
                     link_credit,
+                    drain,
                     echo,
                 }
             }
@@ -865,12 +887,36 @@ mod tests {
                 handle: Some(2),
                 delivery_count: Some(100),
                 link_credit: Some(500),
+                drain: false,
                 echo: false
             }
         );
         assert_eq!(
             Performative::parse(&one(&mut buf)).unwrap(),
             Performative::Empty
+        );
+        // A sender's answer to a drain: its credit used up, drain set.
+        put_drained_flow(
+            &mut buf,
+            SessionFlow {
+                next_incoming_id: 0,
+                incoming_window: 64,
+                next_outgoing_id: 3,
+            },
+            1,
+            42,
+        );
+        assert_eq!(
+            Performative::parse(&one(&mut buf)).unwrap(),
+            Performative::Flow {
+                next_incoming_id: Some(0),
+                incoming_window: 64,
+                handle: Some(1),
+                delivery_count: Some(42),
+                link_credit: Some(0),
+                drain: true,
+                echo: false
+            }
         );
         // A detach with an error, as a broker writes it.
         let mut buf = BytesMut::new();
