@@ -580,3 +580,57 @@ fn a_draining_receiver_gets_its_credit_back() {
     assert_eq!(seen["drained"], true, "{seen}");
     assert!(t0.elapsed().as_secs() < 12, "{:?}", t0.elapsed());
 }
+
+/// A peer that begins a second session on its connection (Qpid JMS begins one per producer
+/// or consumer), past the channel-max of 0 a listening msgbench announces: the connection is
+/// closed with `amqp:not-allowed` saying why, and msgbench's events say it too. It had
+/// ignored the begin and taken the second session's frames for the first's (rhea failed on an
+/// attach answered twice; Qpid JMS on an unknown error; msgbench said nothing).
+#[test]
+fn a_second_session_is_refused_and_said() {
+    let Some(py) = proton_python() else { return };
+    let d = TempDir::new("p2p-proton-sessions");
+    let port = free_port();
+    let url = format!("amqp10://127.0.0.1:{port}?bind=consumer");
+    let consumers = spawn_run(
+        &d.0,
+        &[
+            "run",
+            &url,
+            "--segment",
+            "consumers",
+            "-d",
+            "3s",
+            "--no-output",
+        ],
+    );
+    std::thread::sleep(Duration::from_millis(700));
+    let o = Command::new(&py)
+        .arg(fixture())
+        .args(["two-sessions", &port.to_string(), "msgbench"])
+        .output()
+        .unwrap();
+    let c = consumers.wait_with_output().unwrap();
+    assert!(
+        o.status.success(),
+        "proton: {}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    let seen: Value =
+        serde_json::from_str(String::from_utf8_lossy(&o.stdout).lines().last().unwrap()).unwrap();
+    assert_eq!(seen["condition"], "amqp:not-allowed", "{seen}");
+    assert!(
+        seen["description"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("second session"),
+        "{seen}"
+    );
+    let r: Value =
+        serde_json::from_slice(&c.stdout).unwrap_or_else(|e| panic!("{e}: {}", stderr(&c)));
+    assert!(
+        r["events"].to_string().contains("second session"),
+        "{}",
+        r["events"]
+    );
+}

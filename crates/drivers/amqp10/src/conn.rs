@@ -190,6 +190,11 @@ pub struct Conn {
     polite: bool,
     sent_end: bool,
     sent_close: bool,
+    /// Listening: the channel of the peer's session. A frame on another one (a second
+    /// session, past the channel-max of 0 our open announced: Qpid JMS begins one per
+    /// producer or consumer) closes the connection with `amqp:not-allowed`, said, instead of
+    /// being taken for the first session's.
+    pub(crate) peer_channel: Option<u16>,
     /// The broker offered `SHARED-SUBS` in its open (see [`frames::Performative::Open`]).
     pub(crate) shared_subs: bool,
 }
@@ -224,6 +229,7 @@ impl Conn {
             scratch: BytesMut::new(),
             serving: None,
             polite: false,
+            peer_channel: None,
             shared_subs: false,
             sent_end: false,
             sent_close: false,
@@ -531,7 +537,20 @@ impl Conn {
             }
             Poll::Pending => return Poll::Pending,
         };
-        let (_kind, _channel, body) = frame;
+        let (_kind, channel, body) = frame;
+        if let Some(ours) = self.peer_channel
+            && channel != ours
+            && !body.is_empty()
+        {
+            let why = format!(
+                "the peer began a second session (channel {channel}); a listening msgbench takes \
+                 one session per connection (channel-max 0, as its open says): connect a \
+                 client that opens one session, or one connection per session"
+            );
+            crate::reply::put_close_error(&mut self.wire.wbuf, "amqp:not-allowed", &why);
+            let _ = self.wire.poll_flush(cx);
+            return Poll::Ready(Err(LinkError::Io(why)));
+        }
         Poll::Ready(self.on_frame(body))
     }
 

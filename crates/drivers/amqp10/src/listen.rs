@@ -273,8 +273,10 @@ pub async fn handshake(
             } => {
                 reply::put_begin_reply(&mut w.wbuf, channel, 0, INCOMING_WINDOW);
                 w.flush().await.map_err(|e| io(e, "the AMQP begin"))?;
-                let conn = Conn::new(w, max_frame, idle_ms, next_outgoing_id, incoming_window);
-                return Ok(conn.brokerless(Some(serving)));
+                let mut conn = Conn::new(w, max_frame, idle_ms, next_outgoing_id, incoming_window)
+                    .brokerless(Some(serving));
+                conn.peer_channel = Some(channel);
+                return Ok(conn);
             }
             Performative::Close(e) => {
                 return Err(fail(format!(
