@@ -247,8 +247,12 @@ impl MessageRun<'_> {
     /// rate in the report is then not the offered load, and without this only the error
     /// counts hint why (a target down for most of the run had ended with exit 0 and its sent
     /// count the only sign). Said for constant and Poisson rates, from 100 scheduled
-    /// messages, below 90%.
+    /// messages, below 90%; not in one segment of a segmented run (the rate is the whole
+    /// run's, and a segment may run no producer at all).
     fn warn_of_shortfall(&mut self, phases: &[PhaseTotals]) {
+        if self.plan.segment.is_some() || self.plan.producers() == 0 {
+            return;
+        }
         let rate = match self.plan.rate {
             crate::pacer::RateShape::Constant { rate }
             | crate::pacer::RateShape::Poisson { rate } => rate,
