@@ -368,6 +368,45 @@ fn receiver_report(mut k: Killed) -> Value {
         .unwrap_or_else(|e| panic!("no JSON from the proton receiver ({e}): {out}\n{err}"))
 }
 
+/// A msgbench run whose consumers listen on `url` for `secs` seconds (the consumers segment:
+/// it sends nothing itself), given 700 ms to listen before it returns.
+fn listening_consumers(d: &TempDir, url: &str, secs: &str) -> std::process::Child {
+    let child = spawn_run(
+        &d.0,
+        &[
+            "run",
+            url,
+            "--segment",
+            "consumers",
+            "-d",
+            secs,
+            "--no-output",
+        ],
+    );
+    std::thread::sleep(Duration::from_millis(700));
+    child
+}
+
+/// Runs the Proton peer in a connecting mode (`send`, `two-sessions`) to its end: the JSON
+/// line it printed last.
+fn proton_peer(py: &str, args: &[&str]) -> Value {
+    let o = Command::new(py).arg(fixture()).args(args).output().unwrap();
+    assert!(
+        o.status.success(),
+        "proton {args:?}: {}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    let out = String::from_utf8_lossy(&o.stdout);
+    serde_json::from_str(out.lines().last().unwrap_or_default())
+        .unwrap_or_else(|e| panic!("no JSON from proton {args:?} ({e}): {out}"))
+}
+
+/// The JSON report of a finished msgbench run started with [`listening_consumers`].
+fn report_of(run: std::process::Child) -> Value {
+    let c = run.wait_with_output().unwrap();
+    serde_json::from_slice(&c.stdout).unwrap_or_else(|e| panic!("{e}: {}", stderr(&c)))
+}
+
 /// Proton listens; msgbench's producers connect and send, unsettled: Proton receives every
 /// message, and every one of its outcomes comes back as an ack.
 #[test]
@@ -401,41 +440,71 @@ fn proton_sends_into_a_listening_consumer() {
     let d = TempDir::new("p2p-proton-tx");
     let port = free_port();
     let url = format!("amqp10://127.0.0.1:{port}?bind=consumer");
-    let consumers = spawn_run(
-        &d.0,
-        &[
-            "run",
-            &url,
-            "--segment",
-            "consumers",
-            "-d",
-            "4s",
-            "--no-output",
-        ],
-    );
-    std::thread::sleep(Duration::from_millis(700));
-    let o = Command::new(&py)
-        .arg(fixture())
-        .args(["send", &port.to_string(), "msgbench", "3000", "100"])
-        .output()
-        .unwrap();
-    let c = consumers.wait_with_output().unwrap();
-    assert!(
-        o.status.success(),
-        "proton: {}",
-        String::from_utf8_lossy(&o.stderr)
-    );
-    let sent: Value =
-        serde_json::from_str(String::from_utf8_lossy(&o.stdout).lines().last().unwrap()).unwrap();
+    let consumers = listening_consumers(&d, &url, "4s");
+    let sent = proton_peer(&py, &["send", &port.to_string(), "msgbench", "3000", "100"]);
+    let r = report_of(consumers);
     assert_eq!(
         (u(&sent["sent"]), u(&sent["accepted"]), u(&sent["other"])),
         (3000, 3000, 0),
         "{sent}"
     );
-    let r: Value =
-        serde_json::from_slice(&c.stdout).unwrap_or_else(|e| panic!("{e}: {}", stderr(&c)));
     assert_eq!(u(&r["integrity"]["foreign"]), 3000, "{}", r["integrity"]);
     assert_eq!(count_events(&r, "error"), 0, "{}", r["events"]);
+}
+
+/// A sender that detaches its link with an error mid-run: what it sent before is counted,
+/// and the listening consumer's events name the peer, the link and the error. The detach
+/// had been answered and nothing said: the deliveries just stopped.
+#[test]
+fn a_sender_giving_up_is_said() {
+    let Some(py) = proton_python() else { return };
+    let d = TempDir::new("p2p-proton-gives-up");
+    let port = free_port();
+    let url = format!("amqp10://127.0.0.1:{port}?bind=consumer");
+    let consumers = listening_consumers(&d, &url, "3s");
+    let sent = proton_peer(
+        &py,
+        &["send", &port.to_string(), "msgbench", "3000", "100", "1000"],
+    );
+    let r = report_of(consumers);
+    assert_eq!(u(&sent["sent"]), 1000, "{sent}");
+    assert_eq!(u(&r["integrity"]["foreign"]), 1000, "{}", r["integrity"]);
+    let events = r["events"].to_string();
+    assert!(
+        events.contains(
+            "detached its link to `msgbench`: amqp:internal-error: proton gives up on purpose"
+        ),
+        "{events}"
+    );
+}
+
+/// A listening receiver that closes its connection politely mid-run: msgbench's producer says
+/// that the peer left, and then why its sends fail, as they begin to. Both had gone unsaid:
+/// a polite close was taken for the end of a run, and the failed sends were only counted.
+#[test]
+fn a_receiver_leaving_mid_run_is_said() {
+    let Some(py) = proton_python() else { return };
+    let d = TempDir::new("p2p-proton-leaves");
+    let port = free_port();
+    let rx = proton_receiver(&py, port, 500, 30, 100);
+    let url = format!("amqp10://127.0.0.1:{port}?bind=consumer");
+    let r = run(&d, &url, &["-c", "0", "--rate", "1000", "-d", "3s"]);
+    let seen = receiver_report(rx);
+    assert!(u(&seen["received"]) >= 500, "{seen}");
+    let events = r["events"].to_string();
+    assert!(
+        events.contains("the peer closed its connection; it receives nothing more"),
+        "{events}"
+    );
+    assert!(
+        events.contains("no consumer of `msgbench` is connected any more; retrying with backoff"),
+        "{events}"
+    );
+    assert!(
+        u(&measure(&r)["counters"]["errors"]["send"]) > 0,
+        "{}",
+        r["phases"]
+    );
 }
 
 /// The brokered client against an AMQP 1.0 server that attaches its sender and never grants
@@ -526,12 +595,21 @@ fn a_peer_granting_no_credit_is_a_reported_stall() {
     assert_eq!(u(&c["errors"]["timeout"]), 0, "not in doubt: {c}");
     assert!(u(&c["errors"]["send"]) >= 1, "{c}");
     let events = r["events"].as_array().unwrap();
-    let stalls: Vec<&Value> = events
-        .iter()
-        .filter(|e| e["detail"].as_str().unwrap().contains("granted no credit"))
-        .collect();
+    let said = |what: &str| -> Vec<&Value> {
+        events
+            .iter()
+            .filter(|e| e["detail"].as_str().unwrap().contains(what))
+            .collect()
+    };
+    let stalls = said("stalled: amqp10://");
     assert_eq!(stalls.len(), 1, "{events:?}");
     assert_eq!(stalls[0]["kind"], "warning");
+    // The runner's word as the sends begin failing, once (the failures go on).
+    assert_eq!(
+        said("granted no credit within 1s; retrying").len(),
+        1,
+        "{events:?}"
+    );
     drop(rx);
 }
 
@@ -592,32 +670,9 @@ fn a_second_session_is_refused_and_said() {
     let d = TempDir::new("p2p-proton-sessions");
     let port = free_port();
     let url = format!("amqp10://127.0.0.1:{port}?bind=consumer");
-    let consumers = spawn_run(
-        &d.0,
-        &[
-            "run",
-            &url,
-            "--segment",
-            "consumers",
-            "-d",
-            "3s",
-            "--no-output",
-        ],
-    );
-    std::thread::sleep(Duration::from_millis(700));
-    let o = Command::new(&py)
-        .arg(fixture())
-        .args(["two-sessions", &port.to_string(), "msgbench"])
-        .output()
-        .unwrap();
-    let c = consumers.wait_with_output().unwrap();
-    assert!(
-        o.status.success(),
-        "proton: {}",
-        String::from_utf8_lossy(&o.stderr)
-    );
-    let seen: Value =
-        serde_json::from_str(String::from_utf8_lossy(&o.stdout).lines().last().unwrap()).unwrap();
+    let consumers = listening_consumers(&d, &url, "3s");
+    let seen = proton_peer(&py, &["two-sessions", &port.to_string(), "msgbench"]);
+    let r = report_of(consumers);
     assert_eq!(seen["condition"], "amqp:not-allowed", "{seen}");
     assert!(
         seen["description"]
@@ -626,8 +681,6 @@ fn a_second_session_is_refused_and_said() {
             .contains("second session"),
         "{seen}"
     );
-    let r: Value =
-        serde_json::from_slice(&c.stdout).unwrap_or_else(|e| panic!("{e}: {}", stderr(&c)));
     assert!(
         r["events"].to_string().contains("second session"),
         "{}",

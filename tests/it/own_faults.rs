@@ -363,4 +363,12 @@ fn a_target_gone_for_good_is_said_in_the_report() {
     let end = last_record(&d.path("r.jsonl"));
     let warnings = end["warnings"].to_string();
     assert!(warnings.contains("messages its rate scheduled"), "{end}");
+    // Why the sends failed is said as they begin failing, not only in the error count.
+    let results = std::fs::read_to_string(d.path("r.jsonl")).unwrap();
+    let failing: Vec<&str> = results
+        .lines()
+        .filter(|l| l.contains("retrying with backoff"))
+        .collect();
+    assert_eq!(failing.len(), 1, "{results}");
+    assert!(failing[0].contains("producer 0: "), "{}", failing[0]);
 }

@@ -2,7 +2,7 @@
 //!
 //! Each turn it lets the phase machine move on, watches a backlog run, asks whether the drain is
 //! over, and then waits for the first of: a task's snapshot (merged), a driver event (logged and
-//! counted), a producer that had to stop, the last producer ending, the next tick or phase
+//! counted), a producer whose sends began failing or that had to stop, the last producer ending, the next tick or phase
 //! boundary, or an interrupt. A tick samples the process's CPU and event-loop lag, frees window
 //! places past the ack timeout, looks for stalled producers and emits the intervals that are
 //! complete.
@@ -12,6 +12,7 @@ use super::backlog::BacklogEvent;
 use super::connect::{interval_before, process_cpu_s};
 use super::messages::{MessageRun, no_task_snapshot, run_event};
 use super::phases::Change;
+use super::produce::ProducerNews;
 use super::release::SEGMENT_QUIET_NS;
 use super::{Observer, lag};
 use crate::clock::{now_ns, to_instant};
@@ -24,6 +25,9 @@ use tokio::sync::mpsc;
 /// Deliveries this recent at the drain's deadline mean they were still arriving (see the
 /// drain's time-out warning).
 const STILL_ARRIVING_NS: u64 = 1_000_000_000;
+
+/// How many producers' failing sends are reported as events; the rest are counted only.
+const FAILING_TOLD: u32 = 3;
 
 impl MessageRun<'_> {
     /// The load starts: the first phase begins (call at `t0`).
@@ -59,7 +63,7 @@ impl MessageRun<'_> {
             tokio::select! {
                 Some(s) = self.snapshots.recv() => self.merge(s),
                 Some(e) = events.recv() => self.driver_event(e, observer),
-                Some(why) = self.fatal.recv() => self.producer_failed(why, observer),
+                Some(news) = self.news.recv() => self.producer_news(news, observer),
                 Some(_) = self.tasks.producers.join_next(), if !self.producers_done => {
                     if self.tasks.producers.is_empty() {
                         self.producers_done = true;
@@ -254,6 +258,26 @@ impl MessageRun<'_> {
     }
 
     /// A producer that had to stop: counted, logged, and (once per distinct reason) a warning.
+    /// What a producer said: a stop is an error of the run; failing sends are a warning event
+    /// for the first [`FAILING_TOLD`] producers (with many producers on one dead target,
+    /// the rest would only repeat it).
+    pub(super) fn producer_news(&mut self, news: ProducerNews, observer: &mut dyn Observer) {
+        match news {
+            ProducerNews::Stopped(why) => self.producer_failed(why, observer),
+            ProducerNews::Failing(why) => {
+                self.failing_told += 1;
+                let why = match self.failing_told {
+                    n if n < FAILING_TOLD => why,
+                    FAILING_TOLD => {
+                        format!("{why} (other producers' failing sends are counted, not reported)")
+                    }
+                    _ => return,
+                };
+                observer.event(&run_event(self.t0, EventKind::Warning, why, now_ns()));
+            }
+        }
+    }
+
     pub(super) fn producer_failed(&mut self, why: String, observer: &mut dyn Observer) {
         self.producers_failed += 1;
         observer.event(&run_event(self.t0, EventKind::Error, why.clone(), now_ns()));

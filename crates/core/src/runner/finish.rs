@@ -111,8 +111,8 @@ impl MessageRun<'_> {
         while let Some(s) = self.snapshots.recv().await {
             self.agg.add(&s);
         }
-        while let Ok(why) = self.fatal.try_recv() {
-            self.producer_failed(why, observer);
+        while let Ok(news) = self.news.try_recv() {
+            self.producer_news(news, observer);
         }
         while let Ok(e) = events.try_recv() {
             // Refusals reported as the clients closed are still the run's, and so are the

@@ -10,7 +10,7 @@
 //! 5. [`MessageRun::finish`] (`finish`): every task stopped and joined (by force if it will not
 //!    end), the last snapshots merged, the delivery account closed, the outcome written.
 //!
-//! The coordinator owns everything the tasks report into (snapshots, counters, fatal errors);
+//! The coordinator owns everything the tasks report into (snapshots, counters, producers' failures);
 //! the tasks share only [`RunState`] with it, read with relaxed atomics on their hot paths.
 
 use super::EventKind;
@@ -18,7 +18,7 @@ use super::backlog::BacklogWatch;
 use super::connect::{Ramp, connect_all, consumer_descriptors, consumer_ramp, process_cpu_s};
 use super::consume::ConsumerTask;
 use super::phases::Phases;
-use super::produce::ProducerTask;
+use super::produce::{ProducerNews, ProducerTask};
 use super::stages::{StageListener, Unmatched};
 use super::state::{OwnedCounter, RunState};
 use super::together::Member;
@@ -376,8 +376,10 @@ pub(super) struct MessageRun<'p> {
     pub snapshots: mpsc::UnboundedReceiver<Snapshot>,
     /// Tells consumers and stage listeners to finish.
     pub stop: watch::Sender<bool>,
-    /// Producers that had to stop, and why.
-    pub fatal: mpsc::UnboundedReceiver<String>,
+    /// Producers whose sends began failing, or that had to stop, and why.
+    pub news: mpsc::UnboundedReceiver<ProducerNews>,
+    /// How many producers' failing sends were reported (the rest are counted only).
+    pub failing_told: u32,
     /// The worker threads (taken when the run ends: their runtimes stop with them).
     pub workers: Option<Workers>,
     pub tasks: Tasks,
@@ -453,7 +455,7 @@ impl<'p> MessageRun<'p> {
         );
         let (snap_tx, snapshots) = mpsc::unbounded_channel::<Snapshot>();
         let (stop, stop_rx) = watch::channel(false);
-        let (fatal_tx, fatal) = mpsc::unbounded_channel::<String>();
+        let (news_tx, news) = mpsc::unbounded_channel::<ProducerNews>();
         let mut agg = Aggregator::new(plan.tick.as_secs_f64());
         // Consumers' failed connection attempts (retried, or never connected) happened before
         // t0: they count in the first phase.
@@ -499,7 +501,7 @@ impl<'p> MessageRun<'p> {
         }
         let expects = producer_ids.iter().map(|&i| receivers_of(i)).collect();
         let (producers, sent, busy) =
-            shared.spawn_producers(c.producers, caps, &tracker, &fatal_tx)?;
+            shared.spawn_producers(c.producers, caps, &tracker, &news_tx)?;
         drop(snap_tx);
         let mut warnings = Vec::new();
         if let Some(w) = late {
@@ -520,7 +522,8 @@ impl<'p> MessageRun<'p> {
             agg,
             snapshots,
             stop,
-            fatal,
+            news,
+            failing_told: 0,
             workers: Some(c.workers),
             tasks: Tasks {
                 producers,
@@ -721,7 +724,7 @@ impl Shared<'_> {
         role: RoleClients<P>,
         caps: &Capabilities,
         tracker: &Option<Arc<Tracker>>,
-        fatal: &mpsc::UnboundedSender<String>,
+        news: &mpsc::UnboundedSender<ProducerNews>,
     ) -> Result<
         (
             JoinSet<()>,
@@ -782,7 +785,7 @@ impl Shared<'_> {
                 snapshots: self.snapshots.clone(),
                 sent: counter,
                 busy: in_send,
-                fatal: fatal.clone(),
+                news: news.clone(),
                 tagging: tagging.clone(),
                 tagger: None,
             };

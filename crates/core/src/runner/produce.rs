@@ -16,6 +16,18 @@ use std::task::Poll;
 use tokio::sync::mpsc::UnboundedSender;
 
 /// Everything a producer task needs besides its driver handle.
+/// What a producer tells the coordinator besides its snapshots.
+#[derive(Debug)]
+pub(crate) enum ProducerNews {
+    /// The first failed send after one that went through (or the first of all): the
+    /// producer retries with backoff, and counts the failures that follow. Without it a
+    /// target gone mid-run shows only as a growing error count, with no reason given until
+    /// the run ends.
+    Failing(String),
+    /// The producer stopped for good, and why.
+    Stopped(String),
+}
+
 pub(crate) struct ProducerTask {
     pub id: u32,
     /// The id its stamps carry: `id` plus its group's base (unique across a run's groups).
@@ -42,8 +54,8 @@ pub(crate) struct ProducerTask {
     pub sent: Arc<OwnedCounter>,
     /// When the `send` in progress began (ns; 0 when none is): read by the stall watch.
     pub busy: Arc<OwnedCounter>,
-    /// Where a producer that has to give up says why.
-    pub fatal: UnboundedSender<String>,
+    /// Where a producer says that its sends began failing, or that it has to give up.
+    pub news: UnboundedSender<ProducerNews>,
     /// Keys, metadata and the stage window (runs with `[message]` or stages).
     pub tagging: Option<Tagging>,
     /// Made from `tagging` when the task starts.
@@ -366,10 +378,10 @@ impl<P: Producer> Sending<P> {
                         if let Some(g) = t.gate() {
                             g.release();
                         }
-                        let _ = self.task.fatal.send(format!(
+                        let _ = self.task.news.send(ProducerNews::Stopped(format!(
                             "producer {} stopped: tracking key `{}` was used twice (make tracking.key unique, e.g. with {{n}} or {{producer}}.{{seq}})",
                             self.task.id, dup.0
-                        ));
+                        )));
                         return;
                     }
                 },
@@ -614,6 +626,12 @@ impl<P: Producer> Sending<P> {
         }
         if self.failing_since_ns == 0 {
             self.failing_since_ns = at;
+            if !e.is_fatal() {
+                let _ = self.task.news.send(ProducerNews::Failing(format!(
+                    "producer {}: {e}; retrying with backoff (failed sends are counted as errors)",
+                    self.task.id
+                )));
+            }
         }
         let given_up = self.task.quota.is_some() && at - self.failing_since_ns >= GIVE_UP_NS;
         if e.is_fatal() || given_up {
@@ -626,7 +644,7 @@ impl<P: Producer> Sending<P> {
             } else {
                 format!("producer {} stopped: {e}", self.task.id)
             };
-            let _ = self.task.fatal.send(why);
+            let _ = self.task.news.send(ProducerNews::Stopped(why));
             return None;
         }
         self.consecutive_errors = self.consecutive_errors.saturating_add(1);

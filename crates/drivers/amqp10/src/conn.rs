@@ -89,6 +89,17 @@ impl LinkError {
     }
 }
 
+impl LinkError {
+    /// Why the connection went, for a "connection lost: …" event: an I/O failure's own
+    /// words (its display says "connection lost" already), anything else as displayed.
+    pub fn loss(&self) -> String {
+        match self {
+            LinkError::Io(e) => e.clone(),
+            e => e.to_string(),
+        }
+    }
+}
+
 fn why(e: &Option<AmqpError>) -> String {
     e.as_ref().map(|e| format!(": {e}")).unwrap_or_default()
 }

@@ -154,7 +154,7 @@ impl Amqp10Consumer {
     fn lost(&mut self, why: &LinkError) {
         self.range = None;
         if self.live.take().is_some() {
-            self.sub.d.events.connection_lost(&self.label, why);
+            self.sub.d.events.connection_lost(&self.label, &why.loss());
             self.backoff.lost_after(self.opened.elapsed());
         }
     }

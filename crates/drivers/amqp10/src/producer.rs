@@ -154,7 +154,7 @@ impl Amqp10Producer {
         let Some(mut live) = self.live.take() else {
             return;
         };
-        self.d.events.connection_lost(&self.label, why);
+        self.d.events.connection_lost(&self.label, &why.loss());
         self.was_lost = true;
         self.backoff.lost_after(live.opened.elapsed());
         if let Some(e) = why.refusal() {

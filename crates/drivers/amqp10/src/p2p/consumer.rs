@@ -185,7 +185,7 @@ impl P2pConsumer {
         if !polite && !self.d.registry.is_closing() {
             self.d
                 .events
-                .connection_lost(&format!("{} (peer {})", self.label, p.who), why);
+                .connection_lost(&format!("{} (peer {})", self.label, p.who), &why.loss());
         }
     }
 
@@ -238,6 +238,21 @@ impl P2pConsumer {
                     DriverEventKind::Error,
                     format!("amqp10 {}: {why}", self.label),
                 ),
+                // A sender giving up with a reason: what it sends no longer comes, and why is
+                // the peer's to say (a detach without one is a sender that finished).
+                Poll::Ready(Ok(Event::Detached {
+                    link,
+                    error: Some(e),
+                })) => {
+                    let address = p.conn.address(link).to_string();
+                    self.d.events.emit(
+                        DriverEventKind::Error,
+                        format!(
+                            "amqp10 {}: {} detached its link to `{address}`: {e}",
+                            self.label, p.who
+                        ),
+                    );
+                }
                 Poll::Ready(Ok(_)) => {}
                 Poll::Ready(Err(e)) => self.lose(i, &e, cx),
                 Poll::Pending => {

@@ -368,11 +368,18 @@ impl P2pProducer {
         for r in &mut self.routes {
             r.links.retain(|&(peer, _)| peer != i);
         }
-        let polite = matches!(why, LinkError::Closed(None));
-        if !polite && !self.d.registry.is_closing() {
-            self.d
-                .events
-                .connection_lost(&format!("{} (peer {})", self.label, p.who), why);
+        if !self.d.registry.is_closing() {
+            let who = format!("{} (peer {})", self.label, p.who);
+            if matches!(why, LinkError::Closed(None)) {
+                // Polite, but mid-run: what it received ends here, which the counts alone
+                // would not explain.
+                self.d.events.emit(
+                    DriverEventKind::Warning,
+                    format!("{who}: the peer closed its connection; it receives nothing more"),
+                );
+            } else {
+                self.d.events.connection_lost(&who, &why.loss());
+            }
         }
         if let Some(&(up_to, _, _)) = self.pending.back() {
             self.pending.clear();
