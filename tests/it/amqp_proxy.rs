@@ -37,11 +37,8 @@ impl Proxy {
             url: format!("amqp://127.0.0.1:{port}"),
             log,
         };
-        for _ in 0..200 {
-            if std::net::TcpStream::connect(("127.0.0.1", port)).is_ok() {
-                return p;
-            }
-            std::thread::sleep(Duration::from_millis(25));
+        if listens_within(port, Duration::from_secs(5)) {
+            return p;
         }
         panic!("the proxy did not listen on {port}");
     }

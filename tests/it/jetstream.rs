@@ -51,11 +51,8 @@ impl Js {
             .stderr(Stdio::null())
             .spawn()
             .expect("nats-server on PATH (scripts/brokers.sh up installs it)");
-        for _ in 0..100 {
-            if std::net::TcpStream::connect(("127.0.0.1", port)).is_ok() {
-                return Js { child, port };
-            }
-            std::thread::sleep(Duration::from_millis(50));
+        if listens_within(port, Duration::from_secs(5)) {
+            return Js { child, port };
         }
         let _ = child.kill();
         let _ = child.wait();

@@ -747,11 +747,8 @@ fn start_mosquitto_with(port: u16, dir: &std::path::Path, extra: &str) -> Child 
         .stderr(Stdio::null())
         .spawn()
         .unwrap();
-    for _ in 0..100 {
-        if std::net::TcpStream::connect(("127.0.0.1", port)).is_ok() {
-            return child;
-        }
-        std::thread::sleep(Duration::from_millis(50));
+    if listens_within(port, Duration::from_secs(5)) {
+        return child;
     }
     let _ = child.kill();
     let _ = child.wait();

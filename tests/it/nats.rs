@@ -30,11 +30,8 @@ fn start_binary_with(bin: &str, port: u16, dir: &std::path::Path, extra: &[&str]
         .stderr(Stdio::null())
         .spawn()
         .unwrap_or_else(|e| panic!("{bin}: {e} (scripts/brokers.sh up installs nats-server)"));
-    for _ in 0..100 {
-        if std::net::TcpStream::connect(("127.0.0.1", port)).is_ok() {
-            return child;
-        }
-        std::thread::sleep(Duration::from_millis(50));
+    if listens_within(port, Duration::from_secs(5)) {
+        return child;
     }
     let _ = child.kill();
     let _ = child.wait();

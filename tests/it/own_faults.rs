@@ -327,11 +327,10 @@ fn a_target_gone_for_good_is_said_in_the_report() {
             .spawn()
             .unwrap(),
     );
-    let deadline = Instant::now() + Duration::from_secs(5);
-    while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
-        assert!(Instant::now() < deadline, "the broker did not listen");
-        std::thread::sleep(Duration::from_millis(25));
-    }
+    assert!(
+        listens_within(port, Duration::from_secs(5)),
+        "the broker did not listen"
+    );
     let url = format!("mqtt://127.0.0.1:{port}");
     let child = start(
         &d.0,

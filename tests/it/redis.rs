@@ -225,11 +225,8 @@ fn own_redis_with(port: u16, extra: &[&str]) -> Child {
         .stderr(Stdio::null())
         .spawn()
         .expect("redis-server (scripts/brokers.sh up installs it)");
-    for _ in 0..100 {
-        if std::net::TcpStream::connect(("127.0.0.1", port)).is_ok() {
-            return child;
-        }
-        std::thread::sleep(std::time::Duration::from_millis(50));
+    if listens_within(port, std::time::Duration::from_secs(5)) {
+        return child;
     }
     let _ = child.kill();
     let _ = child.wait();

@@ -768,11 +768,10 @@ fn ws_broadcast_shutdown_closes_websockets_clients_with_1001() {
                 .spawn()
                 .expect("starting msgbench serve ws-broadcast"),
         );
-        let deadline = Instant::now() + Duration::from_secs(5);
-        while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
-            assert!(Instant::now() < deadline, "the server did not listen");
-            std::thread::sleep(Duration::from_millis(25));
-        }
+        assert!(
+            listens_within(port, Duration::from_secs(5)),
+            "the server did not listen"
+        );
         let mut peer = Killed(
             Command::new(&py)
                 .arg(fixture("peer_websockets.py"))

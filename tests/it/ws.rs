@@ -231,12 +231,7 @@ fn server_dying_mid_run() {
             .stderr(Stdio::null())
             .spawn()
             .unwrap();
-        for _ in 0..200 {
-            if std::net::TcpStream::connect(("127.0.0.1", port)).is_ok() {
-                break;
-            }
-            std::thread::sleep(Duration::from_millis(25));
-        }
+        listens_within(port, Duration::from_secs(5));
         c
     };
     let mut server = start();

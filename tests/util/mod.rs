@@ -196,6 +196,21 @@ pub fn free_port() -> u16 {
         .port()
 }
 
+/// Whether something accepts TCP connections on 127.0.0.1:`port` within `within` (polled every
+/// 25 ms): for a server a test started, before it points clients at it.
+pub fn listens_within(port: u16, within: std::time::Duration) -> bool {
+    let t = std::time::Instant::now();
+    loop {
+        if std::net::TcpStream::connect(("127.0.0.1", port)).is_ok() {
+            return true;
+        }
+        if t.elapsed() >= within {
+            return false;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(25));
+    }
+}
+
 /// `msgbench serve ...` running as a child process, killed on drop.
 pub struct Server {
     child: std::process::Child,
@@ -278,11 +293,8 @@ impl Server {
             child,
             url: format!("{scheme}://127.0.0.1:{port}"),
         };
-        for _ in 0..200 {
-            if std::net::TcpStream::connect(("127.0.0.1", port)).is_ok() {
-                return s;
-            }
-            std::thread::sleep(std::time::Duration::from_millis(25));
+        if listens_within(port, std::time::Duration::from_secs(5)) {
+            return s;
         }
         let _ = s.child.kill();
         let _ = s.child.wait();
@@ -545,11 +557,6 @@ pub fn own_nginx(dir: &Path, listen_extra: &str, server: &str) -> Option<(Killed
         .stderr(std::process::Stdio::null())
         .spawn()
         .unwrap();
-    for _ in 0..200 {
-        if std::net::TcpStream::connect(("127.0.0.1", port)).is_ok() {
-            break;
-        }
-        std::thread::sleep(std::time::Duration::from_millis(25));
-    }
+    listens_within(port, std::time::Duration::from_secs(5));
     Some((Killed(child), port))
 }
