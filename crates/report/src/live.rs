@@ -29,14 +29,14 @@ pub fn line(iv: &IntervalStats, open_gaps_total: u64) -> String {
     let d = iv.duration_s();
     let c = &iv.counters;
     let e2e = LatencySummary::of(&iv.histograms.e2e);
-    let mb = (c.sent_bytes.max(c.received_bytes)) as f64 / d / 1e6;
+    let mb = (c.sent_bytes.max(c.received_bytes)) as f64 / 1e6;
     format!(
-        "{:>7.1} {:>7} {:>11.0} {:>11.0} {:>8.2} {:>9} {:>9} {:>9} {:>8} {:>6} {:>6} {:>6} {:>5}",
+        "{:>7.1} {:>7} {:>11} {:>11} {:>8} {:>9} {:>9} {:>9} {:>8} {:>6} {:>6} {:>6} {:>5}",
         iv.end_s,
         iv.phase.name(),
-        c.sent as f64 / d,
-        c.received as f64 / d,
-        mb,
+        per_s(c.sent as f64, d, 0),
+        per_s(c.received as f64, d, 0),
+        per_s(mb, d, 2),
         fmt_ns(e2e.p50, e2e.count),
         fmt_ns(e2e.p99, e2e.count),
         fmt_ns(e2e.max, e2e.count),
@@ -48,15 +48,22 @@ pub fn line(iv: &IntervalStats, open_gaps_total: u64) -> String {
     ) + &stages_suffix(iv)
 }
 
-/// The generator's CPU over the interval, in percent of one core; `-` for a window shorter
-/// than 0.2 s (the run's last, cut short), where the process's CPU time, counted in clock
-/// ticks, gives figures no machine could reach.
-fn cpu_pct(iv: &IntervalStats) -> String {
-    let d = iv.duration_s();
-    if d < 0.2 {
+/// Windows shorter than this (the run's last, cut short at the end of a phase) give no rate:
+/// a few messages in 2 ms are not thousands a second, and the process's CPU time, counted in
+/// clock ticks, gives figures no machine could reach. Their counts are in the report.
+const SHORTEST_RATE_S: f64 = 0.2;
+
+/// `n` per second over `d` seconds with `decimals`, or `-` for a window too short to say.
+fn per_s(n: f64, d: f64, decimals: usize) -> String {
+    if d < SHORTEST_RATE_S {
         return "-".into();
     }
-    format!("{:.0}", iv.cpu_s / d * 100.0)
+    format!("{:.*}", decimals, n / d)
+}
+
+/// The generator's CPU over the interval, in percent of one core (`-` for a short window).
+fn cpu_pct(iv: &IntervalStats) -> String {
+    per_s(iv.cpu_s * 100.0, iv.duration_s(), 0)
 }
 
 /// Multi-stage runs: each stage's arrivals per second this interval, in stage order (`s1=..`),
@@ -125,19 +132,19 @@ pub fn conn_line(iv: &IntervalStats) -> String {
     let l = LatencySummary::of(&iv.histograms.connect);
     let g = iv.gauges.unwrap_or_default();
     format!(
-        "{:>7.1} {:>7} {:>9.0} {:>9} {:>9} {:>9} {:>9} {:>8} {:>8} {:>9.0} {:>9.0} {:>8.1} {:>5}",
+        "{:>7.1} {:>7} {:>9} {:>9} {:>9} {:>9} {:>9} {:>8} {:>8} {:>9} {:>9} {:>8.1} {:>5}",
         iv.end_s,
         iv.phase.name(),
-        c.connects as f64 / d,
+        per_s(c.connects as f64, d, 0),
         g.held,
         fmt_ns(l.p50, l.count),
         fmt_ns(l.p99, l.count),
         fmt_ns(l.max, l.count),
         c.connect_failures.total(),
         c.dropped,
-        c.sent as f64 / d,
+        per_s(c.sent as f64, d, 0),
         // What journeys' subscriptions heard (held connections hear nothing).
-        c.received as f64 / d,
+        per_s(c.received as f64, d, 0),
         g.rss_bytes as f64 / 1048576.0,
         cpu_pct(iv),
     )
@@ -228,14 +235,23 @@ mod tests {
         assert_eq!(col(&line, "sent/s"), "200", "{head}\n{line}");
         assert_eq!(col(&line, "recv/s"), "500", "{head}\n{line}");
         assert_eq!(head.len(), line.len(), "columns line up");
-        // The run's last window, cut short: no CPU percentage no machine could reach.
+        // The run's last window, cut short: no CPU percentage no machine could reach, and
+        // no rate (4 messages in 10 ms are not 400 a second).
         iv.cpu_s = 0.06;
         assert_eq!(col(&conn_line(&iv), "cpu%"), "3");
         iv.end_s = 1.01;
-        assert_eq!(col(&conn_line(&iv), "cpu%"), "-");
-        // The message runs' table too (its last column).
+        iv.counters.sent = 4;
+        for name in ["conn/s", "sent/s", "recv/s", "cpu%"] {
+            assert_eq!(col(&conn_line(&iv), name), "-", "{name}");
+        }
+        // The message runs' table too.
         let l = super::line(&iv, 0);
         assert_eq!(l.len(), header().len(), "columns line up");
-        assert!(l.ends_with(" -"), "{l}");
+        let mhead = header();
+        let words: Vec<&str> = l.split_whitespace().collect();
+        for name in ["sent/s", "recv/s", "MB/s", "cpu%"] {
+            let at = mhead.split_whitespace().position(|w| w == name).unwrap();
+            assert_eq!(words[at], "-", "{name}: {l}");
+        }
     }
 }
