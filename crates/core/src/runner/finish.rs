@@ -200,7 +200,11 @@ impl MessageRun<'_> {
             .collect();
         let integrity = self.agg.integrity();
         let all = self.agg.all_counters();
-        self.warn_of_counts(&all);
+        let measured_late = phases
+            .iter()
+            .find(|p| p.phase == Phase::Measure)
+            .map_or(0, |p| p.counters.late_sends);
+        self.warn_of_counts(&all, measured_late);
         self.warn_of_shortfall(&phases);
         let stages = self.stage_ends(&phases, &all);
         self.warn_of_stages(&phases, &stages, unmatched);
@@ -224,11 +228,12 @@ impl MessageRun<'_> {
 
     /// Late sends, errors and unroutable returns. (Generator health is judged per interval by
     /// the report, against the generator's own threads: `msgbench_report::model::GeneratorHealth`.)
-    fn warn_of_counts(&mut self, all: &Counters) {
+    /// (`measured_late`: the measure phase's late sends, which its latencies carry.)
+    fn warn_of_counts(&mut self, all: &Counters, measured_late: u64) {
         if all.late_sends > 0 {
             self.warnings.push(format!(
-                "{} sends left later than {:?} after their intended time: the generator or backpressure could not keep the schedule",
-                all.late_sends, self.plan.late_threshold
+                "{} sends during the run (warm-up included, {} in the measure phase) left later than {:?} after their intended time: the generator or backpressure could not keep the schedule",
+                all.late_sends, measured_late, self.plan.late_threshold
             ));
         }
         if all.errors.total() > 0 {
