@@ -606,7 +606,7 @@ fn a_peer_granting_no_credit_is_a_reported_stall() {
     assert_eq!(stalls[0]["kind"], "warning");
     // The runner's word as the sends begin failing, once (the failures go on).
     assert_eq!(
-        said("granted no credit within 1s; retrying").len(),
+        said("granted no credit for 1s; retrying").len(),
         1,
         "{events:?}"
     );

@@ -396,6 +396,17 @@ impl Conn {
         &self.links[link].address
     }
 
+    /// Why `link` cannot send, for a stall report: the peer gave the link no credit, or keeps
+    /// its session's incoming window shut (too many transfers it has not taken in yet),
+    /// which stops every link of the session whatever their credit.
+    pub fn blocked_by(&self, link: LinkId) -> &'static str {
+        if self.links[link].credit == 0 {
+            "granted no credit"
+        } else {
+            "kept its session's incoming window closed"
+        }
+    }
+
     /// Whether `link` (a sender) may send now: it has credit and the session window is open.
     pub fn can_send(&self, link: LinkId) -> bool {
         self.links[link].credit > 0 && self.remote_incoming_window > 0

@@ -450,16 +450,19 @@ impl P2pProducer {
                 self.label, self.topics[stream]
             ))),
             Err(_) => {
-                let who: Vec<&str> = self.routes[stream]
+                let who: Vec<String> = self.routes[stream]
                     .links
                     .iter()
                     .filter(|&&(p, l)| !self.peers[p].conn.can_send(l))
-                    .map(|&(p, _)| self.peers[p].who.as_str())
+                    .map(|&(p, l)| {
+                        let c = &self.peers[p].conn;
+                        format!("{} {}", self.peers[p].who, c.blocked_by(l))
+                    })
                     .collect();
                 let why = if who.is_empty() {
                     format!("no consumer of `{}` attached", self.topics[stream])
                 } else {
-                    format!("{} granted no credit", who.join(", "))
+                    who.join(", ")
                 };
                 if !self.stalled {
                     self.stalled = true;
@@ -473,7 +476,7 @@ impl P2pProducer {
                     );
                 }
                 Err(DriverError::Send(format!(
-                    "{}: {why} within {limit:?}",
+                    "{}: {why} for {limit:?}",
                     self.label
                 )))
             }
