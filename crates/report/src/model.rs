@@ -207,6 +207,9 @@ fn is_zero(v: &u64) -> bool {
     *v == 0
 }
 
+/// Windows shorter than this are not judged, nor counted among the measure phase's intervals.
+const SHORTEST_JUDGED_S: f64 = 0.2;
+
 /// Share of the generator's threads' time above which an interval counts as saturated.
 pub const SATURATED_BUSY: f64 = 0.9;
 
@@ -550,8 +553,13 @@ fn judge_generator(begin: &Begin, rows: &mut [IntervalRow]) -> Option<GeneratorH
     let (mut saturated, mut measured, mut lag) = (0, 0, 0);
     for r in rows.iter_mut() {
         let dt = r.end_s - r.start_s;
-        r.saturated = (dt > 0.0 && r.cpu_s / (threads as f64 * dt) >= SATURATED_BUSY)
-            || r.loop_lag_ns >= SATURATED_LAG_NS;
+        if dt < SHORTEST_JUDGED_S {
+            // A phase's sliver past a tick (a count-bounded phase ends whenever its last
+            // message goes): CPU time, counted in clock ticks, says nothing over a few ms.
+            continue;
+        }
+        r.saturated =
+            r.cpu_s / (threads as f64 * dt) >= SATURATED_BUSY || r.loop_lag_ns >= SATURATED_LAG_NS;
         if r.phase == Phase::Measure {
             measured += 1;
             saturated += u64::from(r.saturated);

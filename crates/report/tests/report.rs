@@ -200,3 +200,20 @@ fn loss_with_reconnections_names_the_outage_as_a_possible_cause() {
         "{text}"
     );
 }
+
+/// A results file in which a count-bounded measure phase ended 0.3 ms past a tick and the
+/// runner of the time credited the interval's whole second of CPU to that sliver (290 times
+/// one thread's time): the sliver is not judged, so the generator is not called saturated and
+/// the two whole intervals are the measure phase's. It had said "1 of 3 measure intervals"
+/// saturated and a third of the phase invalid.
+#[test]
+fn a_sliver_of_a_phase_is_not_judged() {
+    let f = std::fs::File::open("tests/fixtures/sliver.jsonl").unwrap();
+    let r = RunReport::from_records(&read_records(std::io::BufReader::new(f)).unwrap()).unwrap();
+    let g = r.generator.as_ref().expect("the generator's health");
+    assert_eq!((g.saturated_intervals, g.measure_intervals), (0, 2), "{g:?}");
+    let mut out = Vec::new();
+    render(&r, Format::Text, &mut out).unwrap();
+    let text = String::from_utf8(out).unwrap();
+    assert!(!text.contains("saturated"), "{text}");
+}

@@ -110,7 +110,22 @@ impl MessageRun<'_> {
     /// drain: producers stop, and stop waiting for acks at its deadline), the event logged.
     fn change_phase(&mut self, c: Change, now: u64, observer: &mut dyn Observer) {
         let k = interval_before(c.at, self.t0, self.tick_ns, self.emitted);
+        // A phase that ends just after a tick, within its grace (a count-bounded measure
+        // phase, whenever its last message goes): the interval that tick closed is sampled
+        // first, else its whole second of CPU lands in the sliver of the phase past it, which
+        // then looks saturated and the interval before it idle.
+        let start_k = self.t0 + k * self.tick_ns;
+        if k > 0
+            && self.cpu_upto.is_none_or(|u| u + 1 < k)
+            && self.emitted.is_none_or(|e| e + 1 < k)
+        {
+            self.sample_cpu(k - 1, self.phases.phase_before(start_k));
+            self.cpu_upto = Some(k - 1);
+        }
         self.sample_cpu(k, c.from);
+        if c.at >= start_k + self.tick_ns {
+            self.cpu_upto = Some(k);
+        }
         self.agg.end_phase(c.from, self.phases.secs(c.at));
         self.agg.begin_phase(c.to, self.phases.secs(c.at));
         self.state.set_phase(c.to);
@@ -297,8 +312,15 @@ impl MessageRun<'_> {
         let k = (now - self.grace_ns - self.t0) / self.tick_ns;
         let upto = k.saturating_sub(1);
         let idx = self.emitted.map_or(upto, |e| upto.max(e + 1));
-        let ended_in = self.phases.phase_before(self.t0 + (idx + 1) * self.tick_ns);
-        self.sample_cpu(idx, ended_in);
+        if self.cpu_upto.is_some_and(|u| u >= idx) {
+            // Sampled already at a phase change: what came since is the running interval's.
+            let running = (now - self.t0) / self.tick_ns;
+            self.sample_cpu(running, self.phases.phase());
+        } else {
+            let ended_in = self.phases.phase_before(self.t0 + (idx + 1) * self.tick_ns);
+            self.sample_cpu(idx, ended_in);
+            self.cpu_upto = Some(idx);
+        }
         if self.extra != Counters::default() {
             let counters = std::mem::take(&mut self.extra);
             self.merge(no_task_snapshot(self.phases.phase(), upto, counters));

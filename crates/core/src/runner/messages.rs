@@ -418,6 +418,9 @@ pub(super) struct MessageRun<'p> {
     pub expired_places: u64,
     /// Process CPU seconds at the last sample.
     pub cpu_mark: f64,
+    /// The last interval whose CPU was sampled at (or just after) its end: its tick, if
+    /// still to come, credits what follows to the interval then running instead.
+    pub cpu_upto: Option<u64>,
 }
 
 impl<'p> MessageRun<'p> {
@@ -552,6 +555,7 @@ impl<'p> MessageRun<'p> {
             producers_failed: 0,
             expired_places: 0,
             cpu_mark: process_cpu_s(),
+            cpu_upto: None,
         })
     }
 }
