@@ -236,6 +236,20 @@ fn existing_topics_and_commit_modes() {
         );
         assert_eq!(u(&r["integrity"]["delivered"]), 2000, "{commit}");
     }
+    // An existing topic with fewer partitions than --partitions asks for: the run uses what
+    // the topic has, and says so (it had recorded the number asked for, and said nothing).
+    let t = topic("repartition");
+    let r = run_json(&d.0, &run(&url, &t, &["--partitions", "3", "-n", "300"]));
+    assert_eq!(count_events(&r, "warning"), 0, "{}", r["events"]);
+    let r = run_json(&d.0, &run(&url, &t, &["--partitions", "6", "-n", "300"]));
+    assert_eq!(u(&r["integrity"]["delivered"]), 300, "{}", r["integrity"]);
+    assert!(
+        r["events"]
+            .to_string()
+            .contains("exists with 3 partitions, not the 6 asked for"),
+        "{}",
+        r["events"]
+    );
 }
 
 /// A broker that does not answer: a clear error and exit 1 within the connect timeout.

@@ -58,7 +58,8 @@ pub mod session;
 
 #[cfg(feature = "client")]
 use msgbench_core::driver::{
-    Capabilities, ConsumerSpec, Driver, DriverError, EventSink, ProducerSpec, SessionSpec,
+    Capabilities, ConsumerSpec, Driver, DriverError, DriverEventKind, EventSink, ProducerSpec,
+    SessionSpec,
 };
 #[cfg(feature = "client")]
 use msgbench_core::scenario::TlsPlan;
@@ -308,7 +309,22 @@ impl KafkaDriver {
         let deadline = Instant::now() + budget.max(Duration::from_millis(500));
         let existing = self.partitions_of(topic, deadline).await?;
         let n = match existing {
-            Some(n) => n,
+            Some(n) => {
+                if self.plan.partitions_asked && n as u32 != self.plan.partitions {
+                    self.events.emit(
+                        DriverEventKind::Warning,
+                        format!(
+                            "topic `{topic}` exists with {n} partition{}, not the {} asked for \
+                             (--partitions applies to topics msgbench creates): the run uses \
+                             its {n}; use a new topic name to get {}",
+                            if n == 1 { "" } else { "s" },
+                            self.plan.partitions,
+                            self.plan.partitions
+                        ),
+                    );
+                }
+                n
+            }
             None if !self.plan.create_topics => {
                 return Err(DriverError::Subscribe(format!(
                     "topic `{topic}` does not exist on {} (and --no-create-topics is set)",

@@ -112,6 +112,9 @@ pub struct KafkaPlan {
     pub keys: u32,
     /// Partitions of created topics.
     pub partitions: u32,
+    /// The partitions were asked for (`--partitions`), not defaulted: an existing topic with
+    /// another count is then worth a warning.
+    pub partitions_asked: bool,
     /// Replication factor of created topics.
     pub replication_factor: u16,
     /// Create missing topics.
@@ -136,6 +139,7 @@ impl Default for KafkaPlan {
             partitioner: KafkaPartitioner::RoundRobin,
             keys: 1024,
             partitions: 1,
+            partitions_asked: false,
             replication_factor: 1,
             create_topics: true,
             start: KafkaStart::Latest,
@@ -245,6 +249,7 @@ pub fn resolve_kafka(k: &KafkaSection) -> Result<KafkaPlan, PlanError> {
         partitioner,
         keys,
         partitions,
+        partitions_asked: k.partitions.is_some(),
         replication_factor,
         create_topics: k.create_topics.unwrap_or(d.create_topics),
         start,
