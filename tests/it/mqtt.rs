@@ -821,6 +821,13 @@ fn broker_restart_mid_run() {
         .collect();
     assert!(kinds.contains(&"disconnected"), "{kinds:?}");
     assert!(kinds.contains(&"reconnected"), "{kinds:?}");
+    // While the broker was down, the subscriber's failed attempts were said (once), with why;
+    // they had been silent.
+    let events = r["events"].to_string();
+    assert!(
+        events.contains("reconnecting failed: ") && events.contains("retrying with backoff"),
+        "{events}"
+    );
     let file = std::fs::read_to_string(d.path("r.jsonl")).unwrap();
     assert!(file.lines().last().unwrap().contains("\"type\":\"end\""));
     // The report names the account's third term when there is one.

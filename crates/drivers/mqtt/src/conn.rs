@@ -3,7 +3,7 @@
 //! every async method here is cancel-safe: an interrupted call loses no bytes.
 
 use crate::codec::{self, ConnectOpts, Packet, Version};
-use msgbench_core::driver::{ConnectFailure, DriverError, EventSink};
+use msgbench_core::driver::{ConnectFailure, DriverError, DriverEventKind, EventSink};
 use msgbench_net::{NetError, Stream, Target, Tls, Wire};
 use std::future::poll_fn;
 use std::io;
@@ -484,9 +484,23 @@ impl Conn {
     }
 
     /// Reconnects, retrying with backoff (50 ms doubling to 2 s) until it works (the caller
-    /// cancels to give up).
+    /// cancels to give up). The first failed attempt is reported, with its reason: a
+    /// subscriber kept away (a broker still down, or refusing it) is otherwise silent until
+    /// its deliveries are missed.
     pub async fn reconnect(&mut self) {
-        while self.try_reconnect().await.is_err() {}
+        let mut told = false;
+        while let Err(e) = self.try_reconnect().await {
+            if !told && let Some(ev) = &self.events {
+                told = true;
+                ev.emit(
+                    DriverEventKind::Warning,
+                    format!(
+                        "{}: reconnecting failed: {e}; retrying with backoff until it works",
+                        self.client_id
+                    ),
+                );
+            }
+        }
     }
 
     /// Closes politely (DISCONNECT), ignoring errors: the peer may already be gone.
