@@ -500,13 +500,16 @@ bench_kafka_peers() {
     jpc+=("$(cpu_of "$tm" "$n")")
     echo "  producer run $i: msgbench ${mp[-1]} records/s at ${mpc[-1]} CPU-s/M; ProducerPerformance ${jp[-1]} records/s at ${jpc[-1]} CPU-s/M"
     # Consumers: ConsumerPerformance reads msgbench's records, msgbench reads ProducerPerformance's.
+    # msgbench's run lasts KAFKA_CONSUME_S (8 s): it reads the million in about 2 s, and its CPU
+    # counts the whole run, idle time included (0.02 CPU-s a second here), as ConsumerPerformance's
+    # counts its JVM's start.
     line=$(/usr/bin/time -f "%U %S" -o "$tm" java -Xmx1g -cp "$libs" org.apache.kafka.tools.ConsumerPerformance \
       --bootstrap-server "$boot" --topic "$ours" --num-records "$n" --group "bench.cp.$$.$i" --hide-header 2>/dev/null | tail -1)
     # start, end, MB, MB/s, nMsg, nMsg/s, rebalance ms, fetch ms, fetch MB/s, fetch nMsg/s
     jc+=("$(echo "$line" | awk -F', *' '{printf "%.0f", $10}')")
     jcc+=("$(cpu_of "$tm" "$n")")
     /usr/bin/time -f "%U %S" -o "$tm" "$B" run "$MSGBENCH_IT_KAFKA" --topic "$theirs" -p 1 --rate 1 -c 1 \
-      --offset earliest --warmup 0s --duration 20s --drain 0s --tick 100ms --no-output --quiet --format json >"$out" || true
+      --offset earliest --warmup 0s --duration "${KAFKA_CONSUME_S:-8}s" --drain 0s --tick 100ms --no-output --quiet --format json >"$out" || true
     read -r rate got < <(python3 - "$out" <<'PY'
 import json, sys
 r = json.load(open(sys.argv[1]))
