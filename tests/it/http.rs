@@ -412,3 +412,32 @@ fn http2_requests_refused_by_a_goaway_are_sent_again() {
     );
     assert_eq!(count_events(&r, "disconnected"), 0, "{}", r["events"]);
 }
+
+/// `http://` pointed at a port that speaks TLS: the server's TLS alert (Kafka's TLS listener
+/// here, Java's TLS stack; Jetty answers the same) stops the run at once with exit 1 and says
+/// to use https://. It was "invalid HTTP response: malformed status line", counted as a
+/// disconnection, and the run reconnected for its whole length.
+#[test]
+fn a_tls_port_is_named_as_one() {
+    let tls = need!("MSGBENCH_IT_KAFKA_TLS");
+    let port = tls.rsplit(':').next().unwrap();
+    let d = TempDir::new("http-tls-port");
+    let o = msgbench(
+        &d.0,
+        &[
+            "run",
+            &format!("http://localhost:{port}/"),
+            "-d",
+            "5s",
+            "--warmup",
+            "0s",
+            "--no-output",
+        ],
+    );
+    assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("it speaks TLS on this port; use https://"),
+        "{}",
+        stderr(&o)
+    );
+}

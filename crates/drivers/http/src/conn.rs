@@ -60,6 +60,9 @@ pub(crate) enum Error {
     /// The server answered the HTTP/2 connection preface with an HTTP/1.x status line: it
     /// speaks no HTTP/2 with prior knowledge (h2c) here.
     Http1Only,
+    /// The server answered a plain-text request with a TLS record (an alert, or a
+    /// handshake): it speaks TLS on this port.
+    TlsOnly,
     /// The request went down with a connection dropped by its owner.
     Abandoned,
     /// An HTTP/2 failure, as hyper reports it.
@@ -93,6 +96,9 @@ impl fmt::Display for Error {
             Error::Http2Only => f.write_str(
                 "the server answered in HTTP/2 (a SETTINGS or GOAWAY frame): it speaks only \
                  HTTP/2 here; run with --http2",
+            ),
+            Error::TlsOnly => f.write_str(
+                "the server answered with a TLS record: it speaks TLS on this port; use https://",
             ),
             Error::Http1Only => f.write_str(
                 "the server answered the HTTP/2 connection preface with an HTTP/1.x status \
@@ -186,11 +192,10 @@ pub(crate) struct Conn {
     unagreed: bool,
     /// Whether any connection of this slot got a response.
     answered: bool,
-    /// Set when the server turned out to speak only HTTP/2 before it ever answered: the
-    /// next connect fails the run instead of trying again what cannot work.
-    http2_only: bool,
-    /// The same for a server that answered HTTP/2's connection preface in HTTP/1.x.
-    http1_only: bool,
+    /// Set when the server turned out to speak another protocol before it ever answered
+    /// ([`Error::Http2Only`], [`Error::Http1Only`], [`Error::TlsOnly`]): the next connect
+    /// fails the run instead of trying again what cannot work.
+    wrong_protocol: Option<Error>,
     /// Report disconnects and reconnects as events (producers; not the thousands of sessions
     /// of a connection workload, whose drops the runner counts itself).
     report: bool,
@@ -287,8 +292,7 @@ impl Conn {
             ended_busy: None,
             unagreed: false,
             answered: false,
-            http2_only: false,
-            http1_only: false,
+            wrong_protocol: None,
             report,
             producer: report,
             reopen: None,
@@ -336,11 +340,7 @@ impl Conn {
         {
             self.stats.server_closed();
         }
-        if self.http2_only || self.http1_only {
-            let why = match self.http2_only {
-                true => Error::Http2Only,
-                false => Error::Http1Only,
-            };
+        if let Some(why) = &self.wrong_protocol {
             return Err(DriverError::Config(format!("{}: {why}", self.ep.display)));
         }
         let live = open(self.ep.clone(), self.source, self.timeout).await?;
@@ -400,7 +400,7 @@ impl Conn {
 
     /// Starts opening a connection in the background unless one is open or opening.
     pub fn open_in_background(&mut self) {
-        if self.live.is_none() && self.reopen.is_none() && !self.http2_only && !self.http1_only {
+        if self.live.is_none() && self.reopen.is_none() && self.wrong_protocol.is_none() {
             self.reopen = Some(Reopen {
                 opening: Box::pin(open(self.ep.clone(), self.source, self.timeout)),
                 request: None,
@@ -472,8 +472,10 @@ impl Conn {
             Some(Live::H2 { conn, limit, .. }) => match Pin::new(conn).poll(cx) {
                 Poll::Ready(Err(_)) if limit.answered_http1() => {
                     self.live = None;
-                    self.http1_only = !self.answered;
                     let error = Error::Http1Only;
+                    if !self.answered {
+                        self.wrong_protocol = Some(error.clone());
+                    }
                     self.lose(self.generation, &error);
                     return Some(End::Failed(error));
                 }
@@ -541,7 +543,9 @@ impl Conn {
                     Error::Closed if self.unagreed => Error::ClosedWithoutAlpn,
                     e => e,
                 };
-                self.http2_only |= matches!(error, Error::Http2Only) && !self.answered;
+                if matches!(error, Error::Http2Only | Error::TlsOnly) && !self.answered {
+                    self.wrong_protocol = Some(error.clone());
+                }
                 if let Some(token) = token {
                     self.done = done(token, Outcome::Failed(error.clone()));
                 }

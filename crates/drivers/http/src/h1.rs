@@ -252,8 +252,11 @@ impl Client {
         loop {
             if self.start < self.end {
                 let Some((token, head_only)) = self.in_flight else {
-                    let e = if parse::looks_like_h2(&self.rbuf[self.start..self.end]) {
+                    let early = &self.rbuf[self.start..self.end];
+                    let e = if parse::looks_like_h2(early) {
                         Error::Http2Only
+                    } else if parse::looks_like_tls(early) {
+                        Error::TlsOnly
                     } else {
                         Error::Parse("data received with no request")
                     };

@@ -149,6 +149,12 @@ pub(crate) fn looks_like_h2(buf: &[u8]) -> bool {
     buf.len() >= 9 && buf[0] == 0 && matches!(buf[3], 4 | 7) && buf[5..9] == [0, 0, 0, 0]
 }
 
+/// Whether `buf` starts with a TLS record a server sends to a plain-text request: an alert
+/// (type 21; most servers) or a handshake (22), version 3.x. `HTTP/` starts with 0x48.
+pub(crate) fn looks_like_tls(buf: &[u8]) -> bool {
+    buf.len() >= 3 && matches!(buf[0], 0x15 | 0x16) && buf[1] == 3 && buf[2] <= 4
+}
+
 /// Parses one head at the start of `buf`: `None` if it is not complete yet.
 fn parse_head(buf: &[u8], head_only: bool) -> Result<Option<(usize, Head)>, Error> {
     let mut slots = [const { MaybeUninit::<Header<'_>>::uninit() }; MAX_HEADERS];
@@ -162,6 +168,7 @@ fn parse_head(buf: &[u8], head_only: bool) -> Result<Option<(usize, Head)>, Erro
         }
         Ok(Status::Partial) => return Ok(None),
         Err(_) if looks_like_h2(buf) => return Err(Error::Http2Only),
+        Err(_) if looks_like_tls(buf) => return Err(Error::TlsOnly),
         Err(e) => return Err(malformed(e)),
     };
     let status = match resp.code {
@@ -367,7 +374,7 @@ mod tests {
 
     fn parse_error(wire: &[u8]) -> String {
         match whole(wire) {
-            Err(e @ (Error::Parse(_) | Error::Http2Only)) => e.to_string(),
+            Err(e @ (Error::Parse(_) | Error::Http2Only | Error::TlsOnly)) => e.to_string(),
             other => panic!("expected a parse error, got {other:?}"),
         }
     }
@@ -559,6 +566,11 @@ mod tests {
             (&b"HTTP/1.1 abc OK\r\n\r\n"[..], "malformed status line"),
             (b"HTTP/1.1 099 Low\r\n\r\n", "malformed status line"),
             (b"XTTP/1.1 200 OK\r\n\r\n", "malformed status line"),
+            // A TLS server's alert to a plain-text request (Jetty's: protocol_version).
+            (
+                b"\x15\x03\x03\x00\x02\x02\x46",
+                "it speaks TLS on this port",
+            ),
             (b"HTTP/1.1 200 OK\r\nbad header\r\n\r\n", "malformed header"),
             (
                 &[
