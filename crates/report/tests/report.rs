@@ -211,7 +211,11 @@ fn a_sliver_of_a_phase_is_not_judged() {
     let f = std::fs::File::open("tests/fixtures/sliver.jsonl").unwrap();
     let r = RunReport::from_records(&read_records(std::io::BufReader::new(f)).unwrap()).unwrap();
     let g = r.generator.as_ref().expect("the generator's health");
-    assert_eq!((g.saturated_intervals, g.measure_intervals), (0, 2), "{g:?}");
+    assert_eq!(
+        (g.saturated_intervals, g.measure_intervals),
+        (0, 2),
+        "{g:?}"
+    );
     let mut out = Vec::new();
     render(&r, Format::Text, &mut out).unwrap();
     let text = String::from_utf8(out).unwrap();
