@@ -2,8 +2,8 @@
 //!
 //! Each turn it lets the phase machine move on, watches a backlog run, asks whether the drain is
 //! over, and then waits for the first of: a task's snapshot (merged), a driver event (logged and
-//! counted), a producer whose sends began failing or that had to stop, the last producer ending, the next tick or phase
-//! boundary, or an interrupt. A tick samples the process's CPU and event-loop lag, frees window
+//! counted), a producer whose sends began failing or that had to stop, the last producer
+//! ending, the next tick or phase boundary, or an interrupt. A tick samples the process's CPU and event-loop lag, frees window
 //! places past the ack timeout, looks for stalled producers and emits the intervals that are
 //! complete.
 
@@ -26,7 +26,8 @@ use tokio::sync::mpsc;
 /// drain's time-out warning).
 const STILL_ARRIVING_NS: u64 = 1_000_000_000;
 
-/// How many producers' failing sends are reported as events; the rest are counted only.
+/// How many times a run reports producers' sends beginning to fail; after that they are
+/// counted only.
 const FAILING_TOLD: u32 = 3;
 
 impl MessageRun<'_> {
@@ -272,10 +273,9 @@ impl MessageRun<'_> {
         observer.event(&run_event(self.t0, e.kind.into(), e.detail, now_ns()));
     }
 
-    /// A producer that had to stop: counted, logged, and (once per distinct reason) a warning.
-    /// What a producer said: a stop is an error of the run; failing sends are a warning event
-    /// for the first [`FAILING_TOLD`] producers (with many producers on one dead target,
-    /// the rest would only repeat it).
+    /// What a producer said: a stop is an error of the run; sends that began failing are a
+    /// warning event, the first [`FAILING_TOLD`] times in a run (with many producers on one
+    /// dead target, the rest would only repeat it).
     pub(super) fn producer_news(&mut self, news: ProducerNews, observer: &mut dyn Observer) {
         match news {
             ProducerNews::Stopped(why) => self.producer_failed(why, observer),
@@ -284,7 +284,7 @@ impl MessageRun<'_> {
                 let why = match self.failing_told {
                     n if n < FAILING_TOLD => why,
                     FAILING_TOLD => {
-                        format!("{why} (other producers' failing sends are counted, not reported)")
+                        format!("{why} (further failing sends are counted, not reported)")
                     }
                     _ => return,
                 };
@@ -293,6 +293,7 @@ impl MessageRun<'_> {
         }
     }
 
+    /// A producer that had to stop: counted, logged, and (once per distinct reason) a warning.
     pub(super) fn producer_failed(&mut self, why: String, observer: &mut dyn Observer) {
         self.producers_failed += 1;
         observer.event(&run_event(self.t0, EventKind::Error, why.clone(), now_ns()));

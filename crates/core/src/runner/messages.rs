@@ -10,8 +10,9 @@
 //! 5. [`MessageRun::finish`] (`finish`): every task stopped and joined (by force if it will not
 //!    end), the last snapshots merged, the delivery account closed, the outcome written.
 //!
-//! The coordinator owns everything the tasks report into (snapshots, counters, producers' failures);
-//! the tasks share only [`RunState`] with it, read with relaxed atomics on their hot paths.
+//! The coordinator owns everything the tasks report into (snapshots, counters, producers'
+//! failures); the tasks share only [`RunState`] with it, read with relaxed atomics on their
+//! hot paths.
 
 use super::EventKind;
 use super::backlog::BacklogWatch;
@@ -378,7 +379,8 @@ pub(super) struct MessageRun<'p> {
     pub stop: watch::Sender<bool>,
     /// Producers whose sends began failing, or that had to stop, and why.
     pub news: mpsc::UnboundedReceiver<ProducerNews>,
-    /// How many producers' failing sends were reported (the rest are counted only).
+    /// How many times producers' sends beginning to fail were reported (see
+    /// [`MessageRun::producer_news`]).
     pub failing_told: u32,
     /// The worker threads (taken when the run ends: their runtimes stop with them).
     pub workers: Option<Workers>,

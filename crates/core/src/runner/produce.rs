@@ -15,7 +15,6 @@ use std::sync::Arc;
 use std::task::Poll;
 use tokio::sync::mpsc::UnboundedSender;
 
-/// Everything a producer task needs besides its driver handle.
 /// What a producer tells the coordinator besides its snapshots.
 #[derive(Debug)]
 pub(crate) enum ProducerNews {
@@ -28,6 +27,7 @@ pub(crate) enum ProducerNews {
     Stopped(String),
 }
 
+/// Everything a producer task needs besides its driver handle.
 pub(crate) struct ProducerTask {
     pub id: u32,
     /// The id its stamps carry: `id` plus its group's base (unique across a run's groups).
