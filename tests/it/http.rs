@@ -441,3 +441,35 @@ fn a_tls_port_is_named_as_one() {
         stderr(&o)
     );
 }
+
+/// `--ack-timeout` holds between ticks: responses that take 400 ms against a 150 ms timeout
+/// are all timeouts (in doubt), none a success with a latency past the timeout. The window
+/// was swept only at each tick (a second), so responses read before it were taken as acks.
+#[test]
+fn the_ack_timeout_holds_between_ticks() {
+    let server = Server::http_slow("400ms");
+    let d = TempDir::new("http-ack-timeout");
+    let o = msgbench(
+        &d.0,
+        &[
+            "run",
+            &server.url,
+            "-n",
+            "3",
+            "--warmup",
+            "0s",
+            "--ack-timeout",
+            "150ms",
+            "--no-output",
+            "--format",
+            "json",
+            "--quiet",
+        ],
+    );
+    // Nothing confirmed: the verdict fails.
+    assert_eq!(o.status.code(), Some(3), "{}", stderr(&o));
+    let r: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    let c = &measure(&r)["counters"];
+    assert_eq!(u(&c["sent"]), 3, "{c}");
+    assert_eq!((u(&c["acked"]), u(&c["errors"]["timeout"])), (0, 3), "{c}");
+}

@@ -152,12 +152,19 @@ impl ProducerTask {
         }
     }
 
-    /// Records `ack`, read at `now`.
+    /// Records `ack`, read at `now`. An ack that comes after the ack timeout counts as the
+    /// timeout it is (in doubt), as if the window had been swept at that instant: the sweep
+    /// itself runs at ticks, and an ack read between the two had been taken as a success,
+    /// with a latency past the timeout the user set.
     fn handle_ack(&self, rec: &mut Recorder, window: &mut InFlight, ack: Ack, now: u64) {
         let responses = self.responses;
+        let timeout = self.ack_timeout_ns;
         match ack {
             Ack::One { token, ok } => {
                 match window.take(token) {
+                    Taken::Outstanding(sent, _) if now.saturating_sub(sent) > timeout => {
+                        rec.counters_mut().errors.add(ErrorKind::Timeout, 1);
+                    }
                     Taken::Outstanding(sent, intended) => {
                         Self::record_ack(rec, now, (sent, intended), ok, responses);
                         self.record_ack_stage(rec, now, intended, ok);
@@ -172,6 +179,10 @@ impl ProducerTask {
                 }
             }
             Ack::UpTo { token, ok } => window.ack_up_to(token, |times| {
+                if now.saturating_sub(times.0) > timeout {
+                    rec.counters_mut().errors.add(ErrorKind::Timeout, 1);
+                    return;
+                }
                 Self::record_ack(rec, now, times, ok, responses);
                 self.record_ack_stage(rec, now, times.1, ok);
             }),
