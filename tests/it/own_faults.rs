@@ -366,7 +366,7 @@ fn a_target_gone_for_good_is_said_in_the_report() {
     let results = std::fs::read_to_string(d.path("r.jsonl")).unwrap();
     let failing: Vec<&str> = results
         .lines()
-        .filter(|l| l.contains("retrying with backoff"))
+        .filter(|l| l.contains("retrying with backoff (failed sends"))
         .collect();
     assert_eq!(failing.len(), 1, "{results}");
     assert!(failing[0].contains("producer 0: "), "{}", failing[0]);

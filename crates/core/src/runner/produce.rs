@@ -538,6 +538,17 @@ impl<P: Producer> Sending<P> {
 
     /// The stage window of a multi-stage run: messages not yet at the window stage, run-wide.
     async fn pass_stage_gate(&mut self) -> Option<()> {
+        // About to wait: what the client buffered goes out first (as before waiting for an
+        // ack), or the last message sent would wait with the window, its ack late by as long.
+        if self
+            .task
+            .tagger
+            .as_ref()
+            .and_then(Tagger::gate)
+            .is_some_and(|g| g.is_full())
+        {
+            self.idle().await;
+        }
         let Some(g) = self.task.tagger.as_ref().and_then(Tagger::gate) else {
             return Some(());
         };

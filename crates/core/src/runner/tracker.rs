@@ -90,6 +90,11 @@ impl Gate {
         }
     }
 
+    /// Whether the window is full now (a taker would wait).
+    pub fn is_full(&self) -> bool {
+        self.open.load(Ordering::Acquire) >= self.limit
+    }
+
     /// Gives a place back (a message that was never tracked after all).
     pub fn release(&self) {
         self.open.fetch_sub(1, Ordering::AcqRel);
