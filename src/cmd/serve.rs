@@ -354,9 +354,29 @@ impl Server for WsBroadcast {
             if let Some(e) = failure.lock().expect("failure slot").take() {
                 return Err(ServeError::Failed(format!("{e:#}")));
             }
-            Ok(gateway.map(|_| gateway_summary(&stats)))
+            Ok(Some(match gateway {
+                Some(_) => gateway_summary(&stats),
+                None => broadcast_summary(&stats),
+            }))
         })
     }
+}
+
+/// What the broadcast relayed, and what clients that fell behind skipped (they see it as
+/// loss; this says it was theirs, not the publisher's).
+fn broadcast_summary(stats: &msgbench_serve::ws::BroadcastStats) -> String {
+    use std::sync::atomic::Ordering::Relaxed;
+    let n = |c: &std::sync::atomic::AtomicU64| c.load(Relaxed);
+    let defaults = msgbench_serve::ws::BroadcastConfig::default();
+    format!(
+        "{} messages in, {} frames out; {} skipped by clients that fell behind (more than {} \
+         messages or {} MiB queued for them)",
+        n(&stats.messages_in),
+        n(&stats.frames_out),
+        n(&stats.lagged),
+        defaults.queue,
+        defaults.queue_bytes >> 20,
+    )
 }
 
 /// What the gateway relayed and dropped, and why.

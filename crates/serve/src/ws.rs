@@ -6,8 +6,11 @@
 //! binary frame encoded once and shared. Text messages from clients are requests to the server
 //! (a subscribe message, rango's or msgbench's `--hello`): counted, not relayed. Each connection is one task: it answers pings, closes
 //! politely (1001 on shutdown), and takes its frames from a broadcast queue of
-//! [`BroadcastConfig::queue`] messages; a client that falls that far behind skips what it
-//! missed, which is counted (`lagged`) and shows up as loss in msgbench's integrity figures.
+//! [`BroadcastConfig::queue`] messages and at most [`BroadcastConfig::queue_bytes`] bytes; a
+//! client that falls that far behind skips what it missed, which is counted (`lagged`) and
+//! shows up as loss in msgbench's integrity figures. (The byte bound is what keeps one client
+//! that stopped reading from holding the queue's every message in the server's memory: with
+//! 64 KiB messages, 65,536 of them are 4 GiB.)
 //!
 //! With [`BroadcastConfig::tls`] it serves `wss://` (TLS 1.2/1.3; a handshake that fails or
 //! takes more than 10 s counts as refused).
@@ -28,7 +31,7 @@ use std::future::{Future, poll_fn};
 use std::io;
 use std::net::SocketAddr;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering::Relaxed};
 use std::time::Duration;
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{broadcast, watch};
@@ -38,6 +41,10 @@ use tokio::sync::{broadcast, watch};
 pub struct BroadcastConfig {
     /// Messages a client may fall behind before it skips some.
     pub queue: usize,
+    /// Bytes of frames the queue may hold for clients that have not taken them yet. Past it,
+    /// a client behind by at least half of what is held (one that stopped reading, or reads
+    /// slower than messages come) skips everything it has not taken.
+    pub queue_bytes: usize,
     /// Largest message (and so frame) accepted from a client; a larger one closes its
     /// connection with 1009.
     pub max_frame: u64,
@@ -53,6 +60,7 @@ impl std::fmt::Debug for BroadcastConfig {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("BroadcastConfig")
             .field("queue", &self.queue)
+            .field("queue_bytes", &self.queue_bytes)
             .field("max_frame", &self.max_frame)
             .field("tls", &self.tls.is_some())
             .field("gateway", &self.gateway)
@@ -64,6 +72,7 @@ impl Default for BroadcastConfig {
     fn default() -> Self {
         BroadcastConfig {
             queue: 65_536,
+            queue_bytes: 64 * 1024 * 1024,
             max_frame: 16 * 1024 * 1024,
             tls: None,
             gateway: None,
@@ -110,11 +119,50 @@ pub(crate) struct Item {
     pub(crate) frame: Bytes,
     /// Gateway: the stream it belongs to; only its subscribers get it.
     pub(crate) stream: Option<Arc<str>>,
+    /// Its frame's place in the [`Held`] account, given back when the last client has it.
+    pub(crate) _held: Arc<HeldFrame>,
+}
+
+/// What the queue holds for clients that have not taken it yet: frames and their bytes.
+#[derive(Debug, Default)]
+pub(crate) struct Held {
+    bytes: AtomicUsize,
+    frames: AtomicUsize,
+}
+
+impl Held {
+    /// Counts `frame` as held until the returned guard (kept in its [`Item`]) drops.
+    pub(crate) fn hold(self: &Arc<Self>, frame: &Bytes) -> Arc<HeldFrame> {
+        self.bytes.fetch_add(frame.len(), Relaxed);
+        self.frames.fetch_add(1, Relaxed);
+        Arc::new(HeldFrame {
+            bytes: frame.len(),
+            held: self.clone(),
+        })
+    }
+}
+
+/// One frame's share of [`Held`]. The queue drops its copy of an item once every client has
+/// taken it (or skipped it), and each client drops its own once written.
+#[derive(Debug)]
+pub(crate) struct HeldFrame {
+    bytes: usize,
+    held: Arc<Held>,
+}
+
+impl Drop for HeldFrame {
+    fn drop(&mut self) {
+        self.held.bytes.fetch_sub(self.bytes, Relaxed);
+        self.held.frames.fetch_sub(1, Relaxed);
+    }
 }
 
 pub(crate) struct Shared {
     pub(crate) tx: broadcast::Sender<Item>,
     pub(crate) stats: Arc<BroadcastStats>,
+    /// Frames the queue holds (for [`Shared::skip_if_behind`]).
+    pub(crate) held: Arc<Held>,
+    queue_bytes: usize,
     next_id: AtomicU64,
     max_frame: u64,
     tls: Option<tokio_rustls::TlsAcceptor>,
@@ -130,6 +178,12 @@ impl Relay {
     pub fn send(&self, payload: &[u8]) {
         self.0.broadcast(0, payload);
     }
+
+    /// Bytes of frames queued for clients that have not taken them yet (bounded by
+    /// [`BroadcastConfig::queue_bytes`], give or take what comes in between two looks).
+    pub fn queued_bytes(&self) -> usize {
+        self.0.held.bytes.load(Relaxed)
+    }
 }
 
 impl Shared {
@@ -137,12 +191,31 @@ impl Shared {
         let mut b = BytesMut::with_capacity(payload.len() + 10);
         codec::put_frame(&mut b, OP_BINARY, payload, None);
         self.stats.messages_in.fetch_add(1, Relaxed);
+        let frame = b.freeze();
         // No receiver is fine: nobody is connected.
         let _ = self.tx.send(Item {
             from,
-            frame: b.freeze(),
+            _held: self.held.hold(&frame),
+            frame,
             stream: None,
         });
+    }
+
+    /// Past the queue's byte budget, a client behind by at least half of the frames held
+    /// skips all it has not taken (counted as `lagged`): a client that stopped reading would
+    /// otherwise keep every queued frame alive, up to the queue's length in messages. Clients
+    /// near the head of the queue are not the ones holding it, and lose nothing.
+    fn skip_if_behind(&self, rx: &mut broadcast::Receiver<Item>) {
+        if self.held.bytes.load(Relaxed) <= self.queue_bytes {
+            return;
+        }
+        let behind = rx.len();
+        if behind == 0 || behind < self.held.frames.load(Relaxed) / 2 {
+            return;
+        }
+        // The new receiver starts at the tail; dropping the old gives back what it held.
+        *rx = rx.resubscribe();
+        self.stats.lagged.fetch_add(behind as u64, Relaxed);
     }
 }
 
@@ -167,6 +240,8 @@ impl Broadcast {
             shared: Arc::new(Shared {
                 tx,
                 stats: Arc::default(),
+                held: Arc::default(),
+                queue_bytes: config.queue_bytes,
                 next_id: AtomicU64::new(1),
                 max_frame: config.max_frame,
                 tls: config.tls,
@@ -339,6 +414,7 @@ async fn connection(
             biased;
             _ = shutdown.changed() => break Some(codec::CLOSE_GOING_AWAY),
             item = rx.recv() => {
+                shared.skip_if_behind(rx);
                 let (mut frames, mut skipped) = (0, 0);
                 let mut next = Some(item);
                 while let Some(r) = next.take() {
@@ -373,7 +449,7 @@ async fn connection(
                 if frames == 0 {
                     continue;
                 }
-                if wire.flush().await.is_err() {
+                if flush_or_skip(shared, wire, rx).await.is_err() {
                     return;
                 }
                 wire.shrink();
@@ -442,6 +518,27 @@ async fn connection(
     if let Some(code) = close_code {
         codec::put_close(&mut wire.wbuf, code, None);
         let _ = tokio::time::timeout(Duration::from_secs(2), wire.flush()).await;
+    }
+}
+
+/// How often a client whose socket does not take its frames looks at the queue's budget.
+const SKIP_CHECK: Duration = Duration::from_millis(100);
+
+/// Writes out the client's frames; while its socket does not take them, looks every
+/// [`SKIP_CHECK`] whether the client must skip ahead ([`Shared::skip_if_behind`]): one that
+/// stopped reading waits here, not where it takes the next frame.
+async fn flush_or_skip(
+    shared: &Shared,
+    wire: &mut Wire,
+    rx: &mut broadcast::Receiver<Item>,
+) -> io::Result<()> {
+    let flush = wire.flush();
+    tokio::pin!(flush);
+    loop {
+        tokio::select! {
+            r = &mut flush => return r,
+            _ = tokio::time::sleep(SKIP_CHECK) => shared.skip_if_behind(rx),
+        }
     }
 }
 

@@ -159,9 +159,11 @@ impl GatewayRelay {
         let mut frame = BytesMut::with_capacity(self.scratch.len() + 10);
         codec::put_frame(&mut frame, OP_TEXT, &self.scratch, None);
         // No receiver is fine: nobody is connected.
+        let frame = frame.freeze();
         let _ = self.shared.tx.send(Item {
             from: 0,
-            frame: frame.freeze(),
+            _held: self.shared.held.hold(&frame),
+            frame,
             stream: Some(name),
         });
         Outcome::Sent
