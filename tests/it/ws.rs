@@ -343,3 +343,58 @@ fn quiet_receivers_behind_a_proxy_stay_connected_by_their_pings() {
     );
     proxy.kill();
 }
+
+/// A producer whose proxy closes it while it waits for its next send (nginx's 1 s
+/// `proxy_read_timeout`; the upstream broadcast server sends a producer nothing): the close is
+/// read while it waits, so the next message goes out on a new connection. A producer that
+/// read its socket only when sending wrote each message into the closed connection, counted
+/// it sent, and the system under test was blamed for losing it.
+#[test]
+fn a_producer_closed_while_idle_reconnects_before_its_next_send() {
+    need!("MSGBENCH_IT_HTTP_URL");
+    let upstream = Server::ws_broadcast(&[]);
+    let d = TempDir::new("ws-producer-behind-nginx");
+    let block = format!(
+        "    location / {{\n      proxy_pass http://{}/;\n      proxy_http_version 1.1;\n      \
+         proxy_set_header Upgrade $http_upgrade;\n      proxy_set_header Connection \"upgrade\";\n      \
+         proxy_read_timeout 1s;\n    }}",
+        upstream.url.trim_start_matches("ws://")
+    );
+    let (mut proxy, port) =
+        own_nginx(&d.0, "", &block).expect("nginx (scripts/brokers.sh installs it)");
+    let r = run_json(
+        &d.0,
+        &[
+            "run",
+            &format!("ws://127.0.0.1:{port}/"),
+            "--consume-from",
+            &format!("{}/", upstream.url),
+            "-c",
+            "2",
+            "--rate",
+            "0.5",
+            "--duration",
+            "6s",
+            "--warmup",
+            "0s",
+            "--drain",
+            "1s",
+            "--keep-alive",
+            "0s",
+        ],
+    );
+    proxy.kill();
+    assert!(
+        count_events(&r, "disconnected") >= 2,
+        "nginx cut the idle producer: {}",
+        r["events"]
+    );
+    let i = &r["integrity"];
+    assert!(u(&i["expected"]) >= 6, "{i}");
+    assert_eq!(
+        u(&i["lost"]),
+        0,
+        "nothing written into a closed connection: {i}"
+    );
+    assert_eq!(u(&i["delivered"]), u(&i["expected"]), "{i}");
+}

@@ -506,7 +506,10 @@ pub trait Producer: Send + 'static {
 
     /// The next confirmation, if one is ready. Polled for every send when `Capabilities::acks`
     /// is true, otherwise once per interval and at the end (for notices such as
-    /// [`Ack::Returned`]). `Ready(None)` means no more acks will come (the connection is gone).
+    /// [`Ack::Returned`]); in both cases also while a paced producer waits for its next send,
+    /// with a real waker: a driver may read its socket there (pings, a server's close) and
+    /// wake the producer when something comes. `Ready(None)` means no more acks will come (the
+    /// connection is gone).
     fn poll_ack(&mut self, cx: &mut Context<'_>) -> Poll<Option<Ack>> {
         let _ = cx;
         Poll::Ready(None)

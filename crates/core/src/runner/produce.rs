@@ -468,10 +468,9 @@ impl<P: Producer> Sending<P> {
             self.idle().await;
             let wake = at.min(self.ticker.next_ns);
             let pacing = self.task.pacing;
-            if !self.task.acks {
-                self.sleep_until(wake).await;
-                continue;
-            }
+            // Without acks too: the driver may read its socket meanwhile, and a server's
+            // close seen while idle is a reconnection before the next send, not a message
+            // written into a closed connection (and counted as lost by the system).
             tokio::select! {
                 biased;
                 ack = std::future::poll_fn(|cx| self.p.poll_ack(cx)) => match ack {

@@ -283,11 +283,20 @@ pub struct WsProducer {
 
 impl WsProducer {
     /// Reads and drops whatever the server sent (a broadcast server echoes to everyone),
-    /// answering pings, so the socket's receive side never fills.
-    fn service_reads(&mut self) {
-        let mut cx = Context::from_waker(Waker::noop());
+    /// answering pings, so the socket's receive side never fills. With a waker (`cx`; a
+    /// paced producer's wait), the producer wakes when more comes: a server closing an idle
+    /// connection is seen then, and the next send reconnects first.
+    fn service_reads(&mut self, cx: Option<&mut Context<'_>>) {
+        if !self.conn.is_connected() {
+            return;
+        }
+        let mut noop = Context::from_waker(Waker::noop());
+        let cx = match cx {
+            Some(cx) if !msgbench_core::driver::is_look(cx) => cx,
+            _ => &mut noop,
+        };
         loop {
-            match self.conn.poll_data(&mut cx, false) {
+            match self.conn.poll_data(cx, false) {
                 Poll::Ready(Ok(_)) => {}
                 Poll::Ready(Err(e)) => {
                     self.conn.lost(&e);
@@ -303,7 +312,7 @@ impl WsProducer {
             self.conn.lost(&e);
             return Err(DriverError::Send(e.to_string()));
         }
-        self.service_reads();
+        self.service_reads(None);
         Ok(())
     }
 }
@@ -334,8 +343,8 @@ impl Producer for WsProducer {
         self.write_out().await
     }
 
-    fn poll_ack(&mut self, _cx: &mut Context<'_>) -> Poll<Option<Ack>> {
-        self.service_reads();
+    fn poll_ack(&mut self, cx: &mut Context<'_>) -> Poll<Option<Ack>> {
+        self.service_reads(Some(cx));
         Poll::Pending
     }
 
