@@ -79,7 +79,8 @@ fn fixed_rate_latency_is_corrected_for_coordinated_omission() {
     assert!(e2e > 1_000_000_000, "e2e p99 {e2e} ns shows the queue");
 }
 
-/// nginx at a fixed rate with GET and a header: all answered, the schedule kept.
+/// nginx at a fixed rate with GET and a header: all answered, the schedule kept; a GET
+/// carries no body, so its sends count no bytes whatever `--size` says.
 #[test]
 fn fixed_rate_against_nginx() {
     let url = need!("MSGBENCH_IT_HTTP_URL");
@@ -101,11 +102,14 @@ fn fixed_rate_against_nginx() {
             "2000",
             "--warmup",
             "0s",
+            "--size",
+            "1KiB",
         ],
     );
     let m = measure(&r);
     assert_eq!(u(&m["counters"]["acked"]), 2000, "{m}");
     assert_eq!(u(&m["counters"]["nacked"]), 0);
+    assert_eq!(u(&m["counters"]["sent_bytes"]), 0, "{m}");
 }
 
 /// msgbench's own server over TLS: HTTP/1.1, and HTTP/2 agreed by ALPN, every request
@@ -123,6 +127,11 @@ fn https_against_the_builtin_server() {
         let m = measure(&r);
         assert_eq!(u(&m["counters"]["acked"]), 2000, "{extra:?}: {m}");
         assert_eq!(u(&m["counters"]["nacked"]), 0, "{extra:?}: {m}");
+        // POST bodies are counted.
+        assert!(
+            u(&m["counters"]["sent_bytes"]) >= 2000 * 24,
+            "{extra:?}: {m}"
+        );
     }
     let o = msgbench(&d.0, &["run", &s.url, "-n", "10", "--no-output"]);
     assert_eq!(o.status.code(), Some(1));

@@ -389,6 +389,13 @@ pub trait Driver: Send + Sync + 'static {
         None
     }
 
+    /// Whether a producer's messages carry their payload to the system. HTTP GET and HEAD
+    /// requests carry none: their sends count no bytes (a run's sent MB/s would otherwise be
+    /// `--size` times the requests, none of it on the wire).
+    fn sends_payload(&self) -> bool {
+        true
+    }
+
     /// Whether [`Driver::session`] honours [`SessionSpec::fd_free`], so a run may hold more
     /// connections than the open-file limit allows.
     fn fd_free_sessions(&self) -> bool {
@@ -595,6 +602,10 @@ impl<P: Driver, C: Driver> Driver for Pipeline<P, C> {
         spec: &ConsumerSpec,
     ) -> impl Future<Output = Result<Self::Consumer, DriverError>> + Send {
         self.consumers.consumer(spec)
+    }
+
+    fn sends_payload(&self) -> bool {
+        self.producers.sends_payload()
     }
 
     fn fd_free_sessions(&self) -> bool {

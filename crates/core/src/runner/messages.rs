@@ -137,6 +137,8 @@ pub(super) struct Clients<D: Driver> {
     pub listeners: RoleClients<D::Consumer>,
     pub stage_queues: Vec<StageQueue>,
     pub producers: RoleClients<D::Producer>,
+    /// The producers' messages carry their payload ([`Driver::sends_payload`]).
+    pub payload_sent: bool,
     /// When connecting began.
     pub connect_t: u64,
 }
@@ -176,6 +178,7 @@ pub(super) async fn connect<D: Driver>(
         listeners,
         stage_queues,
         producers,
+        payload_sent: driver.sends_payload(),
         connect_t,
     })
 }
@@ -506,7 +509,7 @@ impl<'p> MessageRun<'p> {
         }
         let expects = producer_ids.iter().map(|&i| receivers_of(i)).collect();
         let (producers, sent, busy) =
-            shared.spawn_producers(c.producers, caps, &tracker, &news_tx)?;
+            shared.spawn_producers(c.producers, caps, c.payload_sent, &tracker, &news_tx)?;
         drop(snap_tx);
         let mut warnings = Vec::new();
         if let Some(w) = late {
@@ -729,6 +732,7 @@ impl Shared<'_> {
         &self,
         role: RoleClients<P>,
         caps: &Capabilities,
+        payload_sent: bool,
         tracker: &Option<Arc<Tracker>>,
         news: &mpsc::UnboundedSender<ProducerNews>,
     ) -> Result<
@@ -782,6 +786,7 @@ impl Shared<'_> {
                 acks: caps.acks || plan.request_reply,
                 responses: caps.responses,
                 window: plan.max_in_flight,
+                payload_sent,
                 ack_timeout_ns: plan.ack_timeout.as_nanos() as u64,
                 pacing: plan.pacing,
                 t0_ns: self.t0,

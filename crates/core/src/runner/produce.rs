@@ -42,6 +42,9 @@ pub(crate) struct ProducerTask {
     /// recorded as end-to-end latency, coordinated omission corrected (wrk2's measure).
     pub responses: bool,
     pub window: usize,
+    /// The driver's messages carry their payload ([`crate::driver::Driver::sends_payload`]):
+    /// else a send counts no bytes.
+    pub payload_sent: bool,
     /// Outstanding acks older than this are given up on and counted as timeouts.
     pub ack_timeout_ns: u64,
     pub t0_ns: u64,
@@ -398,7 +401,11 @@ impl<P: Producer> Sending<P> {
                 },
             };
             let body = self.payload.build(&stamp);
-            let len = body.len();
+            let len = if self.task.payload_sent {
+                body.len()
+            } else {
+                0
+            };
             self.task.busy.set(sent_ns.max(1));
             let r = self
                 .p

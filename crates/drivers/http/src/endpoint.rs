@@ -43,7 +43,7 @@ pub(crate) struct Endpoint {
     uri: Uri,
     headers: HeaderMap,
     /// Whether requests carry the runner's payload as their body.
-    with_body: bool,
+    pub with_body: bool,
     /// The method, for messages.
     pub method_name: Arc<str>,
     /// Whether a request may be sent again when the keep-alive race closed its connection

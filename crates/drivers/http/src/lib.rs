@@ -192,6 +192,10 @@ impl Driver for HttpDriver {
         Some(self.stats.summary())
     }
 
+    fn sends_payload(&self) -> bool {
+        self.ep.with_body
+    }
+
     async fn producer(&self, spec: &ProducerSpec) -> Result<HttpProducer, DriverError> {
         if let Some(max) = self.max_in_flight()
             && spec.max_in_flight > max
