@@ -69,6 +69,37 @@ fn acks_all_fanout_exact() {
     );
 }
 
+/// acks=0: the broker confirms nothing, and the run says what "acked" means then (records
+/// written); the records still arrive.
+#[test]
+fn acks_zero_says_what_acked_means() {
+    let url = need!(KAFKA);
+    let d = TempDir::new("kafka-acks0");
+    let t = topic("acks0");
+    let r = run_json(
+        &d.0,
+        &run(
+            &url,
+            &t,
+            &["--acks", "0", "-p", "1", "-c", "1", "-n", "2000"],
+        ),
+    );
+    let told = r["events"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|e| e["kind"] == "warning")
+        .filter(|e| {
+            e["detail"]
+                .as_str()
+                .unwrap()
+                .contains("--acks 0: the broker confirms nothing")
+        })
+        .count();
+    assert_eq!(told, 1, "{}", r["events"]);
+    assert_eq!(u(&r["integrity"]["delivered"]), 2000, "{}", r["integrity"]);
+}
+
 /// Competing consumers in one group over a topic created with three partitions: each message
 /// reaches exactly one of them.
 #[test]

@@ -464,6 +464,16 @@ impl Driver for KafkaDriver {
         for t in &spec.topics {
             topics.push((t.clone(), self.provision(t).await?));
         }
+        if spec.id == 0 && self.plan.acks == options::KafkaAcks::Zero {
+            // librdkafka still reports each record delivered, once written: what the report
+            // counts as acked is that, not a confirmation.
+            self.events.emit(
+                DriverEventKind::Warning,
+                "--acks 0: the broker confirms nothing; \"acked\" counts records written to \
+                 the broker's socket and the publish latency runs to that write, not to a \
+                 broker's acknowledgement (records the broker drops are not seen)",
+            );
+        }
         KafkaProducer::new(
             &self.base,
             &self.plan,
