@@ -481,4 +481,15 @@ fn the_ack_timeout_holds_between_ticks() {
     let c = &measure(&r)["counters"];
     assert_eq!(u(&c["sent"]), 3, "{c}");
     assert_eq!((u(&c["acked"]), u(&c["errors"]["timeout"])), (0, 3), "{c}");
+    // The responses account has every one of them (the server's late 200s as what it
+    // answered), the last too: still unanswered when the producer closed.
+    let rs = &r["responses"];
+    let answered: u64 = rs["statuses"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| u(&s["count"]))
+        .sum();
+    assert_eq!(answered + u(&rs["no_response"]), 3, "{rs}");
+    assert!(u(&rs["no_response"]) >= 1, "{rs}");
 }

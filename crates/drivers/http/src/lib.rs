@@ -529,6 +529,17 @@ impl Producer for HttpProducer {
     }
 
     async fn close(mut self) -> Result<(), DriverError> {
+        // Requests still unanswered at the end were given up on (the runner counted them in
+        // doubt): without response here too, or the responses account would miss the last.
+        let unanswered = match &self.in_flight {
+            InFlight::One => usize::from(self.conn.h1_outstanding()),
+            InFlight::Many(set) => set.len(),
+        };
+        for _ in 0..unanswered {
+            self.tally
+                .tally
+                .no_response(&self.tally.stats, self.conn.events());
+        }
         self.tally.tally.flush(&self.tally.stats);
         self.conn.close().await;
         Ok(())
