@@ -493,3 +493,51 @@ fn the_ack_timeout_holds_between_ticks() {
     assert_eq!(answered + u(&rs["no_response"]), 3, "{rs}");
     assert!(u(&rs["no_response"]) >= 1, "{rs}");
 }
+
+/// An HTTP/1.1-only server slow to answer the HTTP/2 preface (it answers 400 after 200 ms):
+/// with `-n 10` every request is out before the answer, so no send is left to fail on it. The
+/// run still ends as one that could not run (exit 1, the reason named), not as a verdict on
+/// ten refused requests (exit 3) with the reason only among the events.
+#[test]
+fn http2_against_a_slow_http1_server_is_named_after_the_last_send() {
+    use std::io::{Read, Write};
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    std::thread::spawn(move || {
+        for s in listener.incoming().take(20) {
+            let Ok(mut s) = s else { return };
+            std::thread::spawn(move || {
+                let mut buf = [0u8; 4096];
+                let _ = s.read(&mut buf);
+                std::thread::sleep(std::time::Duration::from_millis(200));
+                let _ = s.write_all(
+                    b"HTTP/1.1 400 Bad Request\r\nContent-Length: 0\r\nConnection: close\r\n\r\n",
+                );
+            });
+        }
+    });
+    let d = TempDir::new("http2-slow-http1");
+    let o = msgbench(
+        &d.0,
+        &[
+            "run",
+            &format!("http://127.0.0.1:{port}/"),
+            "--http2",
+            "--max-in-flight",
+            "16",
+            "-n",
+            "10",
+            "--warmup",
+            "0s",
+            "--no-output",
+            "--quiet",
+        ],
+    );
+    assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
+    assert!(
+        stderr(&o)
+            .contains("speaks no HTTP/2 with prior knowledge (h2c) here; run without --http2"),
+        "{}",
+        stderr(&o)
+    );
+}

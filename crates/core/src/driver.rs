@@ -522,7 +522,9 @@ pub trait Producer: Send + 'static {
         Poll::Ready(None)
     }
 
-    /// Flushes and closes.
+    /// Flushes and closes. A fatal error ([`DriverError::is_fatal`]) stops the run as a
+    /// failed send would: what the driver learned only from the last answers (the target
+    /// speaks another protocol) is not lost because no send came after it.
     fn close(self) -> impl Future<Output = Result<(), DriverError>> + Send;
 }
 

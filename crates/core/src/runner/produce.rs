@@ -710,7 +710,16 @@ impl<P: Producer> Sending<P> {
             self.task
                 .drain_ready_acks(&mut self.p, &mut self.rec, &mut self.window);
         }
-        let _ = self.p.close().await;
+        if let Err(e) = self.p.close().await
+            && e.is_fatal()
+        {
+            // Found only once every message was out (a count-bounded run's last answers said
+            // the target cannot be spoken to this way): the run stops on it all the same.
+            let _ = self.task.news.send(ProducerNews::Stopped(format!(
+                "producer {} stopped: {e}",
+                self.task.id
+            )));
+        }
         let phase = self.task.state.phase_at(now_ns());
         self.task
             .flush_snapshot(&mut self.rec, phase, self.ticker.recording());

@@ -733,6 +733,11 @@ impl Conn {
         }
     }
 
+    /// The protocol the target turned out not to speak (it answered only in another), if so.
+    pub fn wrong_protocol(&self) -> Option<&Error> {
+        self.wrong_protocol.as_ref()
+    }
+
     /// Closes politely, bounded to one second: HTTP/1.1 reads the response in flight, if any,
     /// then shuts the socket down; HTTP/2 sends GOAWAY (from hyper's connection task, once
     /// every handle is gone). Outcomes not taken yet are dropped.

@@ -542,7 +542,14 @@ impl Producer for HttpProducer {
         }
         self.tally.tally.flush(&self.tally.stats);
         self.conn.close().await;
-        Ok(())
+        // Learned from the last answers, with no send left to say it.
+        match self.conn.wrong_protocol() {
+            Some(why) => Err(DriverError::Config(format!(
+                "{}: {why}",
+                self.conn.ep.display
+            ))),
+            None => Ok(()),
+        }
     }
 }
 
