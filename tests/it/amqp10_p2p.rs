@@ -687,3 +687,51 @@ fn a_second_session_is_refused_and_said() {
         r["events"]
     );
 }
+
+/// A receiver attached to an address the listening producer does not send to is refused at
+/// once with `amqp:not-found`, naming what it sends to (it had been answered only when the
+/// producer gave up waiting, then dropped without a detach); a receiver of the right address
+/// then gets every message.
+#[test]
+fn a_receiver_of_another_address_is_refused_at_once() {
+    let Some(py) = proton_python() else { return };
+    let d = TempDir::new("p2p-proton-wrong-address");
+    let port = free_port();
+    let url = format!("amqp10://127.0.0.1:{port}?bind=producer");
+    let producers = spawn_run(
+        &d.0,
+        &[
+            "run",
+            &url,
+            "--segment",
+            "producers",
+            "-n",
+            "2000",
+            "--warmup",
+            "0s",
+            "--no-output",
+        ],
+    );
+    std::thread::sleep(Duration::from_millis(700));
+    let p = port.to_string();
+    let wrong = proton_peer(&py, &["fetch", &p, "nosuch", "1", "10"]);
+    assert_eq!(wrong["condition"], "amqp:not-found", "{wrong}");
+    let why = wrong["description"].as_str().unwrap_or_default();
+    assert!(
+        why.contains("sends to `msgbench`, not to `nosuch`"),
+        "{wrong}"
+    );
+    assert!(wrong["seconds"].as_f64().unwrap() < 3.0, "at once: {wrong}");
+    let right = proton_peer(&py, &["fetch", &p, "msgbench", "2000", "20"]);
+    assert_eq!(u(&right["received"]), 2000, "{right}");
+    let r = report_of(producers);
+    let c = &measure(&r)["counters"];
+    assert_eq!((u(&c["sent"]), u(&c["acked"])), (2000, 2000), "{c}");
+    let said = r["events"].as_array().unwrap().iter().any(|e| {
+        e["detail"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("not to `nosuch`")
+    });
+    assert!(said, "{}", r["events"]);
+}

@@ -21,6 +21,10 @@ pub struct Serving {
     pub settled: bool,
     /// Decode metadata of what arrives.
     pub meta: bool,
+    /// A listening producer: the addresses it sends to. A receiver link attached to another
+    /// (that no `prefix*` filter of it covers either) gets nothing: it is refused at once with
+    /// `amqp:not-found`, naming them, instead of waiting on a link that stays empty.
+    pub sends: Vec<String>,
 }
 
 /// A peer's attach, as the listening side answers it.
@@ -68,23 +72,37 @@ impl Conn {
         };
         let id = self.links.len();
         let receiver = !a.peer_receiver;
-        if receiver != s.takes_senders {
+        let asked = a.address.as_deref().unwrap_or("");
+        let refusal = if receiver != s.takes_senders {
             let (ours, theirs) = if s.takes_senders {
                 ("consumer", "receiver")
             } else {
                 ("producer", "sender")
             };
-            let why = format!(
-                "msgbench's listening {ours} does not take {theirs} links (link `{}` to `{}`)",
-                a.name,
-                a.address.as_deref().unwrap_or("")
-            );
+            Some((
+                "amqp:not-allowed",
+                format!(
+                    "msgbench's listening {ours} does not take {theirs} links (link `{}` to \
+                     `{asked}`)",
+                    a.name
+                ),
+            ))
+        } else if !receiver && !s.sends.iter().any(|to| crate::p2p::matches(asked, to)) {
+            Some((
+                "amqp:not-found",
+                format!(
+                    "msgbench's listening producer sends to `{}`, not to `{asked}` (link `{}`): \
+                     attach to one of those",
+                    s.sends.join("`, `"),
+                    a.name
+                ),
+            ))
+        } else {
+            None
+        };
+        if let Some((condition, why)) = refusal {
             crate::reply::put_attach_refusal(&mut self.wire.wbuf, &a.name, id as u32, receiver);
-            crate::reply::put_detach_error(
-                &mut self.wire.wbuf,
-                id as u32,
-                Some(("amqp:not-allowed", &why)),
-            );
+            crate::reply::put_detach_error(&mut self.wire.wbuf, id as u32, Some((condition, &why)));
             self.links.push(Link {
                 name: a.name,
                 address: a.address.unwrap_or_default(),

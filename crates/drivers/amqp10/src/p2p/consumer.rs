@@ -72,7 +72,7 @@ pub(crate) async fn start(d: Arc<Shared>, spec: &ConsumerSpec) -> Result<P2pCons
             entry.addr = Some(addr);
             listen::accept(
                 listener,
-                d.serving(true, spec.meta),
+                d.serving(true, spec.meta, &[]),
                 d.container_id("sub", spec.id),
                 tx,
                 d.events.clone(),

@@ -305,12 +305,15 @@ impl Shared {
         self.timeout.mul_f64(0.9)
     }
 
-    pub fn serving(&self, takes_senders: bool, meta: bool) -> Serving {
+    /// How a listening client answers links: a consumer takes senders; a producer, receivers
+    /// of the addresses of `topics` (its own).
+    pub fn serving(&self, takes_senders: bool, meta: bool, topics: &[String]) -> Serving {
         Serving {
             takes_senders,
             credit: self.plan.credit,
             settled: self.plan.settled,
             meta,
+            sends: topics.iter().map(|t| self.plan.address_of(t)).collect(),
         }
     }
 }

@@ -131,7 +131,7 @@ pub(crate) async fn start(d: Arc<Shared>, spec: &ProducerSpec) -> Result<P2pProd
             let (tx, rx) = mpsc::unbounded_channel();
             let task = listen::accept(
                 listener,
-                d.serving(false, false),
+                d.serving(false, false, &spec.topics),
                 d.container_id("pub", spec.id),
                 tx,
                 d.events.clone(),
@@ -232,21 +232,34 @@ impl P2pProducer {
             return Ok(());
         }
         let work = std::future::poll_fn(|cx| {
-            while self.attached() < n {
-                if self.poll_service(cx).is_pending() {
+            loop {
+                let progressed = self.poll_service(cx).is_ready();
+                // Each peer has its answers at once (attach, refusal), not when the last of
+                // the peers waited for has come.
+                for p in self.peers.iter_mut().filter(|p| p.alive) {
+                    let _ = p.conn.poll_flush(cx);
+                }
+                if self.attached() >= n {
+                    return Poll::Ready(());
+                }
+                if !progressed {
                     return Poll::Pending;
                 }
             }
-            Poll::Ready(())
         });
         let r = tokio::time::timeout_at(deadline, work).await;
-        // The answers to their attaches (and their credit's acknowledgement) go out now.
         self.write_out().await;
         r.map_err(|_| {
+            let to: Vec<String> = self
+                .topics
+                .iter()
+                .map(|t| self.d.plan.address_of(t))
+                .collect();
             DriverError::Timeout(format!(
-                "{}: {} of {n} consumers attached to it in time",
+                "{}: {} of {n} consumers attached a receiver to `{}` in time",
                 self.label,
-                self.attached()
+                self.attached(),
+                to.join("`, `")
             ))
         })
     }
