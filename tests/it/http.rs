@@ -541,3 +541,62 @@ fn http2_against_a_slow_http1_server_is_named_after_the_last_send() {
         stderr(&o)
     );
 }
+
+/// A server ending an HTTP/2 connection with an error (Tomcat's GOAWAY ENHANCE_YOUR_CALM,
+/// "Too much overhead so the connection will be closed"): the run says what the server said,
+/// not only "http2 error".
+#[test]
+fn an_http2_goaway_error_is_told_with_the_servers_words() {
+    use std::io::{Read, Write};
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    std::thread::spawn(move || {
+        for s in listener.incoming().take(50) {
+            let Ok(mut s) = s else { return };
+            std::thread::spawn(move || {
+                let mut buf = [0u8; 4096];
+                let _ = s.read(&mut buf);
+                let debug = b"Too much overhead so the connection will be closed";
+                let mut out = vec![0, 0, 0, 4, 0, 0, 0, 0, 0]; // SETTINGS, empty
+                let len = 8 + debug.len() as u32;
+                out.extend_from_slice(&len.to_be_bytes()[1..]);
+                out.extend_from_slice(&[7, 0, 0, 0, 0, 0]); // GOAWAY on stream 0
+                out.extend_from_slice(&0u32.to_be_bytes()); // last stream id
+                out.extend_from_slice(&11u32.to_be_bytes()); // ENHANCE_YOUR_CALM
+                out.extend_from_slice(debug);
+                let _ = s.write_all(&out);
+                std::thread::sleep(std::time::Duration::from_millis(100));
+            });
+        }
+    });
+    let d = TempDir::new("http2-goaway-error");
+    let o = msgbench(
+        &d.0,
+        &[
+            "run",
+            &format!("http://127.0.0.1:{port}/"),
+            "--http2",
+            "-n",
+            "5",
+            "--warmup",
+            "0s",
+            "--ack-timeout",
+            "1s",
+            "--drain",
+            "2s",
+            "--no-output",
+            "--format",
+            "json",
+            "--quiet",
+        ],
+    );
+    let r: serde_json::Value =
+        serde_json::from_slice(&o.stdout).unwrap_or_else(|e| panic!("{e}: {}", stderr(&o)));
+    let events = r["events"].to_string();
+    // h2's words for ENHANCE_YOUR_CALM.
+    assert!(
+        events.contains("excessive load generating behavior"),
+        "{events}"
+    );
+    assert!(events.contains("Too much overhead"), "{events}");
+}

@@ -105,7 +105,17 @@ impl fmt::Display for Error {
                  line: it speaks no HTTP/2 with prior knowledge (h2c) here; run without --http2",
             ),
             Error::Abandoned => f.write_str("request abandoned with its connection"),
-            Error::Hyper(e) => e.fmt(f),
+            // hyper's own text is a category ("http2 error"); what happened is in its source
+            // (h2's GOAWAY code and the server's debug text, an I/O error).
+            Error::Hyper(e) => {
+                e.fmt(f)?;
+                let mut cause = std::error::Error::source(&**e);
+                while let Some(c) = cause {
+                    write!(f, ": {c}")?;
+                    cause = c.source();
+                }
+                Ok(())
+            }
             Error::ClosedIdle(method) => write!(
                 f,
                 "the server closed the kept-alive connection as the request went out, before \
@@ -490,8 +500,9 @@ impl Conn {
             }
             Poll::Ready(Err(e)) => {
                 self.live = None;
+                let e = Error::Hyper(Arc::new(e));
                 self.lose(self.generation, &e);
-                Some(End::Failed(Error::Hyper(Arc::new(e))))
+                Some(End::Failed(e))
             }
         }
     }
@@ -641,7 +652,7 @@ impl Conn {
             }
             Poll::Ready(Err(e)) => {
                 self.live = None;
-                self.lose(self.generation, &e);
+                self.lose(self.generation, &Error::Hyper(Arc::new(e)));
                 Poll::Ready(Err(NotReady::Gone))
             }
         }
