@@ -494,6 +494,42 @@ fn the_ack_timeout_holds_between_ticks() {
     assert!(u(&rs["no_response"]) >= 1, "{rs}");
 }
 
+/// HTTP/1.1 requests given up on at their ack timeout, with the window swept before their
+/// answers come (`--tick 100ms`): each next request needs a new connection, which msgbench
+/// opens itself. Each request is counted once, as a timeout: the connections closed for
+/// them are neither disconnections nor reconnections (they had doubled the run's errors).
+#[test]
+fn requests_given_up_on_are_counted_once() {
+    let server = Server::http_slow("600ms");
+    let d = TempDir::new("http-given-up");
+    let o = msgbench(
+        &d.0,
+        &[
+            "run",
+            &server.url,
+            "-n",
+            "4",
+            "--warmup",
+            "0s",
+            "--ack-timeout",
+            "150ms",
+            "--tick",
+            "100ms",
+            "--no-output",
+            "--format",
+            "json",
+            "--quiet",
+        ],
+    );
+    assert_eq!(o.status.code(), Some(3), "{}", stderr(&o));
+    let r: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    let c = &measure(&r)["counters"];
+    assert_eq!(u(&c["errors"]["timeout"]), 4, "{c}");
+    assert_eq!(u(&c["errors"]["disconnect"]), 0, "{c}");
+    assert!(u(&r["responses"]["connections"]) >= 3, "{}", r["responses"]);
+    assert_eq!(count_events(&r, "reconnected"), 0, "{}", r["events"]);
+}
+
 /// An HTTP/1.1-only server slow to answer the HTTP/2 preface (it answers 400 after 200 ms):
 /// with `-n 10` every request is out before the answer, so no send is left to fail on it. The
 /// run still ends as one that could not run (exit 1, the reason named), not as a verdict on

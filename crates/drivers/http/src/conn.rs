@@ -194,6 +194,9 @@ pub(crate) struct Conn {
     generation: u64,
     /// The highest generation whose loss was reported.
     lost_gen: u64,
+    /// The last connection was abandoned ([`Conn::abandon`]): its successor is no
+    /// reconnection to report.
+    quiet_reopen: bool,
     /// An HTTP/2 generation that ended without error while requests were in flight on it:
     /// orderly unless one of them fails (decided at the next connect).
     ended_busy: Option<u64>,
@@ -299,6 +302,7 @@ impl Conn {
             done: None,
             generation: 0,
             lost_gen: 0,
+            quiet_reopen: false,
             ended_busy: None,
             unagreed: false,
             answered: false,
@@ -362,7 +366,11 @@ impl Conn {
     fn install(&mut self, (live, unagreed): (Live, bool)) {
         (self.live, self.unagreed) = (Some(live), unagreed);
         self.stats.connection_opened();
-        if self.lost_gen == self.generation && self.generation > 0 && self.report {
+        if self.lost_gen == self.generation
+            && self.generation > 0
+            && self.report
+            && !std::mem::take(&mut self.quiet_reopen)
+        {
             self.events.emit(
                 DriverEventKind::Reconnected,
                 format!("{}: reconnected", self.ep.display),
@@ -741,6 +749,17 @@ impl Conn {
     pub fn abandon(&mut self, why: &str) {
         if self.drop_live(Error::Abandoned) {
             self.lose(self.generation, &why);
+        }
+    }
+
+    /// Drops the connection of a request given up on (HTTP/1.1: it cannot carry the next one
+    /// until that answer comes). Our own doing, and counted already (the request as a timeout
+    /// and as without response): neither a disconnection nor, next, a reconnection to report,
+    /// which had counted each such request twice among the run's errors.
+    pub fn give_up(&mut self) {
+        if self.drop_live(Error::Abandoned) && self.lost_gen < self.generation {
+            self.lost_gen = self.generation;
+            self.quiet_reopen = true;
         }
     }
 

@@ -482,8 +482,7 @@ impl Producer for HttpProducer {
                     .tally
                     .no_response(&self.tally.stats, self.conn.events());
                 self.conn.forget_request();
-                self.conn
-                    .abandon("no response within the ack timeout; closed to send the next request");
+                self.conn.give_up();
             }
         }
         self.stream_slot().await?;
