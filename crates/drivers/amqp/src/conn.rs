@@ -111,6 +111,8 @@ pub struct Conn {
     pub frame_max: usize,
     /// Negotiated heartbeat interval (zero = none).
     pub heartbeat_every: Duration,
+    /// The broker's channel-max (0: no limit of its own).
+    pub channel_max: u16,
     /// Something was published on the channel: close it before the connection.
     pub published: bool,
     /// Pauses between reconnection attempts (100 ms doubling to 2 s), kept across losses: a
@@ -146,6 +148,7 @@ impl Conn {
             heartbeat,
             wire: Wire::new(chunk),
             frame_max: FRAME_MAX as usize,
+            channel_max: 0,
             heartbeat_every: Duration::ZERO,
             published: false,
             backoff: msgbench_net::Backoff::default(),
@@ -269,12 +272,9 @@ impl Conn {
             0 => FRAME_MAX,
             f => f.min(FRAME_MAX),
         };
-        let want_hb = self.heartbeat.as_secs().min(u16::MAX as u64) as u16;
-        let heartbeat = match (tune.heartbeat, want_hb) {
-            (0, h) | (h, 0) => h,
-            (a, b) => a.min(b),
-        };
+        let heartbeat = negotiate_heartbeat(tune.heartbeat, self.heartbeat);
         self.frame_max = frame_max as usize;
+        self.channel_max = tune.channel_max;
         self.heartbeat_every = Duration::from_secs(heartbeat as u64);
         codec::put_method(
             &mut self.wire.wbuf,
@@ -580,8 +580,38 @@ pub async fn start_consuming(
     }
 }
 
+/// The heartbeat interval agreed in connection.tune-ok, in seconds: the shorter of the
+/// broker's and ours, or the one of them that is not zero (RabbitMQ's rule). Whole seconds on
+/// the wire: a keep-alive under one second is one, not none (a zero would take the broker's
+/// interval, 60 s on RabbitMQ, for a `--keep-alive 500ms`).
+fn negotiate_heartbeat(server: u16, ours: Duration) -> u16 {
+    let want = match ours {
+        d if d.is_zero() => 0,
+        d => d.as_secs().clamp(1, u16::MAX as u64) as u16,
+    };
+    match (server, want) {
+        (0, h) | (h, 0) => h,
+        (a, b) => a.min(b),
+    }
+}
+
 #[cfg(test)]
 mod tests {
+
+    #[test]
+    fn heartbeats_are_agreed_in_whole_seconds() {
+        let ms = Duration::from_millis;
+        assert_eq!(
+            super::negotiate_heartbeat(60, ms(500)),
+            1,
+            "under a second is one"
+        );
+        assert_eq!(super::negotiate_heartbeat(60, ms(1500)), 1);
+        assert_eq!(super::negotiate_heartbeat(60, ms(30_000)), 30);
+        assert_eq!(super::negotiate_heartbeat(10, ms(30_000)), 10);
+        assert_eq!(super::negotiate_heartbeat(0, ms(5_000)), 5);
+        assert_eq!(super::negotiate_heartbeat(60, Duration::ZERO), 60);
+    }
     use super::*;
 
     fn no_tls() -> Result<Tls, String> {

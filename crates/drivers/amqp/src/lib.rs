@@ -174,6 +174,16 @@ impl Inner {
         let mux = cell
             .get_or_try_init(|| async {
                 let conn = self.connect(role, i / n, source, true, DATA_CHUNK).await?;
+                // The broker said how many channels a connection may have: more would have
+                // the connection closed (RabbitMQ) or work only where it is not enforced.
+                let max = conn.channel_max;
+                if max != 0 && n > u64::from(max) {
+                    return Err(DriverError::Config(format!(
+                        "{}: the broker allows {max} channels per connection (its channel-max); \
+                         --channels {n} asks for more",
+                        self.ep.display
+                    )));
+                }
                 Ok::<_, DriverError>(Mux::start(conn, n as u16, self.timeout))
             })
             .await?;

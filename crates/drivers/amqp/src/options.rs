@@ -206,7 +206,8 @@ impl DriverSection for AmqpSection {
 #[derive(Debug, Args, Default, Clone, PartialEq, Eq)]
 #[command(next_help_heading = "AMQP 0-9-1")]
 pub struct AmqpArgs {
-    /// Exchange producers publish to (default msgbench; "" = the default exchange).
+    /// Exchange producers publish to (default msgbench.exchange, msgbench.durable with
+    /// --durable; "" = the default exchange).
     #[arg(long)]
     pub exchange: Option<String>,
     /// Exchange type: direct (default), fanout, topic, headers.
@@ -237,7 +238,7 @@ pub struct AmqpArgs {
     pub max_length: Option<u64>,
     /// x-max-length-bytes of shared queues; a stream's retention (default for streams 1 GiB,
     /// in 100 MB segments).
-    #[arg(long, value_name = "BYTES")]
+    #[arg(long, value_name = "BYTES", value_parser = msgbench_core::units::parse_size)]
     pub max_length_bytes: Option<u64>,
     /// Purge shared queues before the run.
     #[arg(long)]
