@@ -185,3 +185,44 @@ fn bad_zmq_runs_are_refused() {
         stderr(&o)
     );
 }
+
+/// A binding producer whose only peer is not a ZeroMQ one (an HTTP client here; a PUSH socket
+/// where a PULL was wanted gives the same): the peer is refused as soon as its first bytes
+/// show it, and the run that waited for a peer in vain says why the one that came could not
+/// join, not only "0 of 1 consumers connected".
+#[test]
+fn a_binding_side_says_why_its_peer_could_not_join() {
+    use std::io::Write;
+    let d = TempDir::new("zmq-bind-refusal");
+    let port = free_port();
+    let run = spawn_run(
+        &d.0,
+        &[
+            "run",
+            &format!("zmq://127.0.0.1:{port}?pattern=pushpull&bind=producer&peers=1"),
+            "-p",
+            "1",
+            "-c",
+            "0",
+            "-n",
+            "10",
+            "--connect-timeout",
+            "3s",
+            "--no-output",
+        ],
+    );
+    assert!(util::listens_within(
+        port,
+        std::time::Duration::from_secs(5)
+    ));
+    let mut s = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
+    s.write_all(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n").unwrap();
+    let o = run.wait_with_output().unwrap();
+    let err = stderr(&o);
+    assert_eq!(o.status.code(), Some(1), "{err}");
+    assert!(
+        err.contains("the last peer that tried")
+            && err.contains("the peer does not speak ZeroMQ (no ZMTP greeting)"),
+        "{err}"
+    );
+}

@@ -64,7 +64,14 @@ impl Conn {
         let peer = tcp.peer_addr()?;
         tcp.write_all(&zmtp::greeting()).await?;
         let mut g = [0u8; GREETING_LEN];
-        tcp.read_exact(&mut g).await?;
+        let mut have = 0;
+        while have < GREETING_LEN {
+            match tcp.read(&mut g[have..]).await? {
+                0 => return Err(io::Error::from(io::ErrorKind::UnexpectedEof).into()),
+                n => have += n,
+            }
+            zmtp::check_greeting_start(&g[..have])?;
+        }
         zmtp::check_greeting(&g)?;
         let mut wbuf = BytesMut::with_capacity(128 + hello.len());
         zmtp::put_ready(&mut wbuf, ours);

@@ -161,6 +161,7 @@ impl ZmqDriver {
             registry: self.registry.clone(),
             who: who.to_string(),
             attempt: self.budget(),
+            last_refusal: Arc::default(),
         }
     }
     /// How many consumers a binding producer of `topics` waits for: those of this process that

@@ -28,9 +28,28 @@ pub struct Ctx {
     pub who: String,
     /// Time allowed for one connect (the run's connect timeout, a little less).
     pub attempt: Duration,
+    /// Why the last peer that connected to this client's listener could not join (a failed
+    /// handshake): a client that waits for peers in vain says it, not only how many came.
+    pub last_refusal: Arc<std::sync::Mutex<Option<String>>>,
 }
 
 impl Ctx {
+    /// A peer that connected to the listener and could not join: an error event, and the
+    /// reason kept for [`Ctx::waited_in_vain`].
+    fn refused(&self, why: String) {
+        *self.last_refusal.lock().expect("refusal slot") = Some(why.clone());
+        self.events.emit(DriverEventKind::Error, why);
+    }
+
+    /// The end of a wait for peers that did not all come: why the last one that tried could
+    /// not join, if one did.
+    pub fn waited_in_vain(&self) -> String {
+        match self.last_refusal.lock().expect("refusal slot").as_deref() {
+            Some(why) => format!("; the last peer that tried: {why}"),
+            None => String::new(),
+        }
+    }
+
     /// Reports a peer that left, unless the run is ending.
     pub fn peer_left(&self, peer: &str, e: &ConnError) {
         if self.registry.is_closing() {
@@ -254,7 +273,7 @@ fn accept(listener: TcpListener, d: Dialer) -> JoinHandle<()> {
             let _ = tcp.set_nodelay(true);
             let d = d.clone();
             tokio::spawn(async move {
-                let (events, who) = (&d.ctx.events, &d.ctx.who);
+                let who = &d.ctx.who;
                 match tokio::time::timeout(timeout, Conn::handshake(tcp, d.ours, &d.hello)).await {
                     Ok(Ok(conn)) => {
                         let _ = d.tx.send(Link {
@@ -262,14 +281,13 @@ fn accept(listener: TcpListener, d: Dialer) -> JoinHandle<()> {
                             dialled: None,
                         });
                     }
-                    Ok(Err(e)) => events.emit(
-                        DriverEventKind::Error,
-                        format!("{who}: the ZMTP handshake with {from} failed: {e}"),
-                    ),
-                    Err(_) => events.emit(
-                        DriverEventKind::Error,
-                        format!("{who}: {from} connected but did not complete the ZMTP handshake within {timeout:?}"),
-                    ),
+                    Ok(Err(e)) => d
+                        .ctx
+                        .refused(format!("{who}: the ZMTP handshake with {from} failed: {e}")),
+                    Err(_) => d.ctx.refused(format!(
+                        "{who}: {from} connected but did not complete the ZMTP handshake within \
+                         {timeout:?}"
+                    )),
                 }
             });
         }

@@ -193,9 +193,11 @@ impl OutSock {
                 } else {
                     "consumers connected"
                 };
+                let ctx = self.links.ctx();
                 return Err(DriverError::Timeout(format!(
-                    "{}: {have} of {n} {what} before the connect timeout",
-                    self.links.ctx().who
+                    "{}: {have} of {n} {what} before the connect timeout{}",
+                    ctx.who,
+                    ctx.waited_in_vain()
                 )));
             }
         }

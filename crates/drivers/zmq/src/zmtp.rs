@@ -103,6 +103,23 @@ pub fn greeting() -> [u8; GREETING_LEN] {
     g
 }
 
+/// Checks the start of a peer's greeting as it arrives: what is not ZMTP, or is ZMTP before
+/// 3.0, shows in its first 11 bytes. A ZMTP 2.0 peer sends 12 and waits for ours in its form;
+/// an HTTP client sends its request and waits: waiting for all 64 bytes would end both in the
+/// same time-out as a silent peer, their reasons unsaid.
+///
+/// # Errors
+/// [`ZmtpError::NotZmtp`] or [`ZmtpError::OldVersion`].
+pub fn check_greeting_start(g: &[u8]) -> Result<(), ZmtpError> {
+    if g.first().is_some_and(|&b| b != 0xFF) || g.get(9).is_some_and(|&b| b != 0x7F) {
+        return Err(ZmtpError::NotZmtp);
+    }
+    match g.get(10) {
+        Some(&v) if v < 3 => Err(ZmtpError::OldVersion(v)),
+        _ => Ok(()),
+    }
+}
+
 /// Checks a peer's greeting.
 ///
 /// # Errors
@@ -367,6 +384,23 @@ mod tests {
         }
         assert!(buf.is_empty(), "{} bytes left over", buf.len());
         v
+    }
+
+    #[test]
+    fn greetings_are_judged_as_they_arrive() {
+        assert!(matches!(
+            check_greeting_start(b"GET / HTTP/1.1\r\n"),
+            Err(ZmtpError::NotZmtp)
+        ));
+        let zmtp2 = [0xFF, 0, 0, 0, 0, 0, 0, 0, 1, 0x7F, 1, 8];
+        assert!(matches!(
+            check_greeting_start(&zmtp2),
+            Err(ZmtpError::OldVersion(1))
+        ));
+        let ours = greeting();
+        for n in 0..=ours.len() {
+            assert!(check_greeting_start(&ours[..n]).is_ok(), "{n} bytes");
+        }
     }
 
     #[test]
