@@ -64,8 +64,9 @@ impl MessageRun<'_> {
                 let how = if in_send > 0 {
                     format!(
                         "{in_send} of them blocked in a send for {} s, which the system under \
-                         test never took (flow control: no AMQP 1.0 link credit, a RabbitMQ \
-                         memory or disk alarm, a full Artemis address)",
+                         test never took (flow control, e.g. no AMQP 1.0 link credit, a \
+                         RabbitMQ memory or disk alarm, a full Artemis address, an HTTP/2 \
+                         server that keeps its flow-control window shut)",
                         longest.as_secs()
                     )
                 } else {

@@ -72,9 +72,10 @@ impl StallWatch {
         let more = if n > 8 { ", …" } else { "" };
         Some(format!(
             "{n} of {} producers (producer {}{more}) have waited at least {} s for the system \
-             under test to take one message: it is holding producers back (flow control: a \
-             RabbitMQ memory or disk alarm, a full Artemis address or disk, no AMQP 1.0 link \
-             credit, a consumer that stopped reading)",
+             under test to take one message: it is holding producers back (flow control, e.g. \
+             a RabbitMQ memory or disk alarm, a full Artemis address or disk, no AMQP 1.0 link \
+             credit, an HTTP/2 server that keeps its flow-control window shut, a consumer that \
+             stopped reading)",
             self.busy.len(),
             list.join(", "),
             STALL.as_secs()
