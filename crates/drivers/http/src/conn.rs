@@ -194,7 +194,7 @@ pub(crate) struct Conn {
     generation: u64,
     /// The highest generation whose loss was reported.
     lost_gen: u64,
-    /// The last connection was abandoned ([`Conn::abandon`]): its successor is no
+    /// The last connection was given up on ([`Conn::give_up`]): its successor is no
     /// reconnection to report.
     quiet_reopen: bool,
     /// An HTTP/2 generation that ended without error while requests were in flight on it:
