@@ -88,12 +88,21 @@ async fn an_unanswered_http1_request_times_out_and_its_connection_is_replaced() 
     assert_eq!(stats.connections(), 3);
     assert_eq!(
         stats.no_response(),
-        2,
-        "the two abandoned; the last is closed unanswered"
+        3,
+        "the two given up on, and the last, still unanswered when the producer closed"
     );
-    let lost = obs.mentioning("connection lost: no response within the ack timeout");
-    assert_eq!(lost.len(), 2, "{:?}", obs.events);
-    assert_eq!(obs.mentioning(": reconnected").len(), 2, "{:?}", obs.events);
+    // Closing a connection to send the next request is msgbench's own doing, counted once
+    // (as the request's timeout): no disconnection, no reconnection.
+    assert!(
+        obs.mentioning("connection lost").is_empty(),
+        "{:?}",
+        obs.events
+    );
+    assert!(
+        obs.mentioning(": reconnected").is_empty(),
+        "{:?}",
+        obs.events
+    );
     drop(srv);
 }
 
