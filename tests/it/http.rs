@@ -4,6 +4,7 @@
 use crate::util;
 
 use serde_json::json;
+use std::io::Write as _;
 use util::*;
 
 /// Closed loop over HTTP/1.1 keep-alive: every request answered and timed; HTTP runs get no
@@ -530,27 +531,35 @@ fn requests_given_up_on_are_counted_once() {
     assert_eq!(count_events(&r, "reconnected"), 0, "{}", r["events"]);
 }
 
+/// A server on a free loopback port (returned) that reads what a connection first sends and
+/// then does `answer` on it, each connection on a thread of its own (at most 50).
+fn raw_server(answer: fn(&mut std::net::TcpStream)) -> u16 {
+    use std::io::Read;
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    std::thread::spawn(move || {
+        for s in listener.incoming().take(50) {
+            let Ok(mut s) = s else { return };
+            std::thread::spawn(move || {
+                let _ = s.read(&mut [0u8; 4096]);
+                answer(&mut s);
+            });
+        }
+    });
+    port
+}
+
 /// An HTTP/1.1-only server slow to answer the HTTP/2 preface (it answers 400 after 200 ms):
 /// with `-n 10` every request is out before the answer, so no send is left to fail on it. The
 /// run still ends as one that could not run (exit 1, the reason named), not as a verdict on
 /// ten refused requests (exit 3) with the reason only among the events.
 #[test]
 fn http2_against_a_slow_http1_server_is_named_after_the_last_send() {
-    use std::io::{Read, Write};
-    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    let port = listener.local_addr().unwrap().port();
-    std::thread::spawn(move || {
-        for s in listener.incoming().take(20) {
-            let Ok(mut s) = s else { return };
-            std::thread::spawn(move || {
-                let mut buf = [0u8; 4096];
-                let _ = s.read(&mut buf);
-                std::thread::sleep(std::time::Duration::from_millis(200));
-                let _ = s.write_all(
-                    b"HTTP/1.1 400 Bad Request\r\nContent-Length: 0\r\nConnection: close\r\n\r\n",
-                );
-            });
-        }
+    let port = raw_server(|s| {
+        std::thread::sleep(std::time::Duration::from_millis(200));
+        let _ = s.write_all(
+            b"HTTP/1.1 400 Bad Request\r\nContent-Length: 0\r\nConnection: close\r\n\r\n",
+        );
     });
     let d = TempDir::new("http2-slow-http1");
     let o = msgbench(
@@ -583,27 +592,17 @@ fn http2_against_a_slow_http1_server_is_named_after_the_last_send() {
 /// not only "http2 error".
 #[test]
 fn an_http2_goaway_error_is_told_with_the_servers_words() {
-    use std::io::{Read, Write};
-    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    let port = listener.local_addr().unwrap().port();
-    std::thread::spawn(move || {
-        for s in listener.incoming().take(50) {
-            let Ok(mut s) = s else { return };
-            std::thread::spawn(move || {
-                let mut buf = [0u8; 4096];
-                let _ = s.read(&mut buf);
-                let debug = b"Too much overhead so the connection will be closed";
-                let mut out = vec![0, 0, 0, 4, 0, 0, 0, 0, 0]; // SETTINGS, empty
-                let len = 8 + debug.len() as u32;
-                out.extend_from_slice(&len.to_be_bytes()[1..]);
-                out.extend_from_slice(&[7, 0, 0, 0, 0, 0]); // GOAWAY on stream 0
-                out.extend_from_slice(&0u32.to_be_bytes()); // last stream id
-                out.extend_from_slice(&11u32.to_be_bytes()); // ENHANCE_YOUR_CALM
-                out.extend_from_slice(debug);
-                let _ = s.write_all(&out);
-                std::thread::sleep(std::time::Duration::from_millis(100));
-            });
-        }
+    let port = raw_server(|s| {
+        let debug = b"Too much overhead so the connection will be closed";
+        let mut out = vec![0, 0, 0, 4, 0, 0, 0, 0, 0]; // SETTINGS, empty
+        let len = 8 + debug.len() as u32;
+        out.extend_from_slice(&len.to_be_bytes()[1..]);
+        out.extend_from_slice(&[7, 0, 0, 0, 0, 0]); // GOAWAY on stream 0
+        out.extend_from_slice(&0u32.to_be_bytes()); // last stream id
+        out.extend_from_slice(&11u32.to_be_bytes()); // ENHANCE_YOUR_CALM
+        out.extend_from_slice(debug);
+        let _ = s.write_all(&out);
+        std::thread::sleep(std::time::Duration::from_millis(100));
     });
     let d = TempDir::new("http2-goaway-error");
     let o = msgbench(

@@ -282,6 +282,18 @@ fn server_dying_mid_run() {
     assert!(u(&i["delivered"]) > 0, "{i}");
 }
 
+/// nginx (its own, in `d`) proxying WebSocket connections to `upstream` and cutting any that
+/// the upstream has sent nothing on for 1 s (`proxy_read_timeout`); the proxy and its port.
+fn idle_closing_proxy(d: &TempDir, upstream: &Server) -> (Killed, u16) {
+    let block = format!(
+        "    location / {{\n      proxy_pass http://{}/;\n      proxy_http_version 1.1;\n      \
+         proxy_set_header Upgrade $http_upgrade;\n      proxy_set_header Connection \"upgrade\";\n      \
+         proxy_read_timeout 1s;\n    }}",
+        upstream.url.trim_start_matches("ws://")
+    );
+    own_nginx(&d.0, "", &block).expect("nginx (scripts/brokers.sh installs it)")
+}
+
 /// nginx as a WebSocket proxy with a 1 s `proxy_read_timeout` (its default is 60 s, an AWS
 /// ALB's idle time-out the same): a receiver whose feed is quieter than that is cut by the
 /// proxy unless it pings. With `--keep-alive 300ms` the receivers' pings (answered by the
@@ -292,14 +304,7 @@ fn quiet_receivers_behind_a_proxy_stay_connected_by_their_pings() {
     need!("MSGBENCH_IT_HTTP_URL");
     let upstream = Server::ws_broadcast(&[]);
     let d = TempDir::new("ws-behind-nginx");
-    let block = format!(
-        "    location / {{\n      proxy_pass http://{}/;\n      proxy_http_version 1.1;\n      \
-         proxy_set_header Upgrade $http_upgrade;\n      proxy_set_header Connection \"upgrade\";\n      \
-         proxy_read_timeout 1s;\n    }}",
-        upstream.url.trim_start_matches("ws://")
-    );
-    let (mut proxy, port) =
-        own_nginx(&d.0, "", &block).expect("nginx (scripts/brokers.sh installs it)");
+    let (mut proxy, port) = idle_closing_proxy(&d, &upstream);
     let direct = format!("{}/", upstream.url);
     let proxied = format!("ws://127.0.0.1:{port}/");
     let run = |keep_alive: &str| {
@@ -354,14 +359,7 @@ fn a_producer_closed_while_idle_reconnects_before_its_next_send() {
     need!("MSGBENCH_IT_HTTP_URL");
     let upstream = Server::ws_broadcast(&[]);
     let d = TempDir::new("ws-producer-behind-nginx");
-    let block = format!(
-        "    location / {{\n      proxy_pass http://{}/;\n      proxy_http_version 1.1;\n      \
-         proxy_set_header Upgrade $http_upgrade;\n      proxy_set_header Connection \"upgrade\";\n      \
-         proxy_read_timeout 1s;\n    }}",
-        upstream.url.trim_start_matches("ws://")
-    );
-    let (mut proxy, port) =
-        own_nginx(&d.0, "", &block).expect("nginx (scripts/brokers.sh installs it)");
+    let (mut proxy, port) = idle_closing_proxy(&d, &upstream);
     let r = run_json(
         &d.0,
         &[
