@@ -20,7 +20,7 @@
 //!   it is still consumed (an error answer then is reported as an `error` event). The same
 //!   happens after every reconnection. Held sessions send the message and do not wait.
 //! - **Producers** send binary messages (masked, as RFC 6455 requires of clients), or text
-//!   messages when the run's payloads come from a template (`--payload`), batched like
+//!   messages when the run's payloads are text (a template, `--payload`, or `--stamp text`), batched like
 //!   the other drivers; frames a server sends back to a producer are read and dropped.
 //! - The URL's path and query may hold `{i}` (client index) and `{topic}`: rango's
 //!   `?stream=public.{i}` gives every client its own stream.
@@ -75,8 +75,8 @@ pub struct WsOptions {
     /// for the server's answer (see the crate doc).
     pub subscribe: Option<String>,
     /// Producers and held sessions send text messages instead of binary ones: the run's
-    /// payloads are documents from a template (`--payload`, e.g. JSON), which gateways read
-    /// from text frames only. (`serve ws-broadcast` relays binary messages and takes text
+    /// payloads are text ([`msgbench_core::payload::PayloadPlan::is_text`]: a template's
+    /// documents, or a text stamp), which many gateways read from text frames only. (`serve ws-broadcast` relays binary messages and takes text
     /// ones as requests to itself.)
     pub text: bool,
     /// Extra headers of every upgrade request ([`options::WsPlan`]).
@@ -595,7 +595,7 @@ impl msgbench_core::registration::Registered for WsDriver {
     const INFO: msgbench_core::registration::DriverInfo = msgbench_core::registration::DriverInfo {
         name: "ws",
         schemes: &["ws", "wss"],
-        about: "WebSocket: binary messages out, text or binary in, fan-out to many clients, {i}/{topic} in the URL, --hello subscribe message, ping/pong, close codes, TLS (own lean client); usually the consumer end of a pipeline (--consume-from ws://...)",
+        about: "WebSocket: binary messages out (text with --stamp text or --payload), text or binary in, fan-out to many clients, {i}/{topic} in the URL, --hello subscribe message, ping/pong, close codes, TLS (own lean client); usually the consumer end of a pipeline (--consume-from ws://...)",
         caps: Capabilities {
             acks: false,
             queue_groups: false,
@@ -615,7 +615,7 @@ impl msgbench_core::registration::Registered for WsDriver {
             url,
             WsOptions {
                 subscribe: plan.client.hello.clone(),
-                text: plan.payload.template.is_some(),
+                text: plan.payload.is_text(),
                 headers: plan.drivers.get::<options::WsSection>()?,
             },
             &plan.client,
@@ -827,6 +827,25 @@ mod tests {
             let (op, payload) = seen.await.unwrap();
             assert_eq!((op, &payload[..]), (opcode, &doc[..]), "text: {text}");
         }
+        // The run's plan decides: a text stamp alone makes text messages too.
+        let mut plan = msgbench_core::scenario::plan::resolve(
+            &msgbench_core::scenario::Scenario {
+                target: Some("ws://127.0.0.1:1/".into()),
+                ..Default::default()
+            },
+            0,
+        )
+        .unwrap();
+        let built = |plan: &msgbench_core::scenario::RunPlan| {
+            let (sink, _events) = EventSink::channel();
+            <WsDriver as msgbench_core::registration::Registered>::build(&plan.target, plan, sink)
+                .unwrap()
+                .opts
+                .text
+        };
+        assert!(!built(&plan));
+        plan.payload.stamp = msgbench_core::payload::StampFormat::Text;
+        assert!(built(&plan));
     }
 
     fn driver(
