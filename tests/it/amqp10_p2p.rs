@@ -432,6 +432,94 @@ fn proton_listens_for_msgbench_producers() {
     assert_eq!(u(&c["errors"]["timeout"]), 0, "{c}");
 }
 
+/// A receiver that asks for pre-settled delivery (Qpid's AtMostOnce; go-amqp refuses a link
+/// whose sender answers otherwise) gets it from a listening producer, whose run then counts
+/// its messages as acknowledged when sent, with a warning saying so, and no time-outs.
+#[test]
+fn a_listening_producer_settles_as_its_receiver_asks() {
+    let Some(py) = proton_python() else { return };
+    let d = TempDir::new("p2p-proton-at-most-once");
+    let port = free_port();
+    let url = format!("amqp10://127.0.0.1:{port}?bind=producer");
+    let producers = spawn_run(
+        &d.0,
+        &[
+            "run",
+            &url,
+            "--segment",
+            "producers",
+            "-n",
+            "1000",
+            "--warmup",
+            "0s",
+            "--no-output",
+        ],
+    );
+    std::thread::sleep(Duration::from_millis(700));
+    let p = port.to_string();
+    let got = proton_peer(
+        &py,
+        &["fetch", &p, "msgbench", "1000", "20", "at-most-once"],
+    );
+    assert_eq!(
+        (
+            u(&got["received"]),
+            u(&got["presettled"]),
+            u(&got["sender_settles"])
+        ),
+        (1000, 1000, 1),
+        "{got}"
+    );
+    let r = report_of(producers);
+    let c = &measure(&r)["counters"];
+    assert_eq!((u(&c["sent"]), u(&c["acked"])), (1000, 1000), "{c}");
+    assert_eq!(u(&c["errors"]["timeout"]), 0, "{c}");
+    let said = r["events"].as_array().unwrap().iter().any(|e| {
+        e["detail"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("asked for pre-settled delivery")
+    });
+    assert!(said, "{}", r["events"]);
+}
+
+/// A broker's client answers the broker's close with its own before it leaves (AMQP 1.0
+/// §2.4.3), rather than dropping TCP under it: Proton, as the "broker", closes the connection
+/// mid-run and counts the clients that answered.
+#[test]
+fn a_broker_client_answers_the_brokers_close() {
+    let Some(py) = proton_python() else { return };
+    let d = TempDir::new("p2p-proton-close");
+    let port = free_port();
+    // It closes half a second after its 200th message; msgbench still sends then.
+    let rx = proton_receiver(&py, port, 200, 30, 100);
+    let url = format!("amqp10://127.0.0.1:{port}");
+    let o = msgbench(
+        &d.0,
+        &[
+            "run",
+            &url,
+            "-c",
+            "0",
+            "-p",
+            "1",
+            "-r",
+            "200",
+            "-d",
+            "3s",
+            "--warmup",
+            "0s",
+            "--no-output",
+            "--quiet",
+            "--format",
+            "json",
+        ],
+    );
+    let seen = receiver_report(rx);
+    assert!(u(&seen["received"]) >= 200, "{seen}");
+    assert_eq!(u(&seen["closes_answered"]), 1, "{seen}\n{}", stderr(&o));
+}
+
 /// Proton sends into a listening msgbench consumer: all of its messages are accepted, and
 /// msgbench counts every one (foreign: they carry no stamp).
 #[test]

@@ -196,8 +196,9 @@ pub struct Conn {
     scratch: BytesMut,
     /// Brokerless listening side: links peers attach are answered (see [`Serving`]).
     serving: Option<Serving>,
-    /// Answer the peer's detach, end and close (brokerless peers end politely) instead of
-    /// failing at the first of them as a broker's client does.
+    /// Answer the peer's detach, end and close and go on (brokerless peers end politely),
+    /// instead of leaving the connection at the first of them as a broker's client does
+    /// (which answers it on the way out).
     polite: bool,
     sent_end: bool,
     sent_close: bool,
@@ -551,7 +552,13 @@ impl Conn {
             Poll::Ready(Ok(f)) => f,
             Poll::Ready(Err(e)) => {
                 let why = if e.kind() == std::io::ErrorKind::UnexpectedEof {
-                    "the broker hung up".to_string()
+                    // Brokerless, the other end is a peer (a consumer or a producer).
+                    if self.polite {
+                        "the peer hung up"
+                    } else {
+                        "the broker hung up"
+                    }
+                    .to_string()
                 } else {
                     e.to_string()
                 };
@@ -573,7 +580,31 @@ impl Conn {
             let _ = self.wire.poll_flush(cx);
             return Poll::Ready(Err(LinkError::Io(why)));
         }
-        Poll::Ready(self.on_frame(body))
+        let r = self.on_frame(body);
+        if !self.polite && matches!(r, Err(LinkError::Closed(_) | LinkError::Ended(_))) {
+            self.say_goodbye();
+        }
+        if r.is_err() && self.sent_close {
+            // A broker's client leaves the connection at the broker's close, end or detach
+            // (and reconnects afresh): it answers first, so the broker sees a client that
+            // closed, not one that vanished. Best effort: what the socket does not take now
+            // is dropped with it.
+            let _ = self.wire.poll_flush(cx);
+        }
+        Poll::Ready(r)
+    }
+
+    /// Our end and close, each once: the answer to the peer's close (AMQP 1.0 §2.4.3: a
+    /// close is answered with a close before the socket goes), or our leaving.
+    fn say_goodbye(&mut self) {
+        if !self.sent_end {
+            self.sent_end = true;
+            frames::put_end(&mut self.wire.wbuf);
+        }
+        if !self.sent_close {
+            self.sent_close = true;
+            frames::put_close(&mut self.wire.wbuf);
+        }
     }
 
     fn link_of(&self, remote_handle: u32) -> Option<LinkId> {
@@ -712,6 +743,14 @@ impl Conn {
                     return Ok(());
                 }
                 if l.answered == Some(true) {
+                    if !l.we_detached {
+                        // Not the answer to ours: the connection is left (poll_frame), after
+                        // our detach, end and close.
+                        l.we_detached = true;
+                        frames::put_detach(&mut self.wire.wbuf, id as u32);
+                        self.say_goodbye();
+                    }
+                    let l = &self.links[id];
                     return Err(LinkError::Detached {
                         address: l.address.clone(),
                         error,
@@ -730,16 +769,10 @@ impl Conn {
                 }
             }
             Performative::Close(e) if self.polite => {
-                if !self.sent_close {
-                    if !self.sent_end {
-                        self.sent_end = true;
-                        frames::put_end(&mut self.wire.wbuf);
-                    }
-                    self.sent_close = true;
-                    frames::put_close(&mut self.wire.wbuf);
-                }
+                self.say_goodbye();
                 Err(LinkError::Closed(e))
             }
+            // Answered on the way out (poll_frame).
             Performative::End(e) => Err(LinkError::Ended(e)),
             Performative::Close(e) => Err(LinkError::Closed(e)),
             _ => Ok(()),

@@ -17,7 +17,7 @@ pub struct Serving {
     pub takes_senders: bool,
     /// Credit granted to each sender link, refilled at half.
     pub credit: u32,
-    /// Our sender links send pre-settled.
+    /// Our sender links send pre-settled, unless the receiver asks otherwise.
     pub settled: bool,
     /// Decode metadata of what arrives.
     pub meta: bool,
@@ -52,6 +52,11 @@ impl Conn {
     pub fn is_open(&self, link: LinkId) -> bool {
         let l = &self.links[link];
         l.detached.is_none() && !l.we_detached
+    }
+
+    /// Whether our sender `link` sends pre-settled (no outcome will come for what it sends).
+    pub fn settles(&self, link: LinkId) -> bool {
+        self.links[link].settled
     }
 
     /// Links so far (attached by us or, listening, by peers), open or not.
@@ -121,10 +126,20 @@ impl Conn {
             self.events.push_back(Event::Refused(why));
             return Ok(());
         }
+        // Our sender settles as the receiver asks (AMQP 1.0 §2.8.2: 0 unsettled, 1 settled);
+        // "mixed" (2, the default) leaves it to the run. A receiver that asks for pre-settled
+        // delivery and gets unsettled refuses the link (go-amqp) or never settles (Qpid's
+        // at-most-once receivers).
+        let settles = !receiver
+            && match a.snd_settle {
+                0 => false,
+                1 => true,
+                _ => s.settled,
+            };
         let snd_settle = if receiver {
             a.snd_settle
         } else {
-            u8::from(s.settled)
+            u8::from(settles)
         };
         crate::reply::put_attach_reply(
             &mut self.wire.wbuf,
@@ -148,7 +163,7 @@ impl Conn {
             name: a.name,
             address: address.clone(),
             receiver,
-            settled: !receiver && s.settled,
+            settled: settles,
             remote_handle: Some(a.handle),
             answered: Some(true),
             detached: None,

@@ -14,7 +14,9 @@
 //! message in doubt: it never left).
 //!
 //! Unsettled transfers: each message is acked once every link it went on has settled it
-//! (`pending` holds, in token order, how many outcomes each still waits for).
+//! (`pending` holds, in token order, how many outcomes each still waits for). A receiver may ask
+//! for pre-settled delivery (at most once), and gets it: no outcome comes from it, and a
+//! message that went only to such receivers is acked as it is sent (a warning says so).
 
 use super::{Bind, BoundProducer, Shared};
 use crate::client::Endpoint;
@@ -310,6 +312,17 @@ impl P2pProducer {
                         found = true;
                     }
                 }
+                if found && !self.d.plan.settled && self.peers[peer].conn.settles(link) {
+                    self.d.events.emit(
+                        DriverEventKind::Warning,
+                        format!(
+                            "{}: {} asked for pre-settled delivery (at most once) on `{address}`: \
+                             what goes to it has no outcome, and a message sent only to such \
+                             receivers counts as acknowledged when sent",
+                            self.label, self.peers[peer].who
+                        ),
+                    );
+                }
                 if !found {
                     let known = self.topics.join("`, `");
                     self.d.events.emit(
@@ -529,11 +542,14 @@ impl Producer for P2pProducer {
             self.wait_credit(s).await?;
         }
         let r = &mut self.routes[s];
-        let mut sent = 0u32;
+        // Links it went on, and those of them whose outcome will come (a receiver may have
+        // asked for pre-settled delivery).
+        let (mut sent, mut unsettled) = (0u32, 0u32);
         if r.fan_out {
             for &(p, l) in &r.links {
                 self.peers[p].conn.send(l, msg.token, &out);
                 sent += 1;
+                unsettled += u32::from(!self.peers[p].conn.settles(l));
             }
         } else {
             let n = r.links.len();
@@ -543,12 +559,18 @@ impl Producer for P2pProducer {
                     self.peers[p].conn.send(l, msg.token, &out);
                     r.next = (r.next + k + 1) % n;
                     sent = 1;
+                    unsettled = u32::from(!self.peers[p].conn.settles(l));
                     break;
                 }
             }
         }
-        if !self.d.plan.settled && sent > 0 {
-            self.pending.push_back((msg.token, sent, true));
+        if !self.d.plan.settled && unsettled > 0 {
+            self.pending.push_back((msg.token, unsettled, true));
+        } else if !self.d.plan.settled && sent > 0 {
+            self.acks.push_back(Ack::One {
+                token: msg.token,
+                ok: true,
+            });
         }
         let links = &self.routes[s].links;
         for &(p, _) in links {
