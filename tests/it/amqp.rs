@@ -640,3 +640,100 @@ fn tls_against_the_sink() {
 fn consumers_ramp_from_source_addresses_and_retry_refused_connections() {
     util::ramp::consumers_ramp_through_a_refusing_proxy(&need!(AMQP), "it.ramp.amqp", &[]);
 }
+
+/// Runs msgbench (any exit status) and returns its JSON report and what it printed on stderr.
+fn run_report(d: &TempDir, args: &[&str]) -> (serde_json::Value, String) {
+    let mut all = args.to_vec();
+    all.extend(["--format", "json", "--quiet"]);
+    let o = msgbench(&d.0, &all);
+    let report = serde_json::from_slice(&o.stdout)
+        .unwrap_or_else(|e| panic!("report is not JSON ({e}): {}\n{}", stdout(&o), stderr(&o)));
+    (report, stderr(&o))
+}
+
+/// Whether an event of the report says `needle`.
+fn said(r: &serde_json::Value, needle: &str) -> bool {
+    r["events"]
+        .as_array()
+        .is_some_and(|es| es.iter().any(|e| e["detail"].to_string().contains(needle)))
+}
+
+/// A paced producer without confirms still reads what the broker says: publishing to an
+/// exchange that does not exist has the channel closed (404) at once, and the run says so
+/// instead of counting every message as sent into a closed channel without a word.
+#[test]
+fn a_paced_producer_without_confirms_hears_its_channel_closed() {
+    let d = TempDir::new("amqp-paced-close");
+    let url = need!(AMQP);
+    // msgbench declares no `amq.*` exchange (the broker reserves the prefix).
+    let exchange = format!("amq.nosuch.{}", std::process::id());
+    let (r, err) = run_report(
+        &d,
+        &run_args(
+            &url,
+            &["--exchange", &exchange, "-c", "0", "-r", "100", "-d", "2s"],
+        ),
+    );
+    assert!(said(&r, "404"), "{}\n{err}", r["events"]);
+}
+
+/// The broker cancels a consumer whose queue is deleted mid-run (RabbitMQ's consumer cancel
+/// notify): the consumer says so and subscribes again (declaring the queue anew), so the
+/// deliveries go on; on a shared connection too, where its channel is closed and reopened
+/// (opening it again while the broker still holds it would be 504, closing the connection).
+#[test]
+fn a_consumer_the_broker_cancels_subscribes_again() {
+    let url = need!(AMQP);
+    for channels in ["1", "2"] {
+        let d = TempDir::new("amqp-cancelled");
+        let tag = format!("{}x{channels}", std::process::id());
+        let (group, topic) = (format!("g{tag}"), format!("t{tag}"));
+        let queue = format!("msgbench.{group}.{topic}");
+        let args = run_args(
+            &url,
+            &[
+                "--queue-group",
+                &group,
+                "--topic",
+                &topic,
+                "-c",
+                "2",
+                "--channels",
+                channels,
+                "-r",
+                "500",
+                "-d",
+                "5s",
+            ],
+        );
+        let run = spawn_run(&d.0, &args);
+        std::thread::sleep(std::time::Duration::from_millis(2000));
+        let script = r#"
+import sys, pika
+c = pika.BlockingConnection(pika.URLParameters(sys.argv[1]))
+c.channel().queue_delete(sys.argv[2])
+c.close()
+"#;
+        let o = std::process::Command::new("/usr/bin/python3")
+            .args(["-c", script, &url, &queue])
+            .output()
+            .unwrap();
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        let out = run.wait_with_output().unwrap();
+        let r: serde_json::Value = serde_json::from_slice(&out.stdout)
+            .unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&out.stderr)));
+        assert!(
+            said(&r, "cancelled consumer"),
+            "channels {channels}: {}",
+            r["events"]
+        );
+        let c = &measure(&r)["counters"];
+        // Lost: what was published between the deletion and the new queue (milliseconds).
+        assert!(
+            u(&c["received"]) * 10 >= u(&c["sent"]) * 9,
+            "channels {channels}: {c} {}",
+            r["events"]
+        );
+        assert!(!said(&r, "504"), "channels {channels}: {}", r["events"]);
+    }
+}

@@ -115,6 +115,9 @@ pub struct Conn {
     pub channel_max: u16,
     /// Something was published on the channel: close it before the connection.
     pub published: bool,
+    /// The server asked the channel to stop publishing (`channel.flow` inactive) and has not
+    /// let it go on yet.
+    pub flow_paused: bool,
     /// Pauses between reconnection attempts (100 ms doubling to 2 s), kept across losses: a
     /// connection lost within a second of opening counts as a failed attempt, so a broker
     /// that accepts the connection and closes it at once (a queue or exchange the setup
@@ -151,6 +154,7 @@ impl Conn {
             channel_max: 0,
             heartbeat_every: Duration::ZERO,
             published: false,
+            flow_paused: false,
             backoff: msgbench_net::Backoff::default(),
             opened: std::time::Instant::now(),
         };
@@ -376,8 +380,22 @@ impl Conn {
         }
     }
 
-    /// Turns a server-side channel or connection close into an error (answering it).
+    /// Turns a server-side channel or connection close into an error (answering it), and
+    /// answers the server's flow control of the channel (`channel.flow`, which Qpid Broker-J
+    /// sends when a queue is full: a client that does not answer and stop publishing has its
+    /// channel closed, 311), noting it in [`Conn::flow_paused`].
     pub fn check_close(&mut self, ch: u16, m: &AMQPClass) -> io::Result<()> {
+        if let AMQPClass::Channel(channel::AMQPMethod::Flow(f)) = m {
+            self.flow_paused = !f.active;
+            codec::put_method(
+                &mut self.wire.wbuf,
+                ch,
+                AMQPClass::Channel(channel::AMQPMethod::FlowOk(channel::FlowOk {
+                    active: f.active,
+                })),
+            );
+            return Ok(());
+        }
         let (code, text, what) = match m {
             AMQPClass::Connection(connection::AMQPMethod::Close(c)) => {
                 codec::put_method(
@@ -449,6 +467,7 @@ impl Conn {
             return Err(e);
         }
         self.opened = std::time::Instant::now();
+        self.flow_paused = false;
         if let Some(ev) = &self.events {
             ev.reconnected(&self.name, &self.ep.display, "");
         }

@@ -56,8 +56,8 @@ use codec::{Frame, PublishTemplate};
 use conn::{Conn, Endpoint};
 use link::{Caller, Link};
 use msgbench_core::driver::{
-    Ack, Capabilities, Consumer, ConsumerSpec, Delivery, Driver, DriverError, EventSink, Outbound,
-    Producer, ProducerSpec, SessionSpec,
+    Ack, Capabilities, Consumer, ConsumerSpec, Delivery, Driver, DriverError, DriverEventKind,
+    EventSink, Outbound, Producer, ProducerSpec, SessionSpec,
 };
 use msgbench_core::scenario::{ClientPlan, TlsPlan};
 use mux::Mux;
@@ -431,6 +431,7 @@ impl Driver for AmqpDriver {
             next_tag: 1,
             tag_offset: None,
             acks: std::collections::VecDeque::new(),
+            returns_unconfirmed: 0,
             last_write: Instant::now(),
             driver: self.0.clone(),
             ready: true,
@@ -524,6 +525,8 @@ pub struct AmqpProducer {
     /// token = tag + offset, fixed at the first publish on each channel.
     tag_offset: Option<u64>,
     acks: std::collections::VecDeque<Ack>,
+    /// Returns (under confirms) whose confirm has not come yet.
+    returns_unconfirmed: u64,
     last_write: Instant,
     driver: Arc<Inner>,
     /// Connected and the channel set up. A reconnection cancelled half-way (a caller's
@@ -545,21 +548,47 @@ impl AmqpProducer {
                 Some(Ack::Returned { n }) => *n += 1,
                 _ => self.acks.push_back(Ack::Returned { n: 1 }),
             }
+            if self.confirm {
+                self.returns_unconfirmed += 1;
+            }
             return;
         }
-        let Some(off) = self.tag_offset else { return };
+        // Acks come only with confirms (which set the offset); closes and flow control always
+        // matter.
+        let off = self.tag_offset.unwrap_or(0);
         match *m {
-            AMQPClass::Basic(basic::AMQPMethod::Ack(a)) => self.acks.push_back(if a.multiple {
-                Ack::UpTo {
-                    token: a.delivery_tag.wrapping_add(off),
+            AMQPClass::Basic(basic::AMQPMethod::Ack(_) | basic::AMQPMethod::Nack(_))
+                if self.tag_offset.is_none() => {}
+            // A returned message is confirmed after its return: RabbitMQ acks it, Qpid
+            // Broker-J nacks it. Either way it was handled (and counted as returned), not
+            // refused: the nack that follows a return is its confirm.
+            AMQPClass::Basic(basic::AMQPMethod::Nack(n))
+                if !n.multiple && self.returns_unconfirmed > 0 =>
+            {
+                self.returns_unconfirmed -= 1;
+                self.acks.push_back(Ack::One {
+                    token: n.delivery_tag.wrapping_add(off),
                     ok: true,
-                }
-            } else {
-                Ack::One {
-                    token: a.delivery_tag.wrapping_add(off),
-                    ok: true,
-                }
-            }),
+                });
+            }
+            AMQPClass::Basic(basic::AMQPMethod::Ack(a)) => {
+                self.returns_unconfirmed = if a.multiple {
+                    0
+                } else {
+                    self.returns_unconfirmed.saturating_sub(1)
+                };
+                self.acks.push_back(if a.multiple {
+                    Ack::UpTo {
+                        token: a.delivery_tag.wrapping_add(off),
+                        ok: true,
+                    }
+                } else {
+                    Ack::One {
+                        token: a.delivery_tag.wrapping_add(off),
+                        ok: true,
+                    }
+                })
+            }
             AMQPClass::Basic(basic::AMQPMethod::Nack(n)) => self.acks.push_back(if n.multiple {
                 Ack::UpTo {
                     token: n.delivery_tag.wrapping_add(off),
@@ -590,6 +619,40 @@ impl AmqpProducer {
                 }
             }
         }
+    }
+
+    /// The broker paused the channel's publishing (`channel.flow`): its answer goes out and the
+    /// send waits, reading (and keeping the connection alive), until the broker lets the channel
+    /// go on or the connection is lost. A publish sent meanwhile would have the channel closed.
+    async fn wait_flow(&mut self) -> Result<(), DriverError> {
+        let events = self.driver.events.clone();
+        events.emit(
+            DriverEventKind::Warning,
+            "the broker paused publishing on a producer's channel (channel.flow): its sends wait \
+             until the broker lets it go on",
+        );
+        let beat = half(self.conn.heartbeat_every());
+        let started = Instant::now();
+        while self.up() && self.conn.flow_paused() {
+            if !self.conn.wbuf().is_empty() {
+                self.write_out().await?;
+            }
+            match tokio::time::timeout(beat, self.conn.read_frame()).await {
+                Ok(Ok(f)) => self.on_frame(f),
+                Ok(Err(e)) => self.conn.lost(&e),
+                Err(_) => codec::put_heartbeat(self.conn.wbuf()),
+            }
+        }
+        if self.up() {
+            events.emit(
+                DriverEventKind::Warning,
+                format!(
+                    "the broker let a producer's channel publish again after {:.1} s (channel.flow)",
+                    started.elapsed().as_secs_f64()
+                ),
+            );
+        }
+        Ok(())
     }
 
     async fn write_out(&mut self) -> Result<(), DriverError> {
@@ -662,6 +725,9 @@ impl AmqpProducer {
 
 impl Producer for AmqpProducer {
     async fn send(&mut self, msg: Outbound<'_>) -> Result<(), DriverError> {
+        if self.conn.flow_paused() && self.up() {
+            self.wait_flow().await?;
+        }
         if !self.up() {
             self.ready = false;
             self.reconnect().await?;
@@ -812,6 +878,24 @@ impl AmqpConsumer {
                             single: None,
                             offset: None,
                         });
+                    }
+                    // The broker dropped our consumer (RabbitMQ's consumer cancel notify: the
+                    // queue was deleted, or a quorum queue's leader moved): without it the
+                    // consumer would wait on a live channel for deliveries that never come.
+                    // Subscribed again, on a fresh channel.
+                    AMQPClass::Basic(basic::AMQPMethod::Cancel(c)) => {
+                        let why = format!(
+                            "the broker cancelled consumer `{}` (its queue was deleted or moved); \
+                             subscribing again",
+                            c.consumer_tag
+                        );
+                        self.driver
+                            .events
+                            .emit(DriverEventKind::Warning, why.clone());
+                        return Poll::Ready(Err(std::io::Error::new(
+                            std::io::ErrorKind::ConnectionAborted,
+                            why,
+                        )));
                     }
                     ref other => self.conn.check_close(self.conn.channel(), other)?,
                 },

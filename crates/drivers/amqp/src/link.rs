@@ -78,6 +78,12 @@ impl Link {
         each!(self, c => c.published = true)
     }
 
+    /// The server asked this client's channel to stop publishing (`channel.flow`) and has
+    /// not let it go on yet.
+    pub fn flow_paused(&self) -> bool {
+        each!(self, c => c.flow_paused)
+    }
+
     /// Whether the connection (or the channel) is up.
     pub fn is_connected(&self) -> bool {
         each!(self, c => c.is_connected())

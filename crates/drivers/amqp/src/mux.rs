@@ -94,6 +94,8 @@ impl Mux {
             generation: 0,
             frame_max: self.state.borrow().frame_max,
             published: false,
+            flow_paused: false,
+            at_broker: false,
             closed: false,
         };
         c.open()
@@ -221,11 +223,18 @@ pub struct MuxChan {
     pub wbuf: BytesMut,
     /// Open on the connection of `generation`.
     open: bool,
+    /// Open at the broker on the connection of `generation`, as far as we know: from the
+    /// moment our channel.open is sent (or the connection brings channel 1) until either side
+    /// closes it. Unlike `open`, a failure of ours (a setup cut short, a consumer the broker
+    /// cancelled) does not clear it.
+    at_broker: bool,
     generation: u64,
     /// Negotiated frame-max.
     pub frame_max: usize,
     /// Something was published on the channel.
     pub published: bool,
+    /// The server asked the channel to stop publishing (`channel.flow`).
+    pub flow_paused: bool,
     closed: bool,
 }
 
@@ -261,7 +270,18 @@ impl MuxChan {
         self.frame_max = s.frame_max;
         let fresh = s.generation != self.generation;
         self.generation = s.generation;
-        if self.ch != CHANNEL || !fresh {
+        if fresh {
+            self.at_broker = self.ch == CHANNEL;
+        } else if self.at_broker {
+            // Still open at the broker: an earlier setup was cut short (the caller's `select!`
+            // moved on) after its channel.open went out, or the broker cancelled our consumer.
+            // Opening it again would be 504 CHANNEL_ERROR, which closes the whole shared
+            // connection; closed first, it also takes the stale answers of that setup with it.
+            self.close_at_broker().await?;
+        }
+        if !self.at_broker {
+            // From the moment it is sent: cancelled while waiting, the channel opens anyway.
+            self.at_broker = true;
             match self
                 .call(AMQPClass::Channel(channel::AMQPMethod::Open(
                     channel::Open {},
@@ -277,6 +297,40 @@ impl MuxChan {
             }
         }
         self.open = true;
+        self.flow_paused = false;
+        Ok(())
+    }
+
+    /// Closes the channel at the broker (on the current connection), reading past whatever
+    /// it still had to say on it.
+    async fn close_at_broker(&mut self) -> io::Result<()> {
+        codec::put_method(
+            &mut self.wbuf,
+            self.ch,
+            AMQPClass::Channel(channel::AMQPMethod::Close(channel::Close {
+                reply_code: 200,
+                reply_text: ShortString::from("reopening"),
+                class_id: 0,
+                method_id: 0,
+            })),
+        );
+        tokio::time::timeout(self.mux.timeout, async {
+            self.flush().await?;
+            loop {
+                if let Frame::Method(_, m) = self.read_frame().await? {
+                    if matches!(*m, AMQPClass::Channel(channel::AMQPMethod::CloseOk(_))) {
+                        return Ok::<(), io::Error>(());
+                    }
+                    if self.check_close(self.ch, &m).is_err() {
+                        // The broker closed it too (its close-ok answered).
+                        return self.flush().await;
+                    }
+                }
+            }
+        })
+        .await
+        .map_err(|_| io::Error::new(io::ErrorKind::TimedOut, "no channel.close-ok"))??;
+        self.at_broker = false;
         Ok(())
     }
 
@@ -358,8 +412,21 @@ impl MuxChan {
     }
 
     /// A server-side close of this channel becomes an error (answered; the channel must be
-    /// opened again). Connection closes are the I/O task's.
+    /// opened again), and the server's flow control of it is answered and noted
+    /// ([`MuxChan::flow_paused`]), as on a connection of its own. Connection closes are the I/O
+    /// task's.
     pub fn check_close(&mut self, _ch: u16, m: &AMQPClass) -> io::Result<()> {
+        if let AMQPClass::Channel(channel::AMQPMethod::Flow(f)) = m {
+            self.flow_paused = !f.active;
+            codec::put_method(
+                &mut self.wbuf,
+                self.ch,
+                AMQPClass::Channel(channel::AMQPMethod::FlowOk(channel::FlowOk {
+                    active: f.active,
+                })),
+            );
+            return Ok(());
+        }
         if let AMQPClass::Channel(channel::AMQPMethod::Close(c)) = m {
             codec::put_method(
                 &mut self.wbuf,
@@ -367,6 +434,7 @@ impl MuxChan {
                 AMQPClass::Channel(channel::AMQPMethod::CloseOk(channel::CloseOk {})),
             );
             self.open = false;
+            self.at_broker = false;
             return Err(io::Error::new(
                 io::ErrorKind::ConnectionAborted,
                 format!(
@@ -424,6 +492,7 @@ impl MuxChan {
             })
             .await;
             self.open = false;
+            self.at_broker = false;
         }
         if self.mux.users.fetch_sub(1, Ordering::AcqRel) == 1 {
             let (tx, rx) = oneshot::channel();
