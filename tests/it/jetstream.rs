@@ -650,3 +650,36 @@ fn a_dead_first_server_is_passed_over_at_start() {
         );
     }
 }
+
+/// One named stream for eight topics set up at once: every topic ends up in its subjects and
+/// every publish is acknowledged. (A stream update replaces the whole subject list: clients
+/// adding their topics together had dropped each other's, and up to three publishes in four
+/// were refused with 503.)
+#[test]
+fn many_topics_join_one_stream_at_once() {
+    let _ = need!(NATS); // nats-server, installed by the broker script
+    let d = TempDir::new("js-topics-at-once");
+    let js = Js::start(&d.0, true);
+    let r = run_json(
+        &d.0,
+        &[
+            "run",
+            &js.url("?stream=MANY"),
+            "-c",
+            "0",
+            "--topics",
+            "8",
+            "--topic",
+            "js.many.{i}",
+            "-n",
+            "4000",
+            "-r",
+            "4k",
+            "--warmup",
+            "0s",
+            "--no-output",
+        ],
+    );
+    let c = &measure(&r)["counters"];
+    assert_eq!((u(&c["sent"]), u(&c["acked"])), (4000, 4000), "{c}");
+}

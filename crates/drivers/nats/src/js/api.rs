@@ -190,6 +190,16 @@ pub fn write_request(out: &mut bytes::BytesMut, subject: &str, reply: &str, payl
     out.extend_from_slice(b"\r\n");
 }
 
+/// The lock the clients of this process take turns with to set stream `name` up (see
+/// [`ensure_stream`]).
+fn stream_turn(name: &str) -> std::sync::Arc<tokio::sync::Mutex<()>> {
+    static TURNS: std::sync::LazyLock<
+        std::sync::Mutex<std::collections::HashMap<String, std::sync::Arc<tokio::sync::Mutex<()>>>>,
+    > = std::sync::LazyLock::new(Default::default);
+    let mut turns = TURNS.lock().unwrap_or_else(|e| e.into_inner());
+    turns.entry(name.to_string()).or_default().clone()
+}
+
 /// Makes sure stream `stream` exists and captures `topic`: with `create`, creates it (file or
 /// memory storage, limits retention, `max_bytes` with the oldest messages discarded) or adds
 /// `topic` to an existing stream's subjects; without, only checks it exists.
@@ -205,6 +215,11 @@ pub async fn ensure_stream(
     topic: &str,
     stash: &mut VecDeque<ServerOp>,
 ) -> Result<Option<String>, JsError> {
+    // A stream update replaces the whole subject list: two clients adding their topics at once
+    // would each write the list they read, and the last write drops the other's topic (every
+    // publish to it then refused with 503). The clients of this process take turns.
+    let turn = stream_turn(stream);
+    let _turn = turn.lock().await;
     // Two rounds at most: a stream another client created between our look and our create is
     // looked at again.
     for _ in 0..2 {
