@@ -75,6 +75,16 @@ pub fn consumers_ramp_through_a_refusing_proxy(url: &str, topic: &str, extra: &[
         "{peers:?}"
     );
     assert!(peers.iter().any(|p| p == "127.0.0.2") && peers.iter().any(|p| p == "127.0.0.3"));
+    // And why they were refused, not only how many were.
+    let retried: u64 = r["events"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|e| e["detail"].as_str())
+        .filter_map(|d| d.split_once(" consumer connection attempt(s) failed and were retried: "))
+        .map(|(n, _)| n.parse::<u64>().unwrap())
+        .sum();
+    assert_eq!(retried, 2, "{}", r["events"]);
     // Six consumers at 20 a second: the last starts 250 ms after the first.
     let connected = r["events"]
         .as_array()

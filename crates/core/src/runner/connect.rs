@@ -103,6 +103,10 @@ pub(super) struct Connected<T> {
     pub clients: Vec<(usize, T, Handle)>,
     /// Failed attempts by cause (retried or not).
     pub failures: msgbench_metrics::ConnectFailures,
+    /// What the failed attempts said, each distinct reason once with how many said it (the
+    /// first [`MAX_REASONS`]): the counts by cause alone leave a user with "1 connect failure,
+    /// other" and nothing to go on.
+    pub reasons: Vec<(String, u64)>,
     /// Clients that never connected: spec position and the last reason.
     pub never: Vec<(usize, DriverError)>,
 }
@@ -114,6 +118,9 @@ impl<T> Connected<T> {
         self.clients.into_iter().map(|(_, c, h)| (c, h)).unzip()
     }
 }
+
+/// How many distinct reasons of failed connection attempts a run keeps.
+pub(super) const MAX_REASONS: usize = 5;
 
 /// Backoff before retry `n` (1-based): 100 ms doubling to 2 s, with up to a quarter of jitter so
 /// thousands of clients that failed together do not retry together.
@@ -151,7 +158,7 @@ where
     let outer = timeout + timeout / 4;
     let start = tokio::time::Instant::now();
     let some_connected = Arc::new(AtomicBool::new(false));
-    let (fail_tx, mut fail_rx) = tokio::sync::mpsc::unbounded_channel::<ConnectFailure>();
+    let (fail_tx, mut fail_rx) = tokio::sync::mpsc::unbounded_channel::<(ConnectFailure, String)>();
     let specs: Vec<S> = specs.collect();
     let last_start = ramp.rate.map_or(Duration::ZERO, |r| {
         Duration::from_secs_f64(specs.len() as f64 / r)
@@ -189,7 +196,7 @@ where
                         }
                         Err(e) => e,
                     };
-                    let _ = fails.send(error.connect_failure());
+                    let _ = fails.send((error.connect_failure(), error.to_string()));
                     tries += 1;
                     let wait = backoff(tries, id);
                     // A client that connected and then failed (its subscription cut short: a
@@ -249,14 +256,21 @@ where
         });
     }
     let mut failures = msgbench_metrics::ConnectFailures::default();
-    while let Ok(cause) = fail_rx.try_recv() {
+    let mut reasons: Vec<(String, u64)> = Vec::new();
+    while let Ok((cause, why)) = fail_rx.try_recv() {
         failures.add(cause, 1);
+        if let Some((_, n)) = reasons.iter_mut().find(|(r, _)| *r == why) {
+            *n += 1;
+        } else if reasons.len() < MAX_REASONS {
+            reasons.push((why, 1));
+        }
     }
     out.sort_by_key(|(id, _, _)| *id);
     never.sort_by_key(|(id, _)| *id);
     Ok(Connected {
         clients: out,
         failures,
+        reasons,
         never,
     })
 }

@@ -212,7 +212,18 @@ impl MessageRun<'_> {
         }
         if !complete {
             self.drain_short = true;
-            let drain = self.plan.drain;
+            // After an interrupt the drain is cut short: the warning names the wait there was.
+            let interrupted = shutdown.requests() >= 1;
+            let drain = if interrupted {
+                self.plan.drain.min(super::phases::INTERRUPTED_DRAIN)
+            } else {
+                self.plan.drain
+            };
+            let longer = if interrupted {
+                "the interrupt cut the drain short"
+            } else {
+                "a longer --drain would wait for them"
+            };
             self.warnings.push(match &self.tracker {
                 Some(t) if now >= deadline => format!(
                     "drain timed out after {drain:?} with {} messages still short of a stage",
@@ -228,7 +239,7 @@ impl MessageRun<'_> {
                 _ if now >= deadline && got > 0 && now.saturating_sub(self.last_got.1) < STILL_ARRIVING_NS => format!(
                     "drain timed out after {drain:?} with {got} of {expected} expected deliveries, \
                      and deliveries were still arriving (the last {} ms before it ended): those \
-                     counted lost may only be late; a longer --drain would wait for them",
+                     counted lost may only be late; {longer}",
                     now.saturating_sub(self.last_got.1) / 1_000_000
                 ),
                 _ if now >= deadline => format!(

@@ -247,6 +247,14 @@ async fn connect_consumers<D: Driver>(
             ),
         });
     }
+    // Failed attempts that were retried (whoever then connected) say why, once per reason.
+    for (why, n) in &connected.reasons {
+        observer.event(&RunEvent {
+            at_s: 0.0,
+            kind: EventKind::Warning,
+            detail: format!("{n} consumer connection attempt(s) failed and were retried: {why}"),
+        });
+    }
     let mut per_topic = vec![0u64; plan.topics.len()];
     let mut role = RoleClients {
         clients: Vec::with_capacity(connected.clients.len()),
