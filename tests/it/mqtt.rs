@@ -1315,3 +1315,103 @@ fn receivers_beyond_the_open_file_limit_count_every_message() {
         &format!("it/fanout/nofile{}", std::process::id()),
     );
 }
+
+/// One MQTT packet read from a raw socket: its type (the high nibble) and body.
+fn read_mqtt(s: &mut std::net::TcpStream) -> std::io::Result<(u8, Vec<u8>)> {
+    use std::io::Read;
+    let mut b = [0u8; 1];
+    s.read_exact(&mut b)?;
+    let kind = b[0] >> 4;
+    let (mut len, mut shift) = (0usize, 0);
+    loop {
+        s.read_exact(&mut b)?;
+        len |= ((b[0] & 0x7f) as usize) << shift;
+        shift += 7;
+        if b[0] & 0x80 == 0 {
+            break;
+        }
+    }
+    let mut body = vec![0u8; len];
+    s.read_exact(&mut body)?;
+    Ok((kind, body))
+}
+
+/// Answers packets on `s` (SUBACK granting what was asked, PINGRESP) until `until` or the
+/// client leaves; whether a SUBSCRIBE came.
+fn serve_mqtt_until(s: &mut std::net::TcpStream, until: Instant) -> bool {
+    use std::io::Write;
+    let mut subscribed = false;
+    while Instant::now() < until {
+        let left = until.saturating_duration_since(Instant::now());
+        s.set_read_timeout(Some(left.max(Duration::from_millis(1))))
+            .unwrap();
+        match read_mqtt(s) {
+            Ok((8, body)) => {
+                subscribed = true;
+                let qos = *body.last().unwrap();
+                let _ = s.write_all(&[0x90, 3, body[0], body[1], qos]);
+            }
+            Ok((12, _)) => {
+                let _ = s.write_all(&[0xd0, 0]);
+            }
+            Ok(_) => {}
+            Err(_) => break,
+        }
+    }
+    subscribed
+}
+
+/// A broker that answers a clean session's CONNECT with Session Present (hmq does; MQTT-3.2.2-1
+/// forbids it): the consumer says so, takes the session as new and subscribes again after a
+/// lost connection, instead of waiting, unsubscribed, for the rest of the run.
+#[test]
+fn a_clean_session_the_broker_claims_kept_is_subscribed_again() {
+    use std::io::Write;
+    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let url = format!("mqtt://{}", l.local_addr().unwrap());
+    let broker = std::thread::spawn(move || {
+        let mut resubscribed = false;
+        for round in 0..2 {
+            let (mut s, _) = l.accept().unwrap();
+            let (kind, _) = read_mqtt(&mut s).unwrap();
+            assert_eq!(kind, 1, "CONNECT");
+            s.write_all(&[0x20, 2, 1, 0]).unwrap(); // CONNACK, Session Present
+            let wait = Duration::from_millis(if round == 0 { 1000 } else { 1500 });
+            let subscribed = serve_mqtt_until(&mut s, Instant::now() + wait);
+            if round == 1 {
+                resubscribed = subscribed;
+                serve_mqtt_until(&mut s, Instant::now() + Duration::from_secs(5));
+            }
+        }
+        resubscribed
+    });
+    let d = TempDir::new("mqtt-claimed-session");
+    let run = spawn_run(
+        &d.0,
+        &run_args(
+            &url,
+            &[
+                "--mqtt-version",
+                "3.1.1",
+                "--segment",
+                "consumers",
+                "-c",
+                "1",
+                "-d",
+                "3s",
+            ],
+        ),
+    );
+    let o = run.wait_with_output().unwrap();
+    let err = String::from_utf8_lossy(&o.stderr).into_owned();
+    assert!(
+        broker.join().unwrap(),
+        "no SUBSCRIBE after the reconnection: {err}"
+    );
+    let r: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert!(
+        r["events"].to_string().contains("Session Present"),
+        "{}",
+        r["events"]
+    );
+}

@@ -146,6 +146,13 @@ pub struct Conn {
     backoff: msgbench_net::Backoff,
     /// When the last handshake completed.
     opened: std::time::Instant,
+    /// The last handshake went through to its end (CONNACK taken, subscriptions made again):
+    /// the runner cancels a consumer's `recv` at every tick, and a reconnection cut short
+    /// after the socket was attached had left a connection that looked up and was never
+    /// subscribed, for the rest of the run.
+    up: bool,
+    /// Said once: the broker claimed a kept session for a clean one.
+    told_session_claim: bool,
 }
 
 impl Conn {
@@ -175,6 +182,8 @@ impl Conn {
             shared_subs: true,
             backoff: msgbench_net::Backoff::new(Duration::from_millis(50), Duration::from_secs(2)),
             opened: std::time::Instant::now(),
+            up: false,
+            told_session_claim: false,
         };
         c.handshake().await?;
         Ok(c)
@@ -199,6 +208,7 @@ impl Conn {
     }
 
     async fn handshake(&mut self) -> Result<(), DriverError> {
+        self.up = false;
         self.wire.detach();
         let timeout = self.settings.timeout;
         let stream = msgbench_net::connect_with(
@@ -269,7 +279,17 @@ impl Conn {
                             ),
                         });
                     }
-                    self.session_present = session_present;
+                    // A clean session has nothing kept (MQTT-3.2.2-1): a broker that says
+                    // otherwise (hmq) would leave the consumer unsubscribed.
+                    let claimed = session_present && self.settings.clean;
+                    if claimed && !self.told_session_claim {
+                        self.told_session_claim = true;
+                        self.warn(
+                            "the broker answered a clean session's CONNECT with Session Present \
+                             (MQTT-3.2.2-1 forbids it): taken as a new session, subscribed again",
+                        );
+                    }
+                    self.session_present = session_present && !claimed;
                     self.receive_max = receive_max.max(1);
                     self.server_max_packet = max_packet;
                     self.max_qos = max_qos;
@@ -311,6 +331,7 @@ impl Conn {
         }
         self.wire.shrink();
         self.opened = std::time::Instant::now();
+        self.up = true;
         Ok(())
     }
 
@@ -384,7 +405,7 @@ impl Conn {
 
     /// Whether the connection is up.
     pub fn is_connected(&self) -> bool {
-        self.wire.is_connected()
+        self.up && self.wire.is_connected()
     }
 
     /// The client identifier this connection presents.
