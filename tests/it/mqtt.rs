@@ -1415,3 +1415,55 @@ fn a_clean_session_the_broker_claims_kept_is_subscribed_again() {
         r["events"]
     );
 }
+
+/// A broker's DISCONNECT to a producer (MQTT 5, here "receive maximum exceeded") is the reason
+/// the run gives for the lost connection, by name, not the end of file that follows it.
+#[test]
+fn a_producer_says_why_the_broker_disconnected_it() {
+    use std::io::Write;
+    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let url = format!("mqtt://{}", l.local_addr().unwrap());
+    let broker = std::thread::spawn(move || {
+        let (mut s, _) = l.accept().unwrap();
+        let (kind, _) = read_mqtt(&mut s).unwrap();
+        assert_eq!(kind, 1, "CONNECT");
+        s.write_all(&[0x20, 3, 0, 0, 0]).unwrap(); // MQTT 5 CONNACK, no properties
+        loop {
+            let (kind, _) = read_mqtt(&mut s).unwrap();
+            if kind == 3 {
+                s.write_all(&[0xe0, 2, 0x93, 0]).unwrap(); // DISCONNECT, receive maximum exceeded
+                return;
+            }
+        }
+    });
+    let d = TempDir::new("mqtt-disconnected");
+    let run = spawn_run(
+        &d.0,
+        &run_args(
+            &url,
+            &[
+                "--mqtt-version",
+                "5",
+                "--qos",
+                "1",
+                "--segment",
+                "producers",
+                "-r",
+                "20",
+                "-d",
+                "1s",
+            ],
+        ),
+    );
+    broker.join().unwrap();
+    let o = run.wait_with_output().unwrap();
+    let r: serde_json::Value = serde_json::from_slice(&o.stdout)
+        .unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&o.stderr)));
+    assert!(
+        r["events"]
+            .to_string()
+            .contains("receive maximum exceeded (reason code 0x93)"),
+        "{}",
+        r["events"]
+    );
+}

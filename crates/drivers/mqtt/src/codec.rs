@@ -1084,3 +1084,64 @@ mod tests {
         assert!(topic_matches(b"bench/1", b"bench/1"));
     }
 }
+
+/// What an MQTT 5 DISCONNECT reason code means (MQTT 5.0, 3.14.2.1), for the user.
+pub fn disconnect_reason(code: u8) -> &'static str {
+    match code {
+        0x00 => "normal disconnection",
+        0x04 => "disconnect with will message",
+        0x80 => "unspecified error",
+        0x81 => "malformed packet",
+        0x82 => "protocol error",
+        0x83 => "implementation specific error",
+        0x87 => "not authorized",
+        0x89 => "server busy",
+        0x8b => "server shutting down",
+        0x8d => "keep alive timeout",
+        0x8e => "session taken over (another client connected with the same client id)",
+        0x8f => "topic filter invalid",
+        0x90 => "topic name invalid",
+        0x93 => "receive maximum exceeded",
+        0x94 => "topic alias invalid",
+        0x95 => "packet too large",
+        0x96 => "message rate too high",
+        0x97 => "quota exceeded",
+        0x98 => "administrative action",
+        0x99 => "payload format invalid",
+        0x9a => "retain not supported",
+        0x9b => "QoS not supported",
+        0x9c => "use another server",
+        0x9d => "server moved",
+        0x9e => "shared subscriptions not supported",
+        0x9f => "connection rate exceeded",
+        0xa0 => "maximum connect time",
+        0xa1 => "subscription identifiers not supported",
+        0xa2 => "wildcard subscriptions not supported",
+        _ => "unknown reason",
+    }
+}
+
+/// The broker's DISCONNECT as the reason a connection was lost.
+pub fn disconnected_by_broker(code: u8) -> std::io::Error {
+    std::io::Error::new(
+        std::io::ErrorKind::ConnectionAborted,
+        format!(
+            "the broker disconnected us: {} (reason code 0x{code:02x})",
+            disconnect_reason(code)
+        ),
+    )
+}
+
+#[cfg(test)]
+mod disconnect_tests {
+    #[test]
+    fn disconnect_reasons_are_named() {
+        let e = super::disconnected_by_broker(0x93).to_string();
+        assert!(
+            e.contains("receive maximum exceeded") && e.contains("0x93"),
+            "{e}"
+        );
+        assert!(super::disconnect_reason(0x8e).contains("same client id"));
+        assert_eq!(super::disconnect_reason(0x7f), "unknown reason");
+    }
+}

@@ -427,6 +427,9 @@ impl MqttProducer {
                 }
             }
             Packet::PubComp { pid } => self.complete(pid, true),
+            // Lost with the broker's reason (else only the end of file that follows shows);
+            // the next send reconnects.
+            Packet::Disconnect { code, .. } => self.conn.lost(&codec::disconnected_by_broker(code)),
             _ => {}
         }
     }
@@ -749,9 +752,7 @@ impl MqttConsumer {
                     self.acks.owe();
                 }
                 Poll::Ready(Ok(Packet::Disconnect { code, .. })) => {
-                    return Poll::Ready(Err(std::io::Error::other(format!(
-                        "the broker disconnected us (reason code 0x{code:02x})"
-                    ))));
+                    return Poll::Ready(Err(codec::disconnected_by_broker(code)));
                 }
                 Poll::Ready(Ok(_)) => {}
                 Poll::Ready(Err(e)) => return Poll::Ready(Err(e)),
@@ -850,7 +851,7 @@ impl Session for MqttSession {
             tokio::select! {
                 p = self.conn.read_packet() => match p {
                     Ok(Packet::Disconnect { code, .. }) => {
-                        return DriverError::Receive(format!("the broker disconnected us (reason code 0x{code:02x})"));
+                        return DriverError::Receive(codec::disconnected_by_broker(code).to_string());
                     }
                     Ok(p) => count_delivery(&mut self.received, &p),
                     Err(e) => return DriverError::Receive(e.to_string()),
@@ -930,9 +931,9 @@ impl Session for MqttSession {
                     }
                 }
                 Packet::Disconnect { code, .. } => {
-                    return Err(DriverError::Receive(format!(
-                        "the broker disconnected us (reason code 0x{code:02x})"
-                    )));
+                    return Err(DriverError::Receive(
+                        codec::disconnected_by_broker(*code).to_string(),
+                    ));
                 }
                 _ => count_delivery(&mut self.received, &p),
             }
