@@ -908,7 +908,9 @@ appender.stdout.name = STDOUT
 appender.stdout.layout.type = PatternLayout
 appender.stdout.layout.pattern = [%d] %p %m (%c)%n
 LOG4J
+  local fresh=0
   if [ ! -f "$KAFKA/data/meta.properties" ]; then
+    fresh=1
     log "formatting Kafka storage in $KAFKA/data"
     kafka_java kafka.tools.StorageTool format -t "$(kafka_java kafka.tools.StorageTool random-uuid)" \
       -c "$KAFKA/server.properties" >"$KAFKA/format.log" 2>&1 \
@@ -940,6 +942,13 @@ LOG4J
       log "kafka: adding the $mech user failed (see $KAFKA/scram.log); $mech logins will fail"
     fi
   done
+  # A freshly formatted broker creates its group-offsets topic when the first consumer group
+  # looks for its coordinator, which then waits seconds: the first test with a short connect
+  # time-out failed there on a fresh machine. One consumer's look now makes it.
+  if [ "$fresh" = 1 ]; then
+    kafka_java org.apache.kafka.tools.consumer.ConsoleConsumer --bootstrap-server "127.0.0.1:$KAFKA_PORT" \
+      --topic msgbench.warmup --group msgbench.warmup --timeout-ms 8000 >"$KAFKA/warmup.log" 2>&1 || true
+  fi
   log "kafka up on kafka://127.0.0.1:$KAFKA_PORT and kafka+ssl://localhost:$KAFKA_TLS_PORT (pid $pid, $((SECONDS - t0)) s)"
 }
 

@@ -307,8 +307,24 @@ impl WsProducer {
         }
     }
 
+    /// Writes what is buffered, reading while the write waits: a broadcast server echoes
+    /// every message to every client, producers included, and one that is itself stuck
+    /// writing to us reads nothing more from us until we read (both sides' buffers full: the
+    /// run hung for good).
     async fn write_out(&mut self) -> Result<(), DriverError> {
-        if let Err(e) = self.conn.flush().await {
+        let r = std::future::poll_fn(|cx| match self.conn.wire.poll_flush(cx) {
+            Poll::Pending => {
+                self.service_reads(Some(cx));
+                if self.conn.is_connected() {
+                    Poll::Pending
+                } else {
+                    Poll::Ready(Err(std::io::Error::from(std::io::ErrorKind::NotConnected)))
+                }
+            }
+            done => done,
+        })
+        .await;
+        if let Err(e) = r {
             self.conn.lost(&e);
             return Err(DriverError::Send(e.to_string()));
         }
@@ -784,6 +800,67 @@ mod tests {
             assert_eq!(e.kind, DriverEventKind::Violation, "{}", e.detail);
             assert!(e.detail.contains(why), "{}", e.detail);
         }
+    }
+
+    /// A server that writes to a producer and reads nothing more until the producer reads (a
+    /// broadcast server stuck in a write to it): the producer reads while its own write waits,
+    /// so neither waits on the other for good. 32 MiB each way, more than both sockets' buffers
+    /// hold.
+    #[tokio::test]
+    async fn a_producer_reads_while_its_write_waits() {
+        const FRAME: usize = 64 * 1024;
+        const FRAMES: usize = 512;
+        let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let url = format!("ws://{}/", l.local_addr().unwrap());
+        let server = tokio::spawn(async move {
+            let (mut s, _) = l.accept().await.unwrap();
+            let mut buf = upgrade(&mut s).await;
+            let mut frame = vec![0x82, 127];
+            frame.extend_from_slice(&(FRAME as u64).to_be_bytes());
+            frame.resize(frame.len() + FRAME, 7);
+            for _ in 0..FRAMES {
+                s.write_all(&frame).await.unwrap();
+            }
+            let mut got = buf.len();
+            while got < FRAME * FRAMES {
+                buf.clear();
+                let n = s.read_buf(&mut buf).await.unwrap();
+                assert!(n > 0, "the producer left after {got} bytes");
+                got += n;
+            }
+        });
+        let (d, _ev) = driver(&url, Duration::from_secs(2));
+        let mut p = d
+            .producer(&ProducerSpec {
+                id: 0,
+                topics: vec!["t".into()],
+                request_reply: false,
+                max_in_flight: 1,
+            })
+            .await
+            .unwrap();
+        let body = vec![0u8; FRAME];
+        let sent = tokio::time::timeout(Duration::from_secs(30), async {
+            for token in 0..FRAMES as u64 + 1 {
+                let msg = Outbound {
+                    stream: 0,
+                    token,
+                    payload: &body,
+                    meta: None,
+                };
+                p.send(msg).await.unwrap();
+            }
+            p.flush().await.unwrap();
+        })
+        .await;
+        assert!(
+            sent.is_ok(),
+            "the producer's write and the server's waited on each other"
+        );
+        tokio::time::timeout(Duration::from_secs(30), server)
+            .await
+            .expect("the server got everything")
+            .unwrap();
     }
 
     /// Producers send text messages when the payloads are a template's documents, binary
