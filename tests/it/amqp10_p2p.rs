@@ -320,6 +320,30 @@ fn proton_python() -> Option<String> {
     None
 }
 
+/// A run whose producer listens on a free port (its segment only) to send `n` messages, given
+/// a moment to listen; the run and the port, for a peer to connect to.
+fn listening_producer(d: &TempDir, n: u64) -> (std::process::Child, String) {
+    let port = free_port();
+    let url = format!("amqp10://127.0.0.1:{port}?bind=producer");
+    let n = n.to_string();
+    let producers = spawn_run(
+        &d.0,
+        &[
+            "run",
+            &url,
+            "--segment",
+            "producers",
+            "-n",
+            &n,
+            "--warmup",
+            "0s",
+            "--no-output",
+        ],
+    );
+    std::thread::sleep(Duration::from_millis(700));
+    (producers, port.to_string())
+}
+
 /// Starts the Proton receiver on `port` and waits until it listens.
 fn proton_receiver(py: &str, port: u16, expect: u64, limit_s: u64, credit: u32) -> Killed {
     let mut child = Command::new(py)
@@ -439,24 +463,7 @@ fn proton_listens_for_msgbench_producers() {
 fn a_listening_producer_settles_as_its_receiver_asks() {
     let Some(py) = proton_python() else { return };
     let d = TempDir::new("p2p-proton-at-most-once");
-    let port = free_port();
-    let url = format!("amqp10://127.0.0.1:{port}?bind=producer");
-    let producers = spawn_run(
-        &d.0,
-        &[
-            "run",
-            &url,
-            "--segment",
-            "producers",
-            "-n",
-            "1000",
-            "--warmup",
-            "0s",
-            "--no-output",
-        ],
-    );
-    std::thread::sleep(Duration::from_millis(700));
-    let p = port.to_string();
+    let (producers, p) = listening_producer(&d, 1000);
     let got = proton_peer(
         &py,
         &["fetch", &p, "msgbench", "1000", "20", "at-most-once"],
@@ -784,24 +791,7 @@ fn a_second_session_is_refused_and_said() {
 fn a_receiver_of_another_address_is_refused_at_once() {
     let Some(py) = proton_python() else { return };
     let d = TempDir::new("p2p-proton-wrong-address");
-    let port = free_port();
-    let url = format!("amqp10://127.0.0.1:{port}?bind=producer");
-    let producers = spawn_run(
-        &d.0,
-        &[
-            "run",
-            &url,
-            "--segment",
-            "producers",
-            "-n",
-            "2000",
-            "--warmup",
-            "0s",
-            "--no-output",
-        ],
-    );
-    std::thread::sleep(Duration::from_millis(700));
-    let p = port.to_string();
+    let (producers, p) = listening_producer(&d, 2000);
     let wrong = proton_peer(&py, &["fetch", &p, "nosuch", "1", "10"]);
     assert_eq!(wrong["condition"], "amqp:not-found", "{wrong}");
     let why = wrong["description"].as_str().unwrap_or_default();
