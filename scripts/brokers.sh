@@ -84,6 +84,14 @@
 #     SCRAM-SHA-512 (user bench, password bench-secret) on ${MSGBENCH_KAFKA_SASL_PORT:-19098}, storage
 #     formatted on first start in $STATE/kafka/data/ (kept across `up`s: topics survive), a
 #     1 GiB heap, no group join delay, topics created on demand. Starting takes several seconds.
+#   Apache Qpid Broker-J $QPID_VERSION (AMQP 0-9-1 and AMQP 1.0 on one port, Java): its jars (the
+#     broker, both protocols, the memory store, its logging) fetched once from Maven Central by
+#     their coordinates with `mvn` into $STATE/qpid/libs/; configuration in memory (nothing
+#     kept), a 512 MiB heap, one port on 127.0.0.1:${MSGBENCH_QPID_PORT:-27672} with user
+#     msgbench / password msgbench-secret. Its password provider keeps its default of offering
+#     no PLAIN login without TLS (only SCRAM-SHA-256, SCRAM-SHA-1 and CRAM-MD5): the SCRAM tests
+#     log in there. Queues are created on demand for any address (a node auto-creation policy),
+#     so AMQP 1.0 links need no declare. Starting takes several seconds.
 # Peer libraries (installed, nothing to start or stop):
 #   A C compiler, make, pkg-config, libssl-dev and zlib1g-dev, with which the Kafka driver builds
 #   librdkafka (the source the rdkafka-sys crate bundles).
@@ -145,6 +153,9 @@ KAFKA_PROXIED_PORT=${MSGBENCH_KAFKA_PROXIED_PORT:-19096}
 # SASL (PLAIN, user `bench`, password `bench-secret`) over plain TCP.
 KAFKA_SASL_PORT=${MSGBENCH_KAFKA_SASL_PORT:-19098}
 KAFKA=$STATE/kafka
+QPID_VERSION=9.2.0
+QPID_PORT=${MSGBENCH_QPID_PORT:-27672}
+QPID=$STATE/qpid
 RMQ_NODE=msgbench@localhost
 RMQ=$STATE/rabbitmq
 RMQ_BIN=/usr/lib/rabbitmq/bin # the package's scripts proper, without the su wrappers of /usr/sbin
@@ -952,6 +963,85 @@ LOG4J
   log "kafka up on kafka://127.0.0.1:$KAFKA_PORT and kafka+ssl://localhost:$KAFKA_TLS_PORT (pid $pid, $((SECONDS - t0)) s)"
 }
 
+# qpid_libs: Broker-J's jars, fetched once with Maven by their coordinates through a generated
+# pom (later `up`s need no network). The launcher's own artifact comes without its dependencies
+# (the management console, the Derby and JDBC stores, ...): the broker runs without them.
+qpid_libs() {
+  local libs="$QPID/libs"
+  [ -s "$QPID/libs.ok" ] && [ "$(cat "$QPID/libs.ok")" = "$QPID_VERSION-1" ] && return 0
+  need_pkg mvn maven || return 1
+  mkdir -p "$QPID" && rm -rf "$libs" || return 1
+  local dep a deps=""
+  for a in qpid-broker-core qpid-broker-plugins-amqp-0-8-protocol qpid-broker-plugins-amqp-1-0-protocol \
+    qpid-broker-plugins-memory-store qpid-broker-plugins-logging-logback; do
+    deps+="    <dependency><groupId>org.apache.qpid</groupId><artifactId>$a</artifactId><version>$QPID_VERSION</version></dependency>
+"
+  done
+  cat >"$QPID/pom.xml" <<POM
+<project xmlns="http://maven.apache.org/POM/4.0.0">
+  <modelVersion>4.0.0</modelVersion>
+  <groupId>msgbench</groupId><artifactId>qpid-broker-j</artifactId><version>1</version>
+  <packaging>pom</packaging>
+  <dependencies>
+    <dependency><groupId>org.apache.qpid</groupId><artifactId>qpid-broker</artifactId><version>$QPID_VERSION</version>
+      <exclusions><exclusion><groupId>*</groupId><artifactId>*</artifactId></exclusion></exclusions></dependency>
+    <dependency><groupId>commons-cli</groupId><artifactId>commons-cli</artifactId><version>1.6.0</version></dependency>
+$deps  </dependencies>
+</project>
+POM
+  log "fetching Qpid Broker-J $QPID_VERSION with Maven"
+  "$(find_bin mvn)" -q -B -f "$QPID/pom.xml" dependency:copy-dependencies -DincludeScope=runtime \
+    "-DoutputDirectory=$libs" >"$QPID/fetch.log" 2>&1 \
+    || { log "could not fetch Qpid Broker-J with Maven (see $QPID/fetch.log)"; rm -rf "$libs"; return 1; }
+  ls "$libs"/qpid-broker-"$QPID_VERSION".jar >/dev/null 2>&1 || { log "qpid-broker jar missing in $libs"; return 1; }
+  echo "$QPID_VERSION-1" >"$QPID/libs.ok"
+}
+
+# qpid_conf: the broker's initial configuration (kept in memory, so every start begins from it).
+qpid_conf() {
+  cat <<JSON
+{
+  "name": "msgbench",
+  "modelVersion": "9.0",
+  "authenticationproviders": [ {
+    "name": "passwords", "type": "Plain",
+    "users": [ { "name": "$ARTEMIS_USER", "type": "managed", "password": "$ARTEMIS_PASS" } ]
+  } ],
+  "ports": [ {
+    "name": "AMQP", "port": "$QPID_PORT", "bindingAddress": "127.0.0.1",
+    "protocols": [ "AMQP_0_9_1", "AMQP_1_0" ],
+    "authenticationProvider": "passwords",
+    "virtualhostaliases": [
+      { "name": "nameAlias", "type": "nameAlias" },
+      { "name": "defaultAlias", "type": "defaultAlias" },
+      { "name": "hostnameAlias", "type": "hostnameAlias" } ]
+  } ],
+  "virtualhostnodes": [ {
+    "name": "default", "type": "Memory", "defaultVirtualHostNode": "true",
+    "virtualHostInitialConfiguration": "{\\"type\\":\\"Memory\\",\\"nodeAutoCreationPolicies\\":[{\\"pattern\\":\\".*\\",\\"nodeType\\":\\"Queue\\",\\"createdOnPublish\\":true,\\"createdOnConsume\\":true}]}"
+  } ]
+}
+JSON
+}
+
+qpid_up() {
+  if running qpid; then log "qpid already running (pid $(cat "$STATE/qpid.pid"))"; return 0; fi
+  need_pkg java default-jre-headless || return 1
+  local t0=$SECONDS pid
+  qpid_libs || return 1
+  qpid_conf >"$QPID/config.json" || return 1
+  if port_open "$QPID_PORT"; then log "qpid: 127.0.0.1:$QPID_PORT is already taken by another process"; return 1; fi
+  rm -rf "$QPID/work" && mkdir -p "$QPID/work" || return 1
+  (QPID_WORK="$QPID/work" exec java -Xmx512m -Xms64m -cp "$QPID/libs/*" org.apache.qpid.server.Main \
+    -icp "$QPID/config.json" -st Memory) >>"$STATE/qpid.log" 2>&1 &
+  pid=$!
+  record_pid qpid "$pid"
+  if ! wait_port "$QPID_PORT" 90 "$pid"; then
+    log "qpid did not open 127.0.0.1:$QPID_PORT (see $STATE/qpid.log)"; stop qpid; return 1
+  fi
+  log "qpid (Broker-J $QPID_VERSION) up on amqp://127.0.0.1:$QPID_PORT and amqp10://127.0.0.1:$QPID_PORT (pid $pid, $((SECONDS - t0)) s)"
+}
+
 status_line() { # status_line NAME PORT WHERE: "running" only when the process is ours and answers
   if ! running "$1"; then echo "$1: stopped"
   elif ! port_open "$2"; then echo "$1: not answering on 127.0.0.1:$2 (pid $(cat "$STATE/$1.pid"))"
@@ -977,7 +1067,7 @@ ephemeral_ports_note() {
   for p in "$NATS_PORT" "$REDIS_PORT" "$MQTT_PORT" "$MQTT_AUTH_PORT" "$MQTTS_PORT" "$AMQP_PORT" "$AMQP_DIST_PORT" \
     "$EPMD_PORT" "$RMQ_MQTT_PORT" "$NGINX_PORT" "$NGINX_H2C_PORT" "$NGINX_TLS_PORT" "$ARTEMIS_PORT" "$ARTEMIS_TLS_PORT" \
     "$KAFKA_PORT" "$KAFKA_CONTROLLER_PORT" "$KAFKA_TLS_PORT" "$KAFKA_PROXIED_PORT" "$((KAFKA_PROXIED_PORT + 1))" \
-    "$KAFKA_SASL_PORT" "$REDIS_TLS_PORT"; do
+    "$KAFKA_SASL_PORT" "$REDIS_TLS_PORT" "$QPID_PORT"; do
     if [ "$p" -ge "$lo" ] && [ "$p" -le "$hi" ]; then clash+=("$p"); fi
   done
   [ "${#clash[@]}" -eq 0 ] && return 0
@@ -1024,13 +1114,14 @@ case "${1:-}" in
     nginx_up || failed+=(nginx)
     artemis_up || failed+=(artemis)
     kafka_up || failed+=(kafka)
+    qpid_up || failed+=(qpid)
     libzmq_up || failed+=(python3-zmq)
     peers_up || failed+=(third-party-clients)
     go_tools
     if [ "${#failed[@]}" -gt 0 ]; then log "FAILED to start: ${failed[*]}"; exit 1; fi ;;
   down)
     if [ "${2:-}" = kafka ]; then stop kafka; exit 0; fi
-    stop nats; stop redis; stop mosquitto; rabbitmq_down; stop nginx; stop artemis; stop kafka ;;
+    stop nats; stop redis; stop mosquitto; rabbitmq_down; stop nginx; stop artemis; stop kafka; stop qpid ;;
   status)
     status_line nats "$NATS_PORT" "nats://127.0.0.1:$NATS_PORT"
     status_line redis "$REDIS_PORT" "redis://127.0.0.1:$REDIS_PORT, rediss://localhost:$REDIS_TLS_PORT"
@@ -1038,7 +1129,8 @@ case "${1:-}" in
     status_line rabbitmq "$AMQP_PORT" "amqp://127.0.0.1:$AMQP_PORT, node $RMQ_NODE"
     status_line nginx "$NGINX_PORT" "http://127.0.0.1:$NGINX_PORT/, h2c :$NGINX_H2C_PORT, https :$NGINX_TLS_PORT"
     status_line artemis "$ARTEMIS_PORT" "amqp10://127.0.0.1:$ARTEMIS_PORT, amqp10s://localhost:$ARTEMIS_TLS_PORT"
-    status_line kafka "$KAFKA_PORT" "kafka://127.0.0.1:$KAFKA_PORT, kafka+ssl://localhost:$KAFKA_TLS_PORT" ;;
+    status_line kafka "$KAFKA_PORT" "kafka://127.0.0.1:$KAFKA_PORT, kafka+ssl://localhost:$KAFKA_TLS_PORT"
+    status_line qpid "$QPID_PORT" "amqp://127.0.0.1:$QPID_PORT, amqp10://127.0.0.1:$QPID_PORT (Broker-J)" ;;
   restart-rabbitmq) rabbitmq_restart "${2:-1}" ;;
   restart-artemis) artemis_restart "${2:-1}" ;;
   kill-restart) kill_restart "${2:?kill-restart NAME [SECONDS]}" "${3:-1}" ;;
@@ -1065,6 +1157,8 @@ case "${1:-}" in
     echo "export MSGBENCH_IT_ARTEMIS_URL=amqp10://$ARTEMIS_USER:$ARTEMIS_PASS@127.0.0.1:$ARTEMIS_PORT"
     echo "export MSGBENCH_IT_ARTEMIS_TLS_URL=amqp10s://$ARTEMIS_USER:$ARTEMIS_PASS@localhost:$ARTEMIS_TLS_PORT"
     echo "export MSGBENCH_IT_ARTEMIS_CA=$(printf %q "$TLS/ca.pem")"
+    echo "export MSGBENCH_IT_QPID_AMQP_URL=amqp://$ARTEMIS_USER:$ARTEMIS_PASS@127.0.0.1:$QPID_PORT/"
+    echo "export MSGBENCH_IT_QPID_AMQP10_URL=amqp10://$ARTEMIS_USER:$ARTEMIS_PASS@127.0.0.1:$QPID_PORT"
     echo "export MSGBENCH_IT_KAFKA=kafka://127.0.0.1:$KAFKA_PORT"
     echo "export MSGBENCH_IT_KAFKA_TLS=kafka+ssl://localhost:$KAFKA_TLS_PORT"
     # Kafka's listener that advertises 127.0.0.1:PORT+1, where a test's fault proxy listens.

@@ -30,6 +30,7 @@ mod nats;
 mod own_faults;
 mod payload;
 mod pipeline;
+mod qpid;
 mod redis;
 mod search;
 mod secrets;

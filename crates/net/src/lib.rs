@@ -17,7 +17,8 @@
 //!   client keeps its connection in (ZeroMQ's readiness-driven links and the HTTP/1.1
 //!   exchange, which parses in place in a fixed buffer, aside);
 //! - one reconnection pacing ([`Backoff`]) and one liveness watch ([`Liveness`]) for every
-//!   client that reconnects by itself.
+//!   client that reconnects by itself;
+//! - SASL SCRAM ([`scram`]) for the brokers that offer no PLAIN login on a plain port.
 #![deny(missing_docs)]
 
 mod backoff;
@@ -28,6 +29,7 @@ mod kernel_buf;
 mod liveness;
 #[cfg(target_os = "linux")]
 pub mod ring;
+pub mod scram;
 pub use backoff::Backoff;
 pub use liveness::{Check, Liveness};
 mod stream;

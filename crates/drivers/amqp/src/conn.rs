@@ -8,6 +8,7 @@ use amq_protocol::protocol::{AMQPClass, basic, channel, confirm, connection};
 use amq_protocol::types::{AMQPValue, FieldTable, LongString, ShortString};
 use msgbench_core::driver::{ConnectFailure, DriverError, EventSink};
 use msgbench_core::redact::unescape;
+use msgbench_net::scram::{self, Scram};
 use msgbench_net::{NetError, Target, Tls, Wire};
 use std::future::poll_fn;
 use std::io;
@@ -20,6 +21,23 @@ use std::time::Duration;
 pub const CHANNEL: u16 = 1;
 /// Largest frame msgbench asks for.
 const FRAME_MAX: u32 = 131_072;
+
+/// The SASL mechanism a connection logs in with, chosen from what `connection.start` offers.
+enum Login {
+    Plain,
+    Scram(Scram),
+    Anonymous,
+}
+
+impl Login {
+    fn mechanism(&self) -> &'static str {
+        match self {
+            Login::Plain => "PLAIN",
+            Login::Scram(s) => s.mechanism(),
+            Login::Anonymous => "ANONYMOUS",
+        }
+    }
+}
 
 /// Where and how to connect: `amqp[s]://[user[:pass]@]host[:port][/vhost]`.
 #[derive(Debug)]
@@ -208,19 +226,28 @@ impl Conn {
         let io = |e: io::Error| (msgbench_net::classify(&e), e.to_string());
         self.wire.wbuf.extend_from_slice(b"AMQP\x00\x00\x09\x01");
         self.flush().await.map_err(io)?;
-        // PLAIN with the URL's user (guest by default); ANONYMOUS where the server offers only
-        // that (Qpid Broker-J can, on a port of its choosing).
-        let anonymous = match self.method(0).await.map_err(io)? {
+        // PLAIN with the URL's user (guest by default); SCRAM where the server hides PLAIN on a
+        // plain port (Qpid Broker-J's password providers do); ANONYMOUS where the server offers
+        // only that (Broker-J can, on a port of its choosing).
+        let login = match self.method(0).await.map_err(io)? {
             AMQPClass::Connection(connection::AMQPMethod::Start(s)) => {
                 let offered = s.mechanisms.to_string();
                 let has = |m: &str| offered.split(' ').any(|o| o == m);
-                if !has("PLAIN") && !has("ANONYMOUS") {
+                if has("PLAIN") {
+                    Login::Plain
+                } else if let Some(hash) = scram::Hash::strongest(offered.split(' ')) {
+                    Login::Scram(Scram::new(hash, &self.ep.user, &self.ep.pass))
+                } else if has("ANONYMOUS") {
+                    Login::Anonymous
+                } else {
                     return Err((
                         ConnectFailure::Rejected,
-                        format!("the server offers neither PLAIN nor ANONYMOUS login ({offered})"),
+                        format!(
+                            "the server offers no login msgbench knows (it offers {offered}; \
+                             msgbench speaks PLAIN, SCRAM-SHA-1/256/512 and ANONYMOUS)"
+                        ),
                     ));
                 }
-                !has("PLAIN")
             }
             other => {
                 return Err((
@@ -240,10 +267,10 @@ impl Conn {
             caps.insert(c.into(), AMQPValue::Boolean(true));
         }
         props.insert("capabilities".into(), AMQPValue::FieldTable(caps));
-        let (mechanism, response) = if anonymous {
-            ("ANONYMOUS", String::new())
-        } else {
-            ("PLAIN", format!("\0{}\0{}", self.ep.user, self.ep.pass))
+        let (mechanism, response) = match &login {
+            Login::Anonymous => ("ANONYMOUS", String::new()),
+            Login::Plain => ("PLAIN", format!("\0{}\0{}", self.ep.user, self.ep.pass)),
+            Login::Scram(s) => (s.mechanism(), s.client_first()),
         };
         codec::put_method(
             &mut self.wire.wbuf,
@@ -256,22 +283,7 @@ impl Conn {
             })),
         );
         self.flush().await.map_err(io)?;
-        let tune = match self.method(0).await {
-            Ok(AMQPClass::Connection(connection::AMQPMethod::Tune(t))) => t,
-            Ok(other) => {
-                return Err((
-                    ConnectFailure::Other,
-                    format!("expected connection.tune, got {other:?}"),
-                ));
-            }
-            // RabbitMQ closes the socket on bad credentials (or sends connection.close).
-            Err(e) => {
-                return Err((
-                    ConnectFailure::Rejected,
-                    format!("the server refused the login: {e}"),
-                ));
-            }
-        };
+        let tune = self.login_answers(login).await?;
         let frame_max = match tune.frame_max {
             0 => FRAME_MAX,
             f => f.min(FRAME_MAX),
@@ -366,6 +378,62 @@ impl Conn {
     }
 
     /// The next method for `channel`, skipping heartbeats; server closes become errors.
+    /// Reads the server's answers to `connection.start-ok` up to `connection.tune`: the SCRAM
+    /// challenges (`connection.secure`, each answered with `secure-ok`), or a refusal.
+    async fn login_answers(
+        &mut self,
+        mut login: Login,
+    ) -> Result<connection::Tune, (ConnectFailure, String)> {
+        let refused = |detail: String| (ConnectFailure::Rejected, detail);
+        loop {
+            let response = match self.method(0).await {
+                Ok(AMQPClass::Connection(connection::AMQPMethod::Tune(t))) => return Ok(t),
+                Ok(AMQPClass::Connection(connection::AMQPMethod::Secure(c))) => match &mut login {
+                    // The first challenge is the server's first message; Broker-J sends its
+                    // final one (the signature) as a second challenge, answered empty.
+                    Login::Scram(s) if !s.awaits_server_final() => s
+                        .client_final(c.challenge.as_bytes())
+                        .map_err(|e| refused(e.to_string()))?,
+                    Login::Scram(s) => {
+                        s.verify_server_final(c.challenge.as_bytes())
+                            .map_err(|e| refused(e.to_string()))?;
+                        String::new()
+                    }
+                    _ => {
+                        return Err(refused(format!(
+                            "the server sent a login challenge ({}) that {} does not have",
+                            c.challenge,
+                            login.mechanism()
+                        )));
+                    }
+                },
+                Ok(other) => {
+                    return Err((
+                        ConnectFailure::Other,
+                        format!("expected connection.tune, got {other:?}"),
+                    ));
+                }
+                // RabbitMQ closes the socket on bad credentials (or sends connection.close).
+                Err(e) => {
+                    return Err(refused(format!(
+                        "the server refused the login ({}): {e}",
+                        login.mechanism()
+                    )));
+                }
+            };
+            codec::put_method(
+                &mut self.wire.wbuf,
+                0,
+                AMQPClass::Connection(connection::AMQPMethod::SecureOk(connection::SecureOk {
+                    response: LongString::from(response),
+                })),
+            );
+            self.flush()
+                .await
+                .map_err(|e| (msgbench_net::classify(&e), e.to_string()))?;
+        }
+    }
+
     async fn method(&mut self, ch: u16) -> io::Result<AMQPClass> {
         loop {
             match self.read_frame().await? {

@@ -432,6 +432,8 @@ impl Driver for AmqpDriver {
             tag_offset: None,
             acks: std::collections::VecDeque::new(),
             returns_unconfirmed: 0,
+            confirmed_to: 0,
+            held_nack: None,
             last_write: Instant::now(),
             driver: self.0.clone(),
             ready: true,
@@ -527,6 +529,15 @@ pub struct AmqpProducer {
     acks: std::collections::VecDeque<Ack>,
     /// Returns (under confirms) whose confirm has not come yet.
     returns_unconfirmed: u64,
+    /// The highest delivery tag (the channel's own) a confirm has covered so far: a multiple
+    /// confirm up to tag T covers the T - `confirmed_to` messages after it (brokers confirm a
+    /// channel's publishes in order).
+    confirmed_to: u64,
+    /// A nack of one publish not yet known to be a refusal: Qpid Broker-J nacks an unroutable
+    /// mandatory publish just before its return (RabbitMQ returns it, then acks). The frame
+    /// after it decides: a return makes it that message's confirm, anything else (or nothing
+    /// more to read) a refusal.
+    held_nack: Option<u64>,
     last_write: Instant,
     driver: Arc<Inner>,
     /// Connected and the channel set up. A reconnection cancelled half-way (a caller's
@@ -540,6 +551,23 @@ impl AmqpProducer {
         self.ready && self.conn.is_connected()
     }
 
+    /// A held nack (see `held_nack`) that no return followed is a refusal after all.
+    fn release_held_nack(&mut self) {
+        if let Some(token) = self.held_nack.take() {
+            self.acks.push_back(Ack::One { token, ok: false });
+        }
+    }
+
+    /// How many publishes a confirm of `tag` settles: one, or (multiple) every one after the
+    /// last confirmed tag up to it.
+    fn covered(&self, tag: u64, multiple: bool) -> u64 {
+        if multiple {
+            tag.saturating_sub(self.confirmed_to)
+        } else {
+            1
+        }
+    }
+
     fn on_frame(&mut self, f: Frame) {
         let Frame::Method(_, m) = f else { return };
         if let AMQPClass::Basic(basic::AMQPMethod::Return(_)) = *m {
@@ -548,11 +576,15 @@ impl AmqpProducer {
                 Some(Ack::Returned { n }) => *n += 1,
                 _ => self.acks.push_back(Ack::Returned { n: 1 }),
             }
-            if self.confirm {
-                self.returns_unconfirmed += 1;
+            match self.held_nack.take() {
+                // The nack just before was this return's confirm.
+                Some(token) => self.acks.push_back(Ack::One { token, ok: true }),
+                None if self.confirm => self.returns_unconfirmed += 1,
+                None => {}
             }
             return;
         }
+        self.release_held_nack();
         // Acks come only with confirms (which set the offset); closes and flow control always
         // matter.
         let off = self.tag_offset.unwrap_or(0);
@@ -560,23 +592,31 @@ impl AmqpProducer {
             AMQPClass::Basic(basic::AMQPMethod::Ack(_) | basic::AMQPMethod::Nack(_))
                 if self.tag_offset.is_none() => {}
             // A returned message is confirmed after its return: RabbitMQ acks it, Qpid
-            // Broker-J nacks it. Either way it was handled (and counted as returned), not
-            // refused: the nack that follows a return is its confirm.
+            // Broker-J nacks it (one by one, or several at once when it is busy). Either way it
+            // was handled (and counted as returned), not refused: a nack that covers only
+            // returned messages is their confirm.
             AMQPClass::Basic(basic::AMQPMethod::Nack(n))
-                if !n.multiple && self.returns_unconfirmed > 0 =>
+                if self.returns_unconfirmed > 0
+                    && self.returns_unconfirmed >= self.covered(n.delivery_tag, n.multiple) =>
             {
-                self.returns_unconfirmed -= 1;
-                self.acks.push_back(Ack::One {
-                    token: n.delivery_tag.wrapping_add(off),
-                    ok: true,
+                self.returns_unconfirmed -= self.covered(n.delivery_tag, n.multiple);
+                self.confirmed_to = self.confirmed_to.max(n.delivery_tag);
+                self.acks.push_back(if n.multiple {
+                    Ack::UpTo {
+                        token: n.delivery_tag.wrapping_add(off),
+                        ok: true,
+                    }
+                } else {
+                    Ack::One {
+                        token: n.delivery_tag.wrapping_add(off),
+                        ok: true,
+                    }
                 });
             }
             AMQPClass::Basic(basic::AMQPMethod::Ack(a)) => {
-                self.returns_unconfirmed = if a.multiple {
-                    0
-                } else {
-                    self.returns_unconfirmed.saturating_sub(1)
-                };
+                let covered = self.covered(a.delivery_tag, a.multiple);
+                self.returns_unconfirmed = self.returns_unconfirmed.saturating_sub(covered);
+                self.confirmed_to = self.confirmed_to.max(a.delivery_tag);
                 self.acks.push_back(if a.multiple {
                     Ack::UpTo {
                         token: a.delivery_tag.wrapping_add(off),
@@ -589,17 +629,29 @@ impl AmqpProducer {
                     }
                 })
             }
-            AMQPClass::Basic(basic::AMQPMethod::Nack(n)) => self.acks.push_back(if n.multiple {
-                Ack::UpTo {
-                    token: n.delivery_tag.wrapping_add(off),
-                    ok: false,
-                }
-            } else {
-                Ack::One {
-                    token: n.delivery_tag.wrapping_add(off),
-                    ok: false,
-                }
-            }),
+            // A nack of one publish with no return before it: a return may come next.
+            AMQPClass::Basic(basic::AMQPMethod::Nack(n))
+                if self.mandatory && self.covered(n.delivery_tag, n.multiple) == 1 =>
+            {
+                self.confirmed_to = self.confirmed_to.max(n.delivery_tag);
+                self.held_nack = Some(n.delivery_tag.wrapping_add(off));
+            }
+            AMQPClass::Basic(basic::AMQPMethod::Nack(n)) => {
+                let covered = self.covered(n.delivery_tag, n.multiple);
+                self.returns_unconfirmed = self.returns_unconfirmed.saturating_sub(covered);
+                self.confirmed_to = self.confirmed_to.max(n.delivery_tag);
+                self.acks.push_back(if n.multiple {
+                    Ack::UpTo {
+                        token: n.delivery_tag.wrapping_add(off),
+                        ok: false,
+                    }
+                } else {
+                    Ack::One {
+                        token: n.delivery_tag.wrapping_add(off),
+                        ok: false,
+                    }
+                })
+            }
             ref other => {
                 if let Err(e) = self.conn.check_close(self.conn.channel(), other) {
                     self.conn.lost(&e);
@@ -615,9 +667,19 @@ impl AmqpProducer {
                 Ok(f) => self.on_frame(f),
                 Err(e) => {
                     self.conn.lost(&e);
-                    break;
+                    self.release_held_nack();
+                    return;
                 }
             }
+        }
+        self.settle_held_nack();
+    }
+
+    /// Nothing more to read for now: a held nack is a refusal, unless part of a frame (the
+    /// return, perhaps) is already here.
+    fn settle_held_nack(&mut self) {
+        if self.conn.unread() == 0 {
+            self.release_held_nack();
         }
     }
 
@@ -708,6 +770,7 @@ impl AmqpProducer {
             self.conn.lost(&std::io::Error::other(e.to_string()));
             return Err(e);
         }
+        self.release_held_nack();
         // Confirms are per channel: what the old one left unconfirmed is in doubt, and the new
         // channel's multiple-acks must not sweep it up.
         if let Some(off) = self.tag_offset
@@ -719,6 +782,8 @@ impl AmqpProducer {
         }
         self.next_tag = 1;
         self.tag_offset = None;
+        self.confirmed_to = 0;
+        self.returns_unconfirmed = 0;
         Ok(())
     }
 }
@@ -788,9 +853,14 @@ impl Producer for AmqpProducer {
                 Poll::Ready(Ok(f)) => self.on_frame(f),
                 Poll::Ready(Err(e)) => {
                     self.conn.lost(&e);
-                    return Poll::Pending;
+                    self.release_held_nack();
                 }
-                Poll::Pending => return Poll::Pending,
+                Poll::Pending => {
+                    self.settle_held_nack();
+                    if self.acks.is_empty() {
+                        return Poll::Pending;
+                    }
+                }
             }
         }
     }
@@ -1014,7 +1084,7 @@ impl msgbench_core::registration::Registered for AmqpDriver {
         name: "amqp",
         schemes: &["amqp", "amqps"],
         // acks: with --confirm only (the plan decides).
-        about: "AMQP 0-9-1 (RabbitMQ): exchanges, fan-out and shared queues, confirms, prefetch, manual/auto acks, TLS, connection workloads (own lean client on amq-protocol)",
+        about: "AMQP 0-9-1 (RabbitMQ, Qpid Broker-J): exchanges, fan-out and shared queues, confirms, prefetch, manual/auto acks, PLAIN or SCRAM login, TLS, connection workloads (own lean client on amq-protocol)",
         caps: Capabilities {
             acks: true,
             queue_groups: true,

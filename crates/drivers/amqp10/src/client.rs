@@ -2,7 +2,8 @@
 //! once ([`Endpoint`]) and [`Endpoint::open`], which makes a [`Conn`] of it.
 //!
 //! - TCP (NODELAY) and TLS (rustls with the run's [`TlsPlan`]) come from `msgbench-net`.
-//! - SASL PLAIN with the URL's userinfo (percent-decoded), ANONYMOUS without one.
+//! - SASL PLAIN with the URL's userinfo (percent-decoded), SCRAM with it where the broker
+//!   offers no PLAIN ([`msgbench_net::scram`]), ANONYMOUS without one.
 //! - Each handshake step waits for the answer it depends on (SASL header, init, AMQP header,
 //!   `open`, `begin`), so intermediaries that terminate the handshake step by step work; with
 //!   [`Endpoint::pipeline`] (`--pipeline-handshake`) `open` and `begin` go with the protocol
@@ -20,6 +21,7 @@ use msgbench_core::driver::{ConnectFailure, DriverError};
 use msgbench_core::redact::unescape;
 use msgbench_core::scenario::TlsPlan;
 use msgbench_net::Wire;
+use msgbench_net::scram::{self, Scram};
 use std::net::IpAddr;
 use std::time::Duration;
 
@@ -204,54 +206,88 @@ impl Endpoint {
             Performative::SaslMechanisms(m) => m,
             other => return Err(self.unexpected("SASL mechanisms", &other)),
         };
-        // PLAIN with the URL's credentials, ANONYMOUS without; each refusal says what to do.
-        let (mechanism, response, refusal) = match &self.login {
+        // PLAIN with the URL's credentials, or SCRAM where the broker hides PLAIN on a plain
+        // port (Qpid Broker-J does); ANONYMOUS without credentials. Each refusal says what to do.
+        let has = |m: &str| offered.iter().any(|o| o == m);
+        let (mechanism, response, mut scram) = match &self.login {
+            Some((u, p)) if !has("PLAIN") => {
+                let Some(hash) = scram::Hash::strongest(offered.iter().map(String::as_str)) else {
+                    let why = format!(
+                        "the broker offers neither SASL PLAIN nor SCRAM for {} (it offers {offered:?})",
+                        self.who()
+                    );
+                    return Err(self.connect_error(why, ConnectFailure::Rejected));
+                };
+                let s = Scram::new(hash, u, p);
+                (s.mechanism(), Some(s.client_first().into_bytes()), Some(s))
+            }
             Some((u, p)) => {
                 let mut r = Vec::with_capacity(u.len() + p.len() + 2);
                 r.push(0);
                 r.extend_from_slice(u.as_bytes());
                 r.push(0);
                 r.extend_from_slice(p.as_bytes());
-                let why = format!(
-                    "the broker does not offer SASL PLAIN for {} (it offers {offered:?})",
-                    self.who()
-                );
-                ("PLAIN", Some(r), why)
+                ("PLAIN", Some(r), None)
             }
-            None => {
+            None if !has("ANONYMOUS") => {
                 let why = format!(
                     "authentication failed: the broker does not take {} (it offers {offered:?}): put user:password in the URL",
                     self.who()
                 );
-                ("ANONYMOUS", None, why)
+                return Err(self.connect_error(why, ConnectFailure::Rejected));
             }
+            None => ("ANONYMOUS", None, None),
         };
-        if !offered.iter().any(|o| o == mechanism) {
-            return Err(self.connect_error(refusal, ConnectFailure::Rejected));
-        }
         frames::put_sasl_init(&mut w.wbuf, mechanism, response.as_deref(), host);
         w.flush().await.map_err(|e| io(e, "authentication"))?;
-        match read_frame(&mut w)
-            .await
-            .map_err(|e| io(e, "authentication"))?
-        {
-            Performative::SaslOutcome(0) => {}
-            Performative::SaslOutcome(code) => {
-                return Err(self.connect_error(
-                    format!(
-                        "authentication failed: the broker refused {} (SASL outcome: {})",
-                        self.who(),
-                        match code {
-                            1 => "auth",
-                            2 => "sys",
-                            3 => "sys-perm",
-                            _ => "sys-temp",
-                        }
-                    ),
-                    ConnectFailure::Rejected,
-                ));
+        let scram_failed = |e: scram::ScramError| {
+            self.connect_error(
+                format!(
+                    "authentication failed ({mechanism}) for {}: {e}",
+                    self.who()
+                ),
+                ConnectFailure::Rejected,
+            )
+        };
+        loop {
+            match read_frame(&mut w)
+                .await
+                .map_err(|e| io(e, "authentication"))?
+            {
+                Performative::SaslChallenge(c) => {
+                    let Some(s) = scram.as_mut().filter(|s| !s.awaits_server_final()) else {
+                        return Err(
+                            self.unexpected("the SASL outcome", &Performative::SaslChallenge(c))
+                        );
+                    };
+                    let answer = s.client_final(&c).map_err(scram_failed)?;
+                    frames::put_sasl_response(&mut w.wbuf, answer.as_bytes());
+                    w.flush().await.map_err(|e| io(e, "authentication"))?;
+                }
+                Performative::SaslOutcome(0, data) => {
+                    // SCRAM's last step: the broker proves it knows the password too.
+                    if let Some(s) = &scram {
+                        s.verify_server_final(&data).map_err(scram_failed)?;
+                    }
+                    break;
+                }
+                Performative::SaslOutcome(code, _) => {
+                    return Err(self.connect_error(
+                        format!(
+                            "authentication failed: the broker refused {} ({mechanism}; SASL outcome: {})",
+                            self.who(),
+                            match code {
+                                1 => "auth",
+                                2 => "sys",
+                                3 => "sys-perm",
+                                _ => "sys-temp",
+                            }
+                        ),
+                        ConnectFailure::Rejected,
+                    ));
+                }
+                other => return Err(self.unexpected("the SASL outcome", &other)),
             }
-            other => return Err(self.unexpected("the SASL outcome", &other)),
         }
 
         // AMQP: by default each step waits for the peer's answer (header, then open, then

@@ -36,6 +36,8 @@ const RELEASED: u64 = 0x26;
 const MODIFIED: u64 = 0x27;
 pub(crate) const SASL_MECHANISMS: u64 = 0x40;
 pub(crate) const SASL_INIT: u64 = 0x41;
+pub(crate) const SASL_CHALLENGE: u64 = 0x42;
+pub(crate) const SASL_RESPONSE: u64 = 0x43;
 pub(crate) const SASL_OUTCOME: u64 = 0x44;
 
 /// Frame type 0x00 (the `type` octet of the frame header, spec 2.3.1): an AMQP frame,
@@ -72,6 +74,13 @@ pub fn put_sasl_init(buf: &mut BytesMut, mechanism: &str, response: Option<&[u8]
             None => e.null(),
         };
         e.str(host).end();
+    });
+}
+
+/// `sasl-response` (spec 5.3.3.4): the answer to a challenge (SCRAM's second message).
+pub fn put_sasl_response(buf: &mut BytesMut, response: &[u8]) {
+    put_frame(buf, SASL, 0, |e| {
+        e.list(SASL_RESPONSE).binary(response).end();
     });
 }
 
@@ -445,9 +454,12 @@ pub enum Performative {
     /// `sasl-mechanisms` (spec 5.3.3.1): the mechanisms the server offers, as names (a
     /// single symbol instead of an array is read too).
     SaslMechanisms(Vec<String>),
+    /// `sasl-challenge` (5.3.3.3): the server's next step of a mechanism with several (SCRAM).
+    SaslChallenge(Vec<u8>),
     /// `sasl-outcome` (5.3.3.5): its `code` (5.3.3.6): 0 ok, 1 auth (bad credentials), 2 sys,
     /// 3 sys-perm, 4 sys-temp; a missing code reads as 4, so only an explicit 0 is success.
-    SaslOutcome(u8),
+    /// Then its `additional-data` (empty if none): SCRAM's server signature on success.
+    SaslOutcome(u8, Vec<u8>),
     /// A client's choice of SASL mechanism (the listening side reads it).
     SaslInit {
         /// The chosen mechanism (`sasl-init`'s first field, 5.3.3.2), empty if absent. The
@@ -598,7 +610,17 @@ impl Performative {
                 }
                 Performative::SaslMechanisms(names)
             }
-            SASL_OUTCOME => Performative::SaslOutcome(f.read()?.as_uint().unwrap_or(4) as u8),
+            SASL_OUTCOME => {
+                let code = f.read()?.as_uint().unwrap_or(4) as u8;
+                match f.read()? {
+                    Value::Binary(b) => Performative::SaslOutcome(code, b.to_vec()),
+                    _ => Performative::SaslOutcome(code, Vec::new()),
+                }
+            }
+            SASL_CHALLENGE => match f.read()? {
+                Value::Binary(b) => Performative::SaslChallenge(b.to_vec()),
+                _ => Performative::SaslChallenge(Vec::new()),
+            },
             SASL_INIT => Performative::SaslInit {
                 mechanism: f.read()?.as_str().unwrap_or("").to_string(),
             },
