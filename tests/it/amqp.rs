@@ -737,3 +737,51 @@ c.close()
         assert!(!said(&r, "504"), "channels {channels}: {}", r["events"]);
     }
 }
+
+/// A user who may not publish (RabbitMQ closes the channel with 403 ACCESS_REFUSED at the
+/// first publish) stops its producer at once with the broker's words and exit 1, instead of
+/// reconnecting to be refused again for the whole run with every message in doubt.
+#[test]
+fn a_producer_refused_access_stops_with_the_brokers_words() {
+    let d = TempDir::new("amqp-403");
+    let url = need!(AMQP);
+    let ctl = |args: &[&str]| {
+        let o =
+            std::process::Command::new(concat!(env!("CARGO_MANIFEST_DIR"), "/scripts/brokers.sh"))
+                .arg("rabbitmqctl")
+                .args(args)
+                .output()
+                .unwrap();
+        format!("{}{}", stdout(&o), stderr(&o))
+    };
+    let _ = ctl(&["add_user", "it-nowrite", "it-pw"]);
+    let said = ctl(&["set_permissions", "-p", "/", "it-nowrite", ".*", "^$", ".*"]);
+    assert!(said.contains("Setting permissions"), "{said}");
+    let nowrite = url.replace("guest:guest", "it-nowrite:it-pw");
+    let started = std::time::Instant::now();
+    let o = msgbench(
+        &d.0,
+        &run_args(
+            &nowrite,
+            &[
+                "--consume-from",
+                &url,
+                "-n",
+                "1000",
+                "-r",
+                "500",
+                "--confirm",
+                "--drain",
+                "2s",
+            ],
+        ),
+    );
+    let e = stderr(&o);
+    assert_eq!(o.status.code(), Some(1), "{e}");
+    assert!(e.contains("403 ACCESS_REFUSED"), "{e}");
+    assert!(e.contains("the producer stops"), "{e}");
+    assert!(
+        started.elapsed() < std::time::Duration::from_secs(20),
+        "{e}"
+    );
+}

@@ -487,3 +487,50 @@ fn a_cluster_redirect_is_a_clear_error() {
         t0.elapsed()
     );
 }
+
+/// A server that closes idle clients (`timeout 1`) closes the producer between two sends of a
+/// slow rate: the producer sees it while it waits and reconnects before the next send, so no
+/// message is written into the closed connection (every other one had been in doubt and lost).
+#[test]
+fn a_producer_closed_while_idle_reconnects_before_its_next_send() {
+    let port = free_port();
+    let mut server = own_redis_with(port, &["--timeout", "1"]);
+    let d = TempDir::new("redis-idle-timeout");
+    let url = format!("redis://127.0.0.1:{port}");
+    let r = run_json(
+        &d.0,
+        &[
+            "run",
+            &url,
+            "--topic",
+            "it.redis.idle",
+            "--rate",
+            "0.5",
+            "--warmup",
+            "0s",
+            "--duration",
+            "7s",
+            "--drain",
+            "2s",
+            "--no-output",
+        ],
+    );
+    server.kill().unwrap();
+    let _ = server.wait();
+    let m = measure(&r);
+    let sent = u(&m["counters"]["sent"]);
+    assert!(sent >= 3, "{m}");
+    assert_eq!(u(&m["counters"]["acked"]), sent, "{m}");
+    assert_eq!(
+        u(&m["counters"]["errors"]["timeout"]),
+        0,
+        "none in doubt: {m}"
+    );
+    let i = &r["integrity"];
+    assert_eq!((u(&i["delivered"]), u(&i["lost"])), (sent, 0), "{i}");
+    assert!(
+        count_events(&r, "disconnected") >= 1,
+        "the server did close it: {}",
+        r["events"]
+    );
+}

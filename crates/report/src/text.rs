@@ -221,6 +221,16 @@ pub fn write(r: &RunReport, out: &mut dyn Write) -> std::io::Result<()> {
             i.expected,
             i.lost as f64 * 100.0 / i.expected.max(1) as f64
         )?;
+        // Messages the system refused (nacked) or left unanswered (in doubt) are in the
+        // expected count too: their missing deliveries are not silent loss.
+        let nacked: u64 = r.phases.iter().map(|p| p.counters.nacked).sum();
+        let doubt: u64 = r.phases.iter().map(|p| p.counters.errors.timeout).sum();
+        if nacked + doubt > 0 {
+            writeln!(
+                out,
+                "  of the messages sent, the system refused {nacked} (nacked) and left {doubt} unanswered (in doubt): deliveries missing for those were refused or may never have arrived, not lost in silence"
+            )?;
+        }
         let reconnects: u64 = r.phases.iter().map(|p| p.counters.reconnects).sum();
         if reconnects > 0 {
             writeln!(

@@ -136,6 +136,9 @@ pub struct Conn {
     /// The server asked the channel to stop publishing (`channel.flow` inactive) and has not
     /// let it go on yet.
     pub flow_paused: bool,
+    /// Since when the broker has blocked the connection's publishes (`connection.blocked`:
+    /// RabbitMQ's memory or disk alarm), if it has.
+    blocked_since: Option<std::time::Instant>,
     /// Pauses between reconnection attempts (100 ms doubling to 2 s), kept across losses: a
     /// connection lost within a second of opening counts as a failed attempt, so a broker
     /// that accepts the connection and closes it at once (a queue or exchange the setup
@@ -173,6 +176,7 @@ impl Conn {
             heartbeat_every: Duration::ZERO,
             published: false,
             flow_paused: false,
+            blocked_since: None,
             backoff: msgbench_net::Backoff::default(),
             opened: std::time::Instant::now(),
         };
@@ -263,7 +267,16 @@ impl Conn {
             AMQPValue::LongString(self.name.as_str().into()),
         );
         let mut caps = FieldTable::default();
-        for c in ["publisher_confirms", "basic.nack", "consumer_cancel_notify"] {
+        // authentication_failure_close: RabbitMQ says why a login failed (403 and its words)
+        // instead of dropping the socket; connection.blocked: it says when a memory or disk
+        // alarm stops it reading publishes, which otherwise shows only as latency.
+        for c in [
+            "publisher_confirms",
+            "basic.nack",
+            "consumer_cancel_notify",
+            "authentication_failure_close",
+            "connection.blocked",
+        ] {
             caps.insert(c.into(), AMQPValue::Boolean(true));
         }
         props.insert("capabilities".into(), AMQPValue::FieldTable(caps));
@@ -296,7 +309,11 @@ impl Conn {
             &mut self.wire.wbuf,
             0,
             AMQPClass::Connection(connection::AMQPMethod::TuneOk(connection::TuneOk {
-                channel_max: tune.channel_max.clamp(1, 2047),
+                // 0 is the broker's "no limit": then ours (2047) is the limit.
+                channel_max: match tune.channel_max {
+                    0 => 2047,
+                    n => n.min(2047),
+                },
                 frame_max,
                 heartbeat,
             })),
@@ -464,6 +481,29 @@ impl Conn {
             );
             return Ok(());
         }
+        match m {
+            AMQPClass::Connection(connection::AMQPMethod::Blocked(b)) => {
+                if self.blocked_since.is_none() {
+                    self.blocked_since = Some(std::time::Instant::now());
+                    self.warn(format!(
+                        "the broker blocked a connection's publishing ({}; connection.blocked): \
+                         its sends wait until the broker unblocks it",
+                        b.reason
+                    ));
+                }
+                return Ok(());
+            }
+            AMQPClass::Connection(connection::AMQPMethod::Unblocked(_)) => {
+                if let Some(t) = self.blocked_since.take() {
+                    self.warn(format!(
+                        "the broker unblocked a connection's publishing after {:.1} s",
+                        t.elapsed().as_secs_f64()
+                    ));
+                }
+                return Ok(());
+            }
+            _ => {}
+        }
         let (code, text, what) = match m {
             AMQPClass::Connection(connection::AMQPMethod::Close(c)) => {
                 codec::put_method(
@@ -487,6 +527,12 @@ impl Conn {
             io::ErrorKind::ConnectionAborted,
             format!("the server closed the {what}: {code} {text}"),
         ))
+    }
+
+    fn warn(&self, detail: String) {
+        if let Some(ev) = &self.events {
+            ev.emit(msgbench_core::driver::DriverEventKind::Warning, detail);
+        }
     }
 
     /// Whether the connection is up.
@@ -536,6 +582,7 @@ impl Conn {
         }
         self.opened = std::time::Instant::now();
         self.flow_paused = false;
+        self.blocked_since = None;
         if let Some(ev) = &self.events {
             ev.reconnected(&self.name, &self.ep.display, "");
         }

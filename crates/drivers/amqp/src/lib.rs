@@ -49,7 +49,7 @@ pub mod mux;
 pub mod options;
 mod session;
 
-use amq_protocol::protocol::{AMQPClass, basic, exchange, queue};
+use amq_protocol::protocol::{AMQPClass, basic, channel, connection, exchange, queue};
 use amq_protocol::types::{AMQPValue, FieldTable, ShortString};
 use bytes::{Bytes, BytesMut};
 use codec::{Frame, PublishTemplate};
@@ -434,6 +434,7 @@ impl Driver for AmqpDriver {
             returns_unconfirmed: 0,
             confirmed_to: 0,
             held_nack: None,
+            refused: None,
             last_write: Instant::now(),
             driver: self.0.clone(),
             ready: true,
@@ -538,6 +539,9 @@ pub struct AmqpProducer {
     /// after it decides: a return makes it that message's confirm, anything else (or nothing
     /// more to read) a refusal.
     held_nack: Option<u64>,
+    /// The broker refused this user's publishes (403 ACCESS_REFUSED): the next send stops the
+    /// producer with it.
+    refused: Option<String>,
     last_write: Instant,
     driver: Arc<Inner>,
     /// Connected and the channel set up. A reconnection cancelled half-way (a caller's
@@ -654,6 +658,11 @@ impl AmqpProducer {
             }
             ref other => {
                 if let Err(e) = self.conn.check_close(self.conn.channel(), other) {
+                    // 403: the user may not publish here. Reconnecting would only be refused
+                    // again (and count every message in doubt), so the producer stops.
+                    if access_refused(other) {
+                        self.refused = Some(e.to_string());
+                    }
                     self.conn.lost(&e);
                 }
             }
@@ -770,9 +779,14 @@ impl AmqpProducer {
             self.conn.lost(&std::io::Error::other(e.to_string()));
             return Err(e);
         }
+        self.leave_channel();
+        Ok(())
+    }
+
+    /// Confirms are per channel: what the old one left unconfirmed is in doubt, and a new
+    /// channel's multiple-acks must not sweep it up.
+    fn leave_channel(&mut self) {
         self.release_held_nack();
-        // Confirms are per channel: what the old one left unconfirmed is in doubt, and the new
-        // channel's multiple-acks must not sweep it up.
         if let Some(off) = self.tag_offset
             && self.next_tag > 1
         {
@@ -784,12 +798,27 @@ impl AmqpProducer {
         self.tag_offset = None;
         self.confirmed_to = 0;
         self.returns_unconfirmed = 0;
-        Ok(())
     }
+}
+
+/// Whether a close is the broker's 403 ACCESS_REFUSED (a permission the user lacks).
+fn access_refused(m: &AMQPClass) -> bool {
+    let code = match m {
+        AMQPClass::Channel(channel::AMQPMethod::Close(c)) => c.reply_code,
+        AMQPClass::Connection(connection::AMQPMethod::Close(c)) => c.reply_code,
+        _ => return false,
+    };
+    code == 403
 }
 
 impl Producer for AmqpProducer {
     async fn send(&mut self, msg: Outbound<'_>) -> Result<(), DriverError> {
+        if let Some(why) = self.refused.take() {
+            self.leave_channel();
+            return Err(DriverError::Config(format!(
+                "the broker refuses this user's publishes ({why}): the producer stops"
+            )));
+        }
         if self.conn.flow_paused() && self.up() {
             self.wait_flow().await?;
         }

@@ -307,6 +307,16 @@ impl Producer for RedisProducer {
             return Poll::Ready(Some(Ack::InDoubt { up_to }));
         }
         let Some(&up_to) = self.waiting.back() else {
+            // Nothing waits for a reply, but a real wait (the pacer's, between sends) watches
+            // the socket: a server that closes an idle client (`timeout N`) is seen now, and
+            // the next send reconnects first instead of writing into the closed connection
+            // (its message then in doubt, and lost).
+            if !msgbench_core::driver::is_look(cx)
+                && self.conn.is_connected()
+                && let Poll::Ready(Err(_)) = self.conn.wire.poll_fill(cx)
+            {
+                self.conn.wire.detach();
+            }
             return Poll::Pending;
         };
         if !self.conn.is_connected() {
