@@ -683,3 +683,45 @@ fn many_topics_join_one_stream_at_once() {
     let c = &measure(&r)["counters"];
     assert_eq!((u(&c["sent"]), u(&c["acked"])), (4000, 4000), "{c}");
 }
+
+/// A user who may not use the JetStream API (no publish permission on `$JS.API.>`): nats-server
+/// refuses the request with an `-ERR` and sends no reply, so the run stops at once with the
+/// server's words and a hint, instead of waiting out a time-out and calling it one.
+#[test]
+fn a_user_refused_the_jetstream_api_is_told_at_once() {
+    let d = TempDir::new("js-api-denied");
+    let port = free_port();
+    let _js = Js::start_conf(
+        &d.0,
+        port,
+        true,
+        "authorization { users: [ { user: noapi, password: pw, permissions: { publish: { deny: [\"$JS.API.>\"] } } } ] }",
+    );
+    let url = format!("nats+js://noapi:pw@127.0.0.1:{port}");
+    let started = std::time::Instant::now();
+    let o = msgbench(
+        &d.0,
+        &[
+            "run",
+            &url,
+            "--topic",
+            "it.js.denied",
+            "-n",
+            "10",
+            "--warmup",
+            "0s",
+            "--no-output",
+        ],
+    );
+    let e = stderr(&o);
+    assert_eq!(o.status.code(), Some(1), "{e}");
+    assert!(
+        e.contains("refused the request") && e.contains("Permissions Violation"),
+        "{e}"
+    );
+    assert!(
+        started.elapsed() < Duration::from_secs(4),
+        "took {:?}: {e}",
+        started.elapsed()
+    );
+}

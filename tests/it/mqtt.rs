@@ -1467,3 +1467,64 @@ fn a_producer_says_why_the_broker_disconnected_it() {
         r["events"]
     );
 }
+
+/// An MQTT 5 broker that refuses publishes in its PUBACK (Mosquitto's ACL: 0x87 not
+/// authorized; its message_size_limit: 0x95 packet too large): each refusal is a nack, and the
+/// reason is said once, by name.
+#[test]
+fn a_refused_publish_says_the_brokers_reason() {
+    use std::io::Write;
+    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let url = format!("mqtt://{}", l.local_addr().unwrap());
+    let broker = std::thread::spawn(move || {
+        let (mut s, _) = l.accept().unwrap();
+        let (kind, _) = read_mqtt(&mut s).unwrap();
+        assert_eq!(kind, 1, "CONNECT");
+        s.write_all(&[0x20, 3, 0, 0, 0]).unwrap(); // MQTT 5 CONNACK, no properties
+        let mut refused = 0;
+        while let Ok((kind, body)) = read_mqtt(&mut s) {
+            match kind {
+                // PUBLISH at QoS 1: topic (2-byte length), then the packet id.
+                3 => {
+                    let t = u16::from_be_bytes([body[0], body[1]]) as usize;
+                    let (a, b) = (body[2 + t], body[3 + t]);
+                    s.write_all(&[0x40, 3, a, b, 0x87]).unwrap(); // PUBACK, not authorized
+                    refused += 1;
+                }
+                12 => s.write_all(&[0xd0, 0]).unwrap(),
+                14 => break, // DISCONNECT
+                _ => {}
+            }
+        }
+        refused
+    });
+    let d = TempDir::new("mqtt-puback-refused");
+    let r = run_json(
+        &d.0,
+        &run_args(
+            &url,
+            &[
+                "--mqtt-version",
+                "5",
+                "--qos",
+                "1",
+                "--segment",
+                "producers",
+                "-n",
+                "20",
+                "-r",
+                "100",
+            ],
+        ),
+    );
+    let refused = broker.join().unwrap();
+    let c = &measure(&r)["counters"];
+    assert_eq!(u(&c["nacked"]), 20, "{c}");
+    assert!(refused >= 20, "{refused}");
+    let events = r["events"].to_string();
+    assert_eq!(
+        events.matches("not authorized (reason code 0x87)").count(),
+        1,
+        "{events}"
+    );
+}

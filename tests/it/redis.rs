@@ -534,3 +534,167 @@ fn a_producer_closed_while_idle_reconnects_before_its_next_send() {
         r["events"]
     );
 }
+
+/// Consumer-group reads as users whom the server's ACL refuses a command: without `+xack` the
+/// messages still arrive and the refused XACK is said (the entries stay pending); without
+/// `+xreadgroup` the consumer stops at its first refusal with the server's words, instead of
+/// being refused again a hundred times a second all run.
+#[test]
+fn a_group_consumer_refused_by_the_acl_says_so() {
+    let port = free_port();
+    let mut server = own_redis_with(
+        port,
+        &[
+            "--user",
+            "noack",
+            "on",
+            ">pw",
+            "~*",
+            "&*",
+            "+@all",
+            "-xack",
+            "--user",
+            "noread",
+            "on",
+            ">pw",
+            "~*",
+            "&*",
+            "+@all",
+            "-xreadgroup",
+        ],
+    );
+    let d = TempDir::new("redis-acl");
+    let url = format!("redis://127.0.0.1:{port}?mode=streams");
+    let run = |user: &str| {
+        let consume = format!("redis://{user}:pw@127.0.0.1:{port}?mode=streams");
+        msgbench(
+            &d.0,
+            &[
+                "run",
+                &url,
+                "--consume-from",
+                &consume,
+                "--topic",
+                "it.redis.acl",
+                "--queue-group",
+                "g",
+                "-n",
+                "300",
+                "-r",
+                "1000",
+                "--warmup",
+                "0s",
+                "--drain",
+                "2s",
+                "--no-output",
+                "--format",
+                "json",
+                "-q",
+            ],
+        )
+    };
+    let o = run("noack");
+    let r: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap_or_default();
+    let i = &r["integrity"];
+    assert_eq!(u(&i["delivered"]), 300, "{}\n{i}", stderr(&o));
+    assert!(
+        r["events"].to_string().contains("refused XACK"),
+        "{}",
+        r["events"]
+    );
+
+    let o = run("noread");
+    server.kill().unwrap();
+    let _ = server.wait();
+    let r: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap_or_default();
+    let events = r["events"].to_string();
+    assert!(
+        events.contains("refuses this user's reads") && events.contains("NOPERM"),
+        "{events}"
+    );
+    // Stopped at the first refusal, not retried all run.
+    let errors = u(&measure(&r)["counters"]["errors"]["connect"]);
+    assert!(errors <= 2, "{errors} errors: {}", stderr(&o));
+    assert_eq!(
+        o.status.code(),
+        Some(3),
+        "nothing delivered: {}",
+        stderr(&o)
+    );
+}
+
+/// Slow group consumers cut off mid-run (`CLIENT KILL`, while each is half-way through a
+/// batch) acknowledge on their new connection what they had taken on the old one: nothing
+/// stays pending in the group (each cut had left a batch pending for good).
+#[test]
+fn a_group_consumer_cut_off_leaves_nothing_pending() {
+    let port = free_port();
+    let mut server = own_redis(port);
+    let d = TempDir::new("redis-pending");
+    let url = format!("redis://127.0.0.1:{port}?mode=streams");
+    let run = spawn_run(
+        &d.0,
+        &[
+            "run",
+            &url,
+            "--topic",
+            "it.redis.pending",
+            "--queue-group",
+            "g",
+            "-c",
+            "2",
+            "-r",
+            "2000",
+            "--processing",
+            "1ms",
+            "--warmup",
+            "0s",
+            "--duration",
+            "5s",
+            "--drain",
+            "3s",
+        ],
+    );
+    let cli = |args: &[&str]| {
+        let o = Command::new("redis-cli")
+            .args(["-p", &port.to_string()])
+            .args(args)
+            .output()
+            .expect("redis-cli (package redis-tools, installed with redis-server)");
+        String::from_utf8_lossy(&o.stdout).into_owned()
+    };
+    for _ in 0..2 {
+        std::thread::sleep(std::time::Duration::from_millis(1500));
+        let killed = cli(&["CLIENT", "KILL", "TYPE", "normal", "SKIPME", "yes"]);
+        assert_ne!(killed.trim(), "0", "{killed}");
+    }
+    let r = finish_json(run);
+    let pending = cli(&["XPENDING", "it.redis.pending", "g"]);
+    server.kill().unwrap();
+    let _ = server.wait();
+    assert!(count_events(&r, "reconnected") >= 2, "{}", r["events"]);
+    assert!(
+        u(&r["integrity"]["delivered"]) > 2_000,
+        "{}",
+        r["integrity"]
+    );
+    assert_eq!(
+        pending.lines().next(),
+        Some("0"),
+        "entries left pending:\n{pending}"
+    );
+    // The stream keeps everything: only a publish whose reply the cut took may be missing
+    // (in doubt); a read whose reply the cut took is read again from the group's history.
+    let doubt: u64 = r["phases"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| u(&p["counters"]["errors"]["timeout"]))
+        .sum();
+    let lost = u(&r["integrity"]["lost"]);
+    assert!(
+        lost <= doubt,
+        "lost {lost} > in doubt {doubt}: {}",
+        r["integrity"]
+    );
+}

@@ -294,6 +294,12 @@ impl ConsumerTask {
                         self.distinct.set(b.distinct);
                     }
                     Ok(None) => break,
+                    // Retrying cannot help (the driver said why in an event): the consumer
+                    // stops rather than failing a hundred times a second.
+                    Err(e) if e.is_fatal() => {
+                        self.record_error(&mut b, e.kind());
+                        break;
+                    }
                     Err(e) => {
                         self.record_error(&mut b, e.kind());
                         Box::pin(tokio::time::sleep(std::time::Duration::from_millis(10))).await;

@@ -100,6 +100,9 @@ struct Inner {
     /// A held session declared the exchange: later ones publish and subscribe without asking
     /// again (a declare per session would be a round trip per connection of a storm).
     sessions_declared: std::sync::atomic::AtomicBool,
+    /// Said once: a fan-out consumer reads a queue of its own, which the shared queues'
+    /// settings (`--queue-type`, `--max-length`, `--max-length-bytes`) do not shape.
+    own_queue_told: std::sync::atomic::AtomicBool,
 }
 
 impl AmqpDriver {
@@ -125,6 +128,7 @@ impl AmqpDriver {
             muxes: Default::default(),
             declared: Default::default(),
             sessions_declared: Default::default(),
+            own_queue_told: Default::default(),
         })))
     }
 }
@@ -233,6 +237,18 @@ impl Inner {
         shared: bool,
         purge: bool,
     ) -> Result<String, DriverError> {
+        Ok(self.declare_counted(c, name, topic, shared, purge).await?.0)
+    }
+
+    /// [`Inner::declare_queue`], also returning how many messages the queue held when declared.
+    async fn declare_counted(
+        &self,
+        c: &mut impl Caller,
+        name: &str,
+        topic: &str,
+        shared: bool,
+        purge: bool,
+    ) -> Result<(String, u32), DriverError> {
         let mut args = FieldTable::default();
         let stream = shared && self.stream();
         if shared {
@@ -280,13 +296,16 @@ impl Inner {
             .await
             .map_err(sub)?
         {
-            AMQPClass::Queue(queue::AMQPMethod::DeclareOk(ok)) => ok.queue.to_string(),
+            AMQPClass::Queue(queue::AMQPMethod::DeclareOk(ok)) => {
+                (ok.queue.to_string(), ok.message_count)
+            }
             other => {
                 return Err(DriverError::Subscribe(format!(
                     "expected queue.declare-ok, got {other:?}"
                 )));
             }
         };
+        let (declared, held) = declared;
         if !self.amqp.exchange.is_empty() {
             match c
                 .call(AMQPClass::Queue(queue::AMQPMethod::Bind(queue::Bind {
@@ -324,7 +343,7 @@ impl Inner {
                 }
             }
         }
-        Ok(declared)
+        Ok((declared, held))
     }
 
     /// The queue a consumer of `spec` reads, declared and bound (and purged when `purge`).
@@ -341,16 +360,46 @@ impl Inner {
             (Some(g), false) => format!("msgbench.{g}.{}", spec.topic),
             // A stream is read whole by each consumer: one per topic, shared by name.
             (None, false) if self.stream() => format!("msgbench.{}", spec.topic),
-            (None, false) => return self.declare_queue(c, "", &spec.topic, false, false).await,
+            (None, false) => {
+                let a = &self.amqp;
+                let shaped = a.queue_type != "classic"
+                    || a.max_length.is_some()
+                    || a.max_length_bytes.is_some();
+                if shaped
+                    && !self
+                        .own_queue_told
+                        .swap(true, std::sync::atomic::Ordering::Relaxed)
+                {
+                    self.events.emit(
+                        DriverEventKind::Warning,
+                        "--queue-type, --max-length and --max-length-bytes shape shared queues \
+                         (--queue-group): these fan-out consumers each read an exclusive classic \
+                         queue of their own, without them",
+                    );
+                }
+                return self.declare_queue(c, "", &spec.topic, false, false).await;
+            }
         };
         let mut declared = self.declared.lock().await;
         if declared.contains(&name) {
             drop(declared);
             return self.declare_queue(c, &name, &spec.topic, true, false).await;
         }
-        let queue = self
-            .declare_queue(c, &name, &spec.topic, true, purge)
+        let (queue, held) = self
+            .declare_counted(c, &name, &spec.topic, true, purge)
             .await?;
+        // A durable or still-used queue from an earlier run keeps what that run left: every
+        // message of it costs the broker here too and arrives as foreign.
+        if held > 0 && !purge && !self.stream() {
+            self.events.emit(
+                DriverEventKind::Warning,
+                format!(
+                    "queue `{queue}` held {held} messages from before this run: they are \
+                     delivered too (counted as foreign) and the broker works for them; --purge \
+                     empties it first"
+                ),
+            );
+        }
         declared.insert(name);
         Ok(queue)
     }

@@ -1085,7 +1085,8 @@ mod tests {
     }
 }
 
-/// What an MQTT 5 DISCONNECT reason code means (MQTT 5.0, 3.14.2.1), for the user.
+/// What an MQTT 5 reason code means (MQTT 5.0, 2.4: DISCONNECT's, PUBACK's, PUBREC's and
+/// SUBACK's share one table), for the user.
 pub fn disconnect_reason(code: u8) -> &'static str {
     match code {
         0x00 => "normal disconnection",
@@ -1095,12 +1096,14 @@ pub fn disconnect_reason(code: u8) -> &'static str {
         0x82 => "protocol error",
         0x83 => "implementation specific error",
         0x87 => "not authorized",
+        0x88 => "server unavailable",
         0x89 => "server busy",
         0x8b => "server shutting down",
         0x8d => "keep alive timeout",
         0x8e => "session taken over (another client connected with the same client id)",
         0x8f => "topic filter invalid",
         0x90 => "topic name invalid",
+        0x91 => "packet identifier in use",
         0x93 => "receive maximum exceeded",
         0x94 => "topic alias invalid",
         0x95 => "packet too large",

@@ -387,8 +387,9 @@ impl Conn {
         };
         if let Some((i, c)) = codes.iter().enumerate().find(|(_, c)| **c >= 0x80) {
             return Err(io::Error::other(format!(
-                "the broker refused the subscription to `{}` (reason code 0x{c:02x})",
-                filters.get(i).map_or("?", |f| f.0.as_str())
+                "the broker refused the subscription to `{}`: {} (reason code 0x{c:02x})",
+                filters.get(i).map_or("?", |f| f.0.as_str()),
+                codec::disconnect_reason(*c)
             )));
         }
         // A lower QoS granted than asked: deliveries would come at that QoS, and the run would
@@ -498,6 +499,14 @@ impl Conn {
             }
             if self.session_present {
                 note.push_str(" (session kept)");
+            } else if !self.settings.clean {
+                // A persistent session the broker did not keep (restarted without persistence,
+                // or expired): what it held for this client is gone, which the loss would
+                // otherwise blame on the broker's delivery.
+                note.push_str(
+                    " (persistent session NOT kept by the broker: what it held for this client \
+                     is gone; subscribed again)",
+                );
             }
             ev.reconnected(&self.client_id, &self.ep.display, &note);
         }

@@ -179,6 +179,7 @@ impl Driver for MqttDriver {
             acks: VecDeque::new(),
             release_pending: false,
             downgraded: false,
+            refusal_told: false,
             keep_alive,
             last_write: Instant::now(),
         })
@@ -393,6 +394,8 @@ pub struct MqttProducer {
     release_pending: bool,
     /// The broker answered a QoS 2 publish with PUBACK (warned once).
     downgraded: bool,
+    /// A refusal (PUBACK or PUBREC reason code ≥ 0x80) was told already.
+    refusal_told: bool,
     keep_alive: Duration,
     /// When the connection last carried anything from us (the keep-alive clock).
     last_write: Instant,
@@ -414,9 +417,13 @@ impl MqttProducer {
                 }
                 self.complete(pid, false);
             }
-            Packet::PubAck { pid, code } => self.complete(pid, code < 0x80),
+            Packet::PubAck { pid, code } => {
+                self.refused(code);
+                self.complete(pid, code < 0x80)
+            }
             Packet::PubRec { pid, code } => {
                 if code >= 0x80 {
+                    self.refused(code);
                     self.complete(pid, false);
                 } else {
                     codec::put_ack(&mut self.conn.wire.wbuf, codec::PUBREL, pid);
@@ -431,6 +438,19 @@ impl MqttProducer {
             // the next send reconnects.
             Packet::Disconnect { code, .. } => self.conn.lost(&codec::disconnected_by_broker(code)),
             _ => {}
+        }
+    }
+
+    /// An MQTT 5 refusal of a publish, told once per producer with the broker's reason (the
+    /// refusals themselves are counted as nacks).
+    fn refused(&mut self, code: u8) {
+        if code >= 0x80 && !self.refusal_told {
+            self.refusal_told = true;
+            self.conn.warn(&format!(
+                "the broker refused a publish: {} (reason code 0x{code:02x}); further refusals \
+                 are counted as nacked, not told",
+                codec::disconnect_reason(code)
+            ));
         }
     }
 

@@ -373,6 +373,17 @@ impl Conn {
                 {
                     return Err(io::Error::new(e.kind(), format!("{e} ({TLS_FIRST_HINT})")));
                 }
+                // A plain client meets the same silence from a server that wants TLS first.
+                Err(e) if e.kind() == io::ErrorKind::UnexpectedEof && self.ep.tls.is_none() => {
+                    return Err(io::Error::new(
+                        e.kind(),
+                        format!(
+                            "{e}: the server closed the connection before its INFO (one that \
+                             wants TLS first, handshake_first, does that to a plain client: \
+                             use tls://HOST:PORT?tls_first)"
+                        ),
+                    ));
+                }
                 r => r?,
             };
             match first {
@@ -423,8 +434,14 @@ impl Conn {
                 match self.read_raw().await? {
                     ServerOp::Pong => return Ok(()),
                     ServerOp::Err(e) => {
-                        // A nonce means nkey users or operator mode: say how to give a key.
-                        let hint = if self.info.nonce.is_some() && !self.ep.has_identity() {
+                        // A nonce means nkey users or operator mode: say how to give a key,
+                        // unless the URL gave a user or token (then the server may simply
+                        // have nkey users beside password ones, and the password is wrong).
+                        let hint = if self.info.nonce.is_some()
+                            && !self.ep.has_identity()
+                            && self.ep.user.is_none()
+                            && self.ep.token.is_none()
+                        {
                             " (the server takes nkeys or JWTs: add ?nkey=SEED_FILE or \
                              ?creds=CREDS_FILE to the URL)"
                         } else {

@@ -26,6 +26,9 @@ pub struct ServerErrors {
     /// The subjects of the publish refusals not yet taken by [`ServerErrors::take_refusals`],
     /// oldest first (empty when the `-ERR` did not name one).
     refusals: Vec<String>,
+    /// A refused JetStream API request (`$JS.API.…`), not yet taken by the request waiting for
+    /// its answer (which would otherwise wait out its time-out: the refusal has no reply).
+    api_denial: Option<String>,
 }
 
 /// Whether an `-ERR` refuses a publish (the message went nowhere).
@@ -46,7 +49,9 @@ impl ServerErrors {
     /// One `-ERR` from the server on connection `name`.
     pub fn seen(&mut self, e: &str, name: &str, events: &EventSink) {
         let now = now_ns();
-        if self.claimed && refuses_publish(e) {
+        if refuses_publish(e) && refused_subject(e).starts_with("$JS.API.") {
+            self.api_denial = Some(e.to_string());
+        } else if self.claimed && refuses_publish(e) {
             self.refusals.push(refused_subject(e).to_string());
         }
         if e == self.last {
@@ -73,6 +78,11 @@ impl ServerErrors {
     /// once [claimed](Self::claim)).
     pub fn take_refusals(&mut self) -> Vec<String> {
         std::mem::take(&mut self.refusals)
+    }
+
+    /// The refusal of a JetStream API request, if one came since the last look.
+    pub fn take_api_denial(&mut self) -> Option<String> {
+        self.api_denial.take()
     }
 
     /// Whether publish refusals are waiting to be taken.

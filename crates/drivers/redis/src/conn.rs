@@ -148,6 +148,11 @@ pub struct Conn {
     /// The handshake on the attached socket completed. An `open` cancelled half-way (a
     /// consumer's `select!` moved on) leaves a socket that is not a connection yet.
     ready: bool,
+    /// The current loss was reported (a cancelled `reconnect` called again does not report it
+    /// again).
+    loss_told: bool,
+    /// The current loss's first failed reconnection attempt was reported.
+    failure_told: bool,
 }
 
 impl Conn {
@@ -168,6 +173,8 @@ impl Conn {
             timeout,
             source,
             ready: false,
+            loss_told: false,
+            failure_told: false,
         };
         c.open().await?;
         Ok(c)
@@ -275,15 +282,36 @@ impl Conn {
 
     /// Re-establishes a lost connection, retrying with backoff (100 ms doubling to 2 s) until
     /// it works; says so in events. The caller redoes its subscriptions.
+    ///
+    /// Cancel-safe as the runner uses it (a consumer's `recv` is cancelled at every tick): the
+    /// loss and the first failed attempt's reason are told once per loss, not once per call.
     pub async fn reconnect(&mut self, why: &str) {
         self.wire.detach();
-        self.events.connection_lost(&self.name, &why);
+        if !self.loss_told {
+            self.loss_told = true;
+            self.failure_told = false;
+            self.events.connection_lost(&self.name, &why);
+        }
         let mut backoff = msgbench_net::Backoff::default();
         loop {
             backoff.pause().await;
-            if self.open().await.is_ok() {
-                self.events.reconnected(&self.name, &self.ep.display, "");
-                return;
+            match self.open().await {
+                Ok(()) => {
+                    self.loss_told = false;
+                    self.events.reconnected(&self.name, &self.ep.display, "");
+                    return;
+                }
+                Err(e) if !self.failure_told => {
+                    self.failure_told = true;
+                    self.events.emit(
+                        msgbench_core::driver::DriverEventKind::Warning,
+                        format!(
+                            "{}: reconnecting failed ({e}); retrying with backoff",
+                            self.name
+                        ),
+                    );
+                }
+                Err(_) => {}
             }
         }
     }

@@ -184,6 +184,9 @@ impl Driver for RedisDriver {
             to_ack: Vec::new(),
             reading: false,
             acks_pending: 0,
+            xack_refused_told: false,
+            catch_up: false,
+            redelivered_left: 0,
             subscribed: false,
             positioned: false,
             lost: None,
@@ -406,10 +409,18 @@ pub struct RedisConsumer {
     reading: bool,
     /// `XACK` replies still to be taken before the read's.
     acks_pending: u32,
+    /// A refused `XACK` was told already.
+    xack_refused_told: bool,
+    /// Group, after a reconnection: reading this consumer's own pending entries (id 0) until
+    /// none are left, before new ones (`>`).
+    catch_up: bool,
+    /// How many entries at the front of `batch` the server had delivered before (history).
+    redelivered_left: usize,
     /// The subscription (or the reader's position) is set up on the current connection.
     subscribed: bool,
     /// Streams, fan-out: the reader has taken its starting point (the newest entry when it
-    /// first subscribed); after a reconnection it resumes from `last_id`.
+    /// first subscribed); after a reconnection it resumes from `last_id`. Group: it joined the
+    /// group once (a later subscription is a reconnection, which reads its history first).
     positioned: bool,
     /// Why the connection was dropped, for the `disconnected` event.
     lost: Option<String>,
@@ -449,7 +460,10 @@ impl RedisConsumer {
             Mode::Streams => {
                 self.reading = false;
                 self.acks_pending = 0;
-                self.to_ack.clear();
+                // Entries handed out and not yet acknowledged stay in `to_ack`: an XACK is the
+                // group's, not the connection's, so the next read on the new connection takes
+                // them out of the pending list (cleared, each reconnection left a batch pending
+                // for good).
                 match self.group.clone() {
                     Some(g) => {
                         let r = self
@@ -466,6 +480,16 @@ impl RedisConsumer {
                                 error_text(&r)
                             )));
                         }
+                        // Back after a lost connection: entries the server gave this consumer
+                        // whose reply was lost with the connection are pending for it, and
+                        // only a read of its own history (id 0) gets them; entries read and
+                        // not yet handed out come again that way too.
+                        if self.positioned {
+                            self.catch_up = true;
+                            self.batch.clear();
+                            self.redelivered_left = 0;
+                        }
+                        self.positioned = true;
                     }
                     None if !self.positioned => {
                         // Read after the newest entry now: what is sent from here on.
@@ -524,7 +548,7 @@ impl RedisConsumer {
                     block.as_bytes(),
                     b"STREAMS",
                     &self.key,
-                    b">",
+                    if self.catch_up { b"0" } else { b">" },
                 ],
             );
             self.to_ack.clear();
@@ -555,7 +579,12 @@ impl RedisConsumer {
                 } else {
                     self.last_id = e.id;
                 }
-                return Ok(delivery(e.payload));
+                let mut d = delivery(e.payload);
+                if self.redelivered_left > 0 {
+                    self.redelivered_left -= 1;
+                    d.redelivered = true;
+                }
+                return Ok(d);
             }
             match self.conn.ep.mode {
                 Mode::PubSub => {
@@ -581,6 +610,15 @@ impl RedisConsumer {
                     .await?;
                     if self.acks_pending > 0 {
                         self.acks_pending -= 1;
+                        // A refused XACK (a user without +xack) leaves the entries pending
+                        // in the group: said once, as the messages themselves did arrive.
+                        if reply.first() == Some(&b'-') && !self.xack_refused_told {
+                            self.xack_refused_told = true;
+                            self.conn.refused(&Reply::Error(format!(
+                                "the server refused XACK ({}): the entries delivered stay pending in the consumer group",
+                                error_text(&reply)
+                            )));
+                        }
                         continue;
                     }
                     self.reading = false;
@@ -593,6 +631,11 @@ impl RedisConsumer {
                     resp::stream_entries(reply, &mut self.batch).map_err(|e| {
                         std::io::Error::new(std::io::ErrorKind::InvalidData, e.to_string())
                     })?;
+                    // The history read is done when it comes back empty.
+                    if self.catch_up {
+                        self.catch_up = !self.batch.is_empty();
+                        self.redelivered_left = self.batch.len();
+                    }
                 }
             }
         }
@@ -633,6 +676,14 @@ impl Consumer for RedisConsumer {
             }
             match self.next().await {
                 Ok(d) => return Ok(Some(d)),
+                // The user may not read the stream (an ACL without +xreadgroup or the key):
+                // a new connection would be refused the same way, so the consumer stops.
+                Err(e) if e.to_string().starts_with("NOPERM") => {
+                    let why = format!("the server refuses this user's reads: {e}");
+                    self.conn
+                        .refused(&Reply::Error(format!("{why}; the consumer stops")));
+                    return Err(DriverError::Config(why));
+                }
                 Err(e) => {
                     self.lost = Some(e.to_string());
                     self.conn.wire.detach();

@@ -13,6 +13,8 @@ use std::time::Duration;
 
 /// How long an API request may take.
 const API_TIMEOUT: Duration = Duration::from_secs(5);
+/// How often a request waiting for its answer looks whether the server refused it instead.
+const API_DENIAL_LOOK: Duration = Duration::from_millis(100);
 
 /// JetStream's error code for "stream not found".
 const STREAM_NOT_FOUND: u64 = 10059;
@@ -73,6 +75,16 @@ pub enum JsError {
     /// No answer in time.
     #[error("JetStream {0}: no answer within 5s")]
     Timeout(String),
+    /// The server refused the request itself (the user may not publish to `$JS.API.…`).
+    #[error(
+        "JetStream {op}: the server refused the request: {reason} (the user needs publish permission on $JS.API.> and subscribe permission on its inbox)"
+    )]
+    Denied {
+        /// What was asked.
+        op: String,
+        /// The server's `-ERR`.
+        reason: String,
+    },
     /// The connection failed during the request.
     #[error("JetStream {op}: {reason}")]
     Io {
@@ -87,6 +99,8 @@ impl From<JsError> for DriverError {
     fn from(e: JsError) -> Self {
         match e {
             JsError::Timeout(_) => DriverError::Timeout(e.to_string()),
+            // Asking again would be refused again.
+            JsError::Denied { .. } => DriverError::Config(e.to_string()),
             _ => DriverError::Subscribe(e.to_string()),
         }
     }
@@ -131,11 +145,26 @@ impl ApiInbox {
             reason: e.to_string(),
         };
         let deadline = tokio::time::Instant::now() + API_TIMEOUT;
+        let _ = conn.errors.take_api_denial();
         loop {
-            let got = tokio::time::timeout_at(deadline, conn.next_msg())
-                .await
-                .map_err(|_| JsError::Timeout(op()))?
-                .map_err(io)?;
+            // In slices: a request the user may not make is refused by an `-ERR` that has no
+            // reply to wait for, looked for between them.
+            let slice = (tokio::time::Instant::now() + API_DENIAL_LOOK).min(deadline);
+            let got = match tokio::time::timeout_at(slice, conn.next_msg()).await {
+                Ok(got) => got.map_err(io)?,
+                Err(_) => {
+                    if let Some(e) = conn.errors.take_api_denial() {
+                        return Err(JsError::Denied {
+                            op: op(),
+                            reason: e,
+                        });
+                    }
+                    if tokio::time::Instant::now() >= deadline {
+                        return Err(JsError::Timeout(op()));
+                    }
+                    continue;
+                }
+            };
             let (subject, headers, payload) = match &got {
                 ServerOp::Msg {
                     subject, payload, ..

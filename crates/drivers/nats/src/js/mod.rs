@@ -188,6 +188,7 @@ impl Driver for JetStreamDriver {
             refusal_reported: false,
             outstanding: vec![VecDeque::new(); spec.topics.len()],
             queue_of,
+            streams_checked: true,
         })
     }
 

@@ -4,7 +4,7 @@
 //! error JSON, or a 503 "no responders" status: no stream captures the subject) is a refused
 //! ack. Sends are batched in the write buffer exactly as the core producer does.
 
-use super::api::{ApiInbox, ensure_stream};
+use super::api::{ApiInbox, JsError, ensure_stream};
 use super::options::JsOptions;
 use crate::WRITE_BATCH;
 use crate::conn::Conn;
@@ -42,6 +42,9 @@ pub struct JsProducer {
     /// The queue of `outstanding` each stream's subject uses (streams naming one subject
     /// share one).
     pub(super) queue_of: Vec<usize>,
+    /// The streams are known to be there on the current connection (set up at creation; after
+    /// a reconnection, once checked again).
+    pub(super) streams_checked: bool,
 }
 
 impl JsProducer {
@@ -171,6 +174,14 @@ impl JsProducer {
     /// a server restart).
     async fn reconnect(&mut self) -> Result<(), DriverError> {
         self.conn.try_reconnect().await?;
+        self.streams_checked = false;
+        self.check_streams().await
+    }
+
+    /// Sets the streams up again on a new connection. A JetStream API that does not answer
+    /// (a cluster electing its leaders) keeps the connection: the next send asks again. The
+    /// failed attempt is a failed send, retried, not a message in doubt.
+    async fn check_streams(&mut self) -> Result<(), DriverError> {
         let mut stash = VecDeque::new();
         for topic in self.topics.clone() {
             let stream = self.opts.stream_of(&topic);
@@ -184,10 +195,18 @@ impl JsProducer {
             )
             .await
             {
-                self.conn.lost(&std::io::Error::other(e.to_string()));
-                return Err(e.into());
+                let why = format!("setting stream `{stream}` up again after a reconnection: {e}");
+                return Err(match e {
+                    JsError::Denied { .. } => DriverError::Config(why),
+                    JsError::Io { .. } => {
+                        self.conn.lost(&std::io::Error::other(e.to_string()));
+                        DriverError::Send(why)
+                    }
+                    _ => DriverError::Send(why),
+                });
             }
         }
+        self.streams_checked = true;
         Ok(())
     }
 }
@@ -201,6 +220,8 @@ impl Producer for JsProducer {
     async fn send(&mut self, msg: Outbound<'_>) -> Result<(), DriverError> {
         if !self.conn.is_connected() {
             self.reconnect().await?;
+        } else if !self.streams_checked {
+            self.check_streams().await?;
         }
         let max = self.conn.info.max_payload;
         if max > 0 && msg.payload.len() as u64 > max {
