@@ -532,3 +532,71 @@ fn sasl_plain_and_scram_authenticate() {
         );
     }
 }
+
+/// Competing consumers reading a large backlog from the earliest offset: the first to join
+/// fills the runner's channel before the runner reads anything (it waits for every consumer),
+/// and its polling thread, blocked on the full channel, stopped serving the group, so the
+/// second consumer's join waited out its connect time-out and the run went on without it. Now
+/// the first pauses its partitions and keeps polling: both join, and everything arrives.
+#[test]
+fn group_consumers_join_over_a_backlog_read_from_the_earliest() {
+    let url = need!(KAFKA);
+    let d = TempDir::new("kafka-backlog-join");
+    let t = topic("backlogjoin");
+    let r = run_json(
+        &d.0,
+        &run(
+            &url,
+            &t,
+            &["-c", "0", "--partitions", "2", "-n", "30000", "-s", "64"],
+        ),
+    );
+    assert_eq!(
+        u(&measure(&r)["counters"]["acked"]),
+        30000,
+        "{}",
+        r["integrity"]
+    );
+    let started = Instant::now();
+    let o = msgbench(
+        &d.0,
+        &run(
+            &url,
+            &t,
+            &[
+                "-c",
+                "2",
+                "--queue-group",
+                "it",
+                "--offset",
+                "earliest",
+                "-n",
+                "500",
+                "-r",
+                "500",
+                "--connect-timeout",
+                "15s",
+                "--format",
+                "json",
+                "-q",
+            ],
+        ),
+    );
+    let e = stderr(&o);
+    assert_eq!(o.status.code(), Some(0), "{e}");
+    assert!(
+        !e.contains("never connected") && !e.contains("retried"),
+        "{e}"
+    );
+    let r: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    let i = &r["integrity"];
+    // The backlog is foreign, read at least once (a partition that moves to the second
+    // consumer when it joins is read again from the start: nothing was committed yet).
+    assert_eq!(u(&i["delivered"]), 500, "{i}");
+    assert!(u(&i["foreign"]) >= 30000, "{i}");
+    assert!(
+        started.elapsed() < Duration::from_secs(25),
+        "{:?}: {e}",
+        started.elapsed()
+    );
+}

@@ -37,6 +37,8 @@ use tokio::sync::{mpsc, oneshot};
 const CHANNEL: usize = 8192;
 /// How long one poll waits (bounds how late the thread sees a stop).
 const POLL: Duration = Duration::from_millis(100);
+/// How long one poll waits while the runner's channel is full (how soon room is seen).
+const PAUSED_POLL: Duration = Duration::from_millis(5);
 /// Timeout of the look-ups made while assigning partitions.
 const LOOKUP_MS: i32 = 5000;
 
@@ -218,8 +220,11 @@ impl KafkaConsumer {
             // The buffer's bytes bound it, not a count (100,000 by default, which small
             // messages reach long before the bytes).
             .set("queued.min.messages", "10000000")
-            .set("session.timeout.ms", "10000")
-            .set("heartbeat.interval.ms", "1000")
+            // Kafka's own default since 3.0. Shorter, a coordinator moved by a broker's death
+            // (KRaft takes ~9 s) outlived the session: each consumer lost its member id and
+            // joined anew, after the old members' sessions ran out, stalling the group ~20 s.
+            .set("session.timeout.ms", "45000")
+            .set("heartbeat.interval.ms", "3000")
             // A full buffer pauses fetching this long (librdkafka's default is a second).
             .set("fetch.queue.backoff.ms", "10");
         let (tx_assigned, rx_assigned) = oneshot::channel();
@@ -287,8 +292,37 @@ fn poll_loop(
     events: &EventSink,
     client: &str,
 ) {
-    while !stop.load(Ordering::Acquire) {
-        let Some(r) = c.poll(POLL) else { continue };
+    // Deliveries polled and not yet taken by the runner, oldest first. While the runner takes
+    // nothing (it reads no consumer until every one has joined, and a backlog read from the
+    // earliest offset fills the channel at once) the assigned partitions are paused and the
+    // thread goes on polling: a poll serves the group's rebalances, and a thread blocked on a
+    // full channel held up the next consumer's join (the group waited for it for 30 s).
+    let mut held: std::collections::VecDeque<(Delivery, u32)> = Default::default();
+    let mut paused = false;
+    'run: while !stop.load(Ordering::Acquire) {
+        while let Some(item) = held.pop_front() {
+            match tx.try_send(item) {
+                Ok(()) => {}
+                Err(mpsc::error::TrySendError::Full(item)) => {
+                    held.push_front(item);
+                    break;
+                }
+                Err(mpsc::error::TrySendError::Closed(_)) => break 'run,
+            }
+        }
+        if paused == held.is_empty()
+            && let Ok(assigned) = c.assignment()
+        {
+            // Paused messages are fetched again from where the consumer is on resuming.
+            let _ = if paused {
+                c.resume(&assigned)
+            } else {
+                c.pause(&assigned)
+            };
+            paused = !paused;
+        }
+        let wait = if paused { PAUSED_POLL } else { POLL };
+        let Some(r) = c.poll(wait) else { continue };
         let m = match r {
             Ok(m) => {
                 c.context().reach.alive();
@@ -314,9 +348,7 @@ fn poll_loop(
             events.emit(DriverEventKind::Error, format!("{client}: commit: {e}"));
         }
         drop(m);
-        if tx.blocking_send((d, partition)).is_err() {
-            break;
-        }
+        held.push_back((d, partition));
     }
     c.unsubscribe();
 }
