@@ -91,7 +91,8 @@
 #     msgbench / password msgbench-secret. Its password provider keeps its default of offering
 #     no PLAIN login without TLS (only SCRAM-SHA-256, SCRAM-SHA-1 and CRAM-MD5): the SCRAM tests
 #     log in there. Queues are created on demand for any address (a node auto-creation policy),
-#     so AMQP 1.0 links need no declare. Starting takes several seconds.
+#     so AMQP 1.0 links need no declare; a second virtual host, `other`, creates nothing on
+#     demand (the tests choose it by the URL's path). Starting takes several seconds.
 # Peer libraries (installed, nothing to start or stop):
 #   A C compiler, make, pkg-config, libssl-dev and zlib1g-dev, with which the Kafka driver builds
 #   librdkafka (the source the rdkafka-sys crate bundles).
@@ -1019,6 +1020,9 @@ qpid_conf() {
   "virtualhostnodes": [ {
     "name": "default", "type": "Memory", "defaultVirtualHostNode": "true",
     "virtualHostInitialConfiguration": "{\\"type\\":\\"Memory\\",\\"nodeAutoCreationPolicies\\":[{\\"pattern\\":\\".*\\",\\"nodeType\\":\\"Queue\\",\\"createdOnPublish\\":true,\\"createdOnConsume\\":true}]}"
+  }, {
+    "name": "other", "type": "Memory",
+    "virtualHostInitialConfiguration": "{\\"type\\":\\"Memory\\"}"
   } ]
 }
 JSON

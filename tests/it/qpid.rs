@@ -75,3 +75,43 @@ fn a_return_then_nack_counts_once_as_returned() {
     assert_eq!(u(&m["counters"]["acked"]), 1000, "{m}");
     assert_eq!(u(&m["counters"]["nacked"]), 0, "{m}");
 }
+
+/// The path of an `amqp10://` URL names the virtual host to open (Broker-J keeps several; it
+/// had been dropped in silence, so a run measured the default one): `other` is there and
+/// creates no queue on demand, a host that does not exist is refused by name.
+#[test]
+fn the_amqp10_path_opens_that_virtual_host() {
+    let d = TempDir::new("qpid-vhost");
+    let url = need!(QPID_AMQP10);
+    let other = format!("{url}/other");
+    // Fan-out through an exchange that every virtual host has.
+    let r = run_json(
+        &d.0,
+        &run_args(
+            &other,
+            &["--address", "{topic}", "--topic", "amq.fanout", "-n", "300"],
+        ),
+    );
+    assert_eq!(u(&r["integrity"]["delivered"]), 300, "{}", r["integrity"]);
+    // `other` creates no queue for an unknown address, as the default one does.
+    let o = msgbench(
+        &d.0,
+        &run_args(&other, &["--topic", "it.vhost", "-n", "10"]),
+    );
+    assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("Could not find destination"),
+        "{}",
+        stderr(&o)
+    );
+    let o = msgbench(
+        &d.0,
+        &run_args(&format!("{url}?hostname=nosuch"), &["-n", "10"]),
+    );
+    assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("Unknown hostname in connection open: 'nosuch'"),
+        "{}",
+        stderr(&o)
+    );
+}

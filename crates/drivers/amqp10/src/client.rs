@@ -40,6 +40,9 @@ pub struct Endpoint {
     tls: Option<msgbench_net::Tls>,
     /// User and password (percent-decoded), or `None` for SASL ANONYMOUS.
     login: Option<(String, String)>,
+    /// The hostname `open` and `sasl-init` name (the virtual host, for the brokers that keep
+    /// several), when not the target's host.
+    hostname: Option<String>,
     display: String,
     /// Write open and begin with the protocol header instead of waiting for each answer
     /// (`ClientPlan::pipeline_handshake`).
@@ -63,6 +66,25 @@ impl Endpoint {
             )));
         };
         let authority = rest.split(['/', '?']).next().unwrap_or("");
+        // The open frame's hostname: Qpid Broker-J picks the virtual host by it (as its
+        // AMQP 0-9-1 side does by the URL's path), RabbitMQ's plugin by `vhost:NAME`. From the
+        // path or `?hostname=`; the host itself by default. Nothing else is taken, and
+        // nothing is ignored in silence.
+        let (path, query) = rest[authority.len()..]
+            .split_once('?')
+            .unwrap_or((&rest[authority.len()..], ""));
+        let mut hostname = Some(unescape(path.trim_start_matches('/'))).filter(|h| !h.is_empty());
+        for pair in query.split('&').filter(|p| !p.is_empty()) {
+            match pair.split_once('=') {
+                Some(("hostname", v)) if !v.is_empty() => hostname = Some(unescape(v)),
+                _ => {
+                    return Err(DriverError::Config(format!(
+                        "`{display}`: unknown option `{pair}` (a broker URL takes ?hostname=NAME, \
+                         the virtual host to open; brokerless ones ?bind=...)"
+                    )));
+                }
+            }
+        }
         let (login, hostport) = match authority.rsplit_once('@') {
             Some((creds, h)) => {
                 let (u, p) = creds.split_once(':').unwrap_or((creds, ""));
@@ -84,6 +106,7 @@ impl Endpoint {
             target,
             tls,
             login,
+            hostname,
             display,
             pipeline: false,
             keep_alive: Duration::ZERO,
@@ -191,7 +214,10 @@ impl Endpoint {
             0
         };
         w.attach(stream);
-        let host = self.target.host.as_str();
+        let host = self
+            .hostname
+            .as_deref()
+            .unwrap_or(self.target.host.as_str());
 
         // SASL.
         w.wbuf.extend_from_slice(frames::SASL_HEADER);
@@ -431,6 +457,16 @@ mod tests {
         assert_eq!((e.target.host.as_str(), e.target.port), ("127.0.0.1", 5672));
         assert_eq!(e.login, Some(("u@x".into(), "p:w".into())));
         assert!(!e.display().contains("p%3Aw"), "{}", e.display());
+        let e = Endpoint::parse("amqp10://h/other%2dvhost", &tls).unwrap();
+        assert_eq!(e.hostname.as_deref(), Some("other-vhost"));
+        let e = Endpoint::parse("amqp10://h:1?hostname=vhost:x", &tls).unwrap();
+        assert_eq!(e.hostname.as_deref(), Some("vhost:x"));
+        let e = Endpoint::parse("amqp10://h:1/", &tls).unwrap();
+        assert_eq!(e.hostname, None);
+        assert!(matches!(
+            Endpoint::parse("amqp10://h:1?vhost=x", &tls),
+            Err(DriverError::Config(m)) if m.contains("unknown option `vhost=x`")
+        ));
         let e = Endpoint::parse("amqp10://broker:26672", &tls).unwrap();
         assert_eq!((e.target.port, e.login.is_none()), (26672, true));
         assert!(matches!(
