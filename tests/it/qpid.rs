@@ -74,6 +74,13 @@ fn a_return_then_nack_counts_once_as_returned() {
     assert_eq!(u(&m["counters"]["returned"]), 1000, "{m}");
     assert_eq!(u(&m["counters"]["acked"]), 1000, "{m}");
     assert_eq!(u(&m["counters"]["nacked"]), 0, "{m}");
+    // Why they came back, in the broker's words, once.
+    let events = r["events"].to_string();
+    assert_eq!(
+        events.matches("returned a mandatory publish: 312").count(),
+        1,
+        "{events}"
+    );
 }
 
 /// The path of an `amqp10://` URL names the virtual host to open (Broker-J keeps several; it

@@ -314,7 +314,7 @@ fn result_block(s: &mut String, p: &PhaseReport) {
     if c.returned > 0 {
         let _ = writeln!(
             s,
-            "<tr><th>returned</th><td>{} (unroutable: no queue was bound for them)</td></tr>",
+            "<tr><th>returned</th><td>{} (mandatory publishes sent back: unroutable, or refused by a full queue)</td></tr>",
             c.returned
         );
     }

@@ -62,7 +62,7 @@ fn phase_block(out: &mut dyn Write, p: &PhaseReport) -> std::io::Result<()> {
     if c.returned > 0 {
         writeln!(
             out,
-            "  returned  {:>14} msgs (unroutable: no queue was bound for them)",
+            "  returned  {:>14} msgs (mandatory publishes the broker sent back: unroutable, or refused by a full queue; its reason is in the events)",
             c.returned
         )?;
     }

@@ -243,7 +243,7 @@ impl MessageRun<'_> {
         }
         if all.returned > 0 {
             self.warnings.push(format!(
-                "{} messages came back unroutable (mandatory publishes no queue was bound for)",
+                "{} mandatory publishes came back (returned: unroutable, no queue bound for them, or refused by a queue; the events say which)",
                 all.returned
             ));
         }

@@ -484,6 +484,7 @@ impl Driver for AmqpDriver {
             confirmed_to: 0,
             held_nack: None,
             refused: None,
+            return_told: false,
             last_write: Instant::now(),
             driver: self.0.clone(),
             ready: true,
@@ -591,6 +592,8 @@ pub struct AmqpProducer {
     /// The broker refused this user's publishes (403 ACCESS_REFUSED): the next send stops the
     /// producer with it.
     refused: Option<String>,
+    /// The first return's reason was said.
+    return_told: bool,
     last_write: Instant,
     driver: Arc<Inner>,
     /// Connected and the channel set up. A reconnection cancelled half-way (a caller's
@@ -623,7 +626,19 @@ impl AmqpProducer {
 
     fn on_frame(&mut self, f: Frame) {
         let Frame::Method(_, m) = f else { return };
-        if let AMQPClass::Basic(basic::AMQPMethod::Return(_)) = *m {
+        if let AMQPClass::Basic(basic::AMQPMethod::Return(r)) = &*m {
+            // Said once: why (312 NO_ROUTE, or a full queue's 506 on Qpid Broker-J).
+            if !self.return_told {
+                self.return_told = true;
+                self.driver.events.emit(
+                    DriverEventKind::Warning,
+                    format!(
+                        "the broker returned a mandatory publish: {} {} (each one is counted \
+                         as returned)",
+                        r.reply_code, r.reply_text
+                    ),
+                );
+            }
             // Its header and body frames follow and are skipped (only methods matter here).
             match self.acks.back_mut() {
                 Some(Ack::Returned { n }) => *n += 1,
