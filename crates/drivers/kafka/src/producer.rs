@@ -26,6 +26,10 @@ const CLOSE_FLUSH: Duration = Duration::from_secs(10);
 pub struct AckContext {
     acks: mpsc::UnboundedSender<Ack>,
     reach: Reach,
+    /// Where the first refusal's reason is said (the refusals are counted as nacks).
+    events: EventSink,
+    label: String,
+    refusal_told: std::sync::atomic::AtomicBool,
 }
 
 impl ClientContext for AckContext {
@@ -41,6 +45,20 @@ impl ProducerContext for AckContext {
         let ok = result.is_ok();
         if ok {
             self.reach.alive();
+        } else if let Err((e, _)) = result
+            && !self
+                .refusal_told
+                .swap(true, std::sync::atomic::Ordering::Relaxed)
+        {
+            // Once: a record over the topic's size limit, a keyless record on a compacted
+            // topic, a delivery time-out; each refused record is counted as nacked.
+            self.events.emit(
+                msgbench_core::driver::DriverEventKind::Error,
+                format!(
+                    "{}: a record was not delivered: {e} (further ones are counted as nacked, not told)",
+                    self.label
+                ),
+            );
         }
         let _ = self.acks.send(Ack::One {
             token: token as u64,
@@ -97,7 +115,10 @@ impl KafkaProducer {
         let (tx, rx) = mpsc::unbounded_channel();
         let ctx = AckContext {
             acks: tx,
-            reach: Reach::new(events, format!("producer {}", spec.id), servers),
+            reach: Reach::new(events.clone(), format!("producer {}", spec.id), servers),
+            events,
+            label: format!("producer {}", spec.id),
+            refusal_told: Default::default(),
         };
         let inner: ThreadedProducer<AckContext> = cfg
             .create_with_context(ctx)
