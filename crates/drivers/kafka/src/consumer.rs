@@ -54,6 +54,9 @@ pub struct GroupContext {
     reach: Reach,
     /// Whether the plan commits offsets at all (`commit = "none"` does not).
     commits: bool,
+    /// The runner paused fetching ([`Consumer::set_fetching`]): the polling thread, which
+    /// pauses and resumes for its own reasons, leaves such a pause alone.
+    held_back: AtomicBool,
 }
 
 impl ClientContext for GroupContext {
@@ -236,6 +239,7 @@ impl KafkaConsumer {
             client: format!("consumer {}", spec.id),
             reach: Reach::new(events.clone(), format!("consumer {}", spec.id), servers),
             commits: plan.commit != KafkaCommit::None,
+            held_back: AtomicBool::new(false),
         };
         let c: BaseConsumer<GroupContext> = cfg
             .create_with_context(ctx)
@@ -310,15 +314,18 @@ fn poll_loop(
                 Err(mpsc::error::TrySendError::Closed(_)) => break 'run,
             }
         }
-        if paused == held.is_empty()
-            && let Ok(assigned) = c.assignment()
-        {
-            // Paused messages are fetched again from where the consumer is on resuming.
-            let _ = if paused {
-                c.resume(&assigned)
-            } else {
-                c.pause(&assigned)
-            };
+        if paused == held.is_empty() {
+            // Paused messages are fetched again from where the consumer is on resuming. A
+            // pause of the runner's own stays.
+            if let Ok(assigned) = c.assignment() {
+                let _ = if !paused {
+                    c.pause(&assigned)
+                } else if !c.context().held_back.load(Ordering::Acquire) {
+                    c.resume(&assigned)
+                } else {
+                    Ok(())
+                };
+            }
             paused = !paused;
         }
         let wait = if paused { PAUSED_POLL } else { POLL };
@@ -374,6 +381,10 @@ impl Consumer for KafkaConsumer {
     /// backlog is built; a later rebalance while paused would assign its new partitions
     /// unpaused.)
     fn set_fetching(&mut self, on: bool) {
+        self.consumer
+            .context()
+            .held_back
+            .store(!on, Ordering::Release);
         let Ok(tpl) = self.consumer.assignment() else {
             return;
         };
