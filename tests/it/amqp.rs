@@ -444,7 +444,12 @@ fn bad_credentials_and_unreachable() {
     let o = msgbench(&d.0, &run_args(&bad, &["-n", "10"]));
     assert_eq!(o.status.code(), Some(1));
     let e = stderr(&o);
-    assert!(e.contains("refused the login"), "{e}");
+    assert!(
+        e.contains("refused the login (PLAIN) of user `guest`"),
+        "{e}"
+    );
+    // RabbitMQ says why (authentication_failure_close), rather than dropping the socket.
+    assert!(e.contains("403 ACCESS_REFUSED"), "{e}");
     assert!(!e.contains("wrong"), "the password is not printed: {e}");
     let url = format!("amqp://127.0.0.1:{}", free_port());
     let o = msgbench(&d.0, &run_args(&url, &["-n", "10"]));

@@ -48,6 +48,8 @@ pub struct Endpoint {
     pub tls: Option<Tls>,
     user: String,
     pass: String,
+    /// The URL named no user: guest/guest, RabbitMQ's default.
+    default_user: bool,
     vhost: String,
     /// The URL without its password.
     pub display: String,
@@ -87,6 +89,7 @@ impl Endpoint {
             },
             None => ("guest".into(), "guest".into()),
         };
+        let default_user = creds.is_none();
         let vhost = match path {
             None | Some("") => "/".to_string(),
             Some(p) => unescape(p),
@@ -108,6 +111,7 @@ impl Endpoint {
             tls,
             user,
             pass,
+            default_user,
             vhost,
             display,
             pipeline: false,
@@ -432,8 +436,15 @@ impl Conn {
                 }
                 // RabbitMQ closes the socket on bad credentials (or sends connection.close).
                 Err(e) => {
+                    let who = match &login {
+                        Login::Anonymous => "an anonymous login".to_string(),
+                        _ if self.ep.default_user => "user `guest` (the URL names no user: \
+                                                      guest:guest is the default)"
+                            .to_string(),
+                        _ => format!("user `{}`", self.ep.user),
+                    };
                     return Err(refused(format!(
-                        "the server refused the login ({}): {e}",
+                        "the server refused the login ({}) of {who}: {e}",
                         login.mechanism()
                     )));
                 }
