@@ -1,7 +1,8 @@
 //! Apache Qpid Broker-J (`scripts/brokers.sh`: AMQP 0-9-1 and AMQP 1.0 on one port), a broker
 //! that is stricter than RabbitMQ where clients are concerned: its password provider offers no
-//! PLAIN login without TLS (only SCRAM and CRAM-MD5), and it answers an unroutable mandatory
-//! publish on a confirm channel with a return and then a nack, where RabbitMQ acks.
+//! PLAIN login without TLS (only SCRAM and CRAM-MD5), it answers an unroutable mandatory
+//! publish on a confirm channel with a nack and then its return (RabbitMQ: the return, then an
+//! ack), and it keeps several virtual hosts, which an AMQP 1.0 connection opens by hostname.
 
 use crate::util;
 
@@ -47,11 +48,12 @@ fn both_protocols_log_in_by_scram_where_plain_is_hidden() {
     }
 }
 
-/// An unroutable mandatory publish with confirms comes back as a return followed by a nack:
-/// the nack is the returned message's confirm, so it counts once, as returned, not also as a
-/// refusal (which had failed the run).
+/// An unroutable mandatory publish with confirms is nacked, then returned: the nack is the
+/// returned message's confirm, so it counts once, as returned, not also as a refusal (the
+/// first message had counted as refused, and each later nack was matched to the return
+/// before it).
 #[test]
-fn a_return_then_nack_counts_once_as_returned() {
+fn a_nack_then_return_counts_once_as_returned() {
     let d = TempDir::new("qpid-returned");
     let url = need!(QPID_AMQP);
     let args = run_args(

@@ -652,7 +652,7 @@ fn a_group_consumer_cut_off_leaves_nothing_pending() {
             "--duration",
             "5s",
             "--drain",
-            "3s",
+            "10s",
         ],
     );
     let cli = |args: &[&str]| {

@@ -578,7 +578,7 @@ pub struct AmqpProducer {
     /// token = tag + offset, fixed at the first publish on each channel.
     tag_offset: Option<u64>,
     acks: std::collections::VecDeque<Ack>,
-    /// Returns (under confirms) whose confirm has not come yet.
+    /// Returns (under confirms) whose confirm has not come yet (it comes after the return).
     returns_unconfirmed: u64,
     /// The highest delivery tag (the channel's own) a confirm has covered so far: a multiple
     /// confirm up to tag T covers the T - `confirmed_to` messages after it (brokers confirm a
@@ -659,10 +659,10 @@ impl AmqpProducer {
         match *m {
             AMQPClass::Basic(basic::AMQPMethod::Ack(_) | basic::AMQPMethod::Nack(_))
                 if self.tag_offset.is_none() => {}
-            // A returned message is confirmed after its return: RabbitMQ acks it, Qpid
-            // Broker-J nacks it (one by one, or several at once when it is busy). Either way it
-            // was handled (and counted as returned), not refused: a nack that covers only
-            // returned messages is their confirm.
+            // A returned message's confirm after its return: RabbitMQ acks it; a nack there
+            // (one, or several at once) that covers only returned messages is their confirm
+            // too, not a refusal: they were handled, and counted as returned. (Qpid Broker-J
+            // nacks before it returns: `held_nack`.)
             AMQPClass::Basic(basic::AMQPMethod::Nack(n))
                 if self.returns_unconfirmed > 0
                     && self.returns_unconfirmed >= self.covered(n.delivery_tag, n.multiple) =>

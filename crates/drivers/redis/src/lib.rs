@@ -693,6 +693,16 @@ impl Consumer for RedisConsumer {
     }
 
     async fn close(mut self) -> Result<(), DriverError> {
+        // What was handed out is acknowledged on the way out (it went with the next read),
+        // so a finished run leaves in the group's pending list only entries it never took.
+        if let Some(g) = self.group.clone()
+            && !self.to_ack.is_empty()
+            && self.conn.is_connected()
+        {
+            let mut args: Vec<&[u8]> = vec![b"XACK", &self.key, &g];
+            args.extend(self.to_ack.iter().map(|b| &b[..]));
+            resp::command(&mut self.conn.wire.wbuf, &args);
+        }
         let _ = self.conn.wire.flush().await;
         Ok(())
     }
