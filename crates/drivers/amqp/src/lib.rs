@@ -614,6 +614,20 @@ impl AmqpProducer {
         }
     }
 
+    /// A confirm of the channel's `tag` (and, `multiple`, of every publish before it not yet
+    /// confirmed), as the runner's ack: the returns it covers are no longer waiting for one.
+    fn settle(&mut self, tag: u64, multiple: bool, ok: bool) {
+        let covered = self.covered(tag, multiple);
+        self.returns_unconfirmed = self.returns_unconfirmed.saturating_sub(covered);
+        self.confirmed_to = self.confirmed_to.max(tag);
+        let token = tag.wrapping_add(self.tag_offset.unwrap_or(0));
+        self.acks.push_back(if multiple {
+            Ack::UpTo { token, ok }
+        } else {
+            Ack::One { token, ok }
+        });
+    }
+
     /// How many publishes a confirm of `tag` settles: one, or (multiple) every one after the
     /// last confirmed tag up to it.
     fn covered(&self, tag: u64, multiple: bool) -> u64 {
@@ -667,35 +681,10 @@ impl AmqpProducer {
                 if self.returns_unconfirmed > 0
                     && self.returns_unconfirmed >= self.covered(n.delivery_tag, n.multiple) =>
             {
-                self.returns_unconfirmed -= self.covered(n.delivery_tag, n.multiple);
-                self.confirmed_to = self.confirmed_to.max(n.delivery_tag);
-                self.acks.push_back(if n.multiple {
-                    Ack::UpTo {
-                        token: n.delivery_tag.wrapping_add(off),
-                        ok: true,
-                    }
-                } else {
-                    Ack::One {
-                        token: n.delivery_tag.wrapping_add(off),
-                        ok: true,
-                    }
-                });
+                self.settle(n.delivery_tag, n.multiple, true);
             }
             AMQPClass::Basic(basic::AMQPMethod::Ack(a)) => {
-                let covered = self.covered(a.delivery_tag, a.multiple);
-                self.returns_unconfirmed = self.returns_unconfirmed.saturating_sub(covered);
-                self.confirmed_to = self.confirmed_to.max(a.delivery_tag);
-                self.acks.push_back(if a.multiple {
-                    Ack::UpTo {
-                        token: a.delivery_tag.wrapping_add(off),
-                        ok: true,
-                    }
-                } else {
-                    Ack::One {
-                        token: a.delivery_tag.wrapping_add(off),
-                        ok: true,
-                    }
-                })
+                self.settle(a.delivery_tag, a.multiple, true);
             }
             // A nack of one publish with no return before it: a return may come next.
             AMQPClass::Basic(basic::AMQPMethod::Nack(n))
@@ -705,20 +694,7 @@ impl AmqpProducer {
                 self.held_nack = Some(n.delivery_tag.wrapping_add(off));
             }
             AMQPClass::Basic(basic::AMQPMethod::Nack(n)) => {
-                let covered = self.covered(n.delivery_tag, n.multiple);
-                self.returns_unconfirmed = self.returns_unconfirmed.saturating_sub(covered);
-                self.confirmed_to = self.confirmed_to.max(n.delivery_tag);
-                self.acks.push_back(if n.multiple {
-                    Ack::UpTo {
-                        token: n.delivery_tag.wrapping_add(off),
-                        ok: false,
-                    }
-                } else {
-                    Ack::One {
-                        token: n.delivery_tag.wrapping_add(off),
-                        ok: false,
-                    }
-                })
+                self.settle(n.delivery_tag, n.multiple, false);
             }
             ref other => {
                 if let Err(e) = self.conn.check_close(self.conn.channel(), other) {
