@@ -790,3 +790,51 @@ fn a_producer_refused_access_stops_with_the_brokers_words() {
         "{e}"
     );
 }
+
+/// A producer whose confirm window is full when its connection goes (the broker stopped
+/// answering, then the connection was cut) declares the window in doubt at once and
+/// reconnects, instead of sending nothing until the ack timeout frees the window: RabbitMQ's
+/// confirms belong to the channel, and the channel went with the connection.
+#[test]
+fn a_full_confirm_window_is_in_doubt_when_the_connection_goes() {
+    let d = TempDir::new("amqp-full-window");
+    let url = need!(AMQP);
+    let upstream = url.split('@').nth(1).unwrap().split('/').next().unwrap();
+    let proxy = util::faultproxy::FaultProxy::start(upstream);
+    let via = url.replace(upstream, &proxy.addr());
+    let run = spawn_run(
+        &d.0,
+        &[
+            "run",
+            &via,
+            "--consume-from",
+            &url,
+            "--confirm",
+            "--max-in-flight",
+            "5",
+            "--ack-timeout",
+            "60s",
+            "--topic",
+            "it.full-window",
+            "--rate",
+            "200",
+            "--warmup",
+            "0s",
+            "--duration",
+            "6s",
+            "--drain",
+            "2s",
+        ],
+    );
+    std::thread::sleep(std::time::Duration::from_millis(1500));
+    proxy.blackhole();
+    std::thread::sleep(std::time::Duration::from_millis(500));
+    proxy.reset_all();
+    proxy.restore();
+    let r = finish_json(run);
+    assert!(count_events(&r, "reconnected") >= 1, "{}", r["events"]);
+    // Sending went on after the cut: well over the 1.5 s before it (about 300) plus the 5 in
+    // doubt; a producer waiting out the 60 s ack timeout would stop near there.
+    let sent = u(&measure(&r)["counters"]["sent"]);
+    assert!(sent >= 800, "sent {sent}: {}", r["events"]);
+}

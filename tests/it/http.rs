@@ -145,7 +145,7 @@ fn bad_http_runs_are_refused() {
     let d = TempDir::new("http-bad");
     let s = Server::http();
     let o = msgbench(&d.0, &["run", &s.url, "--max-in-flight", "8", "-n", "10"]);
-    assert_eq!(o.status.code(), Some(1));
+    assert_eq!(o.status.code(), Some(2), "a usage error: {}", stderr(&o));
     assert!(
         stderr(&o).contains("one request at a time"),
         "{}",

@@ -1528,3 +1528,38 @@ fn a_refused_publish_says_the_brokers_reason() {
         "{events}"
     );
 }
+
+/// A client id pattern that gives two clients one id is refused before connecting (exit 2):
+/// the broker would cut each off when the other connects, and the run would only measure
+/// that. With `{role}` one publisher and one subscriber are distinct; two of either are not.
+#[test]
+fn a_client_id_shared_by_several_clients_is_refused() {
+    let d = TempDir::new("mqtt-same-id");
+    let url = need!(MQTT);
+    let o = msgbench(
+        &d.0,
+        &run_args(&url, &["--client-id", "same-id", "-n", "10"]),
+    );
+    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+    assert!(stderr(&o).contains("session takeover"), "{}", stderr(&o));
+    let o = msgbench(
+        &d.0,
+        &run_args(&url, &["--client-id", "it-{role}", "-c", "2", "-n", "10"]),
+    );
+    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+    let r = run_json(
+        &d.0,
+        &run_args(
+            &url,
+            &[
+                "--client-id",
+                &format!("it-same-{}-{{role}}", std::process::id()),
+                "-n",
+                "100",
+                "--topic",
+                "it.same-id",
+            ],
+        ),
+    );
+    assert_eq!(u(&r["integrity"]["delivered"]), 100, "{}", r["integrity"]);
+}

@@ -512,3 +512,44 @@ fn receivers_beyond_the_open_file_limit_count_every_message() {
         &format!("it.fanout.nofile{}", std::process::id()),
     );
 }
+
+/// With sizes that mostly fit (a range over a server whose `max_payload` is 1 KiB), a message
+/// too large is refused alone, unsent, said once and counted, as a NATS client fails only that
+/// publish: the run goes on, and every message that fits is delivered.
+#[test]
+fn an_oversized_message_among_ones_that_fit_is_refused_alone() {
+    let d = TempDir::new("nats-some-oversized");
+    let conf = d.path("max.conf");
+    std::fs::write(&conf, "max_payload: 1024\n").unwrap();
+    let port = free_port();
+    let mut server = start_server_with(port, &d.0, &["-c", &conf.display().to_string()]);
+    let r = run_json(
+        &d.0,
+        &[
+            "run",
+            &format!("nats://127.0.0.1:{port}"),
+            "--size",
+            "100..2KiB",
+            "-n",
+            "400",
+            "--warmup",
+            "0s",
+            "--drain",
+            "1s",
+        ],
+    );
+    let _ = server.kill();
+    let _ = server.wait();
+    let i = &r["integrity"];
+    let sent = u(&i["expected"]);
+    let refused = u(&measure(&r)["counters"]["errors"]["nack"]);
+    assert!(refused > 50 && refused < 350, "{}", measure(&r));
+    assert_eq!(u(&i["delivered"]) + refused, sent, "{i}");
+    let warned = r["events"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|e| e["detail"].as_str().unwrap_or("").contains("max_payload"))
+        .count();
+    assert_eq!(warned, 1, "{}", r["events"]);
+}

@@ -698,3 +698,45 @@ fn a_group_consumer_cut_off_leaves_nothing_pending() {
         r["integrity"]
     );
 }
+
+/// A connection workload in streams mode writes what its producers would, `XADD`: the stream
+/// holds one entry per message the storm's connections sent (it used to `PUBLISH` them, to no
+/// one, whatever the URL asked for).
+#[test]
+fn a_storm_in_streams_mode_adds_to_the_stream() {
+    let url = need!(REDIS);
+    let port = url.rsplit(':').next().unwrap().to_string();
+    let cli = |args: &[&str]| {
+        let o = Command::new("redis-cli")
+            .args(["-p", &port])
+            .args(args)
+            .output()
+            .expect("redis-cli (package redis-tools, installed with redis-server)");
+        String::from_utf8_lossy(&o.stdout).trim().to_string()
+    };
+    cli(&["DEL", "it.redis.storm"]);
+    let d = TempDir::new("redis-storm-streams");
+    let r = run_json(
+        &d.0,
+        &[
+            "run",
+            &format!("{url}?mode=streams"),
+            "--storm",
+            "--concurrency",
+            "2",
+            "--duration",
+            "1s",
+            "--messages-per-connection",
+            "1",
+            "--topic",
+            "it.redis.storm",
+            "--no-output",
+        ],
+    );
+    let sent = u(&measure(&r)["counters"]["sent"]);
+    assert!(sent > 5, "{}", measure(&r));
+    let len: u64 = cli(&["XLEN", "it.redis.storm"]).parse().unwrap_or(0);
+    assert!(len > 5, "XLEN {len} after {sent} sent");
+    assert_eq!(cli(&["TYPE", "it.redis.storm"]), "stream");
+    cli(&["DEL", "it.redis.storm"]);
+}

@@ -256,13 +256,16 @@ fn relay(mut from: TcpStream, mut to: TcpStream, epoch: u64, s: Arc<Shared>) {
 
 /// A fault hit the connection: after a reset, drops this thread's handles (the last handle's
 /// close sends the RST, SO_LINGER being 0); in a blackhole, holds them, unread, until the proxy
-/// stops.
+/// stops or everything is reset.
 fn park(from: TcpStream, to: TcpStream, s: Arc<Shared>) {
     if *s.mode.lock().unwrap() == Mode::Forward {
         return;
     }
-    while !s.stop.load(Ordering::SeqCst) {
-        std::thread::sleep(Duration::from_millis(100));
+    // Until the end, or a reset of everything (`reset_all` moves the epoch on): then these
+    // handles go too, so the reset reaches connections the blackhole caught.
+    let parked_in = s.epoch.load(Ordering::SeqCst);
+    while !s.stop.load(Ordering::SeqCst) && s.epoch.load(Ordering::SeqCst) == parked_in {
+        std::thread::sleep(Duration::from_millis(20));
     }
     drop((from, to));
 }

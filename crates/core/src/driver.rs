@@ -181,13 +181,17 @@ pub enum DriverError {
     /// An operation timed out.
     #[error("timed out: {0}")]
     Timeout(String),
+    /// The system refuses this client for good (an access denied, a limit it will not
+    /// lift for a reconnection): what retrying would only meet again, in its own words.
+    #[error("refused: {0}")]
+    Refused(String),
 }
 
 impl DriverError {
     /// Whether retrying cannot help (a message the system will never accept, a wrong option):
     /// the producer stops instead of retrying forever.
     pub fn is_fatal(&self) -> bool {
-        matches!(self, DriverError::Config(_))
+        matches!(self, DriverError::Config(_) | DriverError::Refused(_))
     }
 
     /// Why a connection attempt failed, for counting failures by reason.
@@ -204,7 +208,7 @@ impl DriverError {
     pub fn kind(&self) -> ErrorKind {
         match self {
             DriverError::Config(_) | DriverError::Connect { .. } => ErrorKind::Connect,
-            DriverError::Send(_) => ErrorKind::Send,
+            DriverError::Send(_) | DriverError::Refused(_) => ErrorKind::Send,
             DriverError::Receive(_) | DriverError::Subscribe(_) => ErrorKind::Receive,
             DriverError::Closed => ErrorKind::Disconnect,
             DriverError::Timeout(_) => ErrorKind::Timeout,

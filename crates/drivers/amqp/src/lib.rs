@@ -855,7 +855,7 @@ impl Producer for AmqpProducer {
     async fn send(&mut self, msg: Outbound<'_>) -> Result<(), DriverError> {
         if let Some(why) = self.refused.take() {
             self.leave_channel();
-            return Err(DriverError::Config(format!(
+            return Err(DriverError::Refused(format!(
                 "the broker refuses this user's publishes ({why}): the producer stops"
             )));
         }
@@ -922,7 +922,9 @@ impl Producer for AmqpProducer {
                 Poll::Ready(Ok(f)) => self.on_frame(f),
                 Poll::Ready(Err(e)) => {
                     self.conn.lost(&e);
-                    self.release_held_nack();
+                    // In doubt now, not at the next send: a producer whose window is full
+                    // sends nothing until acks free it, and would wait out the ack timeout.
+                    self.leave_channel();
                 }
                 Poll::Pending => {
                     self.settle_held_nack();
@@ -939,7 +941,14 @@ impl Producer for AmqpProducer {
             let _ = self.conn.flush().await;
             self.conn.close().await;
         }
-        Ok(())
+        // Read only after the last send (a count-bounded run pipelined every message first):
+        // the run still stops on it rather than ending as if nothing had been said.
+        match self.refused.take() {
+            Some(why) => Err(DriverError::Refused(format!(
+                "the broker refuses this user's publishes ({why})"
+            ))),
+            None => Ok(()),
+        }
     }
 }
 

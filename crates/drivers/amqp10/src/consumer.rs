@@ -106,6 +106,7 @@ pub(crate) async fn start(
         connecting: None,
         backoff: Backoff::default(),
         range: None,
+        refused: None,
     })
 }
 
@@ -141,6 +142,9 @@ pub struct Amqp10Consumer {
     backoff: Backoff,
     /// Delivery ids handed over and not yet settled: first, last.
     range: Option<(u32, u32)>,
+    /// The broker refused this consumer for good (see [`LinkError::refusal`]): `recv` stops
+    /// it with this instead of reconnecting to be refused again.
+    refused: Option<String>,
 }
 
 impl Amqp10Consumer {
@@ -156,11 +160,18 @@ impl Amqp10Consumer {
         if self.live.take().is_some() {
             self.sub.d.events.connection_lost(&self.label, &why.loss());
             self.backoff.lost_after(self.opened.elapsed());
+            if let Some(e) = why.refusal() {
+                self.refused = Some(format!("the broker refuses for good ({e})"));
+            }
         }
     }
 
-    fn poll_delivery(&mut self, cx: &mut Context<'_>) -> Poll<Delivery> {
+    /// The next delivery; `None` once the broker refused this consumer for good.
+    fn poll_delivery(&mut self, cx: &mut Context<'_>) -> Poll<Option<Delivery>> {
         loop {
+            if self.refused.is_some() {
+                return Poll::Ready(None);
+            }
             if let Some(c) = self.connecting.as_mut() {
                 match c.as_mut().poll(cx) {
                     Poll::Ready(Ok(live)) => {
@@ -212,11 +223,11 @@ impl Amqp10Consumer {
                         };
                     }
                     let p = r.parts;
-                    return Poll::Ready(Delivery {
+                    return Poll::Ready(Some(Delivery {
                         payload: p.body,
                         redelivered: p.redelivered,
                         meta: self.sub.meta.then(|| Box::new(p.meta)),
-                    });
+                    }));
                 }
                 // Settlements and brokerless link events do not concern a broker's consumer.
                 Poll::Ready(Ok(_)) => {}
@@ -229,9 +240,12 @@ impl Amqp10Consumer {
 
 impl Consumer for Amqp10Consumer {
     async fn recv(&mut self) -> Result<Option<Delivery>, DriverError> {
-        Ok(Some(
-            std::future::poll_fn(|cx| self.poll_delivery(cx)).await,
-        ))
+        match std::future::poll_fn(|cx| self.poll_delivery(cx)).await {
+            Some(d) => Ok(Some(d)),
+            None => Err(DriverError::Refused(
+                self.refused.clone().unwrap_or_default(),
+            )),
+        }
     }
 
     async fn close(mut self) -> Result<(), DriverError> {

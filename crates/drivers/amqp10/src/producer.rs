@@ -23,6 +23,8 @@ struct Live {
     senders: Vec<LinkId>,
     /// When it opened: a connection lost soon after counts as a failed attempt.
     opened: tokio::time::Instant,
+    /// The broker settled something sent on it: it took what this producer sends.
+    worked: bool,
 }
 
 /// The AMQP 1.0 producer.
@@ -96,6 +98,7 @@ impl Amqp10Producer {
             conn,
             senders,
             opened: tokio::time::Instant::now(),
+            worked: false,
         })
     }
 
@@ -154,11 +157,41 @@ impl Amqp10Producer {
         let Some(mut live) = self.live.take() else {
             return;
         };
-        self.d.events.connection_lost(&self.label, &why.loss());
+        // ActiveMQ Classic closes with `amqp:decode-error` for whatever failed while it
+        // handled a frame: a message over its frame size, and also its own shutdown. Only a
+        // connection that never worked is refused for good by it.
+        let worked = live.worked || live.opened.elapsed() >= std::time::Duration::from_secs(1);
+        let for_good = why
+            .refusal()
+            .filter(|e| !(worked && e.condition == "amqp:decode-error"));
+        match why {
+            // The connection itself was fine: say what the broker did to the link (the
+            // connection is left all the same, and its unsettled sends go in doubt).
+            LinkError::Detached { .. } => self.d.events.emit(
+                DriverEventKind::Disconnected,
+                format!(
+                    "{}: {why}; {}",
+                    self.label,
+                    if for_good.is_some() {
+                        "the producer stops"
+                    } else {
+                        "reconnecting"
+                    }
+                ),
+            ),
+            _ => self.d.events.connection_lost(&self.label, &why.loss()),
+        }
         self.was_lost = true;
         self.backoff.lost_after(live.opened.elapsed());
-        if let Some(e) = why.refusal() {
-            self.refused = Some(format!("the broker refuses for good ({e})"));
+        if let Some(e) = for_good {
+            // Reconnecting would only be refused again: the next send (or the close) stops.
+            let hint = if e.condition == "amqp:decode-error" {
+                " (ActiveMQ Classic says so of a message over its maxFrameSize, among others: \
+                 a smaller --size?)"
+            } else {
+                ""
+            };
+            self.refused = Some(format!("the broker refuses for good ({e}){hint}"));
         }
         let settled: Vec<Event> = live.conn.drain_events().collect();
         for e in settled {
@@ -196,7 +229,7 @@ impl Producer for Amqp10Producer {
             durable: self.d.plan.durable,
         };
         if let Some(why) = self.refused.take() {
-            return Err(DriverError::Config(why));
+            return Err(DriverError::Refused(why));
         }
         // Two tries: a connection found dead while waiting for credit is replaced once right
         // away (the transfer never went out), so an idle producer's first send after a broker
@@ -261,6 +294,7 @@ impl Producer for Amqp10Producer {
             };
             match live.conn.poll_event(cx, false) {
                 Poll::Ready(Ok(Event::Settled { tag, outcome })) => {
+                    live.worked = true;
                     return Poll::Ready(Some(self.on_outcome(tag, outcome)));
                 }
                 Poll::Ready(Ok(_)) => {}
@@ -278,6 +312,10 @@ impl Producer for Amqp10Producer {
             }
             live.conn.close(t).await;
         }
-        Ok(())
+        // A refusal read after the last send still stops the run (see the 0-9-1 producer).
+        match self.refused.take() {
+            Some(why) => Err(DriverError::Refused(why)),
+            None => Ok(()),
+        }
     }
 }

@@ -173,6 +173,15 @@ impl HttpDriver {
     }
 }
 
+/// Why a window above 1 is refused on HTTP/1.1.
+fn one_request_at_a_time(asked: usize) -> DriverError {
+    DriverError::Config(format!(
+        "HTTP/1.1 carries one request at a time per connection (no pipelining), but \
+         max_in_flight is {asked}: set it to 1 (--max-in-flight 1) and add connections with \
+         more producers, or use HTTP/2"
+    ))
+}
+
 impl Driver for HttpDriver {
     type Producer = HttpProducer;
     type Consumer = NoConsumer;
@@ -200,12 +209,7 @@ impl Driver for HttpDriver {
         if let Some(max) = self.max_in_flight()
             && spec.max_in_flight > max
         {
-            return Err(DriverError::Config(format!(
-                "HTTP/1.1 carries one request at a time per connection (no pipelining), but \
-                 max_in_flight is {}: set it to 1 (--max-in-flight 1) and add connections with \
-                 more producers, or use HTTP/2",
-                spec.max_in_flight
-            )));
+            return Err(one_request_at_a_time(spec.max_in_flight));
         }
         let mut conn = self.conn(None, true);
         conn.connect().await?;
@@ -703,7 +707,7 @@ impl msgbench_core::registration::Registered for HttpDriver {
         events: EventSink,
     ) -> Result<Self, DriverError> {
         let http = plan.drivers.get::<options::HttpSection>()?;
-        HttpDriver::new(
+        let d = HttpDriver::new(
             url,
             HttpOptions {
                 method: http.method,
@@ -714,6 +718,14 @@ impl msgbench_core::registration::Registered for HttpDriver {
             &plan.tls,
             events,
             plan.connect_timeout,
-        )
+        )?;
+        // Refused here, before connecting, so it is the usage error it is (exit 2); the
+        // producer checks again for callers that build the driver themselves.
+        if let Some(max) = d.max_in_flight()
+            && plan.max_in_flight > max
+        {
+            return Err(one_request_at_a_time(plan.max_in_flight));
+        }
+        Ok(d)
     }
 }

@@ -503,10 +503,18 @@ impl Conn {
                 // A persistent session the broker did not keep (restarted without persistence,
                 // or expired): what it held for this client is gone, which the loss would
                 // otherwise blame on the broker's delivery.
+                // Some brokers never set the flag (ActiveMQ Classic keeps sessions and still
+                // answers 0), so this says what the broker answered, not what it did.
                 note.push_str(
-                    " (persistent session NOT kept by the broker: what it held for this client \
-                     is gone; subscribed again)",
+                    " (the broker's CONNACK says it kept no session for this client: what it \
+                     held for it is gone, or the broker does not say so, as ActiveMQ Classic \
+                     never does",
                 );
+                note.push_str(if self.subs.is_empty() {
+                    ")"
+                } else {
+                    "; subscribed again)"
+                });
             }
             ev.reconnected(&self.client_id, &self.ep.display, &note);
         }

@@ -986,6 +986,7 @@ impl msgbench_core::registration::Registered for MqttDriver {
         plan: &msgbench_core::scenario::RunPlan,
         events: EventSink,
     ) -> Result<Self, DriverError> {
+        unique_client_ids(url, plan)?;
         MqttDriver::new(
             url,
             &plan.client,
@@ -995,6 +996,38 @@ impl msgbench_core::registration::Registered for MqttDriver {
             plan.connect_timeout,
         )
     }
+}
+
+/// MQTT brokers keep one connection per client id and cut an older one when a newer one comes
+/// (session takeover): a pattern that gives several of this URL's clients one id is refused
+/// before connecting, since such a run would only watch its clients cut each other off.
+fn unique_client_ids(
+    url: &str,
+    plan: &msgbench_core::scenario::RunPlan,
+) -> Result<(), DriverError> {
+    let pattern = &plan.client.client_id;
+    if pattern.contains("{i}") {
+        return Ok(());
+    }
+    let sends = url == plan.target;
+    let receives = plan.consume_from.as_deref().unwrap_or(&plan.target) == url;
+    let publishers = if sends {
+        plan.producers() as u64 + u64::from(plan.connections.is_some()) * 2
+    } else {
+        0
+    };
+    let subscribers = if receives { plan.consumers() as u64 } else { 0 };
+    let clash = publishers > 1
+        || subscribers > 1
+        || (publishers > 0 && subscribers > 0 && !pattern.contains("{role}"));
+    if clash {
+        return Err(DriverError::Config(format!(
+            "--client-id `{pattern}` gives several clients the same MQTT client id, and a broker \
+             cuts a client off when another connects with its id (session takeover): add `{{i}}` \
+             (and `{{role}}` when both publishers and subscribers use it), e.g. `{pattern}-{{role}}-{{i}}`"
+        )));
+    }
+    Ok(())
 }
 
 #[cfg(test)]

@@ -218,7 +218,7 @@ struct Sub {
 /// A live (or reconnecting) connection.
 pub struct Conn {
     ep: Arc<Endpoint>,
-    name: String,
+    pub(crate) name: String,
     events: EventSink,
     timeout: Duration,
     route: Route,
@@ -604,7 +604,21 @@ impl Conn {
     /// Marks the connection lost (once) and reports it.
     pub fn lost(&mut self, why: &io::Error) {
         if self.wire.detach() {
-            self.events.connection_lost(&self.name, why);
+            // nats-server closes a subscriber that falls behind (its `max_pending`) without an
+            // `-ERR`, and the client sees the end only once it has read what the kernel had
+            // buffered, seconds later: the bare end of file is all there is to name it by.
+            if !self.subs.is_empty() && why.kind() == io::ErrorKind::UnexpectedEof {
+                self.events.connection_lost(
+                    &self.name,
+                    &format_args!(
+                        "{why} (the server closed it without a word: it went down, or it dropped \
+                         a slow consumer, one whose pending data passed its max_pending, which \
+                         nats-server logs as \"Slow Consumer Detected\")"
+                    ),
+                );
+            } else {
+                self.events.connection_lost(&self.name, why);
+            }
         }
     }
 

@@ -45,8 +45,8 @@ pub use js::JetStreamDriver;
 use bytes::Bytes;
 use conn::{Conn, Endpoint, Route};
 use msgbench_core::driver::{
-    Ack, Capabilities, Consumer, ConsumerSpec, Delivery, Driver, DriverError, EventSink, Outbound,
-    Producer, ProducerSpec, Session, SessionSpec,
+    Ack, Capabilities, Consumer, ConsumerSpec, Delivery, Driver, DriverError, DriverEventKind,
+    EventSink, Outbound, Producer, ProducerSpec, Session, SessionSpec,
 };
 use proto::ServerOp;
 use std::collections::VecDeque;
@@ -68,6 +68,9 @@ pub struct NatsDriver {
     pub(crate) connect_timeout: Duration,
     /// Data connections' keep-alive ([`Conn::watch`]); 0 = not watched.
     pub(crate) keep_alive: Duration,
+    /// The run's smallest message: one over the server's `max_payload` is refused alone when
+    /// smaller ones fit, and stops the producer when none can ([`Oversized`]).
+    pub(crate) smallest_message: u64,
 }
 
 impl NatsDriver {
@@ -83,7 +86,14 @@ impl NatsDriver {
             events,
             connect_timeout,
             keep_alive: Duration::ZERO,
+            smallest_message: 0,
         })
+    }
+
+    /// The run's smallest message size (see [`Oversized`]).
+    pub fn with_smallest_message(mut self, bytes: u64) -> Self {
+        self.smallest_message = bytes;
+        self
     }
 
     /// Data connections watch the server with this keep-alive period (see [`Conn::watch`]).
@@ -159,6 +169,7 @@ impl Driver for NatsDriver {
             inbox,
             acks: VecDeque::new(),
             last_read_ns: 0,
+            oversized: Oversized::new(self.smallest_message, &self.events),
         })
     }
 
@@ -374,6 +385,50 @@ pub struct NatsProducer {
     acks: VecDeque<u64>,
     /// When the server's side was last read (ns, msgbench clock), see [`Producer::idle`].
     last_read_ns: u64,
+    oversized: Oversized,
+}
+
+/// What a producer does with a message over the server's `max_payload` (the server would
+/// close the connection for it): when the run also has messages that fit (a size range), that
+/// one is refused unsent and said once, as a NATS client fails only that publish (the caller
+/// counts it: a nack where publishes are acknowledged, a `DriverEventKind::Refused` where
+/// not); when none can fit, the producer stops.
+pub(crate) struct Oversized {
+    smallest: u64,
+    events: EventSink,
+    told: bool,
+}
+
+impl Oversized {
+    pub(crate) fn new(smallest: u64, events: &EventSink) -> Oversized {
+        Oversized {
+            smallest,
+            events: events.clone(),
+            told: false,
+        }
+    }
+
+    /// `Ok(true)`: `len` bytes fit under `max` (0: no limit); `Ok(false)`: refused, skip it.
+    pub(crate) fn check(&mut self, name: &str, len: usize, max: u64) -> Result<bool, DriverError> {
+        if max == 0 || len as u64 <= max {
+            return Ok(true);
+        }
+        let why = format!("a {len}-byte message exceeds the server's max_payload of {max} bytes");
+        if self.smallest > max || self.smallest == 0 {
+            return Err(DriverError::Refused(why));
+        }
+        if !self.told {
+            self.told = true;
+            self.events.emit(
+                DriverEventKind::Warning,
+                format!(
+                    "{name}: {why}: such messages are not sent, and are counted as refused \
+                     (further ones are counted, not reported)"
+                ),
+            );
+        }
+        Ok(false)
+    }
 }
 
 /// How often an idle producer reads what the server sent.
@@ -417,11 +472,14 @@ impl Producer for NatsProducer {
             self.conn.try_reconnect().await?;
         }
         let max = self.conn.info.max_payload;
-        if max > 0 && msg.payload.len() as u64 > max {
-            return Err(DriverError::Config(format!(
-                "a {}-byte message exceeds the server's max_payload of {max} bytes",
-                msg.payload.len()
-            )));
+        if !self
+            .oversized
+            .check(&self.conn.name, msg.payload.len(), max)?
+        {
+            self.oversized
+                .events
+                .emit(DriverEventKind::Refused(1), String::new());
+            return Ok(());
         }
         let reply = self.inbox.as_ref().map(|p| (p.as_ref(), msg.token));
         proto::put_pub(
@@ -564,7 +622,8 @@ impl msgbench_core::registration::Registered for NatsDriver {
     ) -> Result<Self, DriverError> {
         Ok(
             NatsDriver::new(url, &plan.tls, events, plan.connect_timeout)?
-                .with_keep_alive(plan.client.keep_alive),
+                .with_keep_alive(plan.client.keep_alive)
+                .with_smallest_message(plan.size.min()),
         )
     }
 }

@@ -208,7 +208,11 @@ impl Driver for RedisDriver {
         .await?;
         Ok(RedisSession {
             conn,
-            topic: Bytes::from(spec.topic.clone()),
+            command: resp::CommandPrefix::new(command_head(
+                self.ep.mode,
+                spec.topic.as_bytes(),
+                self.ep.maxlen,
+            )),
         })
     }
 }
@@ -685,7 +689,19 @@ impl Consumer for RedisConsumer {
                     return Err(DriverError::Config(why));
                 }
                 Err(e) => {
-                    self.lost = Some(e.to_string());
+                    // Redis closes a subscriber that falls behind (`client-output-buffer-limit
+                    // pubsub`) without a word, and a consumer paced slower than its feed sees
+                    // the end only after the backlog the kernel buffered, seconds later.
+                    let hint = if self.conn.ep.mode == Mode::PubSub
+                        && e.kind() == std::io::ErrorKind::UnexpectedEof
+                    {
+                        " (the server closed it without a word: it went down, or it dropped a \
+                         subscriber whose output buffer passed its client-output-buffer-limit \
+                         pubsub, which Redis logs as \"overcoming of output buffer limits\")"
+                    } else {
+                        ""
+                    };
+                    self.lost = Some(format!("{e}{hint}"));
                     self.conn.wire.detach();
                 }
             }
@@ -708,19 +724,16 @@ impl Consumer for RedisConsumer {
     }
 }
 
-/// A held connection of a connection workload: `PUBLISH` now and then, replies read and
-/// dropped while it is held.
+/// A held connection of a connection workload: the producers' command now and then
+/// (`PUBLISH`, or `XADD` in streams mode), replies read and dropped while it is held.
 pub struct RedisSession {
     conn: Conn,
-    topic: Bytes,
+    command: resp::CommandPrefix,
 }
 
 impl Session for RedisSession {
     async fn publish(&mut self, payload: &[u8]) -> Result<(), DriverError> {
-        resp::command(
-            &mut self.conn.wire.wbuf,
-            &[b"PUBLISH", &self.topic, payload],
-        );
+        self.command.put(&mut self.conn.wire.wbuf, payload);
         self.conn
             .wire
             .flush()

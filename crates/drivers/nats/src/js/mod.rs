@@ -77,6 +77,12 @@ impl JetStreamDriver {
         self
     }
 
+    /// The run's smallest message size (see [`crate::Oversized`]).
+    pub fn with_smallest_message(mut self, bytes: u64) -> Self {
+        self.core.smallest_message = bytes;
+        self
+    }
+
     /// Reports, once per run, an existing stream whose settings differ from those asked for.
     fn tell_settings(&self, differ: Option<String>) {
         if let Some(m) = differ
@@ -189,6 +195,7 @@ impl Driver for JetStreamDriver {
             outstanding: vec![VecDeque::new(); spec.topics.len()],
             queue_of,
             streams_checked: true,
+            oversized: crate::Oversized::new(self.core.smallest_message, &self.core.events),
         })
     }
 
@@ -296,7 +303,8 @@ impl msgbench_core::registration::Registered for JetStreamDriver {
     ) -> Result<Self, DriverError> {
         Ok(
             JetStreamDriver::new(url, &plan.tls, events, plan.connect_timeout)?
-                .with_keep_alive(plan.client.keep_alive),
+                .with_keep_alive(plan.client.keep_alive)
+                .with_smallest_message(plan.size.min()),
         )
     }
 }

@@ -45,6 +45,8 @@ pub struct JsProducer {
     /// The streams are known to be there on the current connection (set up at creation; after
     /// a reconnection, once checked again).
     pub(super) streams_checked: bool,
+    /// Messages over the server's `max_payload`.
+    pub(super) oversized: crate::Oversized,
 }
 
 impl JsProducer {
@@ -224,11 +226,13 @@ impl Producer for JsProducer {
             self.check_streams().await?;
         }
         let max = self.conn.info.max_payload;
-        if max > 0 && msg.payload.len() as u64 > max {
-            return Err(DriverError::Config(format!(
-                "a {}-byte message exceeds the server's max_payload of {max} bytes",
-                msg.payload.len()
-            )));
+        if !self.oversized.check(&self.name, msg.payload.len(), max)? {
+            // Its refusal is its ack, so it is not left waiting for one.
+            self.acks.push_back(Ack::One {
+                token: msg.token,
+                ok: false,
+            });
+            return Ok(());
         }
         proto::put_pub(
             &mut self.conn.wire.wbuf,
