@@ -408,3 +408,157 @@ fn a_producer_closed_while_idle_reconnects_before_its_next_send() {
     );
     assert_eq!(u(&i["delivered"]), u(&i["expected"]), "{i}");
 }
+
+/// How msgbench answers a server's close [RFC 6455 7.4]: a close without a status code is
+/// answered by one without a code (1005 only stands for "none" and must never be sent, and
+/// strict servers such as Node's `ws` fail a connection that gets it), and a close with a code
+/// no endpoint may send (999) fails the connection with 1002 instead of being echoed.
+#[test]
+fn a_servers_close_is_answered_as_rfc_6455_says() {
+    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = l.local_addr().unwrap().port();
+    // One connection per close frame; what msgbench sent back after it.
+    let server = std::thread::spawn(move || {
+        let mut answers = Vec::new();
+        for close in [&[0x88u8, 0x00][..], &[0x88, 0x02, 0x03, 0xe7][..]] {
+            let (mut s, _) = l.accept().unwrap();
+            s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+            let mut req = Vec::new();
+            let mut buf = [0u8; 4096];
+            while !req.windows(4).any(|w| w == b"\r\n\r\n") {
+                let n = s.read(&mut buf).unwrap();
+                assert!(n > 0, "no upgrade request");
+                req.extend_from_slice(&buf[..n]);
+            }
+            let text = String::from_utf8_lossy(&req).to_string();
+            let key = text
+                .lines()
+                .find_map(|l| {
+                    l.split_once(':')
+                        .filter(|(k, _)| k.eq_ignore_ascii_case("sec-websocket-key"))
+                        .map(|(_, v)| v.trim().to_string())
+                })
+                .expect("a Sec-WebSocket-Key");
+            let accept = msgbench_driver_ws::codec::accept_key(&key);
+            write!(
+                s,
+                "HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\
+                 Sec-WebSocket-Accept: {accept}\r\n\r\n"
+            )
+            .unwrap();
+            s.write_all(close).unwrap();
+            // The answer: a masked close frame (0x88, 0x80 | length, the key, the payload).
+            let mut got = Vec::new();
+            while got.len() < 6 || got.len() < 6 + (got[1] & 0x7f) as usize {
+                match s.read(&mut buf) {
+                    Ok(0) | Err(_) => break,
+                    Ok(n) => got.extend_from_slice(&buf[..n]),
+                }
+            }
+            answers.push(got);
+        }
+        answers
+    });
+    let d = TempDir::new("ws-close-codes");
+    // The consumer is closed by the server, answers, reconnects and is closed again; the run
+    // goes on (its producer publishes to NATS) until both closes were answered.
+    let _ = msgbench(
+        &d.0,
+        &[
+            "run",
+            &need!(NATS),
+            "--consume-from",
+            &format!("ws://127.0.0.1:{port}/feed"),
+            "--rate",
+            "10",
+            "--duration",
+            "2s",
+            "--drain",
+            "0s",
+            "--connect-timeout",
+            "2s",
+        ],
+    );
+    let answers = server.join().unwrap();
+    let payload = |a: &[u8]| -> Vec<u8> {
+        assert!(a.len() >= 6 && a[0] == 0x88, "not a close frame: {a:?}");
+        let key = &a[2..6];
+        a[6..]
+            .iter()
+            .enumerate()
+            .map(|(i, b)| b ^ key[i % 4])
+            .collect()
+    };
+    assert_eq!(payload(&answers[0]), Vec::<u8>::new(), "{:?}", answers[0]);
+    assert_eq!(payload(&answers[1])[..2], [0x03, 0xea], "{:?}", answers[1]);
+}
+
+/// A count-bounded run against a server that takes the connection and never reads has no end
+/// of its own: once the socket's buffers are full the producer waits in one send, and after
+/// 60 s of that the run ends with its report and says why (exit 1), instead of hanging.
+#[test]
+fn a_count_bounded_run_gives_up_on_a_server_that_never_reads() {
+    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = l.local_addr().unwrap().port();
+    let (stop_tx, stop_rx) = std::sync::mpsc::channel::<()>();
+    let server = std::thread::spawn(move || {
+        let (mut s, _) = l.accept().unwrap();
+        let mut req = Vec::new();
+        let mut buf = [0u8; 4096];
+        while !req.windows(4).any(|w| w == b"\r\n\r\n") {
+            let n = s.read(&mut buf).unwrap();
+            assert!(n > 0, "no upgrade request");
+            req.extend_from_slice(&buf[..n]);
+        }
+        let text = String::from_utf8_lossy(&req).to_string();
+        let key = text
+            .lines()
+            .find_map(|l| {
+                l.split_once(':')
+                    .filter(|(k, _)| k.eq_ignore_ascii_case("sec-websocket-key"))
+                    .map(|(_, v)| v.trim().to_string())
+            })
+            .expect("a Sec-WebSocket-Key");
+        let accept = msgbench_driver_ws::codec::accept_key(&key);
+        write!(
+            s,
+            "HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\
+             Sec-WebSocket-Accept: {accept}\r\n\r\n"
+        )
+        .unwrap();
+        // Holds the connection, reading nothing, until the test is over.
+        let _ = stop_rx.recv_timeout(Duration::from_secs(150));
+        drop(s);
+    });
+    let d = TempDir::new("ws-never-reads");
+    let started = std::time::Instant::now();
+    let o = msgbench(
+        &d.0,
+        &[
+            "run",
+            &format!("ws://127.0.0.1:{port}/"),
+            "-c",
+            "0",
+            "--size",
+            "1MiB",
+            "-n",
+            "1000",
+            "--warmup",
+            "0s",
+            "--drain",
+            "1s",
+            "--format",
+            "json",
+        ],
+    );
+    let _ = stop_tx.send(());
+    server.join().unwrap();
+    let took = started.elapsed();
+    let e = stderr(&o);
+    assert!(took < Duration::from_secs(100), "took {took:?}: {e}");
+    assert_eq!(o.status.code(), Some(1), "{e}");
+    assert!(e.contains("took no message from it for 60 s"), "{e}");
+    let r: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    let sent = u(&measure(&r)["counters"]["sent"]);
+    assert!(sent > 0 && sent < 1000, "sent {sent}");
+}

@@ -473,7 +473,7 @@ async fn connection(
                     }
                     OP_PONG => {}
                     OP_CLOSE => {
-                        if let Some(code) = bad_close(&f.payload) {
+                        if let Some(code) = codec::bad_close(&f.payload) {
                             break Some(code);
                         }
                         codec::put_frame(&mut wire.wbuf, OP_CLOSE, &f.payload, None);
@@ -538,26 +538,6 @@ async fn flush_or_skip(
         tokio::select! {
             r = &mut flush => return r,
             _ = tokio::time::sleep(SKIP_CHECK) => shared.skip_if_behind(rx),
-        }
-    }
-}
-
-/// Why a close frame received must fail the connection instead of being echoed: a one-byte
-/// body, a code no endpoint may send (1005, 1006, 1015, unassigned ones), or a reason that is
-/// not UTF-8 [RFC 6455 5.5.1, 7.4].
-fn bad_close(body: &[u8]) -> Option<u16> {
-    match body {
-        [] => None,
-        [_] => Some(codec::CLOSE_PROTOCOL),
-        [hi, lo, reason @ ..] => {
-            let code = u16::from_be_bytes([*hi, *lo]);
-            if !matches!(code, 1000..=1003 | 1007..=1014 | 3000..=4999) {
-                Some(codec::CLOSE_PROTOCOL)
-            } else if std::str::from_utf8(reason).is_err() {
-                Some(codec::CLOSE_INVALID_TEXT)
-            } else {
-                None
-            }
         }
     }
 }

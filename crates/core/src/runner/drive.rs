@@ -17,6 +17,7 @@ use super::release::SEGMENT_QUIET_NS;
 use super::{Observer, lag};
 use crate::clock::{now_ns, to_instant};
 use crate::driver::{DriverEvent, DriverEventKind};
+use crate::scenario::Measure;
 use crate::shutdown::Shutdown;
 use msgbench_metrics::{Counters, ErrorKind, Phase, Snapshot};
 use std::time::Duration;
@@ -53,7 +54,8 @@ impl MessageRun<'_> {
         loop {
             let now = now_ns();
             let done = self.measure_done(now);
-            while let Some(c) = self.phases.advance(now, done, self.interrupted) {
+            let cut = self.interrupted || self.gave_up;
+            while let Some(c) = self.phases.advance(now, done, cut) {
                 self.change_phase(c, now, observer);
             }
             self.watch_backlog(now, observer);
@@ -158,8 +160,10 @@ impl MessageRun<'_> {
     /// A backlog run: the consumers are released once the backlog is sent (or no more will
     /// be), and the drain of the backlog is timed.
     fn watch_backlog(&mut self, now: u64, observer: &mut dyn Observer) {
-        let no_more =
-            self.producers_done || self.phases.phase() == Phase::Drain || self.interrupted;
+        let no_more = self.producers_done
+            || self.phases.phase() == Phase::Drain
+            || self.interrupted
+            || self.gave_up;
         let sent: u64 = self.sent.iter().map(|s| s.get()).sum();
         let got = self.delivered();
         let receivers = self.expects.first().copied().unwrap_or(self.receivers);
@@ -341,10 +345,39 @@ impl MessageRun<'_> {
         if let Some(m) = self.stalls.check(now) {
             observer.event(&run_event(self.t0, EventKind::Warning, m, now));
         }
+        self.give_up_on_blocked_producers(now, observer);
         if self.emitted.is_none_or(|e| upto > e) {
             self.emit(upto, observer);
         }
         self.next_emit = self.t0 + (k + 1) * self.tick_ns + self.grace_ns;
+    }
+
+    /// A count-bounded run has no end of its own but its quota: when the system under test has
+    /// held every producer in one send for as long as a failing producer is given
+    /// ([`super::produce::GIVE_UP_NS`]), the run ends (its drain, its report) with each of them
+    /// counted as stopped, instead of waiting for a peer that may never take a message (no
+    /// AMQP 1.0 credit, a flow-control window kept shut).
+    fn give_up_on_blocked_producers(&mut self, now: u64, observer: &mut dyn Observer) {
+        if self.gave_up || self.interrupted || !matches!(self.plan.measure, Measure::Messages(_)) {
+            return;
+        }
+        let wait = Duration::from_nanos(super::produce::GIVE_UP_NS);
+        let blocked = self.stalls.all_blocked(now, wait);
+        if blocked.is_empty() {
+            return;
+        }
+        self.gave_up = true;
+        for id in blocked {
+            self.producer_failed(
+                format!(
+                    "producer {id} stopped: the system under test took no message from it for \
+                     {} s (it held the producer in one send: flow control, no AMQP 1.0 credit \
+                     or session window, a full broker), and a count-bounded run has no other end",
+                    wait.as_secs()
+                ),
+                observer,
+            );
+        }
     }
 
     /// Multi-stage runs: messages that did not reach the window stage within the ack timeout

@@ -414,6 +414,10 @@ pub(super) struct MessageRun<'p> {
     /// How long after a tick its interval is emitted (late snapshots still make it).
     pub grace_ns: u64,
     pub interrupted: bool,
+    /// A count-bounded run whose every producer the system under test held in one send for
+    /// [`super::produce::GIVE_UP_NS`]: it ends as an interrupted one would (drain, report),
+    /// each producer counted as stopped.
+    pub gave_up: bool,
     /// Whether this process runs producers (a segment may run only consumers).
     pub local_producers: bool,
     pub producers_done: bool,
@@ -558,6 +562,7 @@ impl<'p> MessageRun<'p> {
             grace_ns: (tick_ns / 10).min(100_000_000),
             next_emit: t0 + tick_ns + (tick_ns / 10).min(100_000_000),
             interrupted: false,
+            gave_up: false,
             local_producers,
             producers_done: !local_producers,
             extra: Counters::default(),

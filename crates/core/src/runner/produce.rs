@@ -728,7 +728,7 @@ impl<P: Producer> Sending<P> {
 
 /// How long a producer of a count-bounded run goes on trying when no send goes through (a
 /// broker that does not come back) before it stops: long enough for a broker to restart.
-const GIVE_UP_NS: u64 = 60_000_000_000;
+pub(super) const GIVE_UP_NS: u64 = 60_000_000_000;
 
 async fn sleep_until_ns(timer: &mut Option<PreciseTimer>, at: u64, pacing: super::timer::Pacing) {
     match timer {

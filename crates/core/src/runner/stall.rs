@@ -84,6 +84,20 @@ impl StallWatch {
 }
 
 impl StallWatch {
+    /// When every producer has been inside one `send` for at least `at_least`: their ids
+    /// (none when any producer is not blocked that long, or there are none).
+    pub fn all_blocked(&self, now_ns: u64, at_least: Duration) -> Vec<u32> {
+        let long = at_least.as_nanos() as u64;
+        let blocked = |b: &OwnedCounter| {
+            let since = b.get();
+            since != 0 && now_ns.saturating_sub(since) >= long
+        };
+        if self.busy.is_empty() || !self.busy.iter().all(|(_, b)| blocked(b)) {
+            return Vec::new();
+        }
+        self.busy.iter().map(|(id, _)| *id).collect()
+    }
+
     /// How many producers are inside `send` at `now_ns`, and the longest any of them has been.
     pub fn in_send(&self, now_ns: u64) -> (usize, Duration) {
         self.busy

@@ -236,6 +236,26 @@ pub fn close_code(payload: &[u8]) -> u16 {
     }
 }
 
+/// Why a close frame received must fail the connection instead of being echoed: a one-byte
+/// body, a code no endpoint may send (1005, 1006, 1015, unassigned ones), or a reason that is
+/// not UTF-8 [RFC 6455 5.5.1, 7.4].
+pub fn bad_close(body: &[u8]) -> Option<u16> {
+    match body {
+        [] => None,
+        [_] => Some(CLOSE_PROTOCOL),
+        [hi, lo, reason @ ..] => {
+            let code = u16::from_be_bytes([*hi, *lo]);
+            if !matches!(code, 1000..=1003 | 1007..=1014 | 3000..=4999) {
+                Some(CLOSE_PROTOCOL)
+            } else if std::str::from_utf8(reason).is_err() {
+                Some(CLOSE_INVALID_TEXT)
+            } else {
+                None
+            }
+        }
+    }
+}
+
 /// `Sec-WebSocket-Accept` for a `Sec-WebSocket-Key`.
 pub fn accept_key(key: &str) -> String {
     use base64::Engine as _;

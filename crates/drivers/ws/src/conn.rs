@@ -361,9 +361,23 @@ impl Conn {
                 }
                 codec::OP_PONG => {}
                 codec::OP_CLOSE => {
+                    if let Some(code) = codec::bad_close(&f.payload) {
+                        let e = io::Error::other(format!(
+                            "a close frame with status code {} or a reason that is not UTF-8",
+                            codec::close_code(&f.payload)
+                        ));
+                        return Poll::Ready(Err(self.fail_protocol(code, &e)));
+                    }
                     let code = codec::close_code(&f.payload);
                     let key = (self.next_mask() as u32).to_ne_bytes();
-                    codec::put_close(&mut self.wire.wbuf, code, Some(key));
+                    // The answer carries the server's code, or none when it sent none: 1005
+                    // only stands for "none" and must never be sent [RFC 6455 7.4.1].
+                    let answer: &[u8] = if f.payload.is_empty() {
+                        &[]
+                    } else {
+                        &f.payload[..2]
+                    };
+                    codec::put_frame(&mut self.wire.wbuf, codec::OP_CLOSE, answer, Some(key));
                     let mut cx2 = Context::from_waker(std::task::Waker::noop());
                     let _ = self.wire.poll_flush(&mut cx2);
                     let reason = f.payload.get(2..).unwrap_or(&[]);
