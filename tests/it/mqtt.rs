@@ -1563,3 +1563,38 @@ fn a_client_id_shared_by_several_clients_is_refused() {
     );
     assert_eq!(u(&r["integrity"]["delivered"]), 100, "{}", r["integrity"]);
 }
+
+/// A client at another protocol's port says which protocol answered, not the parse error its
+/// first byte makes: RabbitMQ's AMQP port sends its protocol header back, nginx an HTTP 400,
+/// nats-server its INFO (the WebSocket client there).
+#[test]
+fn a_wrong_port_is_named_by_the_protocol_that_answered() {
+    let d = TempDir::new("mqtt-wrong-port");
+    let hostport = |url: String| {
+        url.split("://")
+            .nth(1)
+            .unwrap()
+            .rsplit('@')
+            .next()
+            .unwrap()
+            .split('/')
+            .next()
+            .unwrap()
+            .to_string()
+    };
+    for (url, says) in [
+        (format!("mqtt://{}", hostport(need!(AMQP))), "speaks AMQP"),
+        (
+            format!("mqtt://{}", hostport(need!("MSGBENCH_IT_HTTP_URL"))),
+            "speaks HTTP",
+        ),
+        (format!("ws://{}/", hostport(need!(NATS))), "speaks NATS"),
+    ] {
+        let o = msgbench(
+            &d.0,
+            &run_args(&url, &["-n", "10", "--connect-timeout", "5s"]),
+        );
+        assert_eq!(o.status.code(), Some(1), "{url}: {}", stderr(&o));
+        assert!(stderr(&o).contains(says), "{url}: {}", stderr(&o));
+    }
+}

@@ -435,6 +435,29 @@ fn set_bind_no_port(sock: &TcpSocket) {
     }
 }
 
+/// The protocol a peer's first bytes show, for a client that reached the wrong port (the
+/// answer it got is not its protocol's): `Some` with a name and the scheme that speaks it.
+/// Only unmistakable openings are named: AMQP's protocol header, a TLS record (an alert or
+/// a handshake), an HTTP status line, NATS's `INFO`, an SSH banner.
+pub fn sniff(first: &[u8]) -> Option<&'static str> {
+    let starts = |p: &[u8]| first.starts_with(p);
+    if starts(b"AMQP") {
+        Some("AMQP (its protocol header came back: amqp:// or amqp10://)")
+    } else if first.len() >= 2 && matches!(first[0], 0x15 | 0x16) && first[1] == 0x03 {
+        Some(
+            "TLS (a TLS record came back: use the scheme's TLS form, e.g. mqtts://, amqps://, amqp10s://, wss://)",
+        )
+    } else if starts(b"HTTP/") {
+        Some("HTTP (an HTTP status line came back: an HTTP or WebSocket port)")
+    } else if starts(b"INFO {") {
+        Some("NATS (its INFO came back: nats://)")
+    } else if starts(b"SSH-") {
+        Some("SSH")
+    } else {
+        None
+    }
+}
+
 /// A connection's socket and buffers, shared by the drivers of framed binary protocols (MQTT,
 /// AMQP): buffered writes, reads into one growing buffer, and a poll loop that hands out one
 /// parsed unit at a time. All state lives here, so the async methods are cancel-safe.
@@ -643,6 +666,24 @@ impl Wire {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn wrong_ports_are_named_by_what_answered() {
+        assert!(sniff(b"AMQP\x03\x01\x00\x00").unwrap().starts_with("AMQP"));
+        assert!(
+            sniff(&[0x15, 0x03, 0x03, 0x00, 0x02, 0x02, 0x0a])
+                .unwrap()
+                .starts_with("TLS")
+        );
+        assert!(
+            sniff(b"HTTP/1.1 400 Bad Request\r\n")
+                .unwrap()
+                .starts_with("HTTP")
+        );
+        assert!(sniff(b"INFO {\"server_id\"").unwrap().starts_with("NATS"));
+        assert_eq!(sniff(&[0x20, 0x02, 0x00, 0x00]), None);
+        assert_eq!(sniff(b""), None);
+    }
 
     #[test]
     fn targets_parse() {

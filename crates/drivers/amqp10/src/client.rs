@@ -385,7 +385,7 @@ impl Endpoint {
         ) {
             format!(
                 "the broker closed the connection during {stage}: wrong credentials for {}, \
-                 or not an AMQP 1.0 port",
+                 its connection limit reached (when others got in), or not an AMQP 1.0 port",
                 self.who()
             )
         } else {
@@ -405,7 +405,25 @@ impl Endpoint {
         server: &str,
     ) -> Result<(), DriverError> {
         w.flush().await.map_err(|e| self.io_error(e, stage))?;
-        let got = read_header(w).await.map_err(|e| self.io_error(e, stage))?;
+        let got = read_header(w).await.map_err(|e| {
+            // A TLS alert is shorter than a header: what came before the hang-up names it.
+            match msgbench_net::sniff(&w.rbuf) {
+                Some(what) => self.connect_error(
+                    format!("the server on this port speaks {what}, not AMQP 1.0"),
+                    ConnectFailure::Rejected,
+                ),
+                None => self.io_error(e, stage),
+            }
+        })?;
+        if &got != want
+            && !got.starts_with(b"AMQP")
+            && let Some(what) = msgbench_net::sniff(&got)
+        {
+            return Err(self.connect_error(
+                format!("the server on this port speaks {what}, not AMQP 1.0"),
+                ConnectFailure::Rejected,
+            ));
+        }
         if &got != want {
             return Err(self.connect_error(
                 format!("not an AMQP 1.0 server{server} (it answered {header} with {got:?})"),

@@ -249,6 +249,13 @@ impl Conn {
             self.flush().await.map_err(|e| NetError::from_io(&e))?;
             let packet = self.read_packet().await.map_err(|e| {
                 let mut n = NetError::from_io(&e);
+                // Not MQTT that answered: say what did (the parse error alone would name a
+                // packet type the other protocol's first byte happens to look like).
+                if let Some(what) = msgbench_net::sniff(&self.wire.rbuf) {
+                    n.cause = ConnectFailure::Rejected;
+                    n.detail = format!("the server on this port speaks {what}, not MQTT");
+                    return n;
+                }
                 // Brokers that know only MQTT 3.1.1 (RabbitMQ 3.x, ActiveMQ Classic) may
                 // answer an MQTT 5 CONNECT by closing the connection.
                 if v5 && e.kind() == std::io::ErrorKind::UnexpectedEof {

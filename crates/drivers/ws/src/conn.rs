@@ -239,7 +239,15 @@ impl Conn {
                 ));
             }
             Ok(Err(e)) => {
+                // Not HTTP that answered (or hung up half-way): say what did, when it shows.
+                let what = msgbench_net::sniff(&self.wire.rbuf);
                 self.wire.detach();
+                if let Some(what) = what {
+                    return Err(self.fail(
+                        ConnectFailure::Rejected,
+                        format!("the server on this port speaks {what}, not WebSocket"),
+                    ));
+                }
                 return Err(self.fail(msgbench_net::classify(&e), e.to_string()));
             }
             Ok(Ok(h)) => h,
