@@ -165,6 +165,8 @@ fn a_broker_dropping_every_connection_is_not_reconnected_to_in_a_loop() {
     assert_eq!(o.status.code(), Some(3), "{e}");
     let lost = e.matches("disconnected:").count();
     assert!((2..=20).contains(&lost), "{lost} connections lost:\n{e}");
+    // Said once: what the pattern suggests.
+    assert_eq!(e.matches("a smaller --size?").count(), 1, "{e}");
 }
 
 /// A Mosquitto that supports QoS 1 at most and sets a 10 s keep-alive itself (MQTT 5 maximum

@@ -479,6 +479,11 @@ impl Conn {
         poll_fn(|cx| self.poll_packet(cx, true)).await
     }
 
+    /// How long the current connection has been open.
+    pub fn lived(&self) -> Duration {
+        self.opened.elapsed()
+    }
+
     /// Marks the connection lost (once) and reports it.
     pub fn lost(&mut self, why: &io::Error) {
         if self.wire.detach() {

@@ -180,6 +180,7 @@ impl Driver for MqttDriver {
             release_pending: false,
             downgraded: false,
             refusal_told: false,
+            size: SizeWatch::default(),
             keep_alive,
             last_write: Instant::now(),
         })
@@ -399,6 +400,50 @@ pub struct MqttProducer {
     keep_alive: Duration,
     /// When the connection last carried anything from us (the keep-alive clock).
     last_write: Instant,
+    size: SizeWatch,
+}
+
+/// What a lost connection suggests about message size. MQTT 3.1.1 cannot announce a maximum
+/// packet size, and brokers close the connection on a PUBLISH over theirs (Moquette's 8092
+/// bytes, ActiveMQ Classic's frame size, rumqttd's payload limit): a producer cut off before
+/// the broker acknowledged anything on that connection, right after a large PUBLISH, is told
+/// so once, where it would otherwise reconnect and be cut again with only an end of file.
+#[derive(Default)]
+struct SizeWatch {
+    /// The largest PUBLISH payload written on this connection.
+    largest: usize,
+    /// The broker acknowledged something on this connection.
+    acked: bool,
+    told: bool,
+}
+
+impl SizeWatch {
+    /// A hint for a connection lost with `e`, once per producer.
+    fn hint(&mut self, e: &std::io::Error, qos: u8, lived: Duration) -> Option<String> {
+        let cut = matches!(
+            e.kind(),
+            std::io::ErrorKind::UnexpectedEof | std::io::ErrorKind::ConnectionReset
+        );
+        // QoS 0 has no acknowledgement: a connection cut within a second stands for one.
+        let nothing_taken = if qos > 0 {
+            !self.acked
+        } else {
+            lived < Duration::from_secs(1)
+        };
+        let hint = (!self.told && cut && nothing_taken && self.largest > 1000).then(|| {
+            format!(
+                "the broker closed the connection before acknowledging anything on it, after a \
+                 {}-byte PUBLISH: a broker closes the connection on a packet over its maximum \
+                 size, which MQTT 3.1.1 cannot announce (Moquette's default is 8092 bytes): a \
+                 smaller --size?",
+                self.largest
+            )
+        });
+        self.told |= hint.is_some();
+        self.largest = 0;
+        self.acked = false;
+        hint
+    }
 }
 
 impl MqttProducer {
@@ -455,6 +500,7 @@ impl MqttProducer {
     }
 
     fn complete(&mut self, pid: u16, ok: bool) {
+        self.size.acked = true;
         if let Some(token) = self.ids.release(pid) {
             self.acks.push_back(Ack::One { token, ok });
         }
@@ -473,6 +519,12 @@ impl MqttProducer {
     /// Marks the connection lost and its messages in flight in doubt, unless a persistent
     /// session may bring them back (see [`MqttProducer::reconnect`]).
     fn lose(&mut self, e: &std::io::Error) {
+        let lived = self.conn.lived();
+        if self.conn.is_connected()
+            && let Some(h) = self.size.hint(e, self.qos, lived)
+        {
+            self.conn.warn(&h);
+        }
         self.conn.lost(e);
         if self.kept.is_none() {
             self.abandon_in_flight();
@@ -579,6 +631,7 @@ impl Producer for MqttProducer {
         let topic = &self.topics[msg.stream as usize];
         let version = self.conn.version();
         let start = self.conn.wire.wbuf.len();
+        self.size.largest = self.size.largest.max(msg.payload.len());
         codec::put_publish(
             &mut self.conn.wire.wbuf,
             version,

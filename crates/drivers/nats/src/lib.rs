@@ -90,7 +90,8 @@ impl NatsDriver {
         })
     }
 
-    /// The run's smallest message size (see [`Oversized`]).
+    /// The run's smallest message size: a message over the server's `max_payload` is refused
+    /// alone when smaller ones fit, and stops the producer when none can.
     pub fn with_smallest_message(mut self, bytes: u64) -> Self {
         self.smallest_message = bytes;
         self

@@ -77,7 +77,7 @@ impl JetStreamDriver {
         self
     }
 
-    /// The run's smallest message size (see [`crate::Oversized`]).
+    /// The run's smallest message size (see [`NatsDriver::with_smallest_message`]).
     pub fn with_smallest_message(mut self, bytes: u64) -> Self {
         self.core.smallest_message = bytes;
         self
