@@ -277,7 +277,7 @@ fn a_peer_of_another_protocol_is_refused_and_counted() {
     server.join().unwrap();
     assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
     assert!(
-        stderr(&o).contains("not an AMQP 1.0 server"),
+        stderr(&o).contains("speaks HTTP") && stderr(&o).contains("not AMQP 1.0"),
         "{}",
         stderr(&o)
     );

@@ -491,6 +491,8 @@ fn a_cluster_redirect_is_a_clear_error() {
 /// A server that closes idle clients (`timeout 1`) closes the producer between two sends of a
 /// slow rate: the producer sees it while it waits and reconnects before the next send, so no
 /// message is written into the closed connection (every other one had been in doubt and lost).
+/// Sends 4 s apart: Redis closes a client idle for more than its timeout in whole seconds, at
+/// its next check, so a 2 s gap left it a window a loaded machine could miss.
 #[test]
 fn a_producer_closed_while_idle_reconnects_before_its_next_send() {
     let port = free_port();
@@ -505,11 +507,11 @@ fn a_producer_closed_while_idle_reconnects_before_its_next_send() {
             "--topic",
             "it.redis.idle",
             "--rate",
-            "0.5",
+            "0.25",
             "--warmup",
             "0s",
             "--duration",
-            "7s",
+            "9s",
             "--drain",
             "2s",
             "--no-output",

@@ -160,7 +160,13 @@ impl Amqp10Consumer {
         if self.live.take().is_some() {
             self.sub.d.events.connection_lost(&self.label, &why.loss());
             self.backoff.lost_after(self.opened.elapsed());
-            if let Some(e) = why.refusal() {
+            // As for producers: ActiveMQ Classic's `amqp:decode-error` on a connection that
+            // worked is its shutdown, not a refusal.
+            let worked = self.opened.elapsed() >= std::time::Duration::from_secs(1);
+            if let Some(e) = why
+                .refusal()
+                .filter(|e| !(worked && e.condition == "amqp:decode-error"))
+            {
                 self.refused = Some(format!("the broker refuses for good ({e})"));
             }
         }
