@@ -7,6 +7,7 @@
 #   scripts/bench.sh nats       NATS 1 -> 1, smallest payload (target >= 1.1M msgs/s, <= 0.7 CPU-s/M)
 #   scripts/bench.sh memory     RSS after 10^6 versus 10^7 messages (target within 10%)
 #   scripts/bench.sh mqtt       Mosquitto, 10 publishers + 10 subscribers, 100 B, QoS 0 and 1
+#   scripts/bench.sh mqtt-ws    MQTT over WebSocket against plain MQTT, RabbitMQ and Artemis
 #                               (targets: <= 4.5 / <= 9 CPU-s per million, QoS 1 >= 45k msgs/s),
 #                               on the test mosquitto (TCP_NODELAY) and on one as shipped (Nagle)
 #   scripts/bench.sh demo       embedded broker at 1,000 msgs/s (target: e2e p99 < 2 ms)
@@ -272,6 +273,30 @@ bench_mqtt() {
   done
   kill "$pid" 2>/dev/null || true
   rm -rf "$dir"
+}
+
+# MQTT over WebSocket against plain MQTT on the same broker, interleaved: what the tunnel
+# costs (masking, frame headers, the upgrade) on RabbitMQ's web_mqtt and Artemis's MQTT acceptor.
+bench_mqtt_ws() {
+  scripts/brokers.sh up >/dev/null
+  eval "$(scripts/brokers.sh env)"
+  local art_ws=$MSGBENCH_IT_ARTEMIS_WS_MQTT_URL pair name plain ws url
+  for pair in "rabbitmq|$MSGBENCH_IT_RMQ_MQTT_URL|$MSGBENCH_IT_RMQ_WS_MQTT_URL" \
+    "artemis|${art_ws/mqtt+ws:/mqtt:}|$art_ws"; do
+    IFS='|' read -r name plain ws <<<"$pair"
+    plain=${plain%/mqtt}
+    echo "== MQTT QoS 1 via $name, plain against WebSocket: 10 topics, 1 publisher + 1 subscriber each, 100 B, unlimited ($RUNS runs, interleaved)"
+    local rp=() cp=() rw=() cw=()
+    for _ in $(seq "$RUNS"); do
+      for url in "$plain" "$ws"; do
+        read -r sent recv cpu lost p99 _ < <(mqtt_run "$url" --qos 1 --topics 10 --topic 'bench/ws/{i}' \
+          -c 1 --size 100 --max-in-flight 100 --warmup 1s --duration 5s --drain 15s)
+        echo "  run ${url%%://*}: sent $sent msgs/s, received $recv msgs/s, $cpu CPU-s per million sent, lost $lost, publish p99 ${p99} us"
+        if [ "$url" = "$plain" ]; then rp+=("$sent"); cp+=("$cpu"); else rw+=("$sent"); cw+=("$cpu"); fi
+      done
+    done
+    echo "  median plain: $(printf '%s\n' "${rp[@]}" | median) msgs/s at $(printf '%s\n' "${cp[@]}" | median) CPU-s per million; WebSocket: $(printf '%s\n' "${rw[@]}" | median) msgs/s at $(printf '%s\n' "${cw[@]}" | median)"
+  done
 }
 
 bench_demo() {
@@ -1319,6 +1344,7 @@ case "${1:-all}" in
   jetstream) bench_jetstream ;;
   memory) bench_memory ;;
   mqtt) bench_mqtt ;;
+  mqtt-ws) bench_mqtt_ws ;;
   demo) bench_demo ;;
   storm) bench_storm ;;
   conns) bench_conns ;;
@@ -1350,6 +1376,6 @@ case "${1:-all}" in
   views) bench_views ;;
   merge) bench_merge ;;
   segments) bench_segments ;;
-  all) bench_mem; bench_nats; bench_jetstream; bench_memory; bench_mqtt; bench_demo; bench_storm; bench_conns; bench_amqp; bench_sink; bench_proxy; bench_textstamp; bench_verdicts; bench_sizes; bench_reconnect; bench_churn; bench_groups; bench_journeys; bench_search; bench_redis; bench_ws; bench_fanout; bench_http; bench_window; bench_zmq; bench_p2p; bench_kafka; bench_kafka_peers; bench_backlog; bench_ecp; bench_views; bench_merge; bench_segments ;;
-  *) echo "usage: $0 [mem|nats|jetstream|memory|mqtt|demo|storm|conns|nats-conns|amqp|sink|textstamp|verdicts|sizes|reconnect|churn|groups|journeys|vus|search|redis|ws|fanout|http|window|zmq|p2p|kafka|kafka-peers|backlog|memflat|ecp|views|merge|segments|all]" >&2; exit 2 ;;
+  all) bench_mem; bench_nats; bench_jetstream; bench_memory; bench_mqtt; bench_mqtt_ws; bench_demo; bench_storm; bench_conns; bench_amqp; bench_sink; bench_proxy; bench_textstamp; bench_verdicts; bench_sizes; bench_reconnect; bench_churn; bench_groups; bench_journeys; bench_search; bench_redis; bench_ws; bench_fanout; bench_http; bench_window; bench_zmq; bench_p2p; bench_kafka; bench_kafka_peers; bench_backlog; bench_ecp; bench_views; bench_merge; bench_segments ;;
+  *) echo "usage: $0 [mem|nats|jetstream|memory|mqtt|mqtt-ws|demo|storm|conns|nats-conns|amqp|sink|textstamp|verdicts|sizes|reconnect|churn|groups|journeys|vus|search|redis|ws|fanout|http|window|zmq|p2p|kafka|kafka-peers|backlog|memflat|ecp|views|merge|segments|all]" >&2; exit 2 ;;
 esac

@@ -45,7 +45,8 @@
 #   rabbitmq-server (AMQP 0-9-1, package 'rabbitmq-server'): our own node msgbench@localhost,
 #     AMQP on 127.0.0.1:${MSGBENCH_AMQP_PORT:-20672}, user guest / password guest (loopback only),
 #     MQTT plugin on 127.0.0.1:${MSGBENCH_RMQ_MQTT_PORT:-21883} (cross-protocol pipelines: MQTT
-#     topics a/b are AMQP routing keys a.b on amq.topic), AMQP 1.0 plugin on the same AMQP port
+#     topics a/b are AMQP routing keys a.b on amq.topic) and, over WebSocket (web_mqtt plugin),
+#     on 127.0.0.1:${MSGBENCH_RMQ_WS_MQTT_PORT:-21884} at path /ws, AMQP 1.0 plugin on the same AMQP port
 #     (addresses /queue/NAME, /topic/KEY, /exchange/X/KEY), no management UI. Its Erlang distribution listens on
 #     127.0.0.1:${MSGBENCH_AMQP_DIST_PORT:-20673}, our rabbitmqctl calls on the 11 ports after it,
 #     and it registers with an epmd of ours on 127.0.0.1:${MSGBENCH_EPMD_PORT:-24369}. A system
@@ -67,9 +68,11 @@
 #     distribution is fetched once from Maven Central by its coordinates with `mvn` (package
 #     'maven') and cached in $STATE/artemis/; a fresh instance is created on every `up` (data
 #     wiped) with user msgbench / password msgbench-secret, login required, no web console, a
-#     1 GiB heap, and only two AMQP acceptors on 127.0.0.1:
-#     ${MSGBENCH_ARTEMIS_PORT:-26672}      plain
-#     ${MSGBENCH_ARTEMIS_TLS_PORT:-26671}  TLS (the test server certificate above)
+#     1 GiB heap, and only these acceptors on 127.0.0.1:
+#     ${MSGBENCH_ARTEMIS_PORT:-26672}      AMQP, plain
+#     ${MSGBENCH_ARTEMIS_TLS_PORT:-26671}  AMQP, TLS (the test server certificate above)
+#     ${MSGBENCH_ARTEMIS_MQTT_PORT:-26883} MQTT, plain, and MQTT over WebSocket on the same port
+#                                          (any path): a second WebSocket server, Netty's
 #     Addresses and anycast queues are created on demand (a `queue` capability asks for anycast)
 #     and deleted when empty and unused, except under `noauto.`, where nothing is created (the
 #     missing-address tests); an address under `full.` rejects messages once it holds 256 KiB
@@ -133,6 +136,7 @@ AMQP_PORT=${MSGBENCH_AMQP_PORT:-20672}
 AMQP_DIST_PORT=${MSGBENCH_AMQP_DIST_PORT:-20673}
 EPMD_PORT=${MSGBENCH_EPMD_PORT:-24369}
 RMQ_MQTT_PORT=${MSGBENCH_RMQ_MQTT_PORT:-21883}
+RMQ_WS_MQTT_PORT=${MSGBENCH_RMQ_WS_MQTT_PORT:-21884}
 NGINX_PORT=${MSGBENCH_NGINX_PORT:-18080}
 NGINX_H2C_PORT=${MSGBENCH_NGINX_H2C_PORT:-18081}
 NGINX_TLS_PORT=${MSGBENCH_NGINX_TLS_PORT:-18443}
@@ -140,6 +144,7 @@ NGINX=$STATE/nginx
 ARTEMIS_VERSION=2.37.0
 ARTEMIS_PORT=${MSGBENCH_ARTEMIS_PORT:-26672}
 ARTEMIS_TLS_PORT=${MSGBENCH_ARTEMIS_TLS_PORT:-26671}
+ARTEMIS_MQTT_PORT=${MSGBENCH_ARTEMIS_MQTT_PORT:-26883}
 ARTEMIS=$STATE/artemis
 ARTEMIS_USER=msgbench
 ARTEMIS_PASS=msgbench-secret
@@ -497,6 +502,10 @@ mqtt.listeners.tcp.default = 127.0.0.1:$RMQ_MQTT_PORT
 mqtt.allow_anonymous = true
 mqtt.default_user = guest
 mqtt.default_pass = guest
+# MQTT over WebSocket (web_mqtt plugin, endpoint /ws): msgbench's mqtt+ws:// against a server
+# it did not write.
+web_mqtt.tcp.ip = 127.0.0.1
+web_mqtt.tcp.port = $RMQ_WS_MQTT_PORT
 CONF
 }
 
@@ -530,7 +539,7 @@ rabbitmq_up() {
   # A fresh node every time: no queues or messages left over from an earlier run.
   rm -rf "$RMQ/mnesia" "$RMQ/log" "$RMQ/beam.pid"
   rabbitmq_start || return 1
-  log "rabbitmq up on amqp://127.0.0.1:$AMQP_PORT (AMQP 0-9-1 and 1.0) and mqtt://127.0.0.1:$RMQ_MQTT_PORT (node $RMQ_NODE," \
+  log "rabbitmq up on amqp://127.0.0.1:$AMQP_PORT (AMQP 0-9-1 and 1.0), mqtt://127.0.0.1:$RMQ_MQTT_PORT and mqtt+ws://127.0.0.1:$RMQ_WS_MQTT_PORT/ws (node $RMQ_NODE," \
     "pid $(cat "$STATE/rabbitmq.pid"), open files limit $RMQ_NOFILE, $((SECONDS - t0)) s)"
 }
 
@@ -538,7 +547,7 @@ rabbitmq_up() {
 # does not, so durable queues and persistent messages survive) and waits until it serves.
 rabbitmq_start() {
   local port nofile pid envs
-  for port in "$AMQP_PORT" "$AMQP_DIST_PORT" "$RMQ_MQTT_PORT"; do
+  for port in "$AMQP_PORT" "$AMQP_DIST_PORT" "$RMQ_MQTT_PORT" "$RMQ_WS_MQTT_PORT"; do
     if port_open "$port"; then log "rabbitmq: 127.0.0.1:$port is already taken by another process"; return 1; fi
   done
   rm -f "$RMQ/beam.pid"
@@ -549,7 +558,7 @@ rabbitmq_start() {
   chmod 400 "$RMQ/.erlang.cookie" || return 1
   rabbitmq_conf >"$RMQ/rabbitmq.conf" || return 1
   # MQTT and AMQP 1.0 (served on the AMQP port); no management UI.
-  echo '[rabbitmq_mqtt,rabbitmq_amqp1_0].' >"$RMQ/enabled_plugins" || return 1
+  echo '[rabbitmq_mqtt,rabbitmq_web_mqtt,rabbitmq_amqp1_0].' >"$RMQ/enabled_plugins" || return 1
   : >"$RMQ/rabbitmq-env.conf" || return 1
   epmd_up || return 1
   nofile=$(nofile_limit)
@@ -567,6 +576,10 @@ rabbitmq_start() {
   rabbitmq_beam_pid
   if ! wait_port "$RMQ_MQTT_PORT" 20; then
     log "rabbitmq's MQTT plugin did not open 127.0.0.1:$RMQ_MQTT_PORT (see $RMQ/log/)"
+    stop rabbitmq; stop epmd; return 1
+  fi
+  if ! wait_port "$RMQ_WS_MQTT_PORT" 20; then
+    log "rabbitmq's web_mqtt plugin did not open 127.0.0.1:$RMQ_WS_MQTT_PORT (see $RMQ/log/)"
     stop rabbitmq; stop epmd; return 1
   fi
   pid=$(cat "$STATE/rabbitmq.pid")
@@ -703,6 +716,7 @@ artemis_acceptors() {
       <acceptors>
          <acceptor name="amqp">tcp://127.0.0.1:$ARTEMIS_PORT?$opts</acceptor>
          <acceptor name="amqps">tcp://127.0.0.1:$ARTEMIS_TLS_PORT?$opts;sslEnabled=true;keyStorePath=$ARTEMIS/server.p12;keyStoreType=PKCS12;keyStorePassword=$ARTEMIS_PASS</acceptor>
+         <acceptor name="mqtt">tcp://127.0.0.1:$ARTEMIS_MQTT_PORT?protocols=MQTT;useEpoll=true</acceptor>
       </acceptors>
 XML
 }
@@ -749,17 +763,17 @@ artemis_create() {
 }
 
 # artemis_start: runs the instance in the foreground of a background job (`artemis run` execs
-# the JVM, so the PID recorded is the broker's) and waits until both ports answer.
+# the JVM, so the PID recorded is the broker's) and waits until its ports answer.
 artemis_start() {
   local pid port nofile
-  for port in "$ARTEMIS_PORT" "$ARTEMIS_TLS_PORT"; do
+  for port in "$ARTEMIS_PORT" "$ARTEMIS_TLS_PORT" "$ARTEMIS_MQTT_PORT"; do
     if port_open "$port"; then log "artemis: 127.0.0.1:$port is already taken by another process"; return 1; fi
   done
   nofile=$(nofile_limit)
   (ulimit -n "$nofile" && exec "$ARTEMIS/instance/bin/artemis" run) >>"$STATE/artemis.log" 2>&1 &
   pid=$!
   record_pid artemis "$pid"
-  for port in "$ARTEMIS_PORT" "$ARTEMIS_TLS_PORT"; do
+  for port in "$ARTEMIS_PORT" "$ARTEMIS_TLS_PORT" "$ARTEMIS_MQTT_PORT"; do
     if ! wait_port "$port" 90 "$pid"; then
       log "artemis did not open 127.0.0.1:$port (see $STATE/artemis.log and $ARTEMIS/instance/log/)"
       stop artemis; return 1
@@ -775,7 +789,7 @@ artemis_up() {
   artemis_dist || return 1
   artemis_create || return 1
   artemis_start || return 1
-  log "artemis up on amqp10://127.0.0.1:$ARTEMIS_PORT and amqp10s://localhost:$ARTEMIS_TLS_PORT" \
+  log "artemis up on amqp10://127.0.0.1:$ARTEMIS_PORT, amqp10s://localhost:$ARTEMIS_TLS_PORT and mqtt(+ws)://127.0.0.1:$ARTEMIS_MQTT_PORT" \
     "(pid $(cat "$STATE/artemis.pid"), $((SECONDS - t0)) s)"
 }
 
@@ -1069,7 +1083,7 @@ ephemeral_ports_note() {
   local lo hi p clash=()
   read -r lo hi </proc/sys/net/ipv4/ip_local_port_range 2>/dev/null || return 0
   for p in "$NATS_PORT" "$REDIS_PORT" "$MQTT_PORT" "$MQTT_AUTH_PORT" "$MQTTS_PORT" "$AMQP_PORT" "$AMQP_DIST_PORT" \
-    "$EPMD_PORT" "$RMQ_MQTT_PORT" "$NGINX_PORT" "$NGINX_H2C_PORT" "$NGINX_TLS_PORT" "$ARTEMIS_PORT" "$ARTEMIS_TLS_PORT" \
+    "$EPMD_PORT" "$RMQ_MQTT_PORT" "$RMQ_WS_MQTT_PORT" "$NGINX_PORT" "$NGINX_H2C_PORT" "$NGINX_TLS_PORT" "$ARTEMIS_PORT" "$ARTEMIS_TLS_PORT" "$ARTEMIS_MQTT_PORT" \
     "$KAFKA_PORT" "$KAFKA_CONTROLLER_PORT" "$KAFKA_TLS_PORT" "$KAFKA_PROXIED_PORT" "$((KAFKA_PROXIED_PORT + 1))" \
     "$KAFKA_SASL_PORT" "$REDIS_TLS_PORT" "$QPID_PORT"; do
     if [ "$p" -ge "$lo" ] && [ "$p" -le "$hi" ]; then clash+=("$p"); fi
@@ -1157,9 +1171,11 @@ case "${1:-}" in
     echo "export MSGBENCH_IT_MQTT_CLIENT_KEY=$(printf %q "$TLS/client.key")"
     echo "export MSGBENCH_IT_AMQP_URL=amqp://guest:guest@127.0.0.1:$AMQP_PORT/%2f"
     echo "export MSGBENCH_IT_RMQ_MQTT_URL=mqtt://127.0.0.1:$RMQ_MQTT_PORT"
+    echo "export MSGBENCH_IT_RMQ_WS_MQTT_URL=mqtt+ws://127.0.0.1:$RMQ_WS_MQTT_PORT/ws"
     echo "export MSGBENCH_IT_RMQ_AMQP10_URL=amqp10://guest:guest@127.0.0.1:$AMQP_PORT"
     echo "export MSGBENCH_IT_ARTEMIS_URL=amqp10://$ARTEMIS_USER:$ARTEMIS_PASS@127.0.0.1:$ARTEMIS_PORT"
     echo "export MSGBENCH_IT_ARTEMIS_TLS_URL=amqp10s://$ARTEMIS_USER:$ARTEMIS_PASS@localhost:$ARTEMIS_TLS_PORT"
+    echo "export MSGBENCH_IT_ARTEMIS_WS_MQTT_URL=mqtt+ws://$ARTEMIS_USER:$ARTEMIS_PASS@127.0.0.1:$ARTEMIS_MQTT_PORT/mqtt"
     echo "export MSGBENCH_IT_ARTEMIS_CA=$(printf %q "$TLS/ca.pem")"
     echo "export MSGBENCH_IT_QPID_AMQP_URL=amqp://$ARTEMIS_USER:$ARTEMIS_PASS@127.0.0.1:$QPID_PORT/"
     echo "export MSGBENCH_IT_QPID_AMQP10_URL=amqp10://$ARTEMIS_USER:$ARTEMIS_PASS@127.0.0.1:$QPID_PORT"

@@ -353,6 +353,142 @@ fn authentication() {
     assert!(!e.contains("wrong"), "the password is not printed: {e}");
 }
 
+/// MQTT over WebSocket (`mqtt+ws://`) against two WebSocket servers msgbench did not write:
+/// RabbitMQ's web_mqtt plugin (Cowboy, endpoint /ws) and Artemis's MQTT acceptor (Netty).
+/// QoS 1 messages, small ones and ones over 64 KiB (a frame's longest length form), are each
+/// acknowledged and delivered once to each of two subscribers through the tunnel; a path the
+/// server does not serve, and a port that speaks plain MQTT, are refused with errors that say so.
+#[test]
+fn over_websocket() {
+    let d = TempDir::new("mqtt-ws");
+    let rabbit = need!("MSGBENCH_IT_RMQ_WS_MQTT_URL");
+    let artemis = need!("MSGBENCH_IT_ARTEMIS_WS_MQTT_URL");
+    for url in [&rabbit, &artemis] {
+        for (size, n) in [("200", "10000"), ("100KiB", "300")] {
+            let args = [
+                "--qos", "1", "--topic", "it/ws", "-p", "2", "-c", "2", "-n", n, "--size", size,
+            ];
+            let r = run_json(&d.0, &run_args(url, &args));
+            let n: u64 = n.parse().unwrap();
+            let m = measure(&r);
+            let ctx = format!("{url} {size}: {}", r["integrity"]);
+            assert_eq!(u(&m["counters"]["sent"]), n, "{ctx}");
+            assert_eq!(u(&m["counters"]["acked"]), n, "{ctx}");
+            let i = &r["integrity"];
+            assert_eq!((u(&i["delivered"]), u(&i["lost"])), (2 * n, 0), "{ctx}");
+            assert_eq!(u(&i["duplicated"]), 0, "{ctx}");
+        }
+    }
+    let wrong_path = rabbit.replace("/ws", "/nope");
+    let o = msgbench(&d.0, &run_args(&wrong_path, &["-n", "10"]));
+    assert_eq!(o.status.code(), Some(1));
+    assert!(
+        stderr(&o).contains("no WebSocket endpoint at `/nope`"),
+        "{}",
+        stderr(&o)
+    );
+    let plain = need!(MQTT).replace("mqtt://", "mqtt+ws://");
+    let o = msgbench(&d.0, &run_args(&plain, &["-n", "10"]));
+    assert_eq!(o.status.code(), Some(1));
+    assert!(
+        stderr(&o).contains("hung up on the WebSocket upgrade"),
+        "{}",
+        stderr(&o)
+    );
+}
+
+/// A consumer reconnecting to a broker slow to answer its CONNECT (one still starting) keeps
+/// that one connection until the CONNACK comes, though the runner cancels its `recv` at every
+/// tick: it used to open another connection with the same client id at the next tick, which
+/// ActiveMQ Classic refused (CONNACK 0x02) or answered by cutting one of the two, and the
+/// subscriber came back seconds late. A raw MQTT server: the subscriber's first connection is
+/// cut after a second, and every later one gets its CONNACK 2.5 s after its CONNECT.
+#[test]
+fn a_reconnection_waits_for_a_slow_connack_on_one_connection() {
+    use std::io::{Read, Write};
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    let d = TempDir::new("mqtt-slow-connack");
+    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = l.local_addr().unwrap().port();
+    static SUB_CONNECTIONS: AtomicUsize = AtomicUsize::new(0);
+    std::thread::spawn(move || {
+        for s in l.incoming() {
+            let Ok(mut s) = s else { return };
+            std::thread::spawn(move || {
+                // One MQTT packet: its first byte and body (remaining length as a varint).
+                let packet = |s: &mut std::net::TcpStream| -> Option<(u8, Vec<u8>)> {
+                    let mut b = [0u8; 1];
+                    s.read_exact(&mut b).ok()?;
+                    let (mut len, mut shift) = (0usize, 0);
+                    loop {
+                        let mut c = [0u8; 1];
+                        s.read_exact(&mut c).ok()?;
+                        len |= ((c[0] & 0x7f) as usize) << shift;
+                        shift += 7;
+                        if c[0] & 0x80 == 0 {
+                            break;
+                        }
+                    }
+                    let mut body = vec![0u8; len];
+                    s.read_exact(&mut body).ok()?;
+                    Some((b[0], body))
+                };
+                let Some((0x10, connect)) = packet(&mut s) else {
+                    return;
+                };
+                let sub = String::from_utf8_lossy(&connect).contains("-sub-");
+                let nth = if sub {
+                    SUB_CONNECTIONS.fetch_add(1, Ordering::SeqCst)
+                } else {
+                    0
+                };
+                if nth > 0 {
+                    std::thread::sleep(Duration::from_millis(2500));
+                }
+                let _ = s.write_all(&[0x20, 0x02, 0x00, 0x00]);
+                if sub && nth == 0 {
+                    // The first subscriber connection ends a second in (reads time out).
+                    let _ = s.set_read_timeout(Some(Duration::from_secs(1)));
+                }
+                // Subscriptions granted; publishes are taken and dropped (this test counts
+                // connections, not deliveries).
+                while let Some((kind, body)) = packet(&mut s) {
+                    if kind & 0xf0 == 0x80 {
+                        let _ = s.write_all(&[0x90, 0x03, body[0], body[1], 0x00]);
+                    }
+                    if kind & 0xf0 == 0xe0 {
+                        return;
+                    }
+                }
+            });
+        }
+    });
+    let url = format!("mqtt://127.0.0.1:{port}");
+    let o = msgbench(
+        &d.0,
+        &run_args(
+            &url,
+            &[
+                "--topic",
+                "slow",
+                "--rate",
+                "100",
+                "--duration",
+                "7s",
+                "--tick",
+                "500ms",
+            ],
+        ),
+    );
+    let e = stderr(&o);
+    assert!(e.contains("reconnected"), "{e}");
+    assert_eq!(
+        SUB_CONNECTIONS.load(Ordering::SeqCst),
+        2,
+        "one connection, then one reconnection: {e}"
+    );
+}
+
 /// TLS: verified against the given CA (and with a client certificate); verification is on by
 /// default, so an unknown CA fails unless --insecure.
 #[test]

@@ -18,7 +18,9 @@
 //!   exchange, which parses in place in a fixed buffer, aside);
 //! - one reconnection pacing ([`Backoff`]) and one liveness watch ([`Liveness`]) for every
 //!   client that reconnects by itself;
-//! - SASL SCRAM ([`scram`]) for the brokers that offer no PLAIN login on a plain port.
+//! - SASL SCRAM ([`scram`]) for the brokers that offer no PLAIN login on a plain port;
+//! - RFC 6455 framing ([`ws`]) and a WebSocket tunnel ([`tunnel`]) that carries another
+//!   protocol (MQTT over WebSocket) in binary frames under an ordinary [`Stream`].
 #![deny(missing_docs)]
 
 mod backoff;
@@ -34,6 +36,8 @@ pub use backoff::Backoff;
 pub use liveness::{Check, Liveness};
 mod stream;
 mod tcp_info;
+pub mod tunnel;
+pub mod ws;
 
 use stream::Io;
 pub use stream::Stream;
@@ -362,9 +366,26 @@ async fn tls_handshake(
         } else {
             classify(&e)
         };
-        NetError::new(cause, format!("TLS handshake failed: {e}"))
+        NetError::new(cause, format!("TLS handshake failed: {e}{}", tls_hint(&e)))
     })?;
     Ok(Stream::client(Io::Tls(Box::new(s.into()))))
+}
+
+/// What to do about the TLS failures users meet most, which rustls words for implementers.
+fn tls_hint(e: &io::Error) -> &'static str {
+    let text = e.to_string();
+    if text.contains("UnknownIssuer") {
+        " (the server's certificate is not signed by a CA this machine trusts: give its CA \
+         with --ca-file, or skip verification with --insecure)"
+    } else if text.contains("NotValidForName") {
+        " (the server's certificate is not for this host name: connect by the name it was \
+         issued for, or skip verification with --insecure)"
+    } else if text.contains("InvalidContentType") || text.contains("corrupt message") {
+        " (the server did not answer in TLS: is this port a plain one? Use the scheme without \
+         TLS there)"
+    } else {
+        ""
+    }
 }
 
 /// Turns a plain TCP client connection into TLS, for protocols that start in the clear and

@@ -38,6 +38,8 @@ pub(crate) enum Io {
     /// Plain TCP whose I/O is batched on its worker thread's io_uring ([`batch`]).
     #[cfg(target_os = "linux")]
     Batch(batch::BatchStream),
+    /// Another protocol in WebSocket frames over an inner stream ([`tunnel`](crate::tunnel)).
+    Ws(Box<crate::tunnel::Tunnel>),
 }
 
 impl Drop for Stream {
@@ -58,6 +60,11 @@ impl Stream {
     /// A client connection: tallied when dropped.
     pub(crate) fn client(io: Io) -> Stream {
         Stream { io, tallied: true }
+    }
+
+    /// A stream over another (a tunnel): the inner one tallies itself.
+    pub(crate) fn wrapped(io: Io) -> Stream {
+        Stream { io, tallied: false }
     }
 
     /// A plain TCP client connection made outside [`connect`](crate::connect) (tests, or a
@@ -102,6 +109,13 @@ impl Stream {
         }
     }
 
+    /// Whether closing this stream has something to say (TLS's `close_notify`, a WebSocket
+    /// tunnel's close frame): a driver that closes politely shuts such a stream down before
+    /// dropping it.
+    pub fn closes_politely(&self) -> bool {
+        matches!(self.io, Io::Tls(_) | Io::Ws(_))
+    }
+
     /// The TLS session, for a driver that closes it politely (`close_notify`) before dropping.
     pub fn tls_mut(&mut self) -> Option<&mut TlsStream<TcpStream>> {
         match &mut self.io {
@@ -119,6 +133,7 @@ impl Stream {
             Io::Ring(_) => None,
             #[cfg(target_os = "linux")]
             Io::Batch(s) => Some(s.raw_fd()),
+            Io::Ws(t) => t.inner().raw_fd(),
         }
     }
 
@@ -127,6 +142,7 @@ impl Stream {
     pub fn alpn_protocol(&self) -> Option<&[u8]> {
         match &self.io {
             Io::Tls(s) => s.get_ref().1.alpn_protocol(),
+            Io::Ws(t) => t.inner().alpn_protocol(),
             _ => None,
         }
     }
@@ -143,6 +159,9 @@ impl Stream {
         #[cfg(target_os = "linux")]
         if let Io::Ring(s) = &mut self.io {
             return s.poll_read_buf(cx, buf);
+        }
+        if let Io::Ws(t) = &mut self.io {
+            return t.poll_read_into(cx, buf, chunk);
         }
         if buf.capacity() - buf.len() < chunk / 4 {
             buf.reserve(chunk);
@@ -170,6 +189,7 @@ impl Stream {
             Io::Ring(s) => Pin::new(s).poll_read(cx, &mut rb),
             #[cfg(target_os = "linux")]
             Io::Batch(s) => Pin::new(s).poll_read(cx, &mut rb),
+            Io::Ws(t) => t.poll_read(cx, &mut rb),
         };
         match r {
             Poll::Ready(Ok(())) => {
@@ -191,6 +211,7 @@ impl Stream {
             Io::Ring(s) => Pin::new(s).poll_write(cx, data),
             #[cfg(target_os = "linux")]
             Io::Batch(s) => Pin::new(s).poll_write(cx, data),
+            Io::Ws(t) => t.poll_write(cx, data),
         }
     }
 
@@ -203,6 +224,7 @@ impl Stream {
             Io::Ring(s) => Pin::new(s).poll_flush(cx),
             #[cfg(target_os = "linux")]
             Io::Batch(s) => Pin::new(s).poll_flush(cx),
+            Io::Ws(t) => t.poll_flush(cx),
         }
     }
 
@@ -234,6 +256,7 @@ impl Stream {
             Io::Ring(s) => Ok(s.local_addr()),
             #[cfg(target_os = "linux")]
             Io::Batch(s) => Ok(s.local_addr()),
+            Io::Ws(t) => t.inner().local_addr(),
         }
     }
 }
@@ -252,6 +275,7 @@ impl AsyncRead for Stream {
             Io::Ring(s) => Pin::new(s).poll_read(cx, buf),
             #[cfg(target_os = "linux")]
             Io::Batch(s) => Pin::new(s).poll_read(cx, buf),
+            Io::Ws(t) => t.poll_read(cx, buf),
         }
     }
 }
@@ -277,6 +301,10 @@ impl AsyncWrite for Stream {
             Io::Ring(s) => Pin::new(s).poll_write_vectored(cx, bufs),
             #[cfg(target_os = "linux")]
             Io::Batch(s) => Pin::new(s).poll_write_vectored(cx, bufs),
+            Io::Ws(t) => match bufs.iter().find(|b| !b.is_empty()) {
+                Some(b) => t.poll_write(cx, b),
+                None => Poll::Ready(Ok(0)),
+            },
         }
     }
 
@@ -288,6 +316,7 @@ impl AsyncWrite for Stream {
             Io::Ring(_) => false,
             #[cfg(target_os = "linux")]
             Io::Batch(_) => false,
+            Io::Ws(_) => false,
         }
     }
 
@@ -303,6 +332,7 @@ impl AsyncWrite for Stream {
             Io::Ring(s) => Pin::new(s).poll_shutdown(cx),
             #[cfg(target_os = "linux")]
             Io::Batch(s) => Pin::new(s).poll_shutdown(cx),
+            Io::Ws(t) => t.poll_shutdown(cx),
         }
     }
 }

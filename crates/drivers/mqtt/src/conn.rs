@@ -4,7 +4,7 @@
 
 use crate::codec::{self, ConnectOpts, Packet, Version};
 use msgbench_core::driver::{ConnectFailure, DriverError, DriverEventKind, EventSink};
-use msgbench_net::{NetError, Stream, Target, Tls, Wire};
+use msgbench_net::{NetError, Target, Tls, Wire};
 use std::future::poll_fn;
 use std::io;
 use std::net::IpAddr;
@@ -12,15 +12,18 @@ use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Duration;
 
-/// Where and how to connect, parsed from `mqtt[s]://[user[:pass]@]host[:port][,host[:port]...]`.
+/// Where and how to connect, parsed from `mqtt[s]://[user[:pass]@]host[:port][,host[:port]...]`,
+/// or `mqtt+ws[s]://…[/path]` for MQTT over WebSocket (path `/mqtt` unless given).
 /// Several hosts (cluster nodes, or several brokers on one machine) share the clients out round
 /// robin by client index, as emqtt-bench's `-h a,b` does.
 #[derive(Debug)]
 pub struct Endpoint {
     /// Hosts and ports.
     pub targets: Vec<Target>,
-    /// TLS connector for `mqtts://`.
+    /// TLS connector for `mqtts://` and `mqtt+wss://`.
     pub tls: Option<Tls>,
+    /// The WebSocket endpoint's path and query, for MQTT over WebSocket (`None`: plain MQTT).
+    pub ws_path: Option<String>,
     username: Option<String>,
     password: Option<String>,
     /// The URL with credentials removed, for messages.
@@ -34,40 +37,60 @@ impl Endpoint {
         tls: impl FnOnce() -> Result<Tls, String>,
     ) -> Result<Endpoint, DriverError> {
         let display = msgbench_core::redact::url(url);
-        let (secure, rest) = if let Some(r) = url.strip_prefix("mqtt://") {
-            (false, r)
+        let (secure, websocket, rest) = if let Some(r) = url.strip_prefix("mqtt://") {
+            (false, false, r)
         } else if let Some(r) = url.strip_prefix("mqtts://") {
-            (true, r)
+            (true, false, r)
+        } else if let Some(r) = url.strip_prefix("mqtt+ws://") {
+            (false, true, r)
+        } else if let Some(r) = url.strip_prefix("mqtt+wss://") {
+            (true, true, r)
         } else {
             return Err(DriverError::Config(format!(
-                "`{display}` is not an mqtt:// or mqtts:// URL"
+                "`{display}` is not an mqtt://, mqtts://, mqtt+ws:// or mqtt+wss:// URL"
             )));
         };
         let authority = rest.split(['/', '?']).next().unwrap_or("");
-        // A path or options would be silently ignored, and a run believed to be QoS 1 would
-        // measure QoS 0: refused, with where those settings go instead.
-        match &rest[authority.len()..] {
-            "" | "/" => {}
+        let path = &rest[authority.len()..];
+        let ws_path = match path {
+            _ if websocket && (path.is_empty() || path.starts_with('?')) => {
+                Some(format!("/mqtt{path}"))
+            }
+            _ if websocket => Some(path.to_string()),
+            "" | "/" => None,
+            // A path or options would be silently ignored, and a run believed to be QoS 1
+            // would measure QoS 0: refused, with where those settings go instead.
             _ => {
                 return Err(DriverError::Config(format!(
-                    "`{display}`: an MQTT URL names hosts and ports only, no path or ?options: QoS, protocol version, client ids and sessions are set with --qos, --mqtt-version, --client-id and --persistent-session"
+                    "`{display}`: an MQTT URL names hosts and ports only, no path or ?options: QoS, protocol version, client ids and sessions are set with --qos, --mqtt-version, --client-id and --persistent-session (a path is for MQTT over WebSocket: mqtt+ws://host:port/path)"
                 )));
             }
-        }
+        };
         let (creds, hostport) = match authority.rsplit_once('@') {
             Some((c, h)) => (Some(c), h),
             None => (None, authority),
         };
+        // Percent-decoded, as in every URL: a password with `@`, `:` or `/` can only be
+        // written escaped.
+        use msgbench_core::redact::unescape;
         let (username, password) = match creds {
             Some(c) => match c.split_once(':') {
-                Some((u, p)) => (Some(u.to_string()), Some(p.to_string())),
-                None => (Some(c.to_string()), None),
+                Some((u, p)) => (Some(unescape(u)), Some(unescape(p))),
+                None => (Some(unescape(c)), None),
             },
             None => (None, None),
         };
         let targets = hostport
             .split(',')
-            .map(|h| Target::parse(h, if secure { 8883 } else { 1883 }))
+            .map(|h| {
+                let port = match (websocket, secure) {
+                    (false, false) => 1883,
+                    (false, true) => 8883,
+                    (true, false) => 80,
+                    (true, true) => 443,
+                };
+                Target::parse(h, port)
+            })
             .collect::<Result<Vec<_>, _>>()
             .map_err(|m| DriverError::Config(format!("{display}: {m}")))?;
         let tls = if secure {
@@ -78,6 +101,7 @@ impl Endpoint {
         Ok(Endpoint {
             targets,
             tls,
+            ws_path,
             username,
             password,
             display,
@@ -112,6 +136,23 @@ pub struct Route {
     /// Hold the socket in an io_uring table instead of a descriptor (plain TCP only; see
     /// `msgbench_net::ring`).
     pub fd_free: bool,
+}
+
+/// How far a handshake got on the socket attached. The runner cancels a consumer's `recv`,
+/// reconnection included, at every tick: a handshake cut short after its CONNECT went out goes
+/// on at the next attempt, on the same socket, instead of opening another connection with the
+/// same client id, which a broker still busy with the first takes for a second client
+/// (ActiveMQ Classic refused it with CONNACK 0x02 over WebSocket, or cut one of the two).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Stage {
+    /// Nothing sent on this socket (or no socket): connect afresh.
+    Fresh,
+    /// CONNECT sent (or being written); the CONNACK is due by then.
+    Connack(tokio::time::Instant),
+    /// CONNACK taken; the subscriptions are being made again.
+    Subscribing,
+    /// Up.
+    Done,
 }
 
 /// A live (or reconnecting) connection.
@@ -151,6 +192,8 @@ pub struct Conn {
     /// after the socket was attached had left a connection that looked up and was never
     /// subscribed, for the rest of the run.
     up: bool,
+    /// How far the handshake on the attached socket got (see [`Stage`]).
+    stage: Stage,
     /// Said once: the broker claimed a kept session for a clean one.
     told_session_claim: bool,
 }
@@ -183,6 +226,7 @@ impl Conn {
             backoff: msgbench_net::Backoff::new(Duration::from_millis(50), Duration::from_secs(2)),
             opened: std::time::Instant::now(),
             up: false,
+            stage: Stage::Fresh,
             told_session_claim: false,
         };
         c.handshake().await?;
@@ -209,16 +253,68 @@ impl Conn {
 
     async fn handshake(&mut self) -> Result<(), DriverError> {
         self.up = false;
+        if !self.wire.is_connected() || matches!(self.stage, Stage::Fresh | Stage::Done) {
+            self.open().await?;
+        }
+        if let Stage::Connack(deadline) = self.stage {
+            self.await_connack(deadline).await?;
+            self.stage = Stage::Subscribing;
+        }
+        // Resubscribe when the broker did not keep the session.
+        if !self.subs.is_empty() && !self.session_present {
+            let subs = self.subs.clone();
+            if let Err(e) = self.subscribe_keeping_early(&subs).await {
+                self.wire.detach();
+                self.stage = Stage::Fresh;
+                return Err(DriverError::Subscribe(e.to_string()));
+            }
+        }
+        self.stage = Stage::Done;
+        self.wire.shrink();
+        self.opened = std::time::Instant::now();
+        self.up = true;
+        Ok(())
+    }
+
+    /// Connects afresh and queues the CONNECT.
+    async fn open(&mut self) -> Result<(), DriverError> {
+        self.stage = Stage::Fresh;
         self.wire.detach();
         let timeout = self.settings.timeout;
-        let stream = msgbench_net::connect_with(
-            self.target(),
-            self.route.source,
-            self.ep.tls.as_ref(),
-            timeout,
-            self.route.fd_free,
-        )
-        .await
+        let stream = match &self.ep.ws_path {
+            None => {
+                msgbench_net::connect_with(
+                    self.target(),
+                    self.route.source,
+                    self.ep.tls.as_ref(),
+                    timeout,
+                    self.route.fd_free,
+                )
+                .await
+            }
+            Some(path) => {
+                let t = self.target();
+                let host = if t.host.contains(':') {
+                    format!("[{}]:{}", t.host, t.port)
+                } else {
+                    format!("{}:{}", t.host, t.port)
+                };
+                let up = msgbench_net::tunnel::Upgrade {
+                    host,
+                    path: path.clone(),
+                    protocol: Some("mqtt"),
+                };
+                msgbench_net::tunnel::connect_ws(
+                    t,
+                    self.route.source,
+                    self.ep.tls.as_ref(),
+                    timeout,
+                    self.route.fd_free,
+                    &up,
+                )
+                .await
+            }
+        }
         .map_err(|e| self.connect_error(e))?;
         // Writes buffered while disconnected are dropped (integrity counts them as lost).
         self.wire.attach(stream);
@@ -245,7 +341,16 @@ impl Conn {
                 },
             },
         );
-        let r = tokio::time::timeout(timeout, async {
+        // No await since the socket was attached: a cancellation leaves a consistent stage.
+        self.stage = Stage::Connack(tokio::time::Instant::now() + timeout);
+        Ok(())
+    }
+
+    /// Writes what is left of the CONNECT and takes the CONNACK, by `deadline`.
+    async fn await_connack(&mut self, deadline: tokio::time::Instant) -> Result<(), DriverError> {
+        let timeout = self.settings.timeout;
+        let v5 = self.settings.version == Version::V5;
+        let r = tokio::time::timeout_at(deadline, async {
             self.flush().await.map_err(|e| NetError::from_io(&e))?;
             let packet = self.read_packet().await.map_err(|e| {
                 let mut n = NetError::from_io(&e);
@@ -322,23 +427,21 @@ impl Conn {
             Ok(r) => r,
             Err(_) => Err(NetError {
                 cause: ConnectFailure::Timeout,
-                detail: format!("no CONNACK within {timeout:?}"),
+                detail: if self.wire.rbuf.is_empty() && self.ep.ws_path.is_none() {
+                    format!(
+                        "no CONNACK within {timeout:?}, nor any byte (a WebSocket listener \
+                         waits in silence for an HTTP upgrade: mqtt+ws://HOST:PORT/PATH)"
+                    )
+                } else {
+                    format!("no CONNACK within {timeout:?}")
+                },
             }),
         };
         if let Err(e) = r {
             self.wire.detach();
+            self.stage = Stage::Fresh;
             return Err(self.connect_error(e));
         }
-        // Resubscribe when the broker did not keep the session.
-        if !self.subs.is_empty() && !self.session_present {
-            let subs = self.subs.clone();
-            self.subscribe_keeping_early(&subs)
-                .await
-                .map_err(|e| DriverError::Subscribe(e.to_string()))?;
-        }
-        self.wire.shrink();
-        self.opened = std::time::Instant::now();
-        self.up = true;
         Ok(())
     }
 
@@ -558,7 +661,7 @@ impl Conn {
         if self.wire.is_connected() {
             codec::put_disconnect(&mut self.wire.wbuf);
             let _ = tokio::time::timeout(Duration::from_secs(2), self.flush()).await;
-            if let Some(s) = self.wire.stream_mut().and_then(Stream::tls_mut) {
+            if let Some(s) = self.wire.stream_mut().filter(|s| s.closes_politely()) {
                 let _ = tokio::time::timeout(
                     Duration::from_secs(1),
                     tokio::io::AsyncWriteExt::shutdown(s),
@@ -578,7 +681,12 @@ fn connack_meaning(version: Version, code: u8) -> String {
         (Version::V5, 1) => {
             "unacceptable protocol version: the broker does not speak MQTT 5 (use --mqtt-version 3.1.1)"
         }
-        (Version::V311, 2) => "client identifier rejected",
+        // Also what ActiveMQ Classic answers while it still holds another connection with the
+        // same client id.
+        (Version::V311, 2) => {
+            "client identifier rejected (the broker may still hold another connection with this \
+             client id)"
+        }
         (Version::V311, 3) => "server unavailable",
         (Version::V311, 4) => "bad user name or password",
         (Version::V311, 5) => "not authorized",
@@ -634,6 +742,21 @@ mod tests {
         assert!(Endpoint::parse("nats://h", no_tls).is_err());
         assert!(Endpoint::parse("mqtt://", no_tls).is_err());
         assert!(Endpoint::parse("mqtt://h:1/", no_tls).is_ok());
+        let e = Endpoint::parse("mqtt://b%40b:p%40ss%3Aw%2Frd@h", no_tls).unwrap();
+        assert_eq!(
+            (e.username.as_deref(), e.password.as_deref()),
+            (Some("b@b"), Some("p@ss:w/rd"))
+        );
+        let e = Endpoint::parse("mqtt+ws://h", no_tls).unwrap();
+        let t = &e.targets[0];
+        assert_eq!((t.port, e.ws_path.as_deref()), (80, Some("/mqtt")));
+        let e = Endpoint::parse("mqtt+ws://u:p@h:15675/ws?x=1", no_tls).unwrap();
+        let t = &e.targets[0];
+        assert_eq!((t.port, e.ws_path.as_deref()), (15675, Some("/ws?x=1")));
+        assert_eq!(e.display, "mqtt+ws://u:***@h:15675/ws?x=1");
+        let e = Endpoint::parse("mqtt+ws://h:1?a", no_tls).unwrap();
+        assert_eq!(e.ws_path.as_deref(), Some("/mqtt?a"));
+        assert!(Endpoint::parse("mqtt+wss://h", no_tls).is_err());
         for bad in ["mqtt://h?qos=1", "mqtt://u:pw@h:1/x", "mqtt://h/?clean=0"] {
             let e = Endpoint::parse(bad, no_tls).unwrap_err().to_string();
             assert!(

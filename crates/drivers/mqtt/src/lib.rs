@@ -1021,9 +1021,9 @@ impl Session for MqttSession {
 impl msgbench_core::registration::Registered for MqttDriver {
     const INFO: msgbench_core::registration::DriverInfo = msgbench_core::registration::DriverInfo {
         name: "mqtt",
-        schemes: &["mqtt", "mqtts"],
+        schemes: &["mqtt", "mqtts", "mqtt+ws", "mqtt+wss"],
         // acks: at QoS 1 and 2 only (the plan decides).
-        about: "MQTT 3.1.1 and 5: QoS 0/1/2 (acks at QoS 1/2), wildcards, $share groups, retained, persistent sessions, TLS, connection workloads (own lean client)",
+        about: "MQTT 3.1.1 and 5: QoS 0/1/2 (acks at QoS 1/2), wildcards, $share groups, retained, persistent sessions, TLS, over WebSocket (mqtt+ws://host:port/path), connection workloads (own lean client)",
         caps: Capabilities {
             acks: true,
             queue_groups: true,

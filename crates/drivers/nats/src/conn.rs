@@ -74,10 +74,12 @@ impl Endpoint {
             Some((c, h)) => (Some(c), h),
             None => (None, rest),
         };
+        // Percent-decoded, as in every URL (the NATS clients do the same).
+        use msgbench_core::redact::unescape;
         let (user, pass, token) = match creds {
             Some(c) => match c.split_once(':') {
-                Some((u, p)) => (Some(u.to_string()), Some(p.to_string()), None),
-                None => (None, None, Some(c.to_string())),
+                Some((u, p)) => (Some(unescape(u)), Some(unescape(p)), None),
+                None => (None, None, Some(unescape(c))),
             },
             None => (None, None, None),
         };
@@ -708,6 +710,8 @@ mod tests {
         );
         assert_eq!(e.display, "nats://bob:***@localhost");
         assert!(e.connect_json("x", None).contains("\"pass\":\"pw\""));
+        let e = plain("nats://bob:p%40w%3A@h").unwrap();
+        assert_eq!(e.pass.as_deref(), Some("p@w:"));
         let e = plain("nats://s3cret@h:1").unwrap();
         assert_eq!(e.token.as_deref(), Some("s3cret"));
         // TLS: asked for by the scheme, with the connector built from the TLS settings.

@@ -75,11 +75,13 @@ impl Endpoint {
             Some((c, h)) => (Some(c), h),
             None => (None, auth_host),
         };
+        // Percent-decoded, as in every URL (redis-cli and the client libraries do the same).
+        use msgbench_core::redact::unescape;
         let (user, pass) = match creds {
             Some(c) => match c.split_once(':') {
-                Some(("", p)) => (None, Some(p.to_string())),
-                Some((u, p)) => (Some(u.to_string()), Some(p.to_string())),
-                None => (None, Some(c.to_string())),
+                Some(("", p)) => (None, Some(unescape(p))),
+                Some((u, p)) => (Some(unescape(u)), Some(unescape(p))),
+                None => (None, Some(unescape(c))),
             },
             None => (None, None),
         };
@@ -382,6 +384,11 @@ mod tests {
         );
         assert_eq!((e.mode, e.maxlen, e.count), (Mode::Streams, Some(1000), 64));
         assert!(!e.display.contains("pw"), "{}", e.display);
+        let e = Endpoint::parse("redis://u%3A1:p%40w%2F@h", no_tls).unwrap();
+        assert_eq!(
+            (e.user.as_deref(), e.pass.as_deref()),
+            (Some("u:1"), Some("p@w/"))
+        );
         let e = Endpoint::parse("redis://:secret@localhost", no_tls).unwrap();
         assert_eq!(
             (e.user, e.pass.as_deref(), e.target.port),

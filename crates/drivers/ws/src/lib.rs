@@ -44,7 +44,9 @@
 #![deny(missing_docs)]
 
 pub mod alive;
-pub mod codec;
+/// RFC 6455 framing, which lives in `msgbench-net` since MQTT over WebSocket tunnels through
+/// it too ([`msgbench_net::ws`]).
+pub use msgbench_net::ws as codec;
 pub mod conn;
 pub mod options;
 

@@ -1,5 +1,6 @@
-//! RFC 6455 framing and the HTTP/1.1 upgrade handshake, shared by the client driver and
-//! `msgbench serve ws-broadcast`.
+//! RFC 6455 framing and the HTTP/1.1 upgrade handshake, shared by the WebSocket driver,
+//! `msgbench serve ws-broadcast` and the WebSocket tunnel other protocols ride in
+//! ([`crate::tunnel`]: MQTT over WebSocket).
 //!
 //! Frames: FIN + opcode, 7/16/64-bit lengths, client frames masked (the mask is applied while
 //! copying into the write buffer, so masking costs no extra pass), server frames not. Parsing
