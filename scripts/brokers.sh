@@ -30,7 +30,8 @@
 #   nats-server on 127.0.0.1:${MSGBENCH_NATS_PORT:-14222}, JetStream on (store in $STATE/nats-js/,
 #     wiped on every `up`; at most 1 GiB in memory and 4 GiB on disk: msgbench's streams reserve
 #     256 MiB on file, 64 MiB in memory by default); core NATS tests and JetStream tests
-#     (nats+js://, MSGBENCH_IT_NATS_JS_URL) share it
+#     (nats+js://, MSGBENCH_IT_NATS_JS_URL) share it; NATS over WebSocket on
+#     127.0.0.1:${MSGBENCH_NATS_WS_PORT:-14223} (plain)
 #   redis-server (package 'redis-server') on 127.0.0.1:${MSGBENCH_REDIS_PORT:-16379}, TLS on
 #     ${MSGBENCH_REDIS_TLS_PORT:-16380} (server cert for localhost, client cert optional): no
 #     persistence, at most 1 GiB of memory (writes beyond it are refused, not evicted); a
@@ -127,6 +128,7 @@ STATE=${MSGBENCH_BROKERS_DIR:-$HOME/.cache/msgbench-brokers}
 # can be taken, between our check and the broker's bind, by any outgoing connection's local end
 # (RabbitMQ's own start-up makes several), and the broker then fails with "address in use".
 NATS_PORT=${MSGBENCH_NATS_PORT:-14222}
+NATS_WS_PORT=${MSGBENCH_NATS_WS_PORT:-14223}
 REDIS_PORT=${MSGBENCH_REDIS_PORT:-16379}
 REDIS_TLS_PORT=${MSGBENCH_REDIS_TLS_PORT:-16380}
 MQTT_PORT=${MSGBENCH_MQTT_PORT:-11883}
@@ -305,13 +307,19 @@ jetstream {
   max_memory_store: 1GB
   max_file_store: 4GB
 }
+# NATS over WebSocket (nats+ws://), plain: msgbench's WebSocket tunnel against a server it did
+# not write.
+websocket {
+  listen: "127.0.0.1:$NATS_WS_PORT"
+  no_tls: true
+}
 CONF
   "$bin" -c "$STATE/nats.conf" -l "$STATE/nats.log" >/dev/null 2>&1 &
   record_pid nats $!
-  if ! wait_port "$NATS_PORT" 10; then
-    log "nats-server did not open 127.0.0.1:$NATS_PORT (see $STATE/nats.log)"; return 1
+  if ! wait_port "$NATS_PORT" 10 || ! wait_port "$NATS_WS_PORT" 10; then
+    log "nats-server did not open 127.0.0.1:$NATS_PORT and $NATS_WS_PORT (see $STATE/nats.log)"; return 1
   fi
-  log "nats-server up on nats://127.0.0.1:$NATS_PORT (pid $(cat "$STATE/nats.pid"))"
+  log "nats-server up on nats://127.0.0.1:$NATS_PORT and nats+ws://127.0.0.1:$NATS_WS_PORT (pid $(cat "$STATE/nats.pid"))"
 }
 
 redis_up() {
@@ -1082,7 +1090,7 @@ stop() { # stop NAME
 ephemeral_ports_note() {
   local lo hi p clash=()
   read -r lo hi </proc/sys/net/ipv4/ip_local_port_range 2>/dev/null || return 0
-  for p in "$NATS_PORT" "$REDIS_PORT" "$MQTT_PORT" "$MQTT_AUTH_PORT" "$MQTTS_PORT" "$AMQP_PORT" "$AMQP_DIST_PORT" \
+  for p in "$NATS_PORT" "$NATS_WS_PORT" "$REDIS_PORT" "$MQTT_PORT" "$MQTT_AUTH_PORT" "$MQTTS_PORT" "$AMQP_PORT" "$AMQP_DIST_PORT" \
     "$EPMD_PORT" "$RMQ_MQTT_PORT" "$RMQ_WS_MQTT_PORT" "$NGINX_PORT" "$NGINX_H2C_PORT" "$NGINX_TLS_PORT" "$ARTEMIS_PORT" "$ARTEMIS_TLS_PORT" "$ARTEMIS_MQTT_PORT" \
     "$KAFKA_PORT" "$KAFKA_CONTROLLER_PORT" "$KAFKA_TLS_PORT" "$KAFKA_PROXIED_PORT" "$((KAFKA_PROXIED_PORT + 1))" \
     "$KAFKA_SASL_PORT" "$REDIS_TLS_PORT" "$QPID_PORT"; do
@@ -1160,6 +1168,7 @@ case "${1:-}" in
     rmqctl "$@" ;;
   env)
     echo "export MSGBENCH_IT_NATS_URL=nats://127.0.0.1:$NATS_PORT"
+    echo "export MSGBENCH_IT_NATS_WS_URL=nats+ws://127.0.0.1:$NATS_WS_PORT"
     echo "export MSGBENCH_IT_REDIS_URL=redis://127.0.0.1:$REDIS_PORT"
     echo "export MSGBENCH_IT_REDIS_TLS_URL=rediss://localhost:$REDIS_TLS_PORT"
     echo "export MSGBENCH_IT_NATS_JS_URL=nats+js://127.0.0.1:$NATS_PORT"

@@ -553,3 +553,66 @@ fn an_oversized_message_among_ones_that_fit_is_refused_alone() {
         .count();
     assert_eq!(warned, 1, "{}", r["events"]);
 }
+
+/// NATS over WebSocket (`nats+ws://`, `nats+js+ws://`) against nats-server's `websocket`
+/// listener: core fan-out and queue groups, request/reply with messages over 64 KiB, and
+/// JetStream's PubAcks, each message accounted for through the tunnel; `nats+ws://` at the
+/// plain client port is refused with what answered.
+#[test]
+fn over_websocket() {
+    let d = TempDir::new("nats-ws");
+    let url = need!("MSGBENCH_IT_NATS_WS_URL");
+    let run = |url: &str, extra: &[&str]| {
+        let mut v = vec!["run", url, "--warmup", "0s", "--no-output", "-p", "2"];
+        v.extend_from_slice(extra);
+        run_json(&d.0, &v)
+    };
+    let r = run(&url, &["--topic", "it.ws", "-n", "20000", "-c", "2"]);
+    let i = &r["integrity"];
+    assert_eq!((u(&i["delivered"]), u(&i["lost"])), (40_000, 0), "{i}");
+    let r = run(
+        &url,
+        &[
+            "--topic",
+            "it.wsq",
+            "-n",
+            "20000",
+            "-c",
+            "2",
+            "--queue-group",
+            "g",
+        ],
+    );
+    let i = &r["integrity"];
+    assert_eq!(
+        (u(&i["delivered"]), u(&i["duplicated"])),
+        (20_000, 0),
+        "{i}"
+    );
+    let r = run(
+        &url,
+        &[
+            "--topic",
+            "it.wsr",
+            "-n",
+            "500",
+            "--request-reply",
+            "--size",
+            "100KiB",
+        ],
+    );
+    assert_eq!(u(&measure(&r)["counters"]["acked"]), 500, "{}", r["result"]);
+    let js = url.replace("nats+ws://", "nats+js+ws://") + "?stream=IT_WS";
+    let r = run(&js, &["--topic", "it.jsws", "-n", "5000"]);
+    assert_eq!(
+        u(&measure(&r)["counters"]["acked"]),
+        5000,
+        "{}",
+        r["result"]
+    );
+    assert_eq!(u(&r["integrity"]["delivered"]), 5000, "{}", r["integrity"]);
+    let plain = need!(NATS).replace("nats://", "nats+ws://");
+    let o = msgbench(&d.0, &["run", &plain, "-n", "10", "--no-output"]);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(stderr(&o).contains("speaks NATS"), "{}", stderr(&o));
+}

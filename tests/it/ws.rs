@@ -423,29 +423,8 @@ fn a_servers_close_is_answered_as_rfc_6455_says() {
         for close in [&[0x88u8, 0x00][..], &[0x88, 0x02, 0x03, 0xe7][..]] {
             let (mut s, _) = l.accept().unwrap();
             s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
-            let mut req = Vec::new();
+            accept_upgrade(&mut s);
             let mut buf = [0u8; 4096];
-            while !req.windows(4).any(|w| w == b"\r\n\r\n") {
-                let n = s.read(&mut buf).unwrap();
-                assert!(n > 0, "no upgrade request");
-                req.extend_from_slice(&buf[..n]);
-            }
-            let text = String::from_utf8_lossy(&req).to_string();
-            let key = text
-                .lines()
-                .find_map(|l| {
-                    l.split_once(':')
-                        .filter(|(k, _)| k.eq_ignore_ascii_case("sec-websocket-key"))
-                        .map(|(_, v)| v.trim().to_string())
-                })
-                .expect("a Sec-WebSocket-Key");
-            let accept = msgbench_driver_ws::codec::accept_key(&key);
-            write!(
-                s,
-                "HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\
-                 Sec-WebSocket-Accept: {accept}\r\n\r\n"
-            )
-            .unwrap();
             s.write_all(close).unwrap();
             // The answer: a masked close frame (0x88, 0x80 | length, the key, the payload).
             let mut got = Vec::new();
@@ -503,29 +482,7 @@ fn a_count_bounded_run_gives_up_on_a_server_that_never_reads() {
     let (stop_tx, stop_rx) = std::sync::mpsc::channel::<()>();
     let server = std::thread::spawn(move || {
         let (mut s, _) = l.accept().unwrap();
-        let mut req = Vec::new();
-        let mut buf = [0u8; 4096];
-        while !req.windows(4).any(|w| w == b"\r\n\r\n") {
-            let n = s.read(&mut buf).unwrap();
-            assert!(n > 0, "no upgrade request");
-            req.extend_from_slice(&buf[..n]);
-        }
-        let text = String::from_utf8_lossy(&req).to_string();
-        let key = text
-            .lines()
-            .find_map(|l| {
-                l.split_once(':')
-                    .filter(|(k, _)| k.eq_ignore_ascii_case("sec-websocket-key"))
-                    .map(|(_, v)| v.trim().to_string())
-            })
-            .expect("a Sec-WebSocket-Key");
-        let accept = msgbench_driver_ws::codec::accept_key(&key);
-        write!(
-            s,
-            "HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\
-             Sec-WebSocket-Accept: {accept}\r\n\r\n"
-        )
-        .unwrap();
+        accept_upgrade(&mut s);
         // Holds the connection, reading nothing, until the test is over.
         let _ = stop_rx.recv_timeout(Duration::from_secs(150));
         drop(s);
@@ -561,4 +518,33 @@ fn a_count_bounded_run_gives_up_on_a_server_that_never_reads() {
     let r: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
     let sent = u(&measure(&r)["counters"]["sent"]);
     assert!(sent > 0 && sent < 1000, "sent {sent}");
+}
+
+/// The server side of a WebSocket upgrade on a raw socket, for tests whose server must do what
+/// `serve ws-broadcast` never would: reads the request, answers 101 with its accept key.
+fn accept_upgrade(s: &mut std::net::TcpStream) {
+    use std::io::{Read, Write};
+    let mut req = Vec::new();
+    let mut buf = [0u8; 4096];
+    while !req.windows(4).any(|w| w == b"\r\n\r\n") {
+        let n = s.read(&mut buf).unwrap();
+        assert!(n > 0, "no upgrade request");
+        req.extend_from_slice(&buf[..n]);
+    }
+    let text = String::from_utf8_lossy(&req).to_string();
+    let key = text
+        .lines()
+        .find_map(|l| {
+            l.split_once(':')
+                .filter(|(k, _)| k.eq_ignore_ascii_case("sec-websocket-key"))
+                .map(|(_, v)| v.trim().to_string())
+        })
+        .expect("a Sec-WebSocket-Key");
+    let accept = msgbench_driver_ws::codec::accept_key(&key);
+    write!(
+        s,
+        "HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\
+         Sec-WebSocket-Accept: {accept}\r\n\r\n"
+    )
+    .unwrap();
 }

@@ -231,6 +231,12 @@ pub fn write(r: &RunReport, out: &mut dyn Write) -> std::io::Result<()> {
                 "  of the messages sent, the system refused {nacked} (nacked) and left {doubt} unanswered (in doubt): deliveries missing for those were refused or may never have arrived, not lost in silence"
             )?;
         }
+        if let Some(c) = competing_not_fanning_out(r) {
+            writeln!(
+                out,
+                "  each message reached about one of the {c} consumers of its topic, not all of them: the system may deliver the address as a queue (consumers compete), not as a topic; a fan-out address differs per broker (ActiveMQ Classic over AMQP 1.0: --address 'topic://{{topic}}'; see the guide's drivers section); --queue-group is how to make consumers share on purpose"
+            )?;
+        }
         let reconnects: u64 = r.phases.iter().map(|p| p.counters.reconnects).sum();
         if reconnects > 0 {
             writeln!(
@@ -249,6 +255,24 @@ pub fn write(r: &RunReport, out: &mut dyn Write) -> std::io::Result<()> {
     }
     tcp_block(out, r)?;
     warnings(out, r)
+}
+
+/// With fan-out to `c` ≥ 2 consumers per topic, deliveries about one per message (within 3%)
+/// and none duplicated: the consumers shared the messages instead of each getting all, which a
+/// broker does when it takes the address for a queue. The loss report would otherwise blame
+/// the broker for (c - 1) / c of every message. `Some(c)` when it looks so.
+fn competing_not_fanning_out(r: &RunReport) -> Option<u64> {
+    let plan = &r.begin.plan;
+    let c = plan["consumers_per_topic"].as_u64()?;
+    let fanout = plan["subscription"]["mode"].as_str() == Some("fanout");
+    // A wildcard subscription (--subscribe) expects what its filter covers, not per topic.
+    if !fanout || c < 2 || !plan["subscribe"].is_null() || r.groups.len() > 1 {
+        return None;
+    }
+    let i = &r.integrity;
+    let per_message = i.expected / c;
+    let off = i.delivered.abs_diff(per_message);
+    (i.duplicated == 0 && per_message > 0 && off * 100 <= per_message * 3).then_some(c)
 }
 
 /// A run with groups: one line per group (what it sent and received, its end-to-end latency,

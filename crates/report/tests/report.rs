@@ -179,6 +179,39 @@ fn text_report_shows_the_events_that_explain_the_counts() {
     assert!(!shown(&fixture()).contains("events ("));
 }
 
+/// Fan-out whose consumers each got a share instead of every message (a broker taking the
+/// address for a queue) is said to look like that, not left as loss alone.
+#[test]
+fn fan_out_that_reached_one_consumer_per_message_is_named() {
+    let shown = |r: &RunReport| {
+        let mut out = Vec::new();
+        render(r, Format::Text, &mut out).unwrap();
+        String::from_utf8(out).unwrap()
+    };
+    let mut r = fixture();
+    r.begin.plan["consumers_per_topic"] = 2.into();
+    r.begin.plan["subscription"] = serde_json::json!({ "mode": "fanout" });
+    r.begin.plan["subscribe"] = serde_json::Value::Null;
+    (
+        r.integrity.expected,
+        r.integrity.delivered,
+        r.integrity.lost,
+    ) = (2000, 1010, 990);
+    r.integrity.duplicated = 0;
+    let text = shown(&r);
+    assert!(text.contains("LOST 990 of 2000"), "{text}");
+    assert!(
+        text.contains("each message reached about one of the 2 consumers"),
+        "{text}"
+    );
+    // Loss that is not a clean half is not called that.
+    (r.integrity.delivered, r.integrity.lost) = (1500, 500);
+    assert!(!shown(&r).contains("about one of the"));
+    r.begin.plan["subscription"] = serde_json::json!({ "mode": "queue", "group": "g" });
+    (r.integrity.delivered, r.integrity.lost) = (1010, 990);
+    assert!(!shown(&r).contains("about one of the"));
+}
+
 /// Loss in a run where clients reconnected is not put on the system under test alone: a
 /// subscriber that was away may have missed what was published meanwhile.
 #[test]

@@ -4,7 +4,7 @@
 
 use crate::codec::{self, ConnectOpts, Packet, Version};
 use msgbench_core::driver::{ConnectFailure, DriverError, DriverEventKind, EventSink};
-use msgbench_net::{NetError, Target, Tls, Wire};
+use msgbench_net::{NetError, Stream, Target, Tls, Wire};
 use std::future::poll_fn;
 use std::io;
 use std::net::IpAddr;
@@ -142,7 +142,8 @@ pub struct Route {
 /// reconnection included, at every tick: a handshake cut short after its CONNECT went out goes
 /// on at the next attempt, on the same socket, instead of opening another connection with the
 /// same client id, which a broker still busy with the first takes for a second client
-/// (ActiveMQ Classic refused it with CONNACK 0x02 over WebSocket, or cut one of the two).
+/// (ActiveMQ Classic refused it with CONNACK 0x02 over WebSocket, or cut one of the two). The
+/// connection attempt before it is kept the same way (`Conn::connecting`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Stage {
     /// Nothing sent on this socket (or no socket): connect afresh.
@@ -154,6 +155,10 @@ enum Stage {
     /// Up.
     Done,
 }
+
+/// A connection attempt in progress (TCP, TLS, the WebSocket upgrade).
+type Connecting =
+    std::pin::Pin<Box<dyn std::future::Future<Output = Result<Stream, NetError>> + Send>>;
 
 /// A live (or reconnecting) connection.
 pub struct Conn {
@@ -194,6 +199,9 @@ pub struct Conn {
     up: bool,
     /// How far the handshake on the attached socket got (see [`Stage`]).
     stage: Stage,
+    /// A connection being made, kept across a cancelled handshake like [`Stage`]: dropped
+    /// half-way, it would reach the broker as a client that came and went at once.
+    connecting: Option<Connecting>,
     /// Said once: the broker claimed a kept session for a clean one.
     told_session_claim: bool,
 }
@@ -227,6 +235,7 @@ impl Conn {
             opened: std::time::Instant::now(),
             up: false,
             stage: Stage::Fresh,
+            connecting: None,
             told_session_claim: false,
         };
         c.handshake().await?;
@@ -279,43 +288,45 @@ impl Conn {
     /// Connects afresh and queues the CONNECT.
     async fn open(&mut self) -> Result<(), DriverError> {
         self.stage = Stage::Fresh;
-        self.wire.detach();
-        let timeout = self.settings.timeout;
-        let stream = match &self.ep.ws_path {
-            None => {
-                msgbench_net::connect_with(
-                    self.target(),
-                    self.route.source,
-                    self.ep.tls.as_ref(),
-                    timeout,
-                    self.route.fd_free,
-                )
-                .await
-            }
-            Some(path) => {
-                let t = self.target();
+        if self.connecting.is_none() {
+            self.wire.detach();
+            let timeout = self.settings.timeout;
+            let (target, source, fd_free) =
+                (self.target().clone(), self.route.source, self.route.fd_free);
+            let tls = self.ep.tls.clone();
+            let up = self.ep.ws_path.as_ref().map(|path| {
+                let t = &target;
                 let host = if t.host.contains(':') {
                     format!("[{}]:{}", t.host, t.port)
                 } else {
                     format!("{}:{}", t.host, t.port)
                 };
-                let up = msgbench_net::tunnel::Upgrade {
+                msgbench_net::tunnel::Upgrade {
                     host,
                     path: path.clone(),
                     protocol: Some("mqtt"),
-                };
-                msgbench_net::tunnel::connect_ws(
-                    t,
-                    self.route.source,
-                    self.ep.tls.as_ref(),
-                    timeout,
-                    self.route.fd_free,
-                    &up,
-                )
-                .await
-            }
+                }
+            });
+            self.connecting = Some(Box::pin(async move {
+                match up {
+                    None => {
+                        msgbench_net::connect_with(&target, source, tls.as_ref(), timeout, fd_free)
+                            .await
+                    }
+                    Some(up) => {
+                        let tls = tls.as_ref();
+                        msgbench_net::tunnel::connect_ws(
+                            &target, source, tls, timeout, fd_free, &up,
+                        )
+                        .await
+                    }
+                }
+            }));
         }
-        .map_err(|e| self.connect_error(e))?;
+        let connecting = self.connecting.as_mut().expect("set above");
+        let r = connecting.await;
+        self.connecting = None;
+        let stream = r.map_err(|e| self.connect_error(e))?;
         // Writes buffered while disconnected are dropped (integrity counts them as lost).
         self.wire.attach(stream);
         // Data clients notice a silent broker (a blackholed route, a frozen host): a PINGREQ
@@ -342,7 +353,7 @@ impl Conn {
             },
         );
         // No await since the socket was attached: a cancellation leaves a consistent stage.
-        self.stage = Stage::Connack(tokio::time::Instant::now() + timeout);
+        self.stage = Stage::Connack(tokio::time::Instant::now() + self.settings.timeout);
         Ok(())
     }
 

@@ -18,13 +18,17 @@ use std::time::Duration;
 /// (each further server may repeat `nats://`, as the `nats` CLI writes server lists). Several
 /// servers (nodes of a cluster, or several servers on one machine) share the clients out round
 /// robin by client index, as the MQTT driver does. `tls://` (or `nats+tls://`) asks for TLS,
-/// which starts after the server's INFO, as NATS servers expect.
+/// which starts after the server's INFO, as NATS servers expect. `nats+ws://host:port[/path]`
+/// and `nats+wss://` (`nats+js+ws[s]://` for JetStream) speak NATS over WebSocket, to a
+/// nats-server `websocket` listener.
 #[derive(Debug, Clone)]
 pub struct Endpoint {
     /// `host:port` of each server.
     pub addrs: Vec<String>,
     /// TLS connector, for `tls://` URLs.
     pub tls: Option<msgbench_net::Tls>,
+    /// The WebSocket endpoint's path, for NATS over WebSocket (`None`: plain TCP).
+    pub ws_path: Option<String>,
     /// `?tls_first`: the TLS handshake comes first, before the server's INFO (nats-server 2.10+
     /// with `handshake_first`, which otherwise waits in silence), instead of after it.
     pub tls_first: bool,
@@ -46,16 +50,27 @@ impl Endpoint {
         tls: impl FnOnce() -> Result<msgbench_net::Tls, String>,
     ) -> Result<Endpoint, DriverError> {
         let display = msgbench_core::redact::url(url);
-        let (scheme, rest) = ["nats", "tls", "nats+tls", "nats+js", "nats+js+tls"]
-            .into_iter()
-            .find_map(|s| Some((s, url.strip_prefix(s)?.strip_prefix("://")?)))
-            .ok_or_else(|| {
-                DriverError::Config(format!(
-                    "`{display}` is not a nats://, tls:// or nats+js:// URL"
-                ))
-            })?;
+        let (scheme, rest) = [
+            "nats",
+            "tls",
+            "nats+tls",
+            "nats+ws",
+            "nats+wss",
+            "nats+js",
+            "nats+js+tls",
+            "nats+js+ws",
+            "nats+js+wss",
+        ]
+        .into_iter()
+        .find_map(|s| Some((s, url.strip_prefix(s)?.strip_prefix("://")?)))
+        .ok_or_else(|| {
+            DriverError::Config(format!(
+                "`{display}` is not a nats://, tls://, nats+ws:// or nats+js:// URL"
+            ))
+        })?;
         let jetstream = scheme.starts_with("nats+js");
-        let tls = if scheme == "nats" || scheme == "nats+js" {
+        let websocket = scheme.ends_with("+ws") || scheme.ends_with("+wss");
+        let tls = if matches!(scheme, "nats" | "nats+js" | "nats+ws" | "nats+js+ws") {
             None
         } else {
             Some(tls().map_err(|m| DriverError::Config(format!("TLS: {m}")))?)
@@ -64,12 +79,23 @@ impl Endpoint {
         let query = rest.split_once('?').map_or("", |(_, q)| q);
         let identity = identity(query)?;
         let tls_first = tls_first(query)?;
+        if tls_first && websocket {
+            return Err(DriverError::Config(format!(
+                "`{display}`: tls_first is for TLS over plain TCP; over WebSocket TLS always comes first (nats+wss://)"
+            )));
+        }
         if tls_first && tls.is_none() {
             return Err(DriverError::Config(format!(
                 "`{display}`: tls_first needs TLS: use tls:// (or nats+js+tls://)"
             )));
         }
-        let rest = rest.split(['/', '?']).next().unwrap_or("");
+        let before_query = rest.split('?').next().unwrap_or("");
+        let authority = before_query.split('/').next().unwrap_or("");
+        let ws_path = websocket.then(|| match &before_query[authority.len()..] {
+            "" => "/".to_string(),
+            p => p.to_string(),
+        });
+        let rest = authority;
         let (creds, hostports) = match rest.rsplit_once('@') {
             Some((c, h)) => (Some(c), h),
             None => (None, rest),
@@ -103,6 +129,7 @@ impl Endpoint {
         Ok(Endpoint {
             addrs,
             tls,
+            ws_path,
             tls_first,
             user,
             pass,
@@ -343,8 +370,29 @@ impl Conn {
         let target = msgbench_net::Target::parse(self.addr(), 4222).map_err(io_err)?;
         // TCP_NODELAY is set by msgbench-net: Nagle plus delayed ACKs would add ~40 ms.
         let r = self.route;
-        let connected =
-            msgbench_net::connect_with(&target, r.source, None, self.timeout, r.fd_free).await;
+        let connected = match &self.ep.ws_path {
+            None => {
+                msgbench_net::connect_with(&target, r.source, None, self.timeout, r.fd_free).await
+            }
+            // TLS, for nats+wss://, is under the WebSocket, from the start.
+            Some(path) => {
+                let up = msgbench_net::tunnel::Upgrade {
+                    host: self.addr().to_string(),
+                    path: path.clone(),
+                    protocol: None,
+                };
+                let tls = self.ep.tls.as_ref();
+                msgbench_net::tunnel::connect_ws(
+                    &target,
+                    r.source,
+                    tls,
+                    self.timeout,
+                    r.fd_free,
+                    &up,
+                )
+                .await
+            }
+        };
         // The classified failure travels inside the I/O error, for `connect_error`. Writes
         // buffered while disconnected are dropped by `attach`: they were never sent (integrity
         // counts them as lost); replaying them could duplicate what did go out before the cut.
@@ -390,7 +438,10 @@ impl Conn {
             };
             match first {
                 ServerOp::Info(info) => {
-                    self.learn(&info.connect_urls);
+                    // The servers a cluster announces are its client ports, not WebSocket ones.
+                    if self.ep.ws_path.is_none() {
+                        self.learn(&info.connect_urls);
+                    }
                     self.info = info;
                 }
                 other => {
@@ -403,8 +454,9 @@ impl Conn {
                 &self.ep.tls,
                 self.info.tls_required || self.info.tls_available,
             ) {
-                // Already over TLS.
+                // Already over TLS, or TLS is the WebSocket's business.
                 (Some(_), _) if self.ep.tls_first => {}
+                _ if self.ep.ws_path.is_some() => {}
                 (Some(tls), true) => {
                     let plain = self.wire.take().ok_or_else(|| io_err("connection lost"))?;
                     let secure = msgbench_net::upgrade_tls(plain, tls, &target.host, self.timeout);
@@ -540,7 +592,9 @@ impl Conn {
             }
             ServerOp::Pong | ServerOp::Ok => None,
             ServerOp::Info(info) => {
-                self.learn(&info.connect_urls);
+                if self.ep.ws_path.is_none() {
+                    self.learn(&info.connect_urls);
+                }
                 None
             }
             ServerOp::Err(e) => {
@@ -710,6 +764,16 @@ mod tests {
         );
         assert_eq!(e.display, "nats://bob:***@localhost");
         assert!(e.connect_json("x", None).contains("\"pass\":\"pw\""));
+        let e = plain("nats+ws://bob:pw@h:8080").unwrap();
+        assert_eq!(
+            (e.addrs[0].as_str(), e.ws_path.as_deref()),
+            ("h:8080", Some("/"))
+        );
+        assert_eq!(e.user.as_deref(), Some("bob"));
+        let e = plain("nats+js+ws://h:1/ws?stream=S").unwrap();
+        assert_eq!((e.ws_path.as_deref(), e.jetstream), (Some("/ws"), true));
+        assert_eq!(plain("nats://h:1/x").unwrap().ws_path, None);
+        assert!(plain("nats+wss://h").is_err(), "TLS is asked for");
         let e = plain("nats://bob:p%40w%3A@h").unwrap();
         assert_eq!(e.pass.as_deref(), Some("p@w:"));
         let e = plain("nats://s3cret@h:1").unwrap();

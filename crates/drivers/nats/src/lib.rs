@@ -604,8 +604,8 @@ impl Consumer for NatsConsumer {
 impl msgbench_core::registration::Registered for NatsDriver {
     const INFO: msgbench_core::registration::DriverInfo = msgbench_core::registration::DriverInfo {
         name: "nats",
-        schemes: &["nats", "tls", "nats+tls"],
-        about: "NATS core: pub/sub, fan-out, queue groups, request/reply, connection workloads, TLS, user/password, token, nkey (?nkey=SEED_FILE) and .creds (?creds=FILE) authentication (own lean client)",
+        schemes: &["nats", "tls", "nats+tls", "nats+ws", "nats+wss"],
+        about: "NATS core: pub/sub, fan-out, queue groups, request/reply, connection workloads, TLS, over WebSocket (nats+ws://), user/password, token, nkey (?nkey=SEED_FILE) and .creds (?creds=FILE) authentication (own lean client)",
         caps: Capabilities {
             acks: false,
             queue_groups: true,

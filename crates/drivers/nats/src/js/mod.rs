@@ -280,7 +280,7 @@ impl Driver for JetStreamDriver {
 impl msgbench_core::registration::Registered for JetStreamDriver {
     const INFO: msgbench_core::registration::DriverInfo = msgbench_core::registration::DriverInfo {
         name: "nats-jetstream",
-        schemes: &["nats+js", "nats+js+tls"],
+        schemes: &["nats+js", "nats+js+tls", "nats+js+ws", "nats+js+wss"],
         about: "NATS JetStream: streams (file/memory), publishes confirmed by PubAcks (acks; --max-in-flight = async publish window), pull (batched fetch) and push consumers, durable or ephemeral, explicit acks, redeliveries marked, TLS; nats+js://HOST:PORT?stream=NAME&storage=file|memory&consumer=pull|push&durable=NAME&batch=N&create=1|0&max_bytes=SIZE&replicas=N&ack_pending=N&ack_wait=D&deliver=new|all&expires=D (own client)",
         caps: msgbench_core::driver::Capabilities {
             acks: true,
