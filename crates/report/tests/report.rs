@@ -12,6 +12,13 @@ fn fixture() -> RunReport {
     RunReport::from_records(&read_records(std::io::BufReader::new(f)).unwrap()).unwrap()
 }
 
+/// The text report of `r`.
+fn shown(r: &RunReport) -> String {
+    let mut out = Vec::new();
+    render(r, Format::Text, &mut out).unwrap();
+    String::from_utf8(out).unwrap()
+}
+
 fn golden(name: &str, actual: &str) {
     let path = Path::new("tests/golden").join(name);
     if std::env::var_os("UPDATE_GOLDEN").is_some() {
@@ -150,11 +157,6 @@ fn text_report_shows_the_events_that_explain_the_counts() {
     ));
     r.events
         .push(ev(2.1, EventKind::Reconnected, "consumer 0: reconnected"));
-    let shown = |r: &RunReport| {
-        let mut out = Vec::new();
-        render(r, Format::Text, &mut out).unwrap();
-        String::from_utf8(out).unwrap()
-    };
     let text = shown(&r);
     let block = text.split_once("events (").expect("an events block").1;
     assert!(
@@ -183,11 +185,6 @@ fn text_report_shows_the_events_that_explain_the_counts() {
 /// address for a queue) is said to look like that, not left as loss alone.
 #[test]
 fn fan_out_that_reached_one_consumer_per_message_is_named() {
-    let shown = |r: &RunReport| {
-        let mut out = Vec::new();
-        render(r, Format::Text, &mut out).unwrap();
-        String::from_utf8(out).unwrap()
-    };
     let mut r = fixture();
     r.begin.plan["consumers_per_topic"] = 2.into();
     r.begin.plan["subscription"] = serde_json::json!({ "mode": "fanout" });
@@ -216,11 +213,6 @@ fn fan_out_that_reached_one_consumer_per_message_is_named() {
 /// subscriber that was away may have missed what was published meanwhile.
 #[test]
 fn loss_with_reconnections_names_the_outage_as_a_possible_cause() {
-    let shown = |r: &RunReport| {
-        let mut out = Vec::new();
-        render(r, Format::Text, &mut out).unwrap();
-        String::from_utf8(out).unwrap()
-    };
     let mut r = fixture();
     r.integrity.lost = 7;
     let text = shown(&r);
