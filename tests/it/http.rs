@@ -282,6 +282,12 @@ fn a_server_refusing_every_request_fails_the_verdict() {
 /// `statuses` (comma-separated) in turn, across all connections; its port, and the process
 /// (killed when dropped).
 fn status_server(py: &str, statuses: &str) -> (String, Killed) {
+    status_server_with(py, &[statuses])
+}
+
+/// [`status_server`]'s script with `args`: the statuses, then optionally a certificate and key
+/// file to serve HTTPS with (Python's `ssl`, that is OpenSSL).
+fn status_server_with(py: &str, args: &[&str]) -> (String, Killed) {
     let script = r#"
 import http.server, itertools, sys
 codes = [int(c) for c in sys.argv[1].split(",")]
@@ -297,15 +303,94 @@ class H(http.server.BaseHTTPRequestHandler):
     do_GET = do_POST = _answer
     def log_message(self, *a):
         pass
+if len(sys.argv) > 2 and sys.argv[2].startswith("idle="):
+    # Closes a kept-alive connection idle this many seconds (socketserver's timeout).
+    H.timeout = float(sys.argv[2][5:])
 s = http.server.ThreadingHTTPServer(("127.0.0.1", 0), H)
+if len(sys.argv) > 3:
+    import ssl
+    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    ctx.load_cert_chain(sys.argv[2], sys.argv[3])
+    s.socket = ctx.wrap_socket(s.socket, server_side=True)
 print("ready", flush=True)
 print(s.server_address[1], flush=True)
 s.serve_forever()
 "#;
-    let (server, mut out) = crate::thirdparty::ready_peer(py, script, &[statuses]);
+    let (server, mut out) = crate::thirdparty::ready_peer(py, script, args);
     let mut port = String::new();
     std::io::BufRead::read_line(&mut out, &mut port).unwrap();
     (port.trim().to_string(), Killed(server))
+}
+
+/// The self-signed certificate `openssl req -x509` makes by default is marked as a CA
+/// (`CA:TRUE`), which rustls refuses as a server's own. Given with `--ca-file`, that exact
+/// certificate is trusted (as curl trusts it), for the names it was issued for only; reached
+/// by another name, the run fails and says why.
+#[test]
+fn a_self_signed_ca_certificate_given_as_the_ca_file_is_trusted() {
+    let Some(py) = crate::thirdparty::peer_python("ssl", "python3") else {
+        return;
+    };
+    let d = TempDir::new("http-self-signed");
+    let (cert, key) = (d.path("cert.pem"), d.path("key.pem"));
+    let made = std::process::Command::new("openssl")
+        .args([
+            "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "2",
+        ])
+        .args([
+            "-subj",
+            "/CN=localhost",
+            "-addext",
+            "subjectAltName=DNS:localhost",
+        ])
+        .arg("-keyout")
+        .arg(&key)
+        .arg("-out")
+        .arg(&cert)
+        .output()
+        .expect("openssl runs");
+    assert!(
+        made.status.success(),
+        "{}",
+        String::from_utf8_lossy(&made.stderr)
+    );
+    let text = std::process::Command::new("openssl")
+        .args(["x509", "-noout", "-text", "-in"])
+        .arg(&cert)
+        .output()
+        .unwrap();
+    assert!(
+        String::from_utf8_lossy(&text.stdout).contains("CA:TRUE"),
+        "openssl made a certificate without CA:TRUE: the case is not covered"
+    );
+    let (cert, key) = (cert.to_string_lossy(), key.to_string_lossy());
+    let (port, _server) = status_server_with(&py, &["200", &cert, &key]);
+    let args = |host: &str| {
+        let url = format!("https://{host}:{port}/");
+        let mut v: Vec<String> = ["run", &url, "--ca-file", &cert, "-n", "20", "--rate", "100"]
+            .map(String::from)
+            .to_vec();
+        v.extend(["--warmup", "0s"].map(String::from));
+        v
+    };
+    let a = args("localhost");
+    let r = run_json(&d.0, &a.iter().map(String::as_str).collect::<Vec<_>>());
+    assert_eq!(
+        u(&measure(&r)["counters"]["acked"]),
+        20,
+        "{}",
+        measure(&r)["counters"]
+    );
+    // 127.0.0.1 is not a name the certificate was issued for.
+    let mut b = args("127.0.0.1");
+    b.push("--no-output".into());
+    let o = msgbench(&d.0, &b.iter().map(String::as_str).collect::<Vec<_>>());
+    assert_ne!(o.status.code(), Some(0), "{}", stdout(&o));
+    assert!(
+        stderr(&o).contains("not for this host name"),
+        "{}",
+        stderr(&o)
+    );
 }
 
 /// Responses are counted by status over all producers, exactly, into the results file and
@@ -547,6 +632,98 @@ fn raw_server(answer: fn(&mut std::net::TcpStream)) -> u16 {
         }
     });
     port
+}
+
+/// Held HTTP connections outlive the server's keep-alive timeout: Python's server closes a
+/// connection idle for 1 s, the clients publish every 2 s, and each closed connection is
+/// opened again (as an HTTP client does), so every publish goes out and none is dropped.
+#[test]
+fn held_connections_are_reopened_after_the_servers_idle_close() {
+    let Some(py) = crate::thirdparty::peer_python("http.server", "python3") else {
+        return;
+    };
+    let (port, _server) = status_server_with(&py, &["200", "idle=1"]);
+    let d = TempDir::new("http-hold-idle");
+    let url = format!("http://127.0.0.1:{port}/");
+    let r = run_json(
+        &d.0,
+        &[
+            "run",
+            &url,
+            "--connections",
+            "5",
+            "--hold",
+            "7s",
+            "--publish-interval",
+            "2s",
+        ],
+    );
+    let sum = |k: &str| -> u64 {
+        r["phases"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|p| p["counters"][k].as_u64().unwrap_or(0))
+            .sum()
+    };
+    assert_eq!(sum("dropped"), 0, "{}", r["phases"]);
+    // Each client publishes at about 2, 4 and 6 s, the connection having been closed before
+    // each but the first.
+    assert!(sum("sent") >= 13, "sent {}: {}", sum("sent"), r["phases"]);
+    let e = &measure(&r)["counters"]["errors"];
+    assert_eq!(u(&e["send"]) + u(&e["disconnect"]), 0, "{e}");
+}
+
+/// A server that takes each connection, reads the request and closes without a byte (varnish
+/// given an HTTP/2 preface, a TLS port given plain HTTP): after a few connections the run stops
+/// and says what the server may speak, instead of reconnecting thousands of times a second
+/// with every request counted as lost.
+#[test]
+fn a_server_that_never_answers_stops_the_run_with_a_hint() {
+    use std::sync::atomic::{AtomicU32, Ordering};
+    static PLAIN: AtomicU32 = AtomicU32::new(0);
+    static H2C: AtomicU32 = AtomicU32::new(0);
+    let cases: [(&AtomicU32, u16, &[&str], &str); 2] = [
+        (
+            &PLAIN,
+            raw_server(|_| {
+                PLAIN.fetch_add(1, Ordering::Relaxed);
+            }),
+            &[],
+            "it may speak TLS on this port (use https://)",
+        ),
+        (
+            &H2C,
+            raw_server(|_| {
+                H2C.fetch_add(1, Ordering::Relaxed);
+            }),
+            &["--http2"],
+            "it may speak no HTTP/2 with prior knowledge (h2c) here: run without --http2",
+        ),
+    ];
+    for (accepted, port, extra, hint) in cases {
+        let d = TempDir::new("http-never-answers");
+        let url = format!("http://127.0.0.1:{port}/");
+        let mut args = vec!["run", &url, "--duration", "5s", "--warmup", "0s"];
+        args.extend(["--no-output", "--quiet"]);
+        args.extend_from_slice(extra);
+        let started = std::time::Instant::now();
+        let o = msgbench(&d.0, &args);
+        assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
+        assert!(
+            stderr(&o).contains("closed 3 connections in a row without answering any request")
+                && stderr(&o).contains(hint),
+            "{}",
+            stderr(&o)
+        );
+        let n = accepted.load(Ordering::Relaxed);
+        assert!((3..=6).contains(&n), "{n} connections for {extra:?}");
+        assert!(
+            started.elapsed() < std::time::Duration::from_secs(4),
+            "{:?}",
+            started.elapsed()
+        );
+    }
 }
 
 /// An HTTP/1.1-only server slow to answer the HTTP/2 preface (it answers 400 after 200 ms):

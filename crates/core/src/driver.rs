@@ -352,6 +352,7 @@ fn look_clone(p: *const ()) -> RawWaker {
 fn look_nothing(_: *const ()) {}
 
 /// A context for a look without waiting (see [`is_look`]).
+#[inline]
 pub fn look_context() -> Context<'static> {
     Context::from_waker(&LOOK)
 }

@@ -142,6 +142,7 @@ impl Tls {
             .with_safe_default_protocol_versions()
             .map_err(|e| e.to_string())?;
         let mut roots = rustls::RootCertStore::empty();
+        let mut pinned = Vec::new();
         if let Some(ca) = &plan.ca_file {
             let certs = CertificateDer::pem_file_iter(ca)
                 .map_err(|e| read_err("CA file", ca, e))?
@@ -152,8 +153,9 @@ impl Tls {
             }
             for c in certs {
                 roots
-                    .add(c)
+                    .add(c.clone())
                     .map_err(|e| format!("CA file {}: {e}", ca.display()))?;
+                pinned.push(c);
             }
         } else if !plan.insecure {
             let found = rustls_native_certs::load_native_certs();
@@ -166,6 +168,17 @@ impl Tls {
                 );
             }
         }
+        let verifier = if pinned.is_empty() {
+            None
+        } else {
+            let webpki = rustls::client::WebPkiServerVerifier::builder_with_provider(
+                Arc::new(roots.clone()),
+                provider.clone(),
+            )
+            .build()
+            .map_err(|e| format!("CA file: {e}"))?;
+            Some(Arc::new(CaFileVerifier { webpki, pinned }))
+        };
         let builder = builder.with_root_certificates(roots);
         let mut config = match (&plan.cert_file, &plan.key_file) {
             (Some(cert), Some(key)) => {
@@ -187,10 +200,72 @@ impl Tls {
             config
                 .dangerous()
                 .set_certificate_verifier(Arc::new(NoVerify(provider)));
+        } else if let Some(v) = verifier {
+            config.dangerous().set_certificate_verifier(v);
         }
         Ok(Tls {
             connector: TlsConnector::from(Arc::new(config)),
         })
+    }
+}
+
+/// `--ca-file`: the usual verification against the file's certificates, and one more case
+/// it refuses: a server presenting, as its own, a certificate that is itself in the file and
+/// marked as a CA. That is what `openssl req -x509` makes by default (`CA:TRUE`), the usual
+/// self-signed test certificate; curl and OpenSSL accept it when given as the CA, rustls calls
+/// it `CaUsedAsEndEntity`. The user named that exact certificate, so it is trusted as pinned,
+/// still only for the names it was issued for.
+#[derive(Debug)]
+struct CaFileVerifier {
+    webpki: Arc<rustls::client::WebPkiServerVerifier>,
+    pinned: Vec<CertificateDer<'static>>,
+}
+
+impl ServerCertVerifier for CaFileVerifier {
+    fn verify_server_cert(
+        &self,
+        end_entity: &CertificateDer<'_>,
+        intermediates: &[CertificateDer<'_>],
+        name: &ServerName<'_>,
+        ocsp: &[u8],
+        now: UnixTime,
+    ) -> Result<ServerCertVerified, rustls::Error> {
+        match self
+            .webpki
+            .verify_server_cert(end_entity, intermediates, name, ocsp, now)
+        {
+            Err(e)
+                if format!("{e:?}").contains("CaUsedAsEndEntity")
+                    && self
+                        .pinned
+                        .iter()
+                        .any(|c| c.as_ref() == end_entity.as_ref()) =>
+            {
+                let cert = rustls::server::ParsedCertificate::try_from(end_entity)?;
+                rustls::client::verify_server_name(&cert, name)?;
+                Ok(ServerCertVerified::assertion())
+            }
+            r => r,
+        }
+    }
+    fn verify_tls12_signature(
+        &self,
+        m: &[u8],
+        c: &CertificateDer<'_>,
+        d: &DigitallySignedStruct,
+    ) -> Result<HandshakeSignatureValid, rustls::Error> {
+        self.webpki.verify_tls12_signature(m, c, d)
+    }
+    fn verify_tls13_signature(
+        &self,
+        m: &[u8],
+        c: &CertificateDer<'_>,
+        d: &DigitallySignedStruct,
+    ) -> Result<HandshakeSignatureValid, rustls::Error> {
+        self.webpki.verify_tls13_signature(m, c, d)
+    }
+    fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
+        self.webpki.supported_verify_schemes()
     }
 }
 
@@ -377,9 +452,13 @@ fn tls_hint(e: &io::Error) -> &'static str {
     if text.contains("UnknownIssuer") {
         " (the server's certificate is not signed by a CA this machine trusts: give its CA \
          with --ca-file, or skip verification with --insecure)"
-    } else if text.contains("NotValidForName") {
+    } else if text.contains("NotValidForName") || text.contains("not valid for name") {
         " (the server's certificate is not for this host name: connect by the name it was \
          issued for, or skip verification with --insecure)"
+    } else if text.contains("CaUsedAsEndEntity") {
+        " (the server's certificate is a CA certificate, as `openssl req -x509` makes by \
+         default: give that certificate itself with --ca-file, or skip verification with \
+         --insecure)"
     } else if text.contains("InvalidContentType") || text.contains("corrupt message") {
         " (the server did not answer in TLS: is this port a plain one? Use the scheme without \
          TLS there)"

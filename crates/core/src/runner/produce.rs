@@ -143,10 +143,17 @@ impl ProducerTask {
         }
     }
 
-    /// The publish-confirmation stage of a multi-stage run: latency from the intended time.
+    /// The publish-confirmation stage of a multi-stage run, if it has one.
     #[inline]
-    fn record_ack_stage(&self, rec: &mut Recorder, now: u64, intended: u64, ok: bool) {
-        if let Some(s) = self.tagger.as_ref().and_then(Tagger::ack_stage) {
+    fn ack_stage(&self) -> Option<u16> {
+        self.tagger.as_ref().and_then(Tagger::ack_stage)
+    }
+
+    /// The publish-confirmation stage of a multi-stage run (`stage`, from [`Self::ack_stage`]):
+    /// latency from the intended time.
+    #[inline]
+    fn record_ack_stage(rec: &mut Recorder, stage: Option<u16>, now: u64, intended: u64, ok: bool) {
+        if let Some(s) = stage {
             if ok {
                 rec.stage(s).reached(now.saturating_sub(intended), 0);
             } else {
@@ -170,7 +177,7 @@ impl ProducerTask {
                     }
                     Taken::Outstanding(sent, intended) => {
                         Self::record_ack(rec, now, (sent, intended), ok, responses);
-                        self.record_ack_stage(rec, now, intended, ok);
+                        Self::record_ack_stage(rec, self.ack_stage(), now, intended, ok);
                     }
                     // Counted in doubt at its ack timeout (or acked before): a message has one
                     // outcome. (The producer never overwrites an outstanding token, so a token
@@ -181,14 +188,18 @@ impl ProducerTask {
                     t.refused(token);
                 }
             }
-            Ack::UpTo { token, ok } => window.ack_up_to(token, |times| {
-                if now.saturating_sub(times.0) > timeout {
-                    rec.counters_mut().errors.add(ErrorKind::Timeout, 1);
-                    return;
-                }
-                Self::record_ack(rec, now, times, ok, responses);
-                self.record_ack_stage(rec, now, times.1, ok);
-            }),
+            Ack::UpTo { token, ok } => {
+                // Looked up once for the whole run of acks, not once per message in it.
+                let stage = self.ack_stage();
+                window.ack_up_to(token, |times| {
+                    if now.saturating_sub(times.0) > timeout {
+                        rec.counters_mut().errors.add(ErrorKind::Timeout, 1);
+                        return;
+                    }
+                    Self::record_ack(rec, now, times, ok, responses);
+                    Self::record_ack_stage(rec, stage, now, times.1, ok);
+                })
+            }
             Ack::InDoubt { up_to } => {
                 let mut n = 0;
                 window.ack_up_to(up_to, |_| n += 1);
@@ -199,6 +210,7 @@ impl ProducerTask {
     }
 
     /// Takes every ack that is ready without waiting.
+    #[inline]
     fn drain_ready_acks<P: Producer>(&self, p: &mut P, rec: &mut Recorder, window: &mut InFlight) {
         self.drain_ready_acks_at(p, rec, window, None);
     }
@@ -207,6 +219,7 @@ impl ProducerTask {
     /// or one taken at the first ack): they were read together, and taking them takes
     /// microseconds, while a reading per ack costs on pipelined protocols about as much as
     /// handling the ack itself.
+    #[inline]
     fn drain_ready_acks_at<P: Producer>(
         &self,
         p: &mut P,
@@ -363,7 +376,7 @@ impl<P: Producer> Sending<P> {
                     None => return,
                 }
             };
-            if self.task.acks && self.open_window().await.is_none() {
+            if self.task.acks && !self.window_has_room() && self.open_window().await.is_none() {
                 return;
             }
             if self.gated && self.pass_stage_gate().await.is_none() {
@@ -515,6 +528,15 @@ impl<P: Producer> Sending<P> {
             Flow::Go => Some(()),
             Flow::Stop => None,
         }
+    }
+
+    /// The ack window's quick answer, after taking the acks that are ready: room for the next
+    /// message now. Most sends find it so, and skip [`Self::open_window`]'s future.
+    #[inline]
+    fn window_has_room(&mut self) -> bool {
+        self.task
+            .drain_ready_acks(&mut self.p, &mut self.rec, &mut self.window);
+        self.window.len() < self.task.window && self.window.slot_free(self.token)
     }
 
     /// The ack window (runs with acks): never more than `window` unacknowledged messages. Once it is full,

@@ -73,7 +73,17 @@ pub(crate) enum Error {
     /// The request was to be sent again after [`Error::ClosedIdle`]'s race, but no new
     /// connection opened (the connect error).
     Reopen(Arc<str>),
+    /// The server ended [`UNANSWERED_LOSSES`] connections in a row, none of which it ever
+    /// answered: it does not speak what is sent to it. What it may speak instead.
+    NeverAnswers(&'static str),
 }
+
+/// Connections a producer's server may end without ever answering before the run stops:
+/// one could be a server still starting; several in a row, each taking requests and
+/// answering none, is a server that speaks something else (varnish closes on an HTTP/2
+/// preface, a TLS port on a plain request), and retrying made thousands of connections a
+/// second with every request counted as lost.
+pub(crate) const UNANSWERED_LOSSES: u32 = 3;
 
 impl Error {
     /// An I/O failure.
@@ -105,6 +115,11 @@ impl fmt::Display for Error {
                  line: it speaks no HTTP/2 with prior knowledge (h2c) here; run without --http2",
             ),
             Error::Abandoned => f.write_str("request abandoned with its connection"),
+            Error::NeverAnswers(hint) => write!(
+                f,
+                "the server closed {UNANSWERED_LOSSES} connections in a row without answering \
+                 any request: {hint}"
+            ),
             // hyper's own text is a category ("http2 error"); what happened is in its source
             // (h2's GOAWAY code and the server's debug text, an I/O error).
             Error::Hyper(e) => {
@@ -205,6 +220,8 @@ pub(crate) struct Conn {
     unagreed: bool,
     /// Whether any connection of this slot got a response.
     answered: bool,
+    /// Connections lost before this slot ever got a response (see [`UNANSWERED_LOSSES`]).
+    unanswered_losses: u32,
     /// Set when the server turned out to speak another protocol before it ever answered
     /// ([`Error::Http2Only`], [`Error::Http1Only`], [`Error::TlsOnly`]): the next connect
     /// fails the run instead of trying again what cannot work.
@@ -306,6 +323,7 @@ impl Conn {
             ended_busy: None,
             unagreed: false,
             answered: false,
+            unanswered_losses: 0,
             wrong_protocol: None,
             report,
             producer: report,
@@ -506,6 +524,14 @@ impl Conn {
                 self.ended(busy);
                 Some(End::Orderly)
             }
+            // A server ending an idle connection, nothing in flight on it, loses nothing,
+            // whatever way it does it: h2o's idle timeout closes TLS without close_notify,
+            // varnish's just closes the socket (a broken pipe for the next write). As an
+            // HTTP/1.1 keep-alive close, it is the server's orderly close.
+            Poll::Ready(Err(_)) if !busy => {
+                self.ended(false);
+                Some(End::Orderly)
+            }
             Poll::Ready(Err(e)) => {
                 self.live = None;
                 let e = Error::Hyper(Arc::new(e));
@@ -615,6 +641,29 @@ impl Conn {
                 format!("{}: connection lost: {e}", self.ep.display),
             );
         }
+        if self.producer && !self.answered && self.wrong_protocol.is_none() {
+            self.unanswered_losses += 1;
+            if self.unanswered_losses >= UNANSWERED_LOSSES {
+                self.wrong_protocol = Some(Error::NeverAnswers(self.never_answers_hint()));
+            }
+        }
+    }
+
+    /// What a server that takes connections and answers nothing on them may speak instead.
+    fn never_answers_hint(&self) -> &'static str {
+        match (self.ep.tls.is_some(), self.ep.http2) {
+            (false, true) => {
+                "it may speak no HTTP/2 with prior knowledge (h2c) here: run without --http2, \
+                 or use https:// if it offers HTTP/2 over TLS"
+            }
+            (false, false) => "it may speak TLS on this port (use https://) or no HTTP at all",
+            (true, _) => "it may speak another protocol over TLS on this port",
+        }
+    }
+
+    /// A response came on this slot's connection: the server speaks what it is sent.
+    pub fn answered(&mut self) {
+        self.answered = true;
     }
 
     /// An exchange sent on connection `generation` got no response. On HTTP/1.1 that always

@@ -323,8 +323,10 @@ pub struct HttpProducer {
 
 impl HttpProducer {
     fn ack(&mut self, done: Done) -> Ack {
-        if let Outcome::Failed(e) = &done.outcome {
-            self.conn.exchange_failed(done.generation, e);
+        match &done.outcome {
+            Outcome::Failed(e) => self.conn.exchange_failed(done.generation, e),
+            Outcome::Status(_) => self.conn.answered(),
+            Outcome::Unprocessed(..) => {}
         }
         let ok = self.tally.record(&done.outcome, self.conn.events());
         Ack::One {
@@ -596,6 +598,10 @@ impl HttpProducer {
     }
 }
 
+/// How long a held connection must have been idle for a server's orderly close of it to be
+/// its keep-alive timeout, answered by opening another (see [`HttpSession`]'s `keep_alive`).
+const REOPEN_AFTER: std::time::Duration = std::time::Duration::from_secs(1);
+
 /// A held connection of a connection workload.
 pub struct HttpSession {
     conn: Conn,
@@ -661,20 +667,36 @@ impl Session for HttpSession {
         }
     }
 
+    /// A server closing an idle kept-alive connection in order (its keep-alive timeout:
+    /// lighttpd's is 5 s, nginx's 75 s) does what HTTP allows, and a client opens another:
+    /// the session does so at once, so a held connection stays held and its next request
+    /// goes out (as a drop, it had been counted lost and the client fell silent). A server
+    /// that closes within `REOPEN_AFTER` (1 s) of the wait's start, or a connection that fails,
+    /// ends the session as the runner counts it.
     async fn keep_alive(&mut self) -> DriverError {
-        let end = poll_fn(|cx| {
-            if !self.conn.is_connected() {
-                return Poll::Ready(None);
+        loop {
+            let waiting_since = std::time::Instant::now();
+            let end = poll_fn(|cx| {
+                if !self.conn.is_connected() {
+                    return Poll::Ready(None);
+                }
+                match self.conn.poll_drive(cx, false) {
+                    Some(end) => Poll::Ready(Some(end)),
+                    None => Poll::Pending,
+                }
+            })
+            .await;
+            match end {
+                None | Some(End::Orderly) if waiting_since.elapsed() >= REOPEN_AFTER => {
+                    if let Err(e) = self.conn.connect().await {
+                        return e;
+                    }
+                }
+                None | Some(End::Orderly) => return DriverError::Closed,
+                Some(End::Failed(e)) => {
+                    return DriverError::Receive(format!("connection lost: {e}"));
+                }
             }
-            match self.conn.poll_drive(cx, false) {
-                Some(end) => Poll::Ready(Some(end)),
-                None => Poll::Pending,
-            }
-        })
-        .await;
-        match end {
-            None | Some(End::Orderly) => DriverError::Closed,
-            Some(End::Failed(e)) => DriverError::Receive(format!("connection lost: {e}")),
         }
     }
 

@@ -285,7 +285,9 @@ impl RedisProducer {
 
 impl Producer for RedisProducer {
     async fn send(&mut self, msg: Outbound<'_>) -> Result<(), DriverError> {
-        if let Some(e) = self.redirected.take() {
+        if self.redirected.is_some()
+            && let Some(e) = self.redirected.take()
+        {
             return Err(e);
         }
         if !self.conn.is_connected() {
@@ -309,7 +311,31 @@ impl Producer for RedisProducer {
         self.write_out().await
     }
 
+    /// The runner looks for acks before every send; while every unanswered command is still
+    /// in the write buffer (a pipelined burst being built) no reply can have come, and that
+    /// answer is given here, inlined into the send loop (`RedisProducer::poll_ack_read` has
+    /// the rest).
+    #[inline]
     fn poll_ack(&mut self, cx: &mut Context<'_>) -> Poll<Option<Ack>> {
+        if self.buffered == self.waiting.len()
+            && self.buffered > 0
+            && self.lost_up_to.is_none()
+            && msgbench_core::driver::is_look(cx)
+            && self.conn.is_connected()
+        {
+            return Poll::Pending;
+        }
+        self.poll_ack_read(cx)
+    }
+
+    async fn close(mut self) -> Result<(), DriverError> {
+        self.write_out().await
+    }
+}
+
+impl RedisProducer {
+    /// [`Producer::poll_ack`] beyond its shortcut: replies read, or the connection's loss.
+    fn poll_ack_read(&mut self, cx: &mut Context<'_>) -> Poll<Option<Ack>> {
         if let Some(up_to) = self.lost_up_to.take() {
             return Poll::Ready(Some(Ack::InDoubt { up_to }));
         }
@@ -389,10 +415,6 @@ impl Producer for RedisProducer {
                 Poll::Ready(Some(Ack::InDoubt { up_to }))
             }
         }
-    }
-
-    async fn close(mut self) -> Result<(), DriverError> {
-        self.write_out().await
     }
 }
 
