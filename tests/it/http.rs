@@ -658,14 +658,7 @@ fn held_connections_are_reopened_after_the_servers_idle_close() {
             "2s",
         ],
     );
-    let sum = |k: &str| -> u64 {
-        r["phases"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .map(|p| p["counters"][k].as_u64().unwrap_or(0))
-            .sum()
-    };
+    let sum = |k: &str| phase_sum(&r, k);
     // Each client's first publish falls somewhere in its first 2 s, spread by its id (one at
     // 0.94 s): one may meet the server's first close at 1 s, the keep-alive race, and a held
     // connection sends nothing twice, so that one is a drop (CI saw it once). Before the
