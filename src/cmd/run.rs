@@ -507,7 +507,7 @@ pub fn run(args: RunArgs) -> Result<ExitCode> {
                 || " (see the report's warnings)".to_string(),
                 |w| format!(": {w}"),
             );
-        eprintln!("error: every producer stopped on an error that retrying cannot fix{why}");
+        eprintln!("error: every producer stopped on an error it could not get past{why}");
         return Ok(ExitCode::from(super::verdict::EXIT_COULD_NOT_RUN));
     }
     let c = super::verdict::conclude(&report, outcome.interrupted && tripped.is_none());

@@ -616,6 +616,90 @@ fn requests_given_up_on_are_counted_once() {
     assert_eq!(count_events(&r, "reconnected"), 0, "{}", r["events"]);
 }
 
+/// A TCP load balancer (or TLS terminator) whose backend goes away for 1.5 s: in that window
+/// it still takes every connection and drops it at once. Each request is lost with its
+/// connection, but the producers pause between such connections (100 ms doubling) instead of
+/// opening one per request, and come back when answers do.
+#[test]
+fn connections_dropped_unanswered_are_reopened_with_backoff() {
+    use std::io::{Read, Write};
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicU64, Ordering};
+    use std::time::{Duration, Instant};
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let start = Instant::now();
+    let down = |t: Duration| t >= Duration::from_millis(2000) && t < Duration::from_millis(3500);
+    let (dropped, answered_after) = (Arc::new(AtomicU64::new(0)), Arc::new(AtomicU64::new(0)));
+    let (dr, aa) = (dropped.clone(), answered_after.clone());
+    std::thread::spawn(move || {
+        for s in listener.incoming().take(2000) {
+            let Ok(mut s) = s else { return };
+            if down(start.elapsed()) {
+                dr.fetch_add(1, Ordering::Relaxed);
+                continue; // dropped: closed before a byte is read
+            }
+            let aa = aa.clone();
+            std::thread::spawn(move || {
+                let mut buf = Vec::new();
+                let mut chunk = [0u8; 4096];
+                loop {
+                    while let Some(end) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
+                        buf.drain(..end + 4);
+                        let t = start.elapsed();
+                        if down(t) {
+                            return;
+                        }
+                        if t >= Duration::from_millis(3500) {
+                            aa.fetch_add(1, Ordering::Relaxed);
+                        }
+                        let ok = b"HTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n";
+                        if s.write_all(ok).is_err() {
+                            return;
+                        }
+                    }
+                    match s.read(&mut chunk) {
+                        Ok(0) | Err(_) => return,
+                        Ok(n) => buf.extend_from_slice(&chunk[..n]),
+                    }
+                }
+            });
+        }
+    });
+    let d = TempDir::new("http-backoff");
+    let url = format!("http://127.0.0.1:{port}/");
+    let r = run_json(
+        &d.0,
+        &[
+            "run",
+            &url,
+            "--method",
+            "GET",
+            "-p",
+            "2",
+            "--rate",
+            "400",
+            "--duration",
+            "6s",
+            "--warmup",
+            "0s",
+            "--no-output",
+        ],
+    );
+    let n = dropped.load(Ordering::Relaxed);
+    // One connection per request would be about 600; with the pauses, a few per producer.
+    assert!(
+        (2..=30).contains(&n),
+        "{n} connections opened while the backend was down"
+    );
+    assert!(
+        answered_after.load(Ordering::Relaxed) > 100,
+        "answers resumed after the outage: {}",
+        r["events"]
+    );
+    assert!(count_events(&r, "reconnected") >= 2, "{}", r["events"]);
+}
+
 /// A server on a free loopback port (returned) that reads what a connection first sends and
 /// then does `answer` on it, each connection on a thread of its own (at most 50).
 fn raw_server(answer: fn(&mut std::net::TcpStream)) -> u16 {

@@ -277,6 +277,23 @@ fn server_dying_mid_run() {
         r["events"]
     );
     assert!(count("reconnected") >= 21, "and came back: {}", r["events"]);
+    // Receivers that tried while the server was away say so, with the cause, and each failed
+    // attempt counts as a connect error.
+    assert!(
+        r["events"].as_array().unwrap().iter().any(|e| {
+            let d = e["detail"].as_str().unwrap_or("");
+            e["kind"] == "warning" && d.contains("-sub-") && d.contains("reconnecting failed")
+        }),
+        "a receiver's failed reconnection is reported: {}",
+        r["events"]
+    );
+    let connect_errors: u64 = r["phases"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| p["counters"]["errors"]["connect"].as_u64().unwrap_or(0))
+        .sum();
+    assert!(connect_errors >= 1, "{}", r["phases"]);
     let i = &r["integrity"];
     assert_eq!(
         u(&i["delivered"]) + u(&i["lost"]),

@@ -121,6 +121,13 @@ pub enum Ack {
         /// Confirmed (true) or refused (false).
         ok: bool,
     },
+    /// The message sent with `token` will never be answered: its connection ended before an
+    /// answer came (an HTTP request without response). Neither confirmed nor refused, it is
+    /// in doubt (the server may have acted on it), counted as an expired ack would be.
+    Unanswered {
+        /// Token given to `send`.
+        token: u64,
+    },
     /// Every message up to and including `up_to` still outstanding will never be confirmed: the
     /// connection it went out on is gone (a client that reconnects says so before the new
     /// connection's acks, whose cumulative acks must not cover the old connection's messages).

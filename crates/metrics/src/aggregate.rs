@@ -348,6 +348,11 @@ impl Aggregator {
         if s.role == Role::Producer {
             self.producers.entry(s.task).or_default().sent += s.counters.sent;
         }
+        if s.warmup_outcomes != Counters::default() {
+            self.phases[slot(Phase::Warmup)]
+                .counters
+                .merge(&s.warmup_outcomes);
+        }
         let entry = self.pending.entry((s.interval, s.phase)).or_default();
         entry.counters.merge(&s.counters);
         entry.histograms.add_recorded(&s.hist);

@@ -14,6 +14,11 @@ pub struct Recorder {
     hist: TickLatencies,
     late_threshold_ns: u64,
     stages: Vec<crate::stages::StageRecorder>,
+    /// Messages sent before this instant were sent in the warm-up (0 while the task is still
+    /// in it): see [`Recorder::sent_in_warmup`].
+    warmup_until_ns: u64,
+    /// Outcomes of warm-up messages learnt after the warm-up ended.
+    warmup_outcomes: Counters,
 }
 
 impl Recorder {
@@ -25,6 +30,40 @@ impl Recorder {
             hist: TickLatencies::default(),
             late_threshold_ns,
             stages: Vec::new(),
+            warmup_until_ns: 0,
+            warmup_outcomes: Counters::default(),
+        }
+    }
+
+    /// The task left the warm-up: its first message of the next phase went at `first_sent_ns`.
+    /// From now on the acks of messages sent before that belong to the warm-up, whose sends
+    /// they answer, not to the phase they arrive in: counted there, they made a phase's acks
+    /// outnumber its sends by what was in flight at the boundary, and put warm-up latencies
+    /// into the measured ones.
+    pub fn leave_warmup(&mut self, first_sent_ns: u64) {
+        self.warmup_until_ns = first_sent_ns;
+    }
+
+    /// Whether a message sent at `sent_ns` was sent in the warm-up the task has left (see
+    /// [`Recorder::leave_warmup`]).
+    #[inline]
+    pub fn sent_in_warmup(&self, sent_ns: u64) -> bool {
+        sent_ns < self.warmup_until_ns
+    }
+
+    /// The outcome of a warm-up message, learnt after the warm-up: confirmed (`ok`), refused,
+    /// or given up on (`timed_out`). It goes to the warm-up's totals ([`Snapshot::warmup_outcomes`])
+    /// with no latency.
+    #[cold]
+    pub fn record_warmup_outcome(&mut self, ok: bool, timed_out: bool) {
+        let c = &mut self.warmup_outcomes;
+        if timed_out {
+            c.errors.add(ErrorKind::Timeout, 1);
+        } else if ok {
+            c.acked += 1;
+        } else {
+            c.nacked += 1;
+            c.errors.add(ErrorKind::Nack, 1);
         }
     }
 
@@ -124,6 +163,7 @@ impl Recorder {
             phase,
             interval,
             counters: std::mem::take(&mut self.counters),
+            warmup_outcomes: std::mem::take(&mut self.warmup_outcomes),
             hist: self.hist.take(),
             stages: self
                 .stages
@@ -167,6 +207,39 @@ mod tests {
             (1, 1, 1)
         );
         assert_eq!(s.hist.publish.len(), 1);
+    }
+
+    /// After the warm-up, outcomes of warm-up sends go to the warm-up's account, with no
+    /// latency, and the aggregator adds them to the warm-up's totals in no interval.
+    #[test]
+    fn outcomes_of_warmup_sends_stay_with_the_warmup() {
+        let mut r = Recorder::new(1_000_000);
+        assert!(
+            !r.sent_in_warmup(5),
+            "still in the warm-up: nothing is earlier"
+        );
+        r.leave_warmup(1_000);
+        assert!(r.sent_in_warmup(999) && !r.sent_in_warmup(1_000));
+        r.record_warmup_outcome(true, false);
+        r.record_warmup_outcome(false, false);
+        r.record_warmup_outcome(true, true);
+        r.record_ack(5_000, true);
+        let s = r.take(Role::Producer, 0, Phase::Measure, 3);
+        assert_eq!((s.counters.acked, s.counters.nacked), (1, 0));
+        assert_eq!(s.hist.publish.len(), 1);
+        let w = &s.warmup_outcomes;
+        assert_eq!(
+            (w.acked, w.nacked, w.errors.nack, w.errors.timeout),
+            (1, 1, 1, 1)
+        );
+        let mut a = crate::Aggregator::new(1.0);
+        a.add(&s);
+        assert_eq!(a.totals(Phase::Warmup).counters.acked, 1);
+        assert_eq!(a.totals(Phase::Measure).counters.acked, 1);
+        let iv = a.take_all_intervals();
+        assert_eq!(iv.len(), 1);
+        assert_eq!((iv[0].phase, iv[0].counters.acked), (Phase::Measure, 1));
+        assert!(r.take(Role::Producer, 0, Phase::Measure, 4).is_empty());
     }
 
     #[test]

@@ -168,6 +168,10 @@ pub struct Snapshot {
     pub interval: u64,
     /// Counts.
     pub counters: Counters,
+    /// Acks (and refusals and time-outs) of messages the task sent in the warm-up, learnt in
+    /// this later phase: they count in the warm-up's totals, in no interval (the warm-up's
+    /// have been reported), and carry no latency.
+    pub warmup_outcomes: Counters,
     /// Latencies.
     pub hist: RecordedLatencies,
     /// Multi-stage tracking figures, by stage (empty unless the plan has stages).
@@ -178,6 +182,7 @@ impl Snapshot {
     /// Nothing was recorded (no need to send it anywhere).
     pub fn is_empty(&self) -> bool {
         self.counters == Counters::default()
+            && self.warmup_outcomes == Counters::default()
             && self.hist.publish.is_empty()
             && self.hist.send_delay.is_empty()
             && self.hist.e2e.is_empty()
@@ -188,6 +193,7 @@ impl Snapshot {
     /// Merges `other` into this snapshot's counts and histograms (identity fields are kept).
     pub fn merge(&mut self, other: &Snapshot) {
         self.counters.merge(&other.counters);
+        self.warmup_outcomes.merge(&other.warmup_outcomes);
         self.hist.merge(&other.hist);
         self.stages.extend(other.stages.iter().cloned());
     }

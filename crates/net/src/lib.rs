@@ -374,6 +374,10 @@ pub async fn connect_with(
     timeout: Duration,
     fd_free: bool,
 ) -> Result<Stream, NetError> {
+    // Whether TCP connected: a time-out after that is the TLS handshake's, not the
+    // connection's (a plain port that waits for a request, as a TLS client waits for its
+    // answer, hangs a TLS handshake).
+    let connected = std::sync::atomic::AtomicBool::new(false);
     let work = async {
         let addr = resolve(target).await?;
         let sock = match addr {
@@ -403,6 +407,7 @@ pub async fn connect_with(
             .await
             .map_err(|e| NetError::from_io(&e))?;
         tcp.set_nodelay(true).map_err(|e| NetError::from_io(&e))?;
+        connected.store(true, std::sync::atomic::Ordering::Relaxed);
         match tls {
             #[cfg(target_os = "linux")]
             None if fd_free => ring::RingStream::adopt(tcp)
@@ -420,6 +425,13 @@ pub async fn connect_with(
     };
     match tokio::time::timeout(timeout, work).await {
         Ok(r) => r,
+        Err(_) if connected.load(std::sync::atomic::Ordering::Relaxed) => Err(NetError::new(
+            ConnectFailure::Timeout,
+            format!(
+                "connected, but the TLS handshake got no answer within {timeout:?} (is this \
+                 port a plain one? Use the scheme without TLS there)"
+            ),
+        )),
         Err(_) => Err(NetError::new(
             ConnectFailure::Timeout,
             format!("no connection within {timeout:?}"),

@@ -46,6 +46,16 @@ fn phase_block(out: &mut dyn Write, p: &PhaseReport) -> std::io::Result<()> {
         "  received  {:>14} msgs {:>14.1} msgs/s {:>10.2} MB/s",
         c.received, p.received_per_s, p.received_mb_per_s
     )?;
+    if c.foreign > 0 {
+        // Messages without this run's stamp are neither timed nor checked; a source other
+        // than this run's producers (a feed, a server's own pushes) shows only here.
+        writeln!(
+            out,
+            "  foreign   {:>14} msgs {:>14.1} msgs/s   (not this run's messages: counted, not timed)",
+            c.foreign,
+            c.foreign as f64 / p.receive_duration_s.max(1e-9)
+        )?;
+    }
     if c.acked + c.nacked > 0 || c.errors.timeout > 0 {
         // In doubt: sent, and neither confirmed nor refused (its confirmation timed out, or
         // its connection died with it in flight): the account's third term.

@@ -154,6 +154,7 @@ impl MessageRun<'_> {
                         sent: missing,
                         ..Default::default()
                     },
+                    warmup_outcomes: Counters::default(),
                     hist: Default::default(),
                     stages: Vec::new(),
                 });
@@ -374,6 +375,16 @@ impl MessageRun<'_> {
     /// that rewrites or rejects what it relays loses the stamp.
     fn warn_of_foreign(&mut self, all: &Counters) {
         if all.foreign == 0 {
+            return;
+        }
+        if all.sent == 0 {
+            // Nothing of this run's was sent: the messages come from a source of their own.
+            self.warnings.push(format!(
+                "{} messages arrived from another source (this run sent none): msgbench times \
+                 and checks only the messages its producers stamped, so these are counted as \
+                 foreign (see the foreign line), not as received",
+                all.foreign
+            ));
             return;
         }
         let hint = if self.plan.payload.stamp == crate::payload::StampFormat::Binary {

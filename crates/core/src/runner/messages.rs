@@ -624,6 +624,7 @@ pub(super) fn no_task_snapshot(
         phase,
         interval,
         counters,
+        warmup_outcomes: Counters::default(),
         hist: Default::default(),
         stages: Vec::new(),
     }

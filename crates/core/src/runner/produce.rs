@@ -172,6 +172,9 @@ impl ProducerTask {
         match ack {
             Ack::One { token, ok } => {
                 match window.take(token) {
+                    Taken::Outstanding(sent, _) if rec.sent_in_warmup(sent) => {
+                        rec.record_warmup_outcome(ok, now.saturating_sub(sent) > timeout);
+                    }
                     Taken::Outstanding(sent, _) if now.saturating_sub(sent) > timeout => {
                         rec.counters_mut().errors.add(ErrorKind::Timeout, 1);
                     }
@@ -192,6 +195,10 @@ impl ProducerTask {
                 // Looked up once for the whole run of acks, not once per message in it.
                 let stage = self.ack_stage();
                 window.ack_up_to(token, |times| {
+                    if rec.sent_in_warmup(times.0) {
+                        rec.record_warmup_outcome(ok, now.saturating_sub(times.0) > timeout);
+                        return;
+                    }
                     if now.saturating_sub(times.0) > timeout {
                         rec.counters_mut().errors.add(ErrorKind::Timeout, 1);
                         return;
@@ -202,9 +209,22 @@ impl ProducerTask {
             }
             Ack::InDoubt { up_to } => {
                 let mut n = 0;
-                window.ack_up_to(up_to, |_| n += 1);
+                window.ack_up_to(up_to, |(sent, _)| {
+                    if rec.sent_in_warmup(sent) {
+                        rec.record_warmup_outcome(false, true);
+                    } else {
+                        n += 1;
+                    }
+                });
                 rec.counters_mut().errors.add(ErrorKind::Timeout, n);
             }
+            Ack::Unanswered { token } => match window.take(token) {
+                Taken::Outstanding(sent, _) if rec.sent_in_warmup(sent) => {
+                    rec.record_warmup_outcome(false, true);
+                }
+                Taken::Outstanding(..) => rec.counters_mut().errors.add(ErrorKind::Timeout, 1),
+                Taken::Expired | Taken::Unknown => {}
+            },
             Ack::Returned { n } => rec.counters_mut().returned += n,
         }
     }
@@ -609,6 +629,9 @@ impl<P: Producer> Sending<P> {
         let cur = self.task.state.phase_at(sent_ns);
         if cur != self.phase {
             self.close_phase();
+            if self.phase == Phase::Warmup {
+                self.rec.leave_warmup(sent_ns);
+            }
             self.phase = cur;
             if cur == Phase::Drain {
                 return None;

@@ -24,7 +24,7 @@ use hyper::client::conn::http2;
 use hyper::{Request, Response};
 use hyper_util::rt::{TokioExecutor, TokioIo};
 use msgbench_core::driver::{ConnectFailure, DriverError, DriverEventKind, EventSink};
-use msgbench_net::Stream;
+use msgbench_net::{Backoff, Stream};
 use std::fmt;
 use std::future::{Future, poll_fn};
 use std::io;
@@ -222,6 +222,15 @@ pub(crate) struct Conn {
     answered: bool,
     /// Connections lost before this slot ever got a response (see [`UNANSWERED_LOSSES`]).
     unanswered_losses: u32,
+    /// The generation of the connection that carried the last response.
+    answered_gen: u64,
+    /// Pauses before a producer's next connection while its connections end without an
+    /// answer: behind a TLS terminator or a TCP load balancer whose backend is down, every
+    /// connection opens (the terminator takes it) and is reset at the first request, and
+    /// without a pause every request opened one, a handshake storm of the benchmark's own.
+    backoff: Backoff,
+    /// Set while [`Conn::backoff`] has pauses to make (cleared by a response).
+    backing_off: bool,
     /// Set when the server turned out to speak another protocol before it ever answered
     /// ([`Error::Http2Only`], [`Error::Http1Only`], [`Error::TlsOnly`]): the next connect
     /// fails the run instead of trying again what cannot work.
@@ -324,6 +333,9 @@ impl Conn {
             unagreed: false,
             answered: false,
             unanswered_losses: 0,
+            answered_gen: 0,
+            backoff: Backoff::default(),
+            backing_off: false,
             wrong_protocol: None,
             report,
             producer: report,
@@ -372,8 +384,17 @@ impl Conn {
         {
             self.stats.server_closed();
         }
-        if let Some(why) = &self.wrong_protocol {
-            return Err(DriverError::Config(format!("{}: {why}", self.ep.display)));
+        match &self.wrong_protocol {
+            // Not a setting to change: a target that takes connections and answers none
+            // (which a proxy whose backend is down also does) is refused as one.
+            Some(why @ Error::NeverAnswers(_)) => {
+                return Err(DriverError::Refused(format!("{}: {why}", self.ep.display)));
+            }
+            Some(why) => return Err(DriverError::Config(format!("{}: {why}", self.ep.display))),
+            None => {}
+        }
+        if self.backing_off {
+            self.backoff.wait().await;
         }
         let live = open(self.ep.clone(), self.source, self.timeout).await?;
         self.install(live);
@@ -558,6 +579,7 @@ impl Conn {
                 last,
             } => {
                 (self.unagreed, self.answered) = (false, true);
+                self.answered_on_this_connection();
                 self.done = done(token, Outcome::Status(status));
                 if !last {
                     return None;
@@ -641,6 +663,11 @@ impl Conn {
                 format!("{}: connection lost: {e}", self.ep.display),
             );
         }
+        if self.producer && self.answered_gen < generation {
+            // Lost without a single answer: the next connection waits its turn.
+            self.backoff.failed();
+            self.backing_off = true;
+        }
         if self.producer && !self.answered && self.wrong_protocol.is_none() {
             self.unanswered_losses += 1;
             if self.unanswered_losses >= UNANSWERED_LOSSES {
@@ -656,14 +683,31 @@ impl Conn {
                 "it may speak no HTTP/2 with prior knowledge (h2c) here: run without --http2, \
                  or use https:// if it offers HTTP/2 over TLS"
             }
-            (false, false) => "it may speak TLS on this port (use https://) or no HTTP at all",
-            (true, _) => "it may speak another protocol over TLS on this port",
+            (false, false) => {
+                "it may speak TLS on this port (use https://) or no HTTP at all, or be a proxy \
+                 or TCP load balancer whose backend is down (retry when it is up)"
+            }
+            (true, _) => {
+                "a TLS terminator or proxy whose backend is down does this (retry when it is \
+                 up), as does a server that speaks another protocol over TLS on this port"
+            }
         }
     }
 
     /// A response came on this slot's connection: the server speaks what it is sent.
     pub fn answered(&mut self) {
         self.answered = true;
+        self.answered_on_this_connection();
+    }
+
+    /// The live connection answered: the connections that follow it open without a pause.
+    #[inline]
+    fn answered_on_this_connection(&mut self) {
+        self.answered_gen = self.generation;
+        if self.backing_off {
+            self.backing_off = false;
+            self.backoff.reset();
+        }
     }
 
     /// An exchange sent on connection `generation` got no response. On HTTP/1.1 that always

@@ -329,9 +329,13 @@ impl HttpProducer {
             Outcome::Unprocessed(..) => {}
         }
         let ok = self.tally.record(&done.outcome, self.conn.events());
-        Ack::One {
-            token: done.token,
-            ok,
+        match done.outcome {
+            // No response: the server may or may not have acted on it (in doubt, not refused).
+            Outcome::Failed(_) => Ack::Unanswered { token: done.token },
+            _ => Ack::One {
+                token: done.token,
+                ok,
+            },
         }
     }
 
@@ -549,6 +553,10 @@ impl Producer for HttpProducer {
         self.conn.close().await;
         // Learned from the last answers, with no send left to say it.
         match self.conn.wrong_protocol() {
+            Some(why @ conn::Error::NeverAnswers(_)) => Err(DriverError::Refused(format!(
+                "{}: {why}",
+                self.conn.ep.display
+            ))),
             Some(why) => Err(DriverError::Config(format!(
                 "{}: {why}",
                 self.conn.ep.display

@@ -109,6 +109,13 @@ impl Endpoint {
             },
             None => (None, None, None),
         };
+        // NATS over TCP listens on 4222; a WebSocket listener has no NATS default, so a URL
+        // without a port means the web's own (80, or 443 for wss), as the NATS clients take it.
+        let default_port = match (websocket, tls.is_some()) {
+            (false, _) => 4222,
+            (true, false) => 80,
+            (true, true) => 443,
+        };
         let mut addrs = Vec::new();
         for hostport in hostports.split(',') {
             if hostport.is_empty() {
@@ -118,12 +125,12 @@ impl Endpoint {
                 if hostport.contains("]:") {
                     hostport.to_string()
                 } else {
-                    format!("{hostport}:4222")
+                    format!("{hostport}:{default_port}")
                 }
             } else if hostport.contains(':') {
                 hostport.to_string()
             } else {
-                format!("{hostport}:4222")
+                format!("{hostport}:{default_port}")
             });
         }
         Ok(Endpoint {
@@ -806,6 +813,11 @@ mod tests {
         let e = plain("nats://u:p@a:1,nats://b:2/x").unwrap();
         assert_eq!((e.addrs.len(), e.user.as_deref()), (2, Some("u")));
         assert_eq!(plain("nats://[::1]").unwrap().addrs, ["[::1]:4222"]);
+        // Over WebSocket a missing port is the web's default, not NATS's 4222.
+        assert_eq!(plain("nats+ws://h/p").unwrap().addrs, ["h:80"]);
+        assert_eq!(plain("nats+js+ws://[::1]").unwrap().addrs, ["[::1]:80"]);
+        let wss = Endpoint::parse("nats+wss://h,g:8443", insecure).unwrap();
+        assert_eq!(wss.addrs, ["h:443", "g:8443"]);
         // TLS first (nats-server's handshake_first): a flag or a boolean, over TLS only.
         let first = |url: &str| Endpoint::parse(url, insecure).map(|e| e.tls_first);
         assert!(!first("tls://a:1").unwrap());

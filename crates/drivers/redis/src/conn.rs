@@ -241,8 +241,32 @@ impl Conn {
                 Ok(())
             }
             Ok(Err(e)) => {
+                // Not RESP that answered, or nothing: say what did, and what may be wrong.
+                let what = msgbench_net::sniff(&self.wire.rbuf);
                 self.wire.detach();
-                Err(e)
+                Err(match (e, what) {
+                    (DriverError::Closed | DriverError::Receive(_), Some(what)) => {
+                        DriverError::Connect {
+                            target: ep.display.clone(),
+                            reason: format!("the server on this port speaks {what}, not RESP"),
+                            cause: ConnectFailure::Rejected,
+                        }
+                    }
+                    (DriverError::Closed, None) => DriverError::Connect {
+                        target: ep.display.clone(),
+                        reason: format!(
+                            "the server closed the connection before answering its handshake: {}",
+                            if ep.tls.is_some() {
+                                "a TLS terminator whose Redis is down does this"
+                            } else {
+                                "a TLS port does this to a plain client (use rediss://), as \
+                                 does a proxy whose Redis is down"
+                            }
+                        ),
+                        cause: ConnectFailure::Reset,
+                    },
+                    (e, _) => e,
+                })
             }
             Err(_) => {
                 self.wire.detach();

@@ -5,7 +5,7 @@
 use crate::alive::{KeepAlive, Tick};
 use crate::codec::{self, Frame};
 use bytes::BytesMut;
-use msgbench_core::driver::{ConnectFailure, DriverError, EventSink};
+use msgbench_core::driver::{ConnectFailure, DriverError, DriverEventKind, EventSink};
 use msgbench_net::{Backoff, NetError, Target, Tls, Wire};
 use std::future::poll_fn;
 use std::io;
@@ -38,7 +38,14 @@ pub struct Endpoint {
     pub headers: Vec<(String, String)>,
     /// The subprotocols those headers offer: the only ones the server may pick.
     pub subprotocols: Vec<String>,
+    /// Failed reconnections reported so far by this endpoint's clients (the first
+    /// [`RECONNECT_FAILURES_TOLD`] are, each with its cause; the rest only counted: a hundred
+    /// thousand receivers of a server that went away would otherwise print a line each).
+    reconnect_failures_told: std::sync::atomic::AtomicU32,
 }
+
+/// How many failed reconnections an endpoint's clients report as warnings.
+const RECONNECT_FAILURES_TOLD: u32 = 5;
 
 impl Endpoint {
     /// Parses the URL; `tls` builds the TLS settings for `wss://`.
@@ -83,6 +90,7 @@ impl Endpoint {
             display,
             headers: Vec::new(),
             subprotocols: Vec::new(),
+            reconnect_failures_told: Default::default(),
         })
     }
 }
@@ -162,6 +170,9 @@ pub struct Conn {
     opened: Instant,
     /// Pings on a quiet connection, fails a dead one ([`Conn::keep_alive`]).
     alive: Option<KeepAlive>,
+    /// Reconnection attempts have failed since the connection was lost (the first failure
+    /// of each outage is reported, not every retry).
+    failing: bool,
 }
 
 impl Conn {
@@ -191,6 +202,7 @@ impl Conn {
             backoff: Backoff::new(Duration::from_millis(100), Duration::from_secs(2)),
             opened: Instant::now(),
             alive: None,
+            failing: false,
         };
         c.handshake().await?;
         Ok(c)
@@ -442,13 +454,41 @@ impl Conn {
         }
     }
 
-    /// One reconnection attempt (handshake and hello), once the backoff allows it.
+    /// One reconnection attempt (handshake and hello), once the backoff allows it. A failed
+    /// one is returned (the caller counts it as a connect error); the first of an outage is
+    /// also reported with its cause (a refused connection, a proxy's 502 to the upgrade), or
+    /// receivers kept away say nothing until their deliveries are missed.
     pub async fn try_reconnect(&mut self) -> Result<(), DriverError> {
         self.backoff.wait().await;
         if let Err(e) = self.handshake().await {
             self.backoff.failed();
+            if !std::mem::replace(&mut self.failing, true)
+                && let Some(ev) = &self.events
+            {
+                use std::sync::atomic::Ordering;
+                let told = self
+                    .ep
+                    .reconnect_failures_told
+                    .fetch_add(1, Ordering::Relaxed)
+                    + 1;
+                if told <= RECONNECT_FAILURES_TOLD {
+                    let rest = if told == RECONNECT_FAILURES_TOLD {
+                        " (further failed reconnections are counted as connect errors, not reported)"
+                    } else {
+                        ""
+                    };
+                    ev.emit(
+                        DriverEventKind::Warning,
+                        format!(
+                            "{}: reconnecting failed: {e}; retrying with backoff until it works{rest}",
+                            self.name
+                        ),
+                    );
+                }
+            }
             return Err(e);
         }
+        self.failing = false;
         if let Some(ev) = &self.events {
             ev.reconnected(&self.name, &self.ep.display, "");
         }

@@ -509,13 +509,13 @@ impl WsConsumer {
 
     /// One reconnection attempt with its subscribe answer (the connection's backoff paces
     /// the attempts).
-    async fn reconnect(&mut self) {
+    async fn reconnect(&mut self) -> Result<(), DriverError> {
         self.message = Message::default();
-        if self.conn.try_reconnect().await.is_ok()
-            && let Err(why) = self.await_answer().await
-        {
+        self.conn.try_reconnect().await?;
+        if let Err(why) = self.await_answer().await {
             self.conn.lost(&std::io::Error::other(why));
         }
+        Ok(())
     }
 
     /// Whether a message is a late answer to the subscribe message (then it is no delivery).
@@ -558,7 +558,9 @@ impl Consumer for WsConsumer {
             if !self.conn.is_connected() {
                 // Boxed: this future lives in every receiving task, and the reconnection's
                 // state (handshake, TLS, timers) would otherwise size it for all of them.
-                Box::pin(self.reconnect()).await;
+                // A failed attempt goes to the runner, which counts it (a connect error)
+                // and asks again; the connection's backoff paces the attempts.
+                Box::pin(self.reconnect()).await?;
                 continue;
             }
             match self.next_message().await {
