@@ -128,8 +128,13 @@ print(n[0], flush=True)
 
 /// Whether program `bin` (from Debian package `package`) runs; says the test is skipped if not.
 fn have_tool(bin: &str, package: &str) -> bool {
+    have_tool_asked(bin, "--version", package)
+}
+
+/// [`have_tool`] for a tool that tells its version to `version_flag`.
+pub(crate) fn have_tool_asked(bin: &str, version_flag: &str, package: &str) -> bool {
     let ok = Command::new(bin)
-        .arg("--version")
+        .arg(version_flag)
         .stdout(Stdio::null())
         .stderr(Stdio::null())
         .status()

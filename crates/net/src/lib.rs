@@ -68,7 +68,8 @@ pub struct NetError {
 }
 
 impl NetError {
-    fn new(cause: ConnectFailure, detail: impl Into<String>) -> Self {
+    /// A failure of `cause`, described by `detail`.
+    pub fn new(cause: ConnectFailure, detail: impl Into<String>) -> Self {
         Self {
             cause,
             detail: detail.into(),

@@ -231,6 +231,14 @@ pub(crate) struct Conn {
     backoff: Backoff,
     /// Set while [`Conn::backoff`] has pauses to make (cleared by a response).
     backing_off: bool,
+    /// Responses on the live HTTP/1.1 connection.
+    responses_here: u32,
+    /// Connections in a row the server closed under the request after their first response.
+    closed_after_one: u8,
+    /// The server closes every connection after one response without saying so (no
+    /// `Connection: close`; tinyproxy does): each response is then taken as its connection's
+    /// last, and the next request opens a new one instead of being caught by the close.
+    single_use: bool,
     /// Set when the server turned out to speak another protocol before it ever answered
     /// ([`Error::Http2Only`], [`Error::Http1Only`], [`Error::TlsOnly`]): the next connect
     /// fails the run instead of trying again what cannot work.
@@ -258,13 +266,15 @@ async fn open(
     timeout: Duration,
 ) -> Result<(Live, bool), DriverError> {
     let work = async {
-        let stream = msgbench_net::connect(&ep.target, source, ep.tls.as_ref(), timeout)
-            .await
-            .map_err(|e| DriverError::Connect {
-                target: ep.display.clone(),
-                reason: alpn_hint(e.detail, ep.http2),
-                cause: e.cause,
-            })?;
+        let stream = match &ep.proxy {
+            None => msgbench_net::connect(&ep.target, source, ep.tls.as_ref(), timeout).await,
+            Some(proxy) => through_proxy(&ep, proxy, source, timeout).await,
+        }
+        .map_err(|e| DriverError::Connect {
+            target: ep.display.clone(),
+            reason: alpn_hint(e.detail, ep.http2),
+            cause: e.cause,
+        })?;
         if !ep.http2 {
             let unagreed = ep.tls.is_some() && stream.alpn_protocol().is_none();
             return Ok((Live::H1(Client::new(stream)), unagreed));
@@ -297,6 +307,58 @@ async fn open(
             cause: ConnectFailure::Timeout,
         }),
     }
+}
+
+/// A connection to `ep`'s server through its forward proxy: the proxy's socket itself for
+/// plain HTTP (the requests name the whole URL), or for TLS a CONNECT tunnel through it with
+/// the TLS handshake inside, end to end with the server.
+async fn through_proxy(
+    ep: &Endpoint,
+    proxy: &msgbench_net::Target,
+    source: Option<IpAddr>,
+    timeout: Duration,
+) -> Result<Stream, msgbench_net::NetError> {
+    use msgbench_net::NetError;
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let at_proxy = |e: NetError| {
+        NetError::new(
+            e.cause,
+            format!("proxy {}:{}: {}", proxy.host, proxy.port, e.detail),
+        )
+    };
+    let mut stream = msgbench_net::connect(proxy, source, None, timeout)
+        .await
+        .map_err(at_proxy)?;
+    let (Some(tls), Some(connect)) = (ep.tls.as_ref(), ep.tunnel.as_ref()) else {
+        return Ok(stream);
+    };
+    let io = |e: io::Error| at_proxy(NetError::from_io(&e));
+    stream.write_all(connect).await.map_err(io)?;
+    // The proxy's answer, read to its blank line and no further: what follows is the server's.
+    let mut head = Vec::with_capacity(256);
+    let mut byte = [0u8; 1];
+    while !head.ends_with(b"\r\n\r\n") {
+        if head.len() >= 16 * 1024 || stream.read(&mut byte).await.map_err(io)? == 0 {
+            return Err(at_proxy(NetError::new(
+                ConnectFailure::Reset,
+                "the proxy closed the connection without answering CONNECT",
+            )));
+        }
+        head.push(byte[0]);
+    }
+    let status = head
+        .split(|&b| b == b' ')
+        .nth(1)
+        .and_then(|c| std::str::from_utf8(c).ok()?.parse::<u16>().ok());
+    if !matches!(status, Some(200..=299)) {
+        let line =
+            String::from_utf8_lossy(head.split(|&b| b == b'\r').next().unwrap_or(&[])).into_owned();
+        return Err(at_proxy(NetError::new(
+            ConnectFailure::Rejected,
+            format!("the proxy refused the tunnel (CONNECT): {line}"),
+        )));
+    }
+    msgbench_net::upgrade_tls(stream, tls, &ep.target.host, timeout).await
 }
 
 /// How a connection ended.
@@ -336,6 +398,9 @@ impl Conn {
             answered_gen: 0,
             backoff: Backoff::default(),
             backing_off: false,
+            responses_here: 0,
+            closed_after_one: 0,
+            single_use: false,
             wrong_protocol: None,
             report,
             producer: report,
@@ -404,6 +469,7 @@ impl Conn {
     /// Makes a newly opened connection the live one.
     fn install(&mut self, (live, unagreed): (Live, bool)) {
         (self.live, self.unagreed) = (Some(live), unagreed);
+        self.responses_here = 0;
         self.stats.connection_opened();
         if self.lost_gen == self.generation
             && self.generation > 0
@@ -520,6 +586,7 @@ impl Conn {
                     token,
                     nothing_written,
                 }) if self.resends(nothing_written) => {
+                    self.closed_under_request();
                     self.start_resend(token);
                     // Polls the opening (and, once open, the new connection).
                     return self.poll_drive(cx, busy);
@@ -581,7 +648,8 @@ impl Conn {
                 (self.unagreed, self.answered) = (false, true);
                 self.answered_on_this_connection();
                 self.done = done(token, Outcome::Status(status));
-                if !last {
+                self.responses_here += 1;
+                if !last && !self.single_use {
                     return None;
                 }
                 self.ended(false);
@@ -593,6 +661,7 @@ impl Conn {
             }
             // Not sent again (see `resends`): the request is lost with the connection.
             Event::Stale { token, .. } => {
+                self.closed_under_request();
                 self.live = None;
                 let error = if self.producer {
                     self.stats.add_closed_unanswered();
@@ -618,6 +687,31 @@ impl Conn {
                 }
                 self.lose(generation, &error);
                 Some(End::Failed(error))
+            }
+        }
+    }
+
+    /// The server closed the live connection as a request went out (the keep-alive race).
+    /// Twice in a row right after a connection's first response is a server that closes
+    /// each connection after one: from then on each response ends its connection.
+    fn closed_under_request(&mut self) {
+        if self.responses_here != 1 || self.single_use {
+            self.closed_after_one = 0;
+            return;
+        }
+        self.closed_after_one += 1;
+        if self.closed_after_one >= 2 {
+            self.single_use = true;
+            if self.report && self.stats.first_single_use() {
+                self.events.emit(
+                    DriverEventKind::Warning,
+                    format!(
+                        "{}: the server closes each connection after its first response without \
+                         saying so (no Connection: close), catching the next request in the \
+                         close: each request now goes on a connection of its own",
+                        self.ep.display
+                    ),
+                );
             }
         }
     }

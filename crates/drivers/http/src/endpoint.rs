@@ -26,8 +26,13 @@ const BODY_CHUNK: usize = 64 * 1024;
 /// A resolved target: connection details plus the request template.
 #[derive(Debug, Clone)]
 pub(crate) struct Endpoint {
-    /// Host and port to connect to (also the TLS server name).
+    /// The server's host and port (also the TLS server name).
     pub target: Target,
+    /// The forward proxy every connection goes to instead, if any: plain HTTP requests go to
+    /// it in absolute form; TLS goes through a CONNECT tunnel to `target` ([`Endpoint::tunnel`]).
+    pub proxy: Option<Target>,
+    /// The CONNECT request that opens a tunnel to `target` (with a proxy and TLS).
+    pub tunnel: Option<Bytes>,
     /// TLS connector for `https://`.
     pub tls: Option<Tls>,
     /// HTTP/2 with prior knowledge instead of HTTP/1.1.
@@ -115,6 +120,49 @@ impl Endpoint {
                 .path_and_query()
                 .map_or_else(|| "/".to_string(), |pq| pq.as_str().to_string()),
         };
+        let proxy = match &opts.proxy {
+            None => None,
+            Some(p) => {
+                let shown = redact::url(p);
+                let rest = p.strip_prefix("http://").ok_or_else(|| {
+                    config(format!(
+                        "proxy `{shown}`: give it as http://HOST:PORT (the connection to a forward \
+                         proxy is plain HTTP; https:// targets go through it in a CONNECT tunnel)"
+                    ))
+                })?;
+                let authority = rest.trim_end_matches('/');
+                if authority.contains('@') || authority.contains('/') {
+                    return Err(config(format!(
+                        "proxy `{shown}`: only http://HOST:PORT (no credentials, no path)"
+                    )));
+                }
+                if opts.http2 && !secure {
+                    return Err(config(format!(
+                        "{display}: HTTP/2 with prior knowledge (h2c) does not go through a \
+                         forward proxy; use https:// (tunnelled, h2 by ALPN) or HTTP/1.1"
+                    )));
+                }
+                Some(
+                    Target::parse(authority, 3128)
+                        .map_err(|e| config(format!("proxy `{shown}`: {e}")))?,
+                )
+            }
+        };
+        let tunnel = (proxy.is_some() && secure).then(|| {
+            let a = authority.as_str();
+            let a = if authority.port().is_some() {
+                a.to_string()
+            } else {
+                format!("{a}:443")
+            };
+            Bytes::from(format!("CONNECT {a} HTTP/1.1\r\nHost: {a}\r\n\r\n"))
+        });
+        // Through a proxy, plain requests name the whole URL (absolute form, RFC 9112 §3.2.2).
+        let h1_target = if proxy.is_some() && !secure {
+            format!("http://{}{path_and_query}", authority.as_str())
+        } else {
+            path_and_query.clone()
+        };
         let request_uri = if opts.http2 {
             let scheme = if secure { "https" } else { "http" };
             format!("{scheme}://{}{path_and_query}", authority.as_str())
@@ -161,13 +209,15 @@ impl Endpoint {
         // hyper wrote headers in this order and with these (lower-case) names: so do we.
         let h1 = Template::new(
             method.as_str(),
-            &path_and_query,
+            &h1_target,
             headers.iter().map(|(n, v)| (n.as_str(), v.as_bytes())),
             with_body,
         );
         let replayable = method.is_idempotent() || headers.contains_key("idempotency-key");
         Ok(Endpoint {
             target,
+            proxy,
+            tunnel,
             tls,
             http2: opts.http2,
             display,
@@ -224,6 +274,7 @@ mod tests {
             headers: vec![("X-Test".into(), "1".into())],
             http2,
             path: None,
+            proxy: None,
         }
     }
 

@@ -121,6 +121,8 @@ pub struct HttpOptions {
     pub http2: bool,
     /// Path and query to request instead of the URL's (must start with `/`).
     pub path: Option<String>,
+    /// Forward proxy (`http://host:port`) to go through.
+    pub proxy: Option<String>,
 }
 
 /// The HTTP driver: one value per run, creating connections on demand.
@@ -744,6 +746,7 @@ impl msgbench_core::registration::Registered for HttpDriver {
                 headers: http.headers,
                 http2: http.http2,
                 path: None,
+                proxy: http.proxy,
             },
             &plan.tls,
             events,

@@ -15,6 +15,8 @@ pub struct HttpSection {
     pub headers: Option<Vec<String>>,
     /// HTTP/2 (cleartext, prior knowledge) instead of HTTP/1.1.
     pub http2: Option<bool>,
+    /// A forward proxy (`http://host:port`) every connection goes through.
+    pub proxy: Option<String>,
 }
 
 /// HTTP request settings (used by the `http://` driver only).
@@ -27,6 +29,8 @@ pub struct HttpPlan {
     pub headers: Vec<(String, String)>,
     /// HTTP/2 with prior knowledge instead of HTTP/1.1.
     pub http2: bool,
+    /// Forward proxy URL, if any.
+    pub proxy: Option<String>,
 }
 
 fn err(setting: &'static str, message: impl Into<String>) -> PlanError {
@@ -67,6 +71,7 @@ impl DriverSection for HttpSection {
             method,
             headers,
             http2: h.http2.unwrap_or(false),
+            proxy: h.proxy.clone(),
         })
     }
 }
@@ -87,6 +92,12 @@ pub struct HttpArgs {
     /// ALPN h2 on https://).
     #[arg(long)]
     pub http2: bool,
+    /// Send every request through this forward proxy (http://HOST:PORT; squid, tinyproxy,
+    /// Traffic Server): http:// targets as absolute-form requests to it, https:// ones through
+    /// a CONNECT tunnel with TLS end to end. The http_proxy and HTTPS_PROXY variables are not
+    /// read: a benchmark goes where it is told.
+    #[arg(long, value_name = "URL")]
+    pub proxy: Option<String>,
 }
 
 impl HttpArgs {
@@ -96,6 +107,7 @@ impl HttpArgs {
             method: self.method.clone(),
             headers: (!self.header.is_empty()).then(|| self.header.clone()),
             http2: self.http2.then_some(true),
+            proxy: self.proxy.clone(),
         }
     }
 }

@@ -49,6 +49,7 @@ pub struct HttpStats {
     resent: AtomicU64,
     closed_unanswered: AtomicU64,
     stream_limit_said: AtomicBool,
+    single_use_said: AtomicBool,
     next_report_ns: AtomicU64,
     reported_5xx: AtomicU64,
 }
@@ -64,6 +65,7 @@ impl Default for HttpStats {
             resent: AtomicU64::new(0),
             closed_unanswered: AtomicU64::new(0),
             stream_limit_said: AtomicBool::new(false),
+            single_use_said: AtomicBool::new(false),
             next_report_ns: AtomicU64::new(0),
             reported_5xx: AtomicU64::new(0),
         }
@@ -167,6 +169,12 @@ impl HttpStats {
     /// True the first time it is called: the HTTP/2 stream limit is said once per run.
     pub(crate) fn first_stream_limit(&self) -> bool {
         !self.stream_limit_said.swap(true, Relaxed)
+    }
+
+    /// True the first time it is called: a server closing each connection after one response
+    /// is said once per run, not once per producer.
+    pub(crate) fn first_single_use(&self) -> bool {
+        !self.single_use_said.swap(true, Relaxed)
     }
 
     /// The counts as the run's results file carries them (exact once the run is over).

@@ -149,5 +149,6 @@ pub fn opts(method: &str, http2: bool) -> HttpOptions {
         headers: vec![("x-msgbench".into(), "test".into())],
         http2,
         path: None,
+        proxy: None,
     }
 }
