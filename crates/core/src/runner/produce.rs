@@ -172,8 +172,13 @@ impl ProducerTask {
         match ack {
             Ack::One { token, ok } => {
                 match window.take(token) {
-                    Taken::Outstanding(sent, _) if rec.sent_in_warmup(sent) => {
-                        rec.record_warmup_outcome(ok, now.saturating_sub(sent) > timeout);
+                    Taken::Outstanding(sent, intended) if rec.sent_in_warmup(sent) => {
+                        let late = now.saturating_sub(sent) > timeout;
+                        rec.record_warmup_outcome(ok, late);
+                        if !late {
+                            // A multi-stage account follows the message, whatever its phase.
+                            Self::record_ack_stage(rec, self.ack_stage(), now, intended, ok);
+                        }
                     }
                     Taken::Outstanding(sent, _) if now.saturating_sub(sent) > timeout => {
                         rec.counters_mut().errors.add(ErrorKind::Timeout, 1);
@@ -196,7 +201,11 @@ impl ProducerTask {
                 let stage = self.ack_stage();
                 window.ack_up_to(token, |times| {
                     if rec.sent_in_warmup(times.0) {
-                        rec.record_warmup_outcome(ok, now.saturating_sub(times.0) > timeout);
+                        let late = now.saturating_sub(times.0) > timeout;
+                        rec.record_warmup_outcome(ok, late);
+                        if !late {
+                            Self::record_ack_stage(rec, stage, now, times.1, ok);
+                        }
                         return;
                     }
                     if now.saturating_sub(times.0) > timeout {
