@@ -723,17 +723,22 @@ fn requests_go_through_a_forward_proxy() {
         ),
     )
     .unwrap();
-    let proxy = Killed(
-        Command::new("tinyproxy")
-            .arg("-d")
-            .arg("-c")
-            .arg(&conf)
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap(),
-    );
-    listens_within(port, Duration::from_secs(5));
+    // tinyproxy in the foreground with `conf`, listening.
+    let start_proxy = || {
+        let p = Killed(
+            Command::new("tinyproxy")
+                .arg("-d")
+                .arg("-c")
+                .arg(&conf)
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .spawn()
+                .unwrap(),
+        );
+        listens_within(port, Duration::from_secs(5));
+        p
+    };
+    let proxy = start_proxy();
     let via = format!("http://127.0.0.1:{port}");
     let ca = need!("MSGBENCH_IT_MQTT_CA");
     let (plain, tls) = (Server::http(), Server::https());
@@ -777,17 +782,7 @@ fn requests_go_through_a_forward_proxy() {
     )
     .unwrap();
     drop(proxy);
-    let _proxy = Killed(
-        Command::new("tinyproxy")
-            .arg("-d")
-            .arg("-c")
-            .arg(&conf)
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap(),
-    );
-    listens_within(port, Duration::from_secs(5));
+    let _proxy = start_proxy();
     let o = msgbench(
         &d.0,
         &[
