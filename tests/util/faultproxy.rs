@@ -4,6 +4,8 @@
 //! Modes (see [`FaultProxy`]):
 //! - forward: bytes are relayed both ways (one thread per direction per connection);
 //! - [`FaultProxy::refuse`]: chosen connections (by the order they arrive) are reset at once;
+//! - [`FaultProxy::hold_first`]: the first connection is relayed only after a pause, a broker
+//!   slow to answer its first client (as under load);
 //! - [`FaultProxy::reset_all`]: every connection relayed so far is closed with a TCP RST on both
 //!   sides (SO_LINGER 0, then close), as a middlebox or a crashed peer does; new connections
 //!   are relayed again at once;
@@ -49,6 +51,8 @@ struct Shared {
     peers: Mutex<Vec<SocketAddr>>,
     /// Accepted connections whose index (0-based) is in this range are reset at once.
     refuse: Mutex<std::ops::Range<u64>>,
+    /// How long the first accepted connection waits before it is connected upstream.
+    hold_first: Mutex<Duration>,
 }
 
 /// A proxy on 127.0.0.1 in front of `upstream`; stops (and closes everything) on drop.
@@ -90,6 +94,7 @@ impl FaultProxy {
             accepted: AtomicU64::new(0),
             peers: Mutex::new(Vec::new()),
             refuse: Mutex::new(0..0),
+            hold_first: Mutex::new(Duration::ZERO),
         });
         let s = shared.clone();
         std::thread::spawn(move || accept_loop(listener, s));
@@ -115,6 +120,12 @@ impl FaultProxy {
     /// as a server at its connection limit does; `n..u64::MAX` refuses every one from `n` on.
     pub fn refuse(&self, which: std::ops::Range<u64>) {
         *self.shared.refuse.lock().unwrap() = which;
+    }
+
+    /// The first connection accepted (from now on) is connected upstream only after `pause`;
+    /// the others are not held up.
+    pub fn hold_first(&self, pause: Duration) {
+        *self.shared.hold_first.lock().unwrap() = pause;
     }
 
     /// Closes every connection with a reset (both sides); new ones are relayed.
@@ -194,25 +205,39 @@ fn accept_loop(listener: TcpListener, s: Arc<Shared>) {
             held.push(client);
             continue;
         }
-        let Ok(up) = TcpStream::connect_timeout(&s.upstream, Duration::from_secs(2)) else {
-            rst(&client); // upstream down: refuse, as the broker itself would
-            continue;
-        };
-        let _ = client.set_nodelay(true);
-        let _ = up.set_nodelay(true);
-        let epoch = s.epoch.load(Ordering::SeqCst);
-        {
-            let mut socks = s.socks.lock().unwrap();
-            socks.push((epoch, client.try_clone().unwrap()));
-            socks.push((epoch, up.try_clone().unwrap()));
-        }
-        for (from, to) in [
-            (client.try_clone().unwrap(), up.try_clone().unwrap()),
-            (up, client),
-        ] {
+        let pause = *s.hold_first.lock().unwrap();
+        if index == 0 && !pause.is_zero() {
             let s = s.clone();
-            std::thread::spawn(move || relay(from, to, epoch, s));
+            std::thread::spawn(move || {
+                std::thread::sleep(pause);
+                relay_upstream(client, s)
+            });
+            continue;
         }
+        relay_upstream(client, s.clone());
+    }
+}
+
+/// Connects `client` to the upstream and relays both ways (a thread per direction).
+fn relay_upstream(client: TcpStream, s: Arc<Shared>) {
+    let Ok(up) = TcpStream::connect_timeout(&s.upstream, Duration::from_secs(2)) else {
+        rst(&client); // upstream down: refuse, as the broker itself would
+        return;
+    };
+    let _ = client.set_nodelay(true);
+    let _ = up.set_nodelay(true);
+    let epoch = s.epoch.load(Ordering::SeqCst);
+    {
+        let mut socks = s.socks.lock().unwrap();
+        socks.push((epoch, client.try_clone().unwrap()));
+        socks.push((epoch, up.try_clone().unwrap()));
+    }
+    for (from, to) in [
+        (client.try_clone().unwrap(), up.try_clone().unwrap()),
+        (up, client),
+    ] {
+        let s = s.clone();
+        std::thread::spawn(move || relay(from, to, epoch, s));
     }
 }
 

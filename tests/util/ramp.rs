@@ -22,14 +22,17 @@ fn host_port(url: &str) -> String {
     auth.rsplit_once('@').map_or(auth, |(_, h)| h).to_string()
 }
 
-/// Runs six consumers of `url` through a proxy that refuses their second and third attempts,
-/// ramping at 20/s from 127.0.0.2 and 127.0.0.3, producers publishing straight to `url`;
-/// `extra` carries the driver's own flags. Asserts that every message reached every consumer,
+/// Runs six consumers of `url` through a proxy that holds the first attempt 400 ms and refuses
+/// the second and third, ramping at 20/s from 127.0.0.2 and 127.0.0.3, producers publishing
+/// straight to `url`; `extra` carries the driver's own flags. Asserts that every message reached every consumer,
 /// that the two refusals were counted and retried, that every consumer connection came from
 /// the addresses given (both used), and that the ramp took its time.
 pub fn consumers_ramp_through_a_refusing_proxy(url: &str, topic: &str, extra: &[&str]) {
     let proxy = FaultProxy::start(&host_port(url));
     proxy.refuse(1..3);
+    // The first consumer is still in its handshake when the next two are refused (a broker
+    // slow under load): their failures wait for its outcome instead of ending the run.
+    proxy.hold_first(std::time::Duration::from_millis(400));
     let d = TempDir::new("ramp");
     let consume_from = via(url, &proxy.addr());
     let mut args = vec![

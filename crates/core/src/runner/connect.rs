@@ -43,9 +43,12 @@ pub(super) struct Ramp {
     /// Once a client of the role has connected (so the target is right and reachable), a client
     /// whose attempt fails is counted and retried with backoff instead of failing the run, until
     /// the ramp's last start plus `patience`; one still failing then is reported as never
-    /// connected. Before any success a failure fails the run at once (a wrong URL or a broker
-    /// that is down is a clear error, not a long wait), except one that came after the
-    /// connection opened (a subscription cut short), which is retried twice first.
+    /// connected. Before any success a failure fails the run as soon as no other attempt is in
+    /// flight (a wrong URL or a broker that is down is a clear error, not a long wait), except
+    /// one that came after the connection opened (a subscription cut short), which is retried
+    /// twice first. Attempts in flight are waited for: the first client may still be in its
+    /// handshake (slow under load) when the second is refused, and its success settles that
+    /// the target is right.
     pub patience: Option<Duration>,
 }
 
@@ -158,6 +161,8 @@ where
     let outer = timeout + timeout / 4;
     let start = tokio::time::Instant::now();
     let some_connected = Arc::new(AtomicBool::new(false));
+    // (someone connected, attempts in flight): what a failure before any success waits on.
+    let (progress, _) = tokio::sync::watch::channel((false, 0usize));
     let (fail_tx, mut fail_rx) = tokio::sync::mpsc::unbounded_channel::<(ConnectFailure, String)>();
     let specs: Vec<S> = specs.collect();
     let last_start = ramp.rate.map_or(Duration::ZERO, |r| {
@@ -171,6 +176,7 @@ where
             .map(|r| start + Duration::from_secs_f64(id as f64 / r));
         let (connect, driver) = (connect.clone(), driver.clone());
         let (ok, fails) = (some_connected.clone(), fail_tx.clone());
+        let progress = progress.clone();
         // The timer is created on the worker, with the connection.
         set.spawn_on(
             async move {
@@ -179,6 +185,7 @@ where
                 }
                 let mut tries = 0u32;
                 loop {
+                    progress.send_modify(|p| p.1 += 1);
                     let r = tokio::time::timeout(outer, connect(driver.clone(), spec.clone()))
                         .await
                         .unwrap_or_else(|_| {
@@ -192,10 +199,12 @@ where
                     let error = match r {
                         Ok(v) => {
                             ok.store(true, Ordering::Relaxed);
+                            progress.send_modify(|p| *p = (true, p.1 - 1));
                             return (id, Ok(v));
                         }
                         Err(e) => e,
                     };
+                    progress.send_modify(|p| p.1 -= 1);
                     let _ = fails.send((error.connect_failure(), error.to_string()));
                     tries += 1;
                     let wait = backoff(tries, id);
@@ -206,8 +215,15 @@ where
                         error,
                         DriverError::Subscribe(_) | DriverError::Receive(_) | DriverError::Closed
                     );
+                    let retriable = !matches!(error, DriverError::Config(_)) && give_up.is_some();
+                    if retriable && !ok.load(Ordering::Relaxed) && !(opened && tries <= 2) {
+                        // Judged once the attempts in flight have ended (each is bounded by
+                        // `outer`): one success among them means the target is right.
+                        let mut seen = progress.subscribe();
+                        let _ = seen.wait_for(|&(any, flying)| any || flying == 0).await;
+                    }
                     let retry = (ok.load(Ordering::Relaxed) || (opened && tries <= 2))
-                        && !matches!(error, DriverError::Config(_))
+                        && retriable
                         && give_up.is_some_and(|g| tokio::time::Instant::now() + wait < g);
                     if !retry {
                         return (id, Err(error));
