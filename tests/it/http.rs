@@ -707,40 +707,11 @@ fn connections_dropped_unanswered_are_reopened_with_backoff() {
 /// tunnel is named in the error.
 #[test]
 fn requests_go_through_a_forward_proxy() {
-    use std::process::{Command, Stdio};
-    use std::time::Duration;
     if !crate::thirdparty::have_tool_asked("tinyproxy", "-v", "tinyproxy") {
         return;
     }
     let d = TempDir::new("http-proxy");
-    let port = free_port();
-    let conf = d.path("tinyproxy.conf");
-    std::fs::write(
-        &conf,
-        format!(
-            "Port {port}\nListen 127.0.0.1\nAllow 127.0.0.1\nTimeout 30\nMaxClients 100\n\
-             LogLevel Error\nPidFile \"{}\"\n",
-            d.path("tinyproxy.pid").display()
-        ),
-    )
-    .unwrap();
-    // tinyproxy in the foreground with `conf`, listening.
-    let start_proxy = || {
-        let p = Killed(
-            Command::new("tinyproxy")
-                .arg("-d")
-                .arg("-c")
-                .arg(&conf)
-                .stdout(Stdio::null())
-                .stderr(Stdio::null())
-                .spawn()
-                .unwrap(),
-        );
-        listens_within(port, Duration::from_secs(5));
-        p
-    };
-    let proxy = start_proxy();
-    let via = format!("http://127.0.0.1:{port}");
+    let (proxy, via) = tinyproxy(&d, "");
     let ca = need!("MSGBENCH_IT_MQTT_CA");
     let (plain, tls) = (Server::http(), Server::https());
     let cases: [(&str, &[&str]); 3] = [
@@ -777,13 +748,8 @@ fn requests_go_through_a_forward_proxy() {
         }
     }
     // tinyproxy refuses CONNECT to ports it was not told to allow: the error says so.
-    std::fs::write(
-        &conf,
-        std::fs::read_to_string(&conf).unwrap() + "ConnectPort 443\n",
-    )
-    .unwrap();
     drop(proxy);
-    let _proxy = start_proxy();
+    let (_proxy, via) = tinyproxy(&d, "ConnectPort 443\n");
     let o = msgbench(
         &d.0,
         &[
@@ -804,6 +770,110 @@ fn requests_go_through_a_forward_proxy() {
         "{}",
         stderr(&o)
     );
+}
+
+/// A forward proxy that asks for credentials (tinyproxy's `BasicAuth`): given in the proxy
+/// URL (escaped), they go with each plain request and with the tunnel's CONNECT, and every
+/// request is answered; without them, or wrong, the tunnel's refusal says what to do, and the
+/// password is never printed.
+#[test]
+fn a_forward_proxy_with_credentials() {
+    if !crate::thirdparty::have_tool_asked("tinyproxy", "-v", "tinyproxy") {
+        return;
+    }
+    let d = TempDir::new("http-proxy-auth");
+    // tinyproxy takes only letters, digits, `-` and `.` in a password: the URL escapes an `e`.
+    let (_proxy, via) = tinyproxy(&d, "BasicAuth alice s3cret-42\n");
+    let with_auth = via.replace("http://", "http://alice:s3cr%65t-42@");
+    let ca = need!("MSGBENCH_IT_MQTT_CA");
+    let (plain, tls) = (Server::http(), Server::https());
+    for url in [&plain.url, &tls.url] {
+        let args = [
+            "run",
+            url,
+            "--proxy",
+            &with_auth,
+            "--ca-file",
+            &ca,
+            "-p",
+            "1",
+            "--method",
+            "GET",
+            "-n",
+            "500",
+            "--warmup",
+            "0s",
+            "--no-output",
+        ];
+        let r = run_json(&d.0, &args);
+        let m = measure(&r);
+        // GETs caught by tinyproxy's single-use connections are sent again (idempotent).
+        assert_eq!(u(&m["counters"]["acked"]), 500, "{url}: {m}");
+        assert!(!r.to_string().contains("s3cr"), "{r}");
+    }
+    for (proxy, says) in [
+        (via.clone(), "it asks for credentials"),
+        (
+            via.replace("http://", "http://alice:wrong-pass@"),
+            "the credentials in the proxy URL were not accepted",
+        ),
+    ] {
+        let o = msgbench(
+            &d.0,
+            &[
+                "run",
+                &tls.url,
+                "--proxy",
+                &proxy,
+                "--ca-file",
+                &ca,
+                "-n",
+                "10",
+                "--no-output",
+            ],
+        );
+        assert!(!o.status.success());
+        let err = stderr(&o);
+        // 407; tinyproxy says 401 to wrong credentials.
+        assert!(
+            err.contains("refused the tunnel") && err.contains(says),
+            "{err}"
+        );
+        assert!(!err.contains("wrong-pass"), "{err}");
+    }
+}
+
+/// tinyproxy in the foreground on a free loopback port, its configuration plus `extra`
+/// (killed on drop), and its URL.
+fn tinyproxy(d: &TempDir, extra: &str) -> (Killed, String) {
+    use std::process::{Command, Stdio};
+    let port = free_port();
+    let conf = d.path("tinyproxy.conf");
+    std::fs::write(
+        &conf,
+        format!(
+            "Port {port}\nListen 127.0.0.1\nAllow 127.0.0.1\nTimeout 30\nMaxClients 100\n\
+             LogLevel Error\nPidFile \"{}\"\n{extra}",
+            d.path("tinyproxy.pid").display()
+        ),
+    )
+    .unwrap();
+    let p = Killed(
+        Command::new("tinyproxy")
+            .arg("-d")
+            .arg("-c")
+            .arg(&conf)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+    assert!(
+        listens_within(port, std::time::Duration::from_secs(5)),
+        "tinyproxy did not start with {}",
+        std::fs::read_to_string(&conf).unwrap()
+    );
+    (p, format!("http://127.0.0.1:{port}"))
 }
 
 /// A server on a free loopback port (returned) that reads what a connection first sends and

@@ -201,6 +201,17 @@ impl DriverPlans {
             })
     }
 
+    /// Every URL a driver's plan carries besides the target, by convention a `proxy` string
+    /// (the HTTP driver's forward proxy, which may hold credentials): what redaction hides.
+    pub fn urls_mut(&mut self) -> impl Iterator<Item = &mut String> {
+        self.0
+            .values_mut()
+            .filter_map(|plan| match plan.get_mut("proxy")? {
+                serde_json::Value::String(url) => Some(url),
+                _ => None,
+            })
+    }
+
     /// Whether no driver's plan is recorded.
     pub fn is_empty(&self) -> bool {
         self.0.is_empty()

@@ -23,11 +23,13 @@ impl RunPlan {
         })
     }
 
-    /// Every URL of the plan that may carry credentials: the target, `consume_from` and the
-    /// stages' own targets (the `ecp` preset's outbox and inbox brokers).
+    /// Every URL of the plan that may carry credentials: the target, `consume_from`, a
+    /// driver's proxy and the stages' own targets (the `ecp` preset's outbox and inbox
+    /// brokers).
     fn urls_mut(&mut self) -> Vec<&mut String> {
         let mut v = vec![&mut self.target];
         v.extend(self.consume_from.as_mut());
+        v.extend(self.drivers.urls_mut());
         if let Some(t) = &mut self.tracking {
             for s in &mut t.stages {
                 if let StageSource::Queue {
@@ -108,7 +110,8 @@ target = "mqtt://carol:{SECRET}@far:1883/?token={SECRET}"
         // A driver's headers, as the HTTP driver's plan holds them.
         p.drivers = serde_json::from_value(serde_json::json!({"http": {"headers": [
             ["Authorization", format!("Bearer {SECRET}")], ["Cookie", format!("s={SECRET}")],
-            ["X-Api-Key", SECRET], ["X-Tenant-Sig", SECRET], ["Accept", "text/plain"]]}}))
+            ["X-Api-Key", SECRET], ["X-Tenant-Sig", SECRET], ["Accept", "text/plain"]],
+            "proxy": format!("http://dave:{SECRET}@proxy:3128")}}))
         .unwrap();
         assert!(serde_json::to_string(&p).unwrap().contains(SECRET));
         let r = p.redacted();
@@ -117,6 +120,7 @@ target = "mqtt://carol:{SECRET}@far:1883/?token={SECRET}"
         assert_eq!(r.target, "mqtt://alice:***@a:1883,b:1883");
         assert!(json.contains("carol:***@far"), "{json}");
         assert!(json.contains(r#"["Accept","text/plain"]"#), "{json}");
+        assert!(json.contains("dave:***@proxy:3128"), "{json}");
         assert_eq!(r.redact_headers, vec!["x-tenant-*"]);
         let s = p.secrets();
         assert_eq!(

@@ -353,9 +353,20 @@ async fn through_proxy(
     if !matches!(status, Some(200..=299)) {
         let line =
             String::from_utf8_lossy(head.split(|&b| b == b'\r').next().unwrap_or(&[])).into_owned();
+        let hint = match status {
+            // tinyproxy answers wrong credentials with 401.
+            Some(401 | 407) if connect.windows(20).any(|w| w == b"Proxy-Authorization:") => {
+                " (the credentials in the proxy URL were not accepted)"
+            }
+            Some(407) => {
+                " (it asks for credentials: give them in the proxy URL, \
+                 http://USER:PASSWORD@HOST:PORT)"
+            }
+            _ => "",
+        };
         return Err(at_proxy(NetError::new(
             ConnectFailure::Rejected,
-            format!("the proxy refused the tunnel (CONNECT): {line}"),
+            format!("the proxy refused the tunnel (CONNECT): {line}{hint}"),
         )));
     }
     msgbench_net::upgrade_tls(stream, tls, &ep.target.host, timeout).await

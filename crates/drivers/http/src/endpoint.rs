@@ -6,7 +6,8 @@
 
 use bytes::{Bytes, BytesMut};
 use hyper::header::{
-    CONTENT_LENGTH, CONTENT_TYPE, HOST, HeaderName, HeaderValue, TRANSFER_ENCODING,
+    CONTENT_LENGTH, CONTENT_TYPE, HOST, HeaderName, HeaderValue, PROXY_AUTHORIZATION,
+    TRANSFER_ENCODING,
 };
 use hyper::{HeaderMap, Method, Request, Uri};
 use msgbench_core::driver::DriverError;
@@ -120,6 +121,8 @@ impl Endpoint {
                 .path_and_query()
                 .map_or_else(|| "/".to_string(), |pq| pq.as_str().to_string()),
         };
+        // `Proxy-Authorization` for a proxy given with credentials (Basic, RFC 9110 §11.7.1).
+        let mut proxy_auth: Option<String> = None;
         let proxy = match &opts.proxy {
             None => None,
             Some(p) => {
@@ -131,11 +134,16 @@ impl Endpoint {
                     ))
                 })?;
                 let authority = rest.trim_end_matches('/');
-                if authority.contains('@') || authority.contains('/') {
+                let (user_info, authority) = match authority.rsplit_once('@') {
+                    Some((ui, a)) => (Some(ui), a),
+                    None => (None, authority),
+                };
+                if authority.contains('/') {
                     return Err(config(format!(
-                        "proxy `{shown}`: only http://HOST:PORT (no credentials, no path)"
+                        "proxy `{shown}`: only http://[USER:PASSWORD@]HOST:PORT (no path)"
                     )));
                 }
+                proxy_auth = user_info.map(basic_credentials);
                 if opts.http2 && !secure {
                     return Err(config(format!(
                         "{display}: HTTP/2 with prior knowledge (h2c) does not go through a \
@@ -155,7 +163,10 @@ impl Endpoint {
             } else {
                 format!("{a}:443")
             };
-            Bytes::from(format!("CONNECT {a} HTTP/1.1\r\nHost: {a}\r\n\r\n"))
+            let auth = proxy_auth
+                .as_ref()
+                .map_or(String::new(), |v| format!("Proxy-Authorization: {v}\r\n"));
+            Bytes::from(format!("CONNECT {a} HTTP/1.1\r\nHost: {a}\r\n{auth}\r\n"))
         });
         // Through a proxy, plain requests name the whole URL (absolute form, RFC 9112 §3.2.2).
         let h1_target = if proxy.is_some() && !secure {
@@ -199,6 +210,17 @@ impl Endpoint {
             } else {
                 headers.append(n, v);
             }
+        }
+        // A plain request to a proxy carries its credentials itself (a tunnel's are in CONNECT).
+        if let Some(v) = proxy_auth.as_ref().filter(|_| !secure)
+            && !headers.contains_key(PROXY_AUTHORIZATION)
+        {
+            headers.insert(
+                PROXY_AUTHORIZATION,
+                HeaderValue::from_str(v).map_err(|_| {
+                    config("the proxy's credentials are not a valid header value".into())
+                })?,
+            );
         }
         if with_body && !headers.contains_key(CONTENT_TYPE) {
             headers.insert(
@@ -262,6 +284,17 @@ impl Endpoint {
         *req.headers_mut() = self.headers.clone();
         req
     }
+}
+
+/// The `Proxy-Authorization` value for a proxy URL's `user:password` (percent-escapes decoded).
+fn basic_credentials(user_info: &str) -> String {
+    use base64::Engine as _;
+    let (user, password) = user_info.split_once(':').unwrap_or((user_info, ""));
+    let pair = format!("{}:{}", redact::unescape(user), redact::unescape(password));
+    format!(
+        "Basic {}",
+        base64::engine::general_purpose::STANDARD.encode(pair)
+    )
 }
 
 #[cfg(test)]
@@ -373,5 +406,47 @@ mod tests {
         o.headers.clear();
         o.path = Some("relative".into());
         assert!(Endpoint::parse("http://h/", &o, &t).is_err());
+    }
+
+    /// A proxy given with credentials: plain requests carry them (absolute form), a tunnel's
+    /// CONNECT carries them and the requests inside it do not; escapes are decoded.
+    #[test]
+    fn proxy_credentials_go_to_the_proxy_only() {
+        let t = TlsPlan::default();
+        let mut o = opts("GET", false);
+        o.proxy = Some("http://al%40ice:p%3Ass@127.0.0.1:3128".into());
+        let ep = Endpoint::parse("http://example.org/x", &o, &t).unwrap();
+        assert_eq!(ep.proxy.as_ref().unwrap().port, 3128);
+        let mut out = Vec::new();
+        ep.h1.encode(b"", &mut out);
+        let head = String::from_utf8(out).unwrap();
+        // base64("al@ice:p:ss")
+        assert!(
+            head.starts_with("GET http://example.org/x HTTP/1.1\r\n"),
+            "{head}"
+        );
+        assert!(
+            head.contains("proxy-authorization: Basic YWxAaWNlOnA6c3M=\r\n"),
+            "{head}"
+        );
+        let ep = Endpoint::parse("https://example.org/x", &o, &t).unwrap();
+        let connect = String::from_utf8(ep.tunnel.clone().unwrap().to_vec()).unwrap();
+        assert_eq!(
+            connect,
+            "CONNECT example.org:443 HTTP/1.1\r\nHost: example.org:443\r\n\
+             Proxy-Authorization: Basic YWxAaWNlOnA6c3M=\r\n\r\n"
+        );
+        let mut out = Vec::new();
+        ep.h1.encode(b"", &mut out);
+        assert!(!String::from_utf8(out).unwrap().contains("roxy"));
+        // Without credentials, nothing of the kind.
+        o.proxy = Some("http://127.0.0.1:3128/".into());
+        let ep = Endpoint::parse("http://example.org/x", &o, &t).unwrap();
+        let mut out = Vec::new();
+        ep.h1.encode(b"", &mut out);
+        assert!(!String::from_utf8(out).unwrap().contains("roxy"));
+        o.proxy = Some("http://u:p@127.0.0.1:3128/path".into());
+        let e = Endpoint::parse("http://example.org/x", &o, &t).unwrap_err();
+        assert!(e.to_string().contains("no path"), "{e}");
     }
 }

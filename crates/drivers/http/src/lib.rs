@@ -121,7 +121,7 @@ pub struct HttpOptions {
     pub http2: bool,
     /// Path and query to request instead of the URL's (must start with `/`).
     pub path: Option<String>,
-    /// Forward proxy (`http://host:port`) to go through.
+    /// Forward proxy (`http://[user:password@]host:port`) to go through.
     pub proxy: Option<String>,
 }
 

@@ -15,7 +15,7 @@ pub struct HttpSection {
     pub headers: Option<Vec<String>>,
     /// HTTP/2 (cleartext, prior knowledge) instead of HTTP/1.1.
     pub http2: Option<bool>,
-    /// A forward proxy (`http://host:port`) every connection goes through.
+    /// A forward proxy (`http://[user:password@]host:port`) every connection goes through.
     pub proxy: Option<String>,
 }
 
@@ -92,10 +92,11 @@ pub struct HttpArgs {
     /// ALPN h2 on https://).
     #[arg(long)]
     pub http2: bool,
-    /// Send every request through this forward proxy (http://HOST:PORT; squid, tinyproxy,
-    /// Traffic Server): http:// targets as absolute-form requests to it, https:// ones through
-    /// a CONNECT tunnel with TLS end to end. The http_proxy and HTTPS_PROXY variables are not
-    /// read: a benchmark goes where it is told.
+    /// Send every request through this forward proxy (http://[USER:PASSWORD@]HOST:PORT;
+    /// squid, tinyproxy, Traffic Server): http:// targets as absolute-form requests to it,
+    /// https:// ones through a CONNECT tunnel with TLS end to end. Credentials go to the proxy
+    /// as Proxy-Authorization (Basic), never to the server. The http_proxy and HTTPS_PROXY
+    /// variables are not read: a benchmark goes where it is told.
     #[arg(long, value_name = "URL")]
     pub proxy: Option<String>,
 }
