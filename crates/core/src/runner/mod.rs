@@ -38,6 +38,7 @@ mod outcome;
 mod phases;
 mod produce;
 mod release;
+mod send_clock;
 mod stages;
 mod stall;
 pub mod state;

@@ -2,6 +2,7 @@
 //! confirms. One task per producer; it owns its recorder, so nothing here takes a lock.
 
 use super::inflight::{InFlight, Taken};
+use super::send_clock::{BURST, SendClock};
 use super::state::{OwnedCounter, RunState};
 use super::tagging::{Tagger, Tagging};
 use super::timer::PreciseTimer;
@@ -320,6 +321,7 @@ impl ProducerTask {
             failing_since_ns: 0,
             retry: None,
             last_ns: self.t0_ns,
+            clock: SendClock::default(),
             task: self,
             p,
             payload,
@@ -362,6 +364,8 @@ struct Sending<P: Producer> {
     retry: Option<u64>,
     /// When the last send happened.
     last_ns: u64,
+    /// The reading the next send may take (one per burst: see [`SendClock`]).
+    clock: SendClock,
 }
 
 impl<P: Producer> Sending<P> {
@@ -405,13 +409,19 @@ impl<P: Producer> Sending<P> {
                     None => return,
                 }
             };
-            if self.task.acks && !self.window_has_room() && self.open_window().await.is_none() {
-                return;
+            if self.task.acks && !self.window_has_room() {
+                self.clock.forget();
+                if self.open_window().await.is_none() {
+                    return;
+                }
             }
-            if self.gated && self.pass_stage_gate().await.is_none() {
-                return;
+            if self.gated {
+                self.clock.forget();
+                if self.pass_stage_gate().await.is_none() {
+                    return;
+                }
             }
-            let sent_ns = now_ns();
+            let sent_ns = self.clock.read(if self.unpaced { BURST - 1 } else { 0 });
             self.last_ns = sent_ns;
             if self.at_send_time(sent_ns).is_none() {
                 return;
@@ -449,19 +459,31 @@ impl<P: Producer> Sending<P> {
                 0
             };
             self.task.busy.set(sent_ns.max(1));
-            let r = self
-                .p
-                .send(Outbound {
+            // Awaited in place (a wrapper taking the future would copy it per message), noting
+            // whether it had to wait: then the next send reads the clock.
+            let mut waited = false;
+            let r = {
+                let mut send = std::pin::pin!(self.p.send(Outbound {
                     stream,
                     token,
                     payload: body,
                     meta,
+                }));
+                std::future::poll_fn(|cx| {
+                    let r = send.as_mut().poll(cx);
+                    waited |= r.is_pending();
+                    r
                 })
-                .await;
+                .await
+            };
+            if waited {
+                self.clock.forget();
+            }
             self.task.busy.set(0);
             match r {
                 Ok(()) => self.sent(intended_ns, sent_ns, len),
                 Err(e) => {
+                    self.clock.forget();
                     if intended.is_some() {
                         self.retry = intended;
                     }
@@ -509,6 +531,7 @@ impl<P: Producer> Sending<P> {
                 self.flush(self.phase, k);
             }
             if now >= at {
+                self.clock.hold_once(now);
                 return Some(intended);
             }
             if self.task.state.producers_stopped() {
