@@ -230,6 +230,10 @@ pub(crate) async fn serve<R, W>(
             tx.clone(),
         )
         .await;
+    // How many connections had resumed the session when this one took it: a larger count
+    // when this one's will is due means a later one resumed it. Read now, not at the close:
+    // a connection taking the session over resumes it as soon as this one has detached.
+    let resumed = att.session.resumed.load(Relaxed);
 
     let mut connack = BytesMut::with_capacity(64);
     let limit = (max < codec::MAX_REMAINING).then(|| u32::try_from(max).unwrap_or(u32::MAX));
@@ -332,7 +336,6 @@ pub(crate) async fn serve<R, W>(
     // After the delay, unless a new connection resumed the session meanwhile [MQTT-3.1.3-9].
     // Or at once when the session ends before that: discarded by a new connection's clean
     // start, or expired [MQTT-3.1.3-9].
-    let resumed = att.session.resumed.load(Relaxed);
     let session = att.session.clone();
     let mut ended = session.ended.subscribe();
     tokio::spawn(async move {
