@@ -22,9 +22,10 @@ pub struct ResponseSummary {
     /// Of them, those the server ended in good order (keep-alive limits, GOAWAY).
     #[serde(default, skip_serializing_if = "is_zero")]
     pub server_closes: u64,
-    /// Requests sent again on a new connection because the server closed their kept-alive
-    /// one as they went out, before any response (idempotent methods only, RFC 9112
-    /// §9.3.1.1); each is counted once, by its final answer.
+    /// Sendings of requests again on a new connection because the server closed their
+    /// kept-alive one as they went out, before any response (idempotent methods only, RFC
+    /// 9112 §9.3.1.1), or over HTTP/2 refused them unprocessed; a request is counted among
+    /// the statuses once, by its final answer.
     #[serde(default, skip_serializing_if = "is_zero")]
     pub resent: u64,
     /// Of `no_response`, the requests that race caught and that were not sent again (their
@@ -90,7 +91,8 @@ impl ResponseSummary {
         if self.resent > 0 {
             let _ = write!(
                 s,
-                "; {} sent again after the server closed a kept-alive connection under them",
+                "; {} sent again after the server closed a kept-alive connection under them or \
+                 refused them unprocessed",
                 self.resent
             );
         }
@@ -146,7 +148,8 @@ mod tests {
             a.line(),
             "200 ×7; 2 without response (1 as the server closed a kept-alive connection: not \
              idempotent, not sent again); 1 sent again after the server closed a kept-alive \
-             connection under them; 3 connections (2 closed by the server)"
+             connection under them or refused them unprocessed; 3 connections (2 closed by \
+             the server)"
         );
         // Files written before these counts existed still read.
         let old = r#"{"statuses":[],"connections":1}"#;

@@ -73,6 +73,9 @@ pub(crate) enum Error {
     /// The request was to be sent again after [`Error::ClosedIdle`]'s race, but no new
     /// connection opened (the connect error).
     Reopen(Arc<str>),
+    /// HTTP/2 requests the server refused unprocessed (GOAWAY, REFUSED_STREAM) were to be
+    /// sent again, but no new connection opened (the connect error).
+    Reopened(Arc<str>),
     /// The server ended [`UNANSWERED_LOSSES`] connections in a row, none of which it ever
     /// answered: it does not speak what is sent to it. What it may speak instead.
     NeverAnswers(&'static str),
@@ -140,6 +143,11 @@ impl fmt::Display for Error {
                 f,
                 "the server closed the kept-alive connection as the request went out, and no \
                  new connection opened to send it again: {e}"
+            ),
+            Error::Reopened(e) => write!(
+                f,
+                "the server ended the connection and no new one opened to send the requests it \
+                 refused unprocessed again: {e}"
             ),
         }
     }
@@ -254,6 +262,9 @@ pub(crate) struct Conn {
     producer: bool,
     /// The connection opening in the background, if any.
     reopen: Option<Reopen>,
+    /// A background opening for HTTP/2 requests refused unprocessed failed: they fail too
+    /// (taken by [`Conn::take_reopen_failed`]), whichever poll saw it.
+    reopen_failed: bool,
 }
 
 /// Opens a connection to `ep`: TCP (NODELAY), TLS for https://, then for HTTP/2 the handshake
@@ -416,6 +427,7 @@ impl Conn {
             report,
             producer: report,
             reopen: None,
+            reopen_failed: false,
         }
     }
 
@@ -508,7 +520,6 @@ impl Conn {
             return;
         };
         self.stats.server_closed();
-        self.stats.add_resent();
         self.reopen = Some(Reopen {
             opening: Box::pin(open(self.ep.clone(), self.source, self.timeout)),
             request: Some(client.into_request(token)),
@@ -530,6 +541,12 @@ impl Conn {
                 request: None,
             });
         }
+    }
+
+    /// Whether a background opening for HTTP/2 requests refused unprocessed failed since the
+    /// last call: those requests fail.
+    pub fn take_reopen_failed(&mut self) -> bool {
+        std::mem::take(&mut self.reopen_failed)
     }
 
     /// Starts opening a connection in the background unless one is open or opening.
@@ -557,12 +574,20 @@ impl Conn {
             Ok(live) => {
                 self.install(live);
                 if let (Some(Live::H1(client)), Some(request)) = (self.live.as_mut(), request) {
+                    // Counted as it goes: one whose new connection never opened was not.
+                    self.stats.add_resent();
                     client.resend(request);
                 }
                 Poll::Ready(None)
             }
             Err(e) => {
-                let error = Error::Reopen(e.to_string().into());
+                let error = match request {
+                    Some(_) => Error::Reopen(e.to_string().into()),
+                    None => {
+                        self.reopen_failed = true;
+                        Error::Reopened(e.to_string().into())
+                    }
+                };
                 if let Some(request) = request {
                     self.done = Some(Done {
                         token: request.token(),

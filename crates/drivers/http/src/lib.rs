@@ -352,6 +352,11 @@ impl HttpProducer {
     /// HTTP/2: sends the requests refused unprocessed again, on a new connection (opened in
     /// the background, driven from here). If none can be opened they fail.
     fn resend_unprocessed(&mut self, cx: &mut Context<'_>) {
+        if self.conn.take_reopen_failed() {
+            while let Some((token, ..)) = self.unprocessed.pop_front() {
+                self.give_up_unprocessed(token, cx);
+            }
+        }
         while let Some((token, body, sends)) = self.unprocessed.pop_front() {
             self.conn.open_in_background();
             match self.conn.poll_ready(cx, true) {
@@ -359,7 +364,10 @@ impl HttpProducer {
                     let req = self.conn.ep.request_with(body.clone());
                     let ex = self.conn.submit_h2(token, req, Some(body), sends + 1);
                     match (&mut self.in_flight, ex) {
-                        (InFlight::Many(set), Ok(ex)) => set.push(ex),
+                        (InFlight::Many(set), Ok(ex)) => {
+                            self.tally.stats.add_resent();
+                            set.push(ex);
+                        }
                         _ => self.give_up_unprocessed(token, cx),
                     }
                 }
@@ -544,7 +552,8 @@ impl Producer for HttpProducer {
         // doubt): without response here too, or the responses account would miss the last.
         let unanswered = match &self.in_flight {
             InFlight::One => usize::from(self.conn.h1_outstanding()),
-            InFlight::Many(set) => set.len(),
+            // With those refused unprocessed still waiting to be sent again.
+            InFlight::Many(set) => set.len() + self.unprocessed.len(),
         };
         for _ in 0..unanswered {
             self.tally
@@ -594,7 +603,6 @@ impl HttpProducer {
                         outcome: Outcome::Unprocessed(body, sends),
                     }) => {
                         self.conn.h2_unprocessed(generation);
-                        self.tally.stats.add_resent();
                         self.unprocessed.push_back((token, body, sends));
                     }
                     Some(done) => break done,

@@ -130,8 +130,11 @@ impl HttpStats {
     }
 
     /// Requests sent again on a new connection because the server closed their kept-alive
-    /// one as they went out, before any response (idempotent requests; RFC 9112 §9.3.1.1).
-    /// Each is counted once among the responses, by its final answer.
+    /// one as they went out, before any response (idempotent requests; RFC 9112 §9.3.1.1),
+    /// or, over HTTP/2, refused them unprocessed (RFC 9113 §8.7; each sending counts). Counted
+    /// as each goes out again: one whose new connection never opened was not sent again (it
+    /// is without response). Each request is counted once among the responses, by its final
+    /// answer.
     pub fn resent(&self) -> u64 {
         self.resent.load(Relaxed)
     }

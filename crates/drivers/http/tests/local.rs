@@ -326,6 +326,9 @@ enum Raw {
     Chunked,
     /// HTTP/1.0 responses without a length: the body ends when the server closes.
     Http10UntilClose,
+    /// One connection only: the listener closes once it is taken (later connections are
+    /// refused), then as `CutAfter`.
+    OnlyOne(u32),
 }
 
 /// Reads one HTTP/1.1 request (head and Content-Length body); false at end of stream.
@@ -358,65 +361,77 @@ async fn raw_server(mode: Raw) -> (String, Arc<AtomicU64>, tokio::task::JoinHand
     let count = accepted.clone();
     let task = tokio::spawn(async move {
         loop {
-            let Ok((mut sock, _)) = l.accept().await else {
+            let Ok((sock, _)) = l.accept().await else {
                 return;
             };
             count.fetch_add(1, Relaxed);
             // Responses written in pieces must not wait for the client's delayed ACK.
             sock.set_nodelay(true).unwrap();
-            tokio::spawn(async move {
-                let mut buf = Vec::new();
-                let mut answered = 0;
-                while read_request(&mut sock, &mut buf).await {
-                    match mode {
-                        Raw::CutAfter(n) if answered == n => return,
-                        Raw::CutAfter(_) => {
-                            let r = b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok";
-                            if sock.write_all(r).await.is_err() {
-                                return;
-                            }
-                        }
-                        Raw::CloseEach => {
-                            let r = b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\nconnection: close\r\n\r\nok";
-                            let _ = sock.write_all(r).await;
-                            return;
-                        }
-                        Raw::CloseEvery(n) if (answered + 1) % n == 0 => {
-                            let r = b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\nConnection: close\r\n\r\nok";
-                            let _ = sock.write_all(r).await;
-                            return;
-                        }
-                        Raw::CloseEvery(_) => {
-                            let r = b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok";
-                            if sock.write_all(r).await.is_err() {
-                                return;
-                            }
-                        }
-                        Raw::Chunked => {
-                            for piece in [
-                                &b"HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 200 OK\r\n"[..],
-                                b"Transfer-Encoding: chunked\r\n\r\n5;ext=1\r\nhel",
-                                b"lo\r\n1A\r\nabcdefghijklmnopqrstuvwxyz\r",
-                                b"\n0\r\nX-Trailer: 1\r\n",
-                                b"\r\n",
-                            ] {
-                                if sock.write_all(piece).await.is_err() {
-                                    return;
-                                }
-                            }
-                        }
-                        Raw::Http10UntilClose => {
-                            let r = b"HTTP/1.0 200 OK\r\nContent-Type: text/plain\r\n\r\nthe body ends with the connection";
-                            let _ = sock.write_all(r).await;
-                            return;
-                        }
-                    }
-                    answered += 1;
+            let mode = match mode {
+                Raw::OnlyOne(n) => {
+                    drop(l);
+                    serve_raw(sock, Raw::CutAfter(n)).await;
+                    return;
                 }
-            });
+                mode => mode,
+            };
+            tokio::spawn(serve_raw(sock, mode));
         }
     });
     (url, accepted, task)
+}
+
+/// One connection of [`raw_server`].
+async fn serve_raw(mut sock: TcpStream, mode: Raw) {
+    let mut buf = Vec::new();
+    let mut answered = 0;
+    while read_request(&mut sock, &mut buf).await {
+        match mode {
+            Raw::CutAfter(n) if answered == n => return,
+            Raw::CutAfter(_) => {
+                let r = b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok";
+                if sock.write_all(r).await.is_err() {
+                    return;
+                }
+            }
+            Raw::CloseEach => {
+                let r = b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\nconnection: close\r\n\r\nok";
+                let _ = sock.write_all(r).await;
+                return;
+            }
+            Raw::CloseEvery(n) if (answered + 1) % n == 0 => {
+                let r = b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\nConnection: close\r\n\r\nok";
+                let _ = sock.write_all(r).await;
+                return;
+            }
+            Raw::CloseEvery(_) => {
+                let r = b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok";
+                if sock.write_all(r).await.is_err() {
+                    return;
+                }
+            }
+            Raw::Chunked => {
+                for piece in [
+                    &b"HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 200 OK\r\n"[..],
+                    b"Transfer-Encoding: chunked\r\n\r\n5;ext=1\r\nhel",
+                    b"lo\r\n1A\r\nabcdefghijklmnopqrstuvwxyz\r",
+                    b"\n0\r\nX-Trailer: 1\r\n",
+                    b"\r\n",
+                ] {
+                    if sock.write_all(piece).await.is_err() {
+                        return;
+                    }
+                }
+            }
+            Raw::Http10UntilClose => {
+                let r = b"HTTP/1.0 200 OK\r\nContent-Type: text/plain\r\n\r\nthe body ends with the connection";
+                let _ = sock.write_all(r).await;
+                return;
+            }
+            Raw::OnlyOne(_) => unreachable!("served as CutAfter"),
+        }
+        answered += 1;
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -488,6 +503,84 @@ async fn an_idempotent_request_caught_by_a_keep_alive_close_is_sent_again() {
         "{line}"
     );
     task.abort();
+}
+
+/// The keep-alive race with nowhere to send the request again: the server closes as the
+/// third GET goes out and then refuses connections. That GET is without response and in
+/// doubt, and it is not counted as sent again: it was counted when the reopening began.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_request_whose_new_connection_never_opens_was_not_sent_again() {
+    let (url, accepted, task) = raw_server(Raw::OnlyOne(2)).await;
+    let (out, obs, stats) = run(&plan(&url, 1, 3, 1), opts("GET", false)).await;
+    let m = measure(out.as_ref().expect("the run completes"));
+    assert_eq!((m.counters.sent, m.counters.acked), (3, 2));
+    assert_eq!(
+        m.counters.errors.timeout, 1,
+        "in doubt: {:?}",
+        m.counters.errors
+    );
+    assert_eq!((stats.no_response(), stats.resent()), (1, 0));
+    assert_eq!(accepted.load(Relaxed), 1);
+    let lost = obs.mentioning("no new connection opened to send it again: cannot connect");
+    assert_eq!(lost.len(), 1, "{:?}", obs.events);
+    task.abort();
+}
+
+/// HTTP/2: a server that refuses every stream unprocessed (a GOAWAY with last stream id 0)
+/// and then refuses connections. The requests are sent again on no connection: they fail
+/// (nacks without response), none counted as sent again, and the event says why.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn http2_refused_requests_with_no_new_connection_fail_unsent() {
+    let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}/", l.local_addr().unwrap());
+    let server = tokio::spawn(async move {
+        let (mut sock, _) = l.accept().await.unwrap();
+        drop(l);
+        // By hand: the preface, empty SETTINGS and their ack, then once a request's HEADERS
+        // came, GOAWAY with last stream id 0 (NO_ERROR), read on until the client leaves.
+        let mut buf = vec![0u8; 24];
+        sock.read_exact(&mut buf).await.unwrap();
+        assert_eq!(&buf[..], b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n");
+        sock.write_all(&[0, 0, 0, 4, 0, 0, 0, 0, 0, 0, 0, 0, 4, 1, 0, 0, 0, 0])
+            .await
+            .unwrap();
+        loop {
+            let mut head = [0u8; 9];
+            sock.read_exact(&mut head).await.unwrap();
+            let len = usize::from(head[0]) << 16 | usize::from(head[1]) << 8 | usize::from(head[2]);
+            let mut body = vec![0u8; len];
+            sock.read_exact(&mut body).await.unwrap();
+            if head[3] == 1 {
+                break;
+            }
+        }
+        let goaway = [0, 0, 8, 7, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0];
+        sock.write_all(&goaway).await.unwrap();
+        let mut rest = [0u8; 4096];
+        while let Ok(n) = sock.read(&mut rest).await {
+            if n == 0 {
+                break;
+            }
+        }
+    });
+    let (out, obs, stats) = run(&plan(&url, 1, 4, 4), opts("GET", true)).await;
+    let m = measure(out.as_ref().expect("the run completes"));
+    assert_eq!(m.counters.acked, 0);
+    assert_eq!(
+        m.counters.nacked,
+        m.counters.sent,
+        "{:?} {:?} {:?}",
+        m.counters,
+        obs.events,
+        stats.summary().line()
+    );
+    assert_eq!(stats.no_response(), m.counters.sent);
+    assert_eq!(stats.resent(), 0);
+    let lost = obs.mentioning(
+        "no new one opened to send the requests it refused unprocessed again: cannot connect",
+    );
+    assert_eq!(lost.len(), 1, "{:?}", obs.events);
+    server.await.unwrap();
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
