@@ -222,7 +222,7 @@ libzmq_up() { # a peer library for the interop tests (tests/it/libzmq.rs): nothi
 # The third-party clients tests/it/thirdparty.rs drives msgbench's servers with: Python modules of
 # the system Python (module:package), then programs (binary:package).
 PEER_MODULES=(pika:python3-pika paho.mqtt.client:python3-paho-mqtt websockets:python3-websockets proton:python3-qpid-proton)
-PEER_BINARIES=(curl:curl nghttp:nghttp2-client tinyproxy:tinyproxy)
+PEER_BINARIES=(curl:curl nghttp:nghttp2-client tinyproxy:tinyproxy haproxy:haproxy)
 
 peer_python_ok() { # the system Python imports every module of PEER_MODULES
   local m

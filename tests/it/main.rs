@@ -20,6 +20,7 @@ mod conformance;
 mod dashboard;
 mod ecp;
 mod groups;
+mod haproxy;
 mod http;
 mod jetstream;
 mod journeys;
