@@ -93,10 +93,11 @@ pub struct HttpArgs {
     #[arg(long)]
     pub http2: bool,
     /// Send every request through this forward proxy (http://HOST:PORT or
-    /// http://USER:PASSWORD@HOST:PORT; squid, tinyproxy, Traffic Server): http:// targets as absolute-form requests to it,
-    /// https:// ones through a CONNECT tunnel with TLS end to end. Credentials go to the proxy
-    /// as Proxy-Authorization (Basic), never to the server. The http_proxy and HTTPS_PROXY
-    /// variables are not read: a benchmark goes where it is told.
+    /// http://USER:PASSWORD@HOST:PORT; squid, tinyproxy, Traffic Server): http:// targets as
+    /// absolute-form requests to it, https:// ones through a CONNECT tunnel with TLS end to
+    /// end. Credentials go to the proxy as Proxy-Authorization (Basic), never to the server.
+    /// The http_proxy and HTTPS_PROXY variables are not read: a benchmark goes where it is
+    /// told.
     #[arg(long, value_name = "URL")]
     pub proxy: Option<String>,
 }

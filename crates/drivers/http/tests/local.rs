@@ -507,7 +507,7 @@ async fn an_idempotent_request_caught_by_a_keep_alive_close_is_sent_again() {
 
 /// The keep-alive race with nowhere to send the request again: the server closes as the
 /// third GET goes out and then refuses connections. That GET is without response and in
-/// doubt, and it is not counted as sent again: it was counted when the reopening began.
+/// doubt, and it is not counted as sent again (it was, as soon as the reopening began).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_request_whose_new_connection_never_opens_was_not_sent_again() {
     let (url, accepted, task) = raw_server(Raw::OnlyOne(2)).await;

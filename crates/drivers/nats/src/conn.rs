@@ -435,9 +435,10 @@ impl Conn {
                     return Err(io::Error::new(
                         e.kind(),
                         format!(
-                            "{e}: the server closed the connection before its INFO (one that \
-                             wants TLS first, handshake_first, does that to a plain client: \
-                             use tls://HOST:PORT?tls_first)"
+                            "{e}: the server closed the connection before its INFO (a TCP \
+                             proxy in front of a server that is down does that, and so does a \
+                             server that wants TLS first, handshake_first, to a plain client: \
+                             then use tls://HOST:PORT?tls_first)"
                         ),
                     ));
                 }
