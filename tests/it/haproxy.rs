@@ -173,3 +173,33 @@ fn haproxys_keep_alive_close_between_paced_requests_loses_nothing() {
     let conns = u(&r["responses"]["connections"]);
     assert!(conns >= 10, "{conns} connections: {}", r["responses"]);
 }
+
+/// HAProxy in TCP mode whose server is down takes each connection and closes it at once:
+/// each driver says a proxy with its server down may be why, not only "unexpected end of
+/// file", and the run stops with exit code 1.
+#[test]
+fn a_proxy_whose_server_is_down_is_named() {
+    if haproxy_bin().is_none() {
+        return;
+    }
+    let d = TempDir::new("haproxy-down");
+    let dead = free_port();
+    let (_haproxy, p) = haproxy(&d, &[("tcp", "", "", dead)]);
+    for (scheme, said) in [
+        ("amqp", "before connection.start"),
+        ("mqtt", "before its CONNACK"),
+        ("ws", "before answering the upgrade"),
+        ("nats", "before its INFO"),
+        ("redis", "before answering its handshake"),
+    ] {
+        let url = format!("{scheme}://127.0.0.1:{}", p[0]);
+        let o = msgbench(
+            &d.0,
+            &["run", &url, "-d", "2s", "--warmup", "0s", "--no-output"],
+        );
+        let err = stderr(&o);
+        assert_eq!(o.status.code(), Some(1), "{url}: {err}");
+        assert!(err.contains(said), "{url}: {err}");
+        assert!(err.contains("proxy whose"), "{url}: {err}");
+    }
+}

@@ -237,7 +237,19 @@ impl Conn {
         // PLAIN with the URL's user (guest by default); SCRAM where the server hides PLAIN on a
         // plain port (Qpid Broker-J's password providers do); ANONYMOUS where the server offers
         // only that (Broker-J can, on a port of its choosing).
-        let login = match self.method(0).await.map_err(io)? {
+        // Closed without a word after the protocol header: no broker answered it.
+        let first = self.method(0).await.map_err(|e| match e.kind() {
+            io::ErrorKind::UnexpectedEof => (
+                msgbench_net::classify(&e),
+                format!(
+                    "{e}: the server closed the connection before connection.start (a TLS port \
+                     does this to a plain client: use amqps://; so does a TCP proxy whose \
+                     broker is down)"
+                ),
+            ),
+            _ => io(e),
+        })?;
+        let login = match first {
             AMQPClass::Connection(connection::AMQPMethod::Start(s)) => {
                 let offered = s.mechanisms.to_string();
                 let has = |m: &str| offered.split(' ').any(|o| o == m);

@@ -376,8 +376,15 @@ impl Conn {
                 // answer an MQTT 5 CONNECT by closing the connection.
                 if v5 && e.kind() == std::io::ErrorKind::UnexpectedEof {
                     n.detail = "the broker closed the connection in answer to an MQTT 5 \
-                                CONNECT: it may not speak MQTT 5 (use --mqtt-version 3.1.1)"
+                                CONNECT: it may not speak MQTT 5 (use --mqtt-version 3.1.1), \
+                                or it is a TCP proxy whose broker is down"
                         .into();
+                } else if e.kind() == std::io::ErrorKind::UnexpectedEof {
+                    n.detail = format!(
+                        "{e}: the server closed the connection before its CONNACK (a TLS port \
+                         does this to a plain client: use mqtts://; so does a TCP proxy whose \
+                         broker is down)"
+                    );
                 }
                 n
             })?;

@@ -436,9 +436,9 @@ impl Conn {
                         e.kind(),
                         format!(
                             "{e}: the server closed the connection before its INFO (a TCP \
-                             proxy in front of a server that is down does that, and so does a \
-                             server that wants TLS first, handshake_first, to a plain client: \
-                             then use tls://HOST:PORT?tls_first)"
+                             proxy whose server is down does this, and so does a server that \
+                             wants TLS first, handshake_first, to a plain client: then use \
+                             tls://HOST:PORT?tls_first)"
                         ),
                     ));
                 }

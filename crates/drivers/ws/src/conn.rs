@@ -260,7 +260,15 @@ impl Conn {
                         format!("the server on this port speaks {what}, not WebSocket"),
                     ));
                 }
-                return Err(self.fail(msgbench_net::classify(&e), e.to_string()));
+                let detail = match e.kind() {
+                    std::io::ErrorKind::UnexpectedEof => format!(
+                        "{e}: the server closed the connection before answering the upgrade (a \
+                         TLS port does this to a plain client: use wss://; so does a TCP proxy \
+                         whose server is down)"
+                    ),
+                    _ => e.to_string(),
+                };
+                return Err(self.fail(msgbench_net::classify(&e), detail));
             }
             Ok(Ok(h)) => h,
         };
