@@ -165,6 +165,8 @@ Examples:
   msgbench run amqp://guest:guest@127.0.0.1:5672/%2f --exchange peatio.events.ranger \\
       --exchange-type topic --topic public.btcusd.trades --payload '{\"id\":\"{{stamp}}\"}' \\
       --consume-from 'ws://127.0.0.1:8080/?stream=btcusd.trades' -c 100
+  msgbench run ws://127.0.0.1:9001/ --echo -p 50 --duration 30s
+      A WebSocket echo server: each message's echo is its response (timed like HTTP's).
   msgbench serve http --listen 127.0.0.1:8443 --tls-cert server.pem --tls-key server.key
       200 to every request over HTTPS, HTTP/2 by ALPN (without TLS: HTTP/1.1 and h2c):
   msgbench run https://127.0.0.1:8443/ --ca-file ca.pem --http2 -p 4 --max-in-flight 64
@@ -692,6 +694,12 @@ pub struct RunArgs {
     /// (WebSocket subscribe requests, e.g. '{"subscribe":"public.{i}"}').
     #[arg(long, value_name = "TEMPLATE", help_heading = "Protocol client")]
     pub hello: Option<String>,
+    /// WebSocket: the target sends every message back on its connection (an echo server).
+    /// Producers take each echo as their message's response, timed from the intended send time
+    /// as HTTP responses are; the run needs no consumers and keeps one message in flight per
+    /// connection unless --max-in-flight says otherwise.
+    #[arg(long, help_heading = "Protocol client")]
+    pub echo: bool,
     /// Connect timeout per client (default 10s).
     #[arg(long, help_heading = "Protocol client")]
     pub connect_timeout: Option<String>,

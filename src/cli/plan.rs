@@ -205,9 +205,24 @@ fn preset(name: &str, args: &RunArgs) -> Result<Scenario> {
 
 /// HTTP targets have no consumers, and an HTTP/1.1 connection carries one request at a time:
 /// unless told otherwise, such runs get no consumers and a window of 1 per producer
-/// (concurrency comes from --producers, or from --http2 streams).
+/// (concurrency comes from --producers, or from --http2 streams). A WebSocket echo server
+/// (`--echo`) is answered the same way: its producers' responses are the echoes.
 fn http_defaults(s: &mut Scenario) {
     let Some(t) = s.target.as_deref() else { return };
+    if t.starts_with("ws://") || t.starts_with("wss://") {
+        let echo = s
+            .drivers
+            .get::<msgbench_driver_ws::options::WsSection>()
+            .ok()
+            .and_then(|w| w.echo);
+        if echo == Some(true) {
+            if s.consumers.target.is_none() {
+                s.consumers.per_topic.get_or_insert(0);
+            }
+            s.producers.max_in_flight.get_or_insert(1);
+        }
+        return;
+    }
     if !(t.starts_with("http://") || t.starts_with("https://")) {
         return;
     }
@@ -385,6 +400,7 @@ fn flags_to_scenario(a: &RunArgs) -> Result<Scenario> {
     }
     s.drivers.put(&msgbench_driver_ws::options::WsSection {
         headers: (!a.http.header.is_empty()).then(|| a.http.header.clone()),
+        echo: a.echo.then_some(true),
     });
     s.drivers.put(&a.amqp10.section(&common));
     s.drivers.put(&a.kafka.section());

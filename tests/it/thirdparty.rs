@@ -707,6 +707,73 @@ fn ws_clients_through_a_websockets_relay() {
     );
 }
 
+/// An echo server msgbench did not write (the `websockets` relay in echo mode, which greets
+/// every client with a message of its own first): with `--echo` the echo of each message is its
+/// response, timed from the intended send time, and the run needs no consumers; with several
+/// messages in flight, one the server leaves unanswered (every 50th) is counted in doubt at the
+/// ack time-out and the rest are answered, none twice.
+#[test]
+fn ws_echo_server_answers_are_responses() {
+    let Some(py) = peer_python("websockets", "python3-websockets") else {
+        return;
+    };
+    let port = free_port();
+    let _echo = websockets_relay(&py, &[port], &[("RELAY_ECHO", "1")]);
+    let url = format!("ws://127.0.0.1:{port}/");
+    let d = TempDir::new("ws-echo");
+    let base = [
+        "run", &url, "--echo", "-p", "4", "-n", "2000", "--warmup", "0s",
+    ];
+    let r = run_json(&d.0, &[&base[..], &["-o", "r.jsonl"]].concat());
+    let m = measure(&r);
+    let c = &m["counters"];
+    assert_eq!((u(&c["acked"]), u(&c["received"])), (2000, 0), "{m}");
+    assert_eq!(u(&c["errors"]["timeout"]), 0, "{c}");
+    assert_eq!(u(&m["publish"]["count"]), 2000, "{m}");
+    assert_eq!(
+        u(&m["e2e"]["count"]),
+        2000,
+        "responses from the intended time: {m}"
+    );
+    assert!(u(&m["e2e"]["p50"]) > 0, "{m}");
+    assert_valid_and_pure(&d.0, "r.jsonl", &r);
+    // Text payloads are echoed as text and matched by their text stamp.
+    let r = run_json(&d.0, &[&base[..], &["--stamp", "text"]].concat());
+    assert_eq!(u(&measure(&r)["counters"]["acked"]), 2000, "{r}");
+
+    let port = free_port();
+    let _skipping = websockets_relay(
+        &py,
+        &[port],
+        &[("RELAY_ECHO", "1"), ("RELAY_ECHO_SKIP", "50")],
+    );
+    let url = format!("ws://127.0.0.1:{port}/");
+    let r = run_json(
+        &d.0,
+        &[
+            "run",
+            &url,
+            "--echo",
+            "-p",
+            "2",
+            "-n",
+            "1000",
+            "--max-in-flight",
+            "8",
+            "--ack-timeout",
+            "300ms",
+            "--warmup",
+            "0s",
+        ],
+    );
+    let c = &measure(&r)["counters"];
+    assert_eq!(
+        (u(&c["acked"]), u(&c["errors"]["timeout"])),
+        (980, 20),
+        "every 50th of each connection's 500 unanswered: {c}"
+    );
+}
+
 #[test]
 fn wss_broadcast_with_websockets() {
     let Some(py) = peer_python("websockets", "python3-websockets") else {

@@ -538,7 +538,7 @@ pub fn fill(template: &str, i: u64, topic: &str) -> String {
 }
 
 /// A reassembler for fragmented messages: frames in, whole messages out.
-#[derive(Default)]
+#[derive(Debug, Default)]
 pub struct Message {
     parts: Option<BytesMut>,
 }

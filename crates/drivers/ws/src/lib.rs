@@ -32,14 +32,20 @@
 //!   0 turns it off) pings the server, so that proxies do not close it as idle, and one that
 //!   heard nothing for two periods is failed and reconnected.
 //!
-//! WebSocket has no acknowledgements: publish latency is not measured; end-to-end latency is
-//! (the stamp travels in the message). Text frames are accepted on receive; msgbench's own
+//! - **Echo servers** (`--echo`, [`echo`]): every message the server sends back on a producer's
+//!   connection that carries one of its messages in flight is that message's response, timed
+//!   like an HTTP response; such runs need no consumers.
+//!
+//! WebSocket has no acknowledgements: publish latency is not measured (except against an echo
+//! server, where the echo is the answer); end-to-end latency is (the stamp travels in the
+//! message). Text frames are accepted on receive; msgbench's own
 //! messages carry a binary stamp, so producers always send binary frames.
 //!
 //! # Layout
 //! - [`alive`]: the keep-alive of receiving connections.
 //! - [`codec`]: frames and the upgrade handshake (shared with `msgbench serve ws-broadcast`).
 //! - [`conn`]: one client connection.
+//! - [`echo`]: matching an echo server's answers to the messages in flight.
 //! - this file: the `Driver`, `Producer`, `Consumer` and `Session` implementations.
 #![deny(missing_docs)]
 
@@ -48,6 +54,7 @@ pub mod alive;
 /// it too ([`msgbench_net::ws`]).
 pub use msgbench_net::ws as codec;
 pub mod conn;
+pub mod echo;
 pub mod options;
 
 use bytes::Bytes;
@@ -81,7 +88,7 @@ pub struct WsOptions {
     /// documents, or a text stamp), which many gateways read from text frames only. (`serve ws-broadcast` relays binary messages and takes text
     /// ones as requests to itself.)
     pub text: bool,
-    /// Extra headers of every upgrade request ([`options::WsPlan`]).
+    /// Extra headers of every upgrade request, and the echo mode ([`options::WsPlan`]).
     pub headers: options::WsPlan,
 }
 
@@ -165,12 +172,14 @@ impl Driver for WsDriver {
     type Consumer = WsConsumer;
     type Session = WsSession;
 
+    /// Against an echo server, producers' messages are answered: acks that are responses.
     fn capabilities(&self) -> Capabilities {
+        let echo = self.opts.headers.echo;
         Capabilities {
-            acks: false,
+            acks: echo,
             queue_groups: false,
             request_reply: false,
-            responses: false,
+            responses: echo,
             metadata: false,
         }
     }
@@ -205,6 +214,7 @@ impl Driver for WsDriver {
         Ok(WsProducer {
             conn,
             opcode: self.opcode(),
+            echo: self.opts.headers.echo.then(Box::default),
         })
     }
 
@@ -281,6 +291,8 @@ pub struct WsProducer {
     conn: Conn,
     /// Text or binary messages ([`WsOptions::text`]).
     opcode: u8,
+    /// Against an echo server: the messages awaiting their echo.
+    echo: Option<Box<echo::Echoes>>,
 }
 
 impl WsProducer {
@@ -299,13 +311,25 @@ impl WsProducer {
         };
         loop {
             match self.conn.poll_data(cx, false) {
-                Poll::Ready(Ok(_)) => {}
+                Poll::Ready(Ok(f)) => {
+                    if let Some(echo) = self.echo.as_mut() {
+                        echo.received(f);
+                    }
+                }
                 Poll::Ready(Err(e)) => {
-                    self.conn.lost(&e);
+                    self.lost(&e);
                     return;
                 }
                 Poll::Pending => return,
             }
+        }
+    }
+
+    /// The connection is gone: what awaited its echo on it is in doubt.
+    fn lost(&mut self, e: &std::io::Error) {
+        self.conn.lost(e);
+        if let Some(echo) = self.echo.as_mut() {
+            echo.lost();
         }
     }
 
@@ -327,7 +351,7 @@ impl WsProducer {
         })
         .await;
         if let Err(e) = r {
-            self.conn.lost(&e);
+            self.lost(&e);
             return Err(DriverError::Send(e.to_string()));
         }
         self.service_reads(None);
@@ -341,6 +365,9 @@ impl Producer for WsProducer {
             self.conn.try_reconnect().await?;
         }
         self.conn.put(self.opcode, msg.payload);
+        if let Some(echo) = self.echo.as_mut() {
+            echo.sent(msg.stream, msg.token, msg.payload);
+        }
         if self.conn.wire.wbuf.len() >= WRITE_BATCH {
             self.write_out().await?;
         }
@@ -363,7 +390,10 @@ impl Producer for WsProducer {
 
     fn poll_ack(&mut self, cx: &mut Context<'_>) -> Poll<Option<Ack>> {
         self.service_reads(Some(cx));
-        Poll::Pending
+        match self.echo.as_mut().and_then(|e| e.next_ack()) {
+            Some(a) => Poll::Ready(Some(a)),
+            None => Poll::Pending,
+        }
     }
 
     async fn close(mut self) -> Result<(), DriverError> {
@@ -615,7 +645,7 @@ impl msgbench_core::registration::Registered for WsDriver {
     const INFO: msgbench_core::registration::DriverInfo = msgbench_core::registration::DriverInfo {
         name: "ws",
         schemes: &["ws", "wss"],
-        about: "WebSocket: binary messages out (text with --stamp text or --payload), text or binary in, fan-out to many clients, {i}/{topic} in the URL, --hello subscribe message, ping/pong, close codes, TLS (own lean client); usually the consumer end of a pipeline (--consume-from ws://...)",
+        about: "WebSocket: binary messages out (text with --stamp text or --payload), text or binary in, fan-out to many clients, {i}/{topic} in the URL, --hello subscribe message, --echo servers (the echo is the response), ping/pong, close codes, TLS (own lean client); usually the consumer end of a pipeline (--consume-from ws://...)",
         caps: Capabilities {
             acks: false,
             queue_groups: false,

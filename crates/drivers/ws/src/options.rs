@@ -1,27 +1,35 @@
-//! `[ws]`: what the WebSocket upgrade request carries beyond the handshake itself, as written
-//! ([`WsSection`]) and resolved ([`WsPlan`]). On the command line it is `--header`, which the
-//! HTTP driver's requests share: a gateway that wants a token, an `Origin` or a subprotocol
-//! (`Sec-WebSocket-Protocol: mqtt`, `graphql-transport-ws`, `v12.stomp`) refuses the upgrade
-//! without it.
+//! `[ws]`: what the WebSocket upgrade request carries beyond the handshake itself, and whether
+//! the target is an echo server, as written ([`WsSection`]) and resolved ([`WsPlan`]). On the
+//! command line they are `--header`, which the HTTP driver's requests share (a gateway that
+//! wants a token, an `Origin` or a subprotocol — `Sec-WebSocket-Protocol: mqtt`,
+//! `graphql-transport-ws`, `v12.stomp` — refuses the upgrade without it), and `--echo`.
 
 use msgbench_core::scenario::{DriverSection, PlanError};
 use serde::{Deserialize, Serialize};
 
-/// `[ws]`: extra headers of the upgrade request.
+/// `[ws]`: extra headers of the upgrade request, and the echo mode.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct WsSection {
     /// Extra headers, each `"Name: value"`; `Host` and `User-Agent` replace msgbench's own.
     pub headers: Option<Vec<String>>,
+    /// The target sends every message back on the connection it came on (an echo server):
+    /// producers take each echo as the response to their message, and the run needs no
+    /// consumers.
+    pub echo: Option<bool>,
 }
 
-/// The upgrade request's extra headers, resolved.
+/// The upgrade request's extra headers and the echo mode, resolved.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct WsPlan {
     /// `(name, value)` pairs, in the order given. The plan's `headers` list is what redaction
     /// hides credentials in (`Authorization`, tokens).
     pub headers: Vec<(String, String)>,
+    /// Echo mode ([`WsSection::echo`]). Left out of results files when off, so those written
+    /// before it existed read the same.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub echo: bool,
 }
 
 impl WsPlan {
@@ -84,7 +92,10 @@ impl DriverSection for WsSection {
             let (n, v) = (n.trim(), v.trim());
             headers.push((n.to_string(), v.to_string()));
         }
-        Ok(WsPlan { headers })
+        Ok(WsPlan {
+            headers,
+            echo: self.echo.unwrap_or(false),
+        })
     }
 }
 
@@ -102,6 +113,7 @@ mod tests {
     fn plan(lines: &[&str]) -> Result<WsPlan, PlanError> {
         WsSection {
             headers: Some(lines.iter().map(|s| s.to_string()).collect()),
+            echo: None,
         }
         .resolve()
     }
