@@ -118,6 +118,9 @@
 #   h2spec (v2.2.1, built the same way, optional the same way; `env` exports it as
 #     MSGBENCH_IT_H2SPEC): the HTTP/2 conformance tester tests/it/thirdparty.rs runs against
 #     `msgbench serve http` (h2c and TLS).
+#   Mochi MQTT (v2.7.9, a Go MQTT 3.1.1/5 broker, built the same way, optional the same way;
+#     `env` exports it as MSGBENCH_IT_MOCHI_MQTT): a third MQTT broker besides Mosquitto and
+#     Artemis, which tests/it/mqtt.rs starts on free ports of its own.
 # State (PID files, configs, logs, certificates) lives in
 # ${MSGBENCH_BROKERS_DIR:-$HOME/.cache/msgbench-brokers}.
 # Set MSGBENCH_NO_INSTALL=1 to forbid installing packages.
@@ -1101,31 +1104,35 @@ ephemeral_ports_note() {
     "an outgoing connection may hold one when its broker binds; choose ports below $lo"
 }
 
-# go_tool NAME VERSION PACKAGE OUT: builds the Go program PACKAGE@VERSION (its binary is
-# called NAME) once into OUT (optional: a failure, or no Go, is said and its test skipped).
+# go_tool NAME VERSION PACKAGE OUT [BUILT]: builds the Go program PACKAGE@VERSION (its binary
+# is called BUILT, by default NAME) once into OUT (optional: a failure, or no Go, is said and
+# its test skipped).
 go_tool() {
-  local name=$1 version=$2 pkg=$3 out=$4 log_file=$STATE/$1-build.log
+  local name=$1 version=$2 pkg=$3 out=$4 built=${5:-$1} log_file=$STATE/$1-build.log
   [ -x "$out" ] && return 0
   command -v go >/dev/null 2>&1 || { log "note: no Go: the $name $version test will be skipped"; return 0; }
   log "building $name $version with Go (once)"
   mkdir -p "$STATE/gobin"
   if GOBIN="$STATE/gobin" GOFLAGS=-mod=mod go install "$pkg@$version" >"$log_file" 2>&1 \
-      && [ -x "$STATE/gobin/$name" ]; then
-    mv "$STATE/gobin/$name" "$out"
+      && [ -x "$STATE/gobin/$built" ]; then
+    mv "$STATE/gobin/$built" "$out"
   else
     log "note: could not build $name $version (see $log_file): its test will be skipped"
   fi
   return 0
 }
 
-# The current nats-server, and h2spec (the HTTP/2 conformance tester).
+# The current nats-server, h2spec (the HTTP/2 conformance tester) and Mochi MQTT.
 NATS_CURRENT_VERSION=v2.15.2
 NATS_CURRENT=$STATE/gobin/nats-server-$NATS_CURRENT_VERSION
 H2SPEC_VERSION=v2.2.1+incompatible
 H2SPEC=$STATE/gobin/h2spec-$H2SPEC_VERSION
+MOCHI_VERSION=v2.7.9
+MOCHI=$STATE/gobin/mochi-mqtt-$MOCHI_VERSION
 go_tools() {
   go_tool nats-server "$NATS_CURRENT_VERSION" github.com/nats-io/nats-server/v2 "$NATS_CURRENT"
   go_tool h2spec "$H2SPEC_VERSION" github.com/summerwind/h2spec/cmd/h2spec "$H2SPEC"
+  go_tool mochi-mqtt "$MOCHI_VERSION" github.com/mochi-mqtt/server/v2/cmd "$MOCHI" cmd
 }
 
 case "${1:-}" in
@@ -1201,6 +1208,7 @@ case "${1:-}" in
     if libzmq_python_ok; then echo "export MSGBENCH_IT_LIBZMQ_PYTHON=$SYS_PYTHON"; fi
     if peer_python_ok; then echo "export MSGBENCH_IT_PEER_PYTHON=$SYS_PYTHON"; fi
     if [ -x "$NATS_CURRENT" ]; then echo "export MSGBENCH_IT_NATS_SERVER_CURRENT=$(printf %q "$NATS_CURRENT")"; fi
-    if [ -x "$H2SPEC" ]; then echo "export MSGBENCH_IT_H2SPEC=$(printf %q "$H2SPEC")"; fi ;;
+    if [ -x "$H2SPEC" ]; then echo "export MSGBENCH_IT_H2SPEC=$(printf %q "$H2SPEC")"; fi
+    if [ -x "$MOCHI" ]; then echo "export MSGBENCH_IT_MOCHI_MQTT=$(printf %q "$MOCHI")"; fi ;;
   *) echo "usage: $0 up [kafka]|down [kafka]|status|env|restart-rabbitmq [SECONDS]|restart-artemis [SECONDS]|kill-restart NAME [SECONDS]|pause NAME SECONDS|rabbitmqctl ARGS..." >&2; exit 2 ;;
 esac

@@ -1782,3 +1782,104 @@ fn a_wrong_port_is_named_by_the_protocol_that_answered() {
         assert!(stderr(&o).contains(says), "{url}: {}", stderr(&o));
     }
 }
+
+/// Mochi MQTT, a Go broker msgbench did not write and a third implementation beside Mosquitto
+/// and Artemis (`scripts/brokers.sh up` builds it with Go: `MSGBENCH_IT_MOCHI_MQTT`), started
+/// here on free ports: QoS 0, 1 and 2, MQTT 5 with a shared subscription, a wildcard over
+/// several topics, retained messages and MQTT over WebSocket each deliver every message
+/// exactly once, with every QoS 1/2 publish acknowledged.
+#[test]
+fn mochi_mqtt_broker() {
+    let Ok(bin) = std::env::var("MSGBENCH_IT_MOCHI_MQTT") else {
+        eprintln!("skipped: no Mochi MQTT (scripts/brokers.sh up builds one with Go)");
+        return;
+    };
+    let (tcp, ws, info) = (free_port(), free_port(), free_port());
+    let at = |p: u16| format!("127.0.0.1:{p}");
+    let child = Command::new(&bin)
+        .args(["-tcp", &at(tcp), "-ws", &at(ws), "-info", &at(info)])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap_or_else(|e| panic!("{bin}: {e}"));
+    let _broker = Killed(child);
+    assert!(
+        listens_within(tcp, Duration::from_secs(5)) && listens_within(ws, Duration::from_secs(5)),
+        "Mochi MQTT did not open ports {tcp} and {ws}"
+    );
+    let d = TempDir::new("mqtt-mochi");
+    let url = format!("mqtt://127.0.0.1:{tcp}");
+    let over_ws = format!("mqtt+ws://127.0.0.1:{ws}/");
+    let pubsub = ["-p", "2", "-c", "2", "-n", "2000"];
+    let cases: [(&str, Vec<&str>, u64); 7] = [
+        (&url, [&pubsub[..], &["--topic", "it/m0"]].concat(), 4000),
+        (
+            &url,
+            [&pubsub[..], &["--qos", "1", "--topic", "it/m1"]].concat(),
+            4000,
+        ),
+        (
+            &url,
+            [&pubsub[..], &["--qos", "2", "--topic", "it/m2"]].concat(),
+            4000,
+        ),
+        (
+            &url,
+            vec![
+                "--mqtt-version",
+                "5",
+                "--qos",
+                "1",
+                "-c",
+                "3",
+                "--queue-group",
+                "g",
+                "-n",
+                "3000",
+                "--topic",
+                "it/ms",
+            ],
+            3000,
+        ),
+        (
+            &url,
+            vec![
+                "--qos",
+                "1",
+                "--topics",
+                "3",
+                "--topic",
+                "it/mw/{i}",
+                "--subscribe",
+                "it/mw/+",
+                "-n",
+                "3000",
+            ],
+            9000,
+        ),
+        (
+            &url,
+            [&pubsub[..], &["--qos", "1", "--retain", "--topic", "it/mr"]].concat(),
+            4000,
+        ),
+        (
+            &over_ws,
+            [&pubsub[..], &["--qos", "1", "--topic", "it/mws"]].concat(),
+            4000,
+        ),
+    ];
+    for (target, extra, expected) in cases {
+        let r = run_json(&d.0, &run_args(target, &extra));
+        let ctx = format!("{target} {extra:?}: {}", r["integrity"]);
+        let i = &r["integrity"];
+        assert_eq!(
+            (u(&i["expected"]), u(&i["delivered"]), u(&i["duplicated"])),
+            (expected, expected, 0),
+            "{ctx}"
+        );
+        let c = &measure(&r)["counters"];
+        if extra.contains(&"--qos") {
+            assert_eq!(u(&c["acked"]), u(&c["sent"]), "{ctx}: {c}");
+        }
+    }
+}
