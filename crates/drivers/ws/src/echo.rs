@@ -5,11 +5,12 @@
 //! times it from the send (publish latency) and from the intended send time (the response
 //! time, as for HTTP requests).
 //!
-//! An echo is recognised by its stamp (stream and sequence number), not by its place: a server
-//! that sends something else too (a greeting, a heartbeat of its own) does not shift which
-//! message is answered, and one that drops a message leaves exactly that one unanswered, to be
-//! counted at the ack time-out. Messages that carry no stamp of a message in flight are not
-//! responses and are dropped, as in the producer's ordinary mode.
+//! An echo is recognised by its stamp (run, producer, stream and sequence number), not by its
+//! place: a server that sends something else too (a greeting, a heartbeat of its own, another
+//! client's messages when it broadcasts) does not shift which message is answered, and one
+//! that drops a message leaves exactly that one unanswered, to be counted at the ack time-out.
+//! Messages that carry no stamp of a message in flight are not responses and are dropped, as
+//! in the producer's ordinary mode.
 
 use crate::codec::Frame;
 use crate::conn::Message;
@@ -27,6 +28,8 @@ pub struct Echoes {
     ready: VecDeque<Ack>,
     /// A fragmented message being put together.
     message: Message,
+    /// The run and producer this producer's stamps carry (from its first message).
+    source: Option<(u32, u32)>,
 }
 
 impl Echoes {
@@ -34,6 +37,7 @@ impl Echoes {
     /// without a readable stamp (none of msgbench's own) can never be matched and is not kept.
     pub fn sent(&mut self, stream: u32, token: u64, payload: &[u8]) {
         if let Ok(s) = Stamp::find(payload) {
+            self.source.get_or_insert((s.run_id, s.producer));
             self.pending.push_back((stream, s.seq, token));
         }
     }
@@ -45,6 +49,9 @@ impl Echoes {
             return;
         };
         let Ok(s) = Stamp::find(&m) else { return };
+        if self.source != Some((s.run_id, s.producer)) {
+            return;
+        }
         let key = (s.stream, s.seq);
         if let Some(at) = self
             .pending
@@ -78,10 +85,14 @@ mod tests {
     use bytes::Bytes;
 
     fn stamped(stream: u32, seq: u64, len: usize) -> Vec<u8> {
+        from(0, stream, seq, len)
+    }
+
+    fn from(producer: u32, stream: u32, seq: u64, len: usize) -> Vec<u8> {
         let mut b = vec![7u8; len];
         Stamp {
             run_id: 1,
-            producer: 0,
+            producer,
             stream,
             seq,
             intended_ns: 5,
@@ -138,10 +149,14 @@ mod tests {
     }
 
     #[test]
-    fn the_same_sequence_on_another_stream_is_another_message() {
+    fn the_same_sequence_elsewhere_is_another_message() {
         let mut e = Echoes::default();
         e.sent(0, 1, &stamped(0, 0, 48));
         e.sent(1, 2, &stamped(1, 0, 48));
+        // Another producer's message of the same stream and sequence (a server that
+        // broadcasts) answers nothing.
+        e.received(frame(&from(3, 1, 0, 48), true, crate::codec::OP_BINARY));
+        assert_eq!(e.next_ack(), None);
         e.received(frame(&stamped(1, 0, 48), true, crate::codec::OP_BINARY));
         assert_eq!(e.next_ack(), Some(Ack::One { token: 2, ok: true }));
     }
