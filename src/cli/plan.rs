@@ -86,7 +86,7 @@ pub fn build_run(args: &RunArgs, run_id: u32) -> Result<(RunPlan, Vec<RunPlan>, 
         let (plan, groups) = build_groups(&scenario, args, run_id)?;
         return Ok((plan, groups, demo));
     }
-    http_defaults(&mut scenario);
+    target_defaults(&mut scenario)?;
     let mut plan =
         crate::registry::resolve(&scenario, run_id).map_err(|e| anyhow!("invalid run: {e}"))?;
     apply_segment(&mut plan, &args.segment)?;
@@ -108,7 +108,7 @@ fn build_groups(
     let mut plans = Vec::new();
     for mut g in groups::expand(scenario).map_err(|e| anyhow!("invalid run: {e}"))? {
         let name = g.name.clone().unwrap_or_default();
-        http_defaults(&mut g);
+        target_defaults(&mut g).map_err(|e| anyhow!("invalid run: group `{name}`: {e}"))?;
         plans.push(
             crate::registry::resolve(&g, run_id)
                 .map_err(|e| anyhow!("invalid run: group `{name}`: {e}"))?,
@@ -206,25 +206,36 @@ fn preset(name: &str, args: &RunArgs) -> Result<Scenario> {
 /// HTTP targets have no consumers, and an HTTP/1.1 connection carries one request at a time:
 /// unless told otherwise, such runs get no consumers and a window of 1 per producer
 /// (concurrency comes from --producers, or from --http2 streams). A WebSocket echo server
-/// (`--echo`) is answered the same way: its producers' responses are the echoes.
-fn http_defaults(s: &mut Scenario) {
-    let Some(t) = s.target.as_deref() else { return };
+/// (`--echo`) is answered the same way: its producers' responses are the echoes. Echo mode on
+/// any other target is refused: it would be ignored, and the run would measure something else.
+fn target_defaults(s: &mut Scenario) -> Result<()> {
+    let echo = s
+        .drivers
+        .get::<msgbench_driver_ws::options::WsSection>()
+        .ok()
+        .and_then(|w| w.echo)
+        == Some(true);
+    let t = s.target.as_deref().unwrap_or("");
     if t.starts_with("ws://") || t.starts_with("wss://") {
-        let echo = s
-            .drivers
-            .get::<msgbench_driver_ws::options::WsSection>()
-            .ok()
-            .and_then(|w| w.echo);
-        if echo == Some(true) {
+        if echo {
             if s.consumers.target.is_none() {
                 s.consumers.per_topic.get_or_insert(0);
             }
             s.producers.max_in_flight.get_or_insert(1);
         }
-        return;
+        return Ok(());
+    }
+    if echo {
+        let what = match t.split_once("://") {
+            Some((scheme, _)) => format!("{scheme}://"),
+            None => "the embedded broker".to_string(),
+        };
+        bail!(
+            "--echo (ws.echo) is for WebSocket echo servers: the target must be ws:// or wss://, not {what}"
+        );
     }
     if !(t.starts_with("http://") || t.starts_with("https://")) {
-        return;
+        return Ok(());
     }
     if s.consumers.target.is_none() {
         s.consumers.per_topic.get_or_insert(0);
@@ -233,6 +244,7 @@ fn http_defaults(s: &mut Scenario) {
     if http2 != Some(true) {
         s.producers.max_in_flight.get_or_insert(1);
     }
+    Ok(())
 }
 
 /// Flags as a scenario layer: only what was given is set.

@@ -772,6 +772,17 @@ fn ws_echo_server_answers_are_responses() {
         (980, 20),
         "every 50th of each connection's 500 unanswered: {c}"
     );
+    // Echo mode is WebSocket's: elsewhere it is refused, not ignored.
+    let o = msgbench(
+        &d.0,
+        &["run", "nats://u:secret@127.0.0.1:1", "--echo", "-n", "1"],
+    );
+    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("ws:// or wss://, not nats://") && !stderr(&o).contains("secret"),
+        "{}",
+        stderr(&o)
+    );
 }
 
 #[test]
