@@ -165,8 +165,6 @@ Examples:
   msgbench run amqp://guest:guest@127.0.0.1:5672/%2f --exchange peatio.events.ranger \\
       --exchange-type topic --topic public.btcusd.trades --payload '{\"id\":\"{{stamp}}\"}' \\
       --consume-from 'ws://127.0.0.1:8080/?stream=btcusd.trades' -c 100
-  msgbench run ws://127.0.0.1:9001/ --echo -p 50 --duration 30s
-      A WebSocket echo server: each message's echo is its response (timed like HTTP's).
   msgbench serve http --listen 127.0.0.1:8443 --tls-cert server.pem --tls-key server.key
       200 to every request over HTTPS, HTTP/2 by ALPN (without TLS: HTTP/1.1 and h2c):
   msgbench run https://127.0.0.1:8443/ --ca-file ca.pem --http2 -p 4 --max-in-flight 64
@@ -394,6 +392,8 @@ Examples:
       HTTP/1.1 closed loop: 50 keep-alive connections, one request in flight each.
   msgbench run http://127.0.0.1:8080/api -p 50 --rate 20000 --method GET --header 'X-Key: 1'
       HTTP at a fixed rate (open loop); latency from request to response.
+  msgbench run ws://127.0.0.1:9001/ --echo -p 50 --duration 30s
+      A WebSocket echo server: each message's echo is its response (timed like HTTP's).
   msgbench run https://api.example/ingest --header 'Authorization: Bearer ...' --header 'X-Tenant-Sig: ...' --redact-header 'x-tenant-*'
       Credentials are sent but never written: URL passwords, Authorization, Cookie, API-key
       headers and those matching --redact-header show as *** in results, reports and dashboard.
