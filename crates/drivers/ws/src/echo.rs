@@ -67,7 +67,8 @@ impl Echoes {
     /// server may have had it). A fragment begun on it is dropped.
     pub fn lost(&mut self) {
         self.message = Message::default();
-        if let Some(up_to) = self.pending.iter().map(|&(_, _, t)| t).max() {
+        // Tokens are sent in increasing order: the newest is the highest.
+        if let Some(&(_, _, up_to)) = self.pending.back() {
             self.pending.clear();
             self.ready.push_back(Ack::InDoubt { up_to });
         }
